@@ -1,0 +1,59 @@
+"""The ``vaswani`` command line: thin wrappers that parse arguments and call the modules that do the work.
+
+Each area of the package owns its subcommands in a ``commands.py`` with a ``register(subparsers)`` function,
+so this file only lists the areas.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from vaswani.errors import VaswaniError
+
+# Areas in the order `vaswani --help` lists them; each module has register(subparsers).
+COMMAND_MODULES = [
+    "vaswani.data.commands",
+    "vaswani.training.commands",
+    "vaswani.decoding.commands",
+    "vaswani.evaluation.commands",
+    "vaswani.benchmarks.commands",
+    "vaswani.experiments.commands",
+    "vaswani.classification.commands",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vaswani",
+        description="A from-scratch Transformer for German-English translation: prepare data, train, translate, "
+        "evaluate, benchmark and run the experiments.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as error:
+            if error.name == name:  # area not built yet
+                continue
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except VaswaniError as error:
+        print(f"vaswani {args.command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""Multi-head attention with two interchangeable backends and a key/value cache for incremental decoding.
+
+- ``standard``: softmax(Q Kᵀ / √d_k) V written out, the reference the experiments compare against. It
+  materialises the (B, H, Q, K) score matrix, so its memory grows with the square of the length.
+- ``sdpa``: ``F.scaled_dot_product_attention``, which dispatches to FlashAttention / memory-efficient kernels
+  on GPU (and a fused kernel on CPU) and never materialises the scores when it can avoid it.
+
+Both take the project's mask convention (``masks.py``: boolean, True = may attend) plus an ``is_causal`` flag.
+Causal self-attention without any other mask is passed to SDPA as ``is_causal=True`` so that the flash kernel
+(which does not accept an explicit mask) is eligible.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from vaswani.model.masks import causal_mask, guard_fully_masked_rows
+from vaswani.model.positions import RotaryEmbedding
+
+
+def standard_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+) -> torch.Tensor:
+    """softmax(q kᵀ / √d) v. q: (B, H, Q, d), k/v: (B, H, K, d), mask broadcastable to (B, H, Q, K)."""
+    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))  # (B, H, Q, K)
+    if is_causal:
+        causal = causal_mask(k.size(-2), device=q.device)[..., -q.size(-2) :, :]
+        mask = causal if mask is None else mask & causal
+    if mask is not None:
+        # The most negative *finite* value of the score dtype: -inf would turn a fully masked row into NaN,
+        # and a fixed constant like -1e9 overflows in fp16.
+        scores = scores.masked_fill(~guard_fully_masked_rows(mask), torch.finfo(scores.dtype).min)
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+    return weights @ v  # (B, H, Q, d)
+
+
+def sdpa_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+) -> torch.Tensor:
+    """The same function through PyTorch's fused kernels."""
+    if mask is not None:
+        if is_causal:  # SDPA accepts either an explicit mask or is_causal, not both
+            mask = mask & causal_mask(k.size(-2), device=q.device)[..., -q.size(-2) :, :]
+        mask = guard_fully_masked_rows(mask)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+    # is_causal in SDPA aligns the triangle to the top-left corner; with fewer queries than keys (a decoding
+    # step) the query is the *last* position and sees every key, so no mask is needed at all.
+    causal = is_causal and q.size(-2) == k.size(-2) and q.size(-2) > 1
+    return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal)
+
+
+BACKENDS = {"standard": standard_attention, "sdpa": sdpa_attention}
+
+
+@dataclass
+class KVCache:
+    """Keys and values of one attention module, (B, H, T, head_dim) each."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+
+    def reorder(self, index: torch.Tensor) -> "KVCache":
+        """Select batch rows (beam search keeps the surviving hypotheses)."""
+        return KVCache(self.k.index_select(0, index), self.v.index_select(0, index))
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention used three ways: encoder self-attention, causal decoder self-attention, cross-attention.
+
+    Self-attention projects Q, K, V with one fused matrix; cross-attention projects Q from the decoder and K, V from
+    the encoder output (``context``) — the K, V part is separate so it can be computed once per source.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float,
+        backend: str,
+        cross: bool = False,
+        rotary: RotaryEmbedding | None = None,
+        window: int | None = None,
+    ):
+        super().__init__()
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown attention backend {backend!r}; choose from {sorted(BACKENDS)}")
+        self.n_heads, self.head_dim = n_heads, d_model // n_heads
+        self.cross = cross
+        self.backend = backend
+        self.dropout = dropout
+        self.rotary = rotary
+        self.window = window  # enforced by masks in full passes, by cropping the cache when decoding step by step
+        if cross:
+            self.q_proj = nn.Linear(d_model, d_model)
+            self.kv_proj = nn.Linear(d_model, 2 * d_model)
+        else:
+            self.qkv_proj = nn.Linear(d_model, 3 * d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D) -> (B, H, T, d)
+        return x.unflatten(-1, (self.n_heads, self.head_dim)).transpose(1, 2)
+
+    def project_context(self, context: torch.Tensor) -> KVCache:
+        """Cross-attention keys and values of the encoder output: compute once, reuse at every decoding step."""
+        k, v = self.kv_proj(context).chunk(2, dim=-1)
+        return KVCache(self._split_heads(k), self._split_heads(v))
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        context: torch.Tensor | KVCache | None = None,
+        mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+        cache: KVCache | None = None,
+        position_offset: int = 0,
+    ) -> tuple[torch.Tensor, KVCache | None]:
+        """x: (B, T, D) queries. Returns (output (B, T, D), updated self-attention cache or None).
+
+        Cross-attention: ``context`` is the encoder output (B, S, D) or its precomputed KVCache.
+        Incremental self-attention: pass the previous ``cache`` (or an empty one) and the absolute position of
+        x's first token as ``position_offset``; the returned cache holds all keys/values so far.
+        """
+        if self.cross:
+            q = self._split_heads(self.q_proj(x))
+            kv = context if isinstance(context, KVCache) else self.project_context(context)
+            k, v, new_cache = kv.k, kv.v, None
+        else:
+            q, k, v = (self._split_heads(t) for t in self.qkv_proj(x).chunk(3, dim=-1))
+            if self.rotary is not None:
+                q = self.rotary(q, position_offset)
+                k = self.rotary(k, position_offset)
+            new_cache = None
+            if cache is not None:
+                if cache.k.numel():
+                    k, v = torch.cat((cache.k, k), dim=2), torch.cat((cache.v, v), dim=2)
+                if self.window is not None:
+                    # A causal sliding window never looks further back than `window` keys (itself included):
+                    # cropping the cache enforces the window and keeps decoding memory bounded.
+                    k, v = k[:, :, -self.window :], v[:, :, -self.window :]
+                new_cache = KVCache(k, v)
+        attend = BACKENDS[self.backend]
+        out = attend(q, k, v, mask=mask, is_causal=is_causal, dropout_p=self.dropout if self.training else 0.0)
+        out = out.transpose(1, 2).flatten(-2)  # (B, T, D)
+        return self.out_proj(out), new_cache

@@ -1,0 +1,203 @@
+"""Embeddings, encoder, decoder and the encoder-decoder model with its incremental-decoding API.
+
+Shapes: B batch, S source length, T target length, D d_model, V vocabulary.
+
+    model = Transformer(ModelConfig.preset("tiny"))
+    logits = model(src, tgt_in)                       # (B, T, V), teacher forcing
+    state = model.start_decoding(src)                 # encoder once, cross-attention K/V once
+    logits = model.decode_step(next_tokens, state)    # (B, V), one position at a time with a KV cache
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from vaswani.config import ModelConfig
+from vaswani.model.attention import KVCache
+from vaswani.model.blocks import DecoderLayer, EncoderLayer
+from vaswani.model.masks import combine, padding_mask, sliding_window_mask
+from vaswani.model.positions import LearnedPositions, RotaryEmbedding, SinusoidalPositions
+
+
+class Embeddings(nn.Module):
+    """Token embedding (optionally shared) × √d_model, plus absolute positions, then dropout."""
+
+    def __init__(self, config: ModelConfig, tokens: nn.Embedding):
+        super().__init__()
+        self.tokens = tokens
+        self.scale = math.sqrt(config.d_model) if config.scale_embeddings else 1.0
+        if config.positions == "sinusoidal":
+            self.positions: nn.Module | None = SinusoidalPositions(config.d_model, config.max_len)
+        elif config.positions == "learned":
+            self.positions = LearnedPositions(config.d_model, config.max_len)
+        else:  # rope lives inside attention; none has no positions at all
+            self.positions = None
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:  # (B, L) -> (B, L, D)
+        x = self.tokens(ids) * self.scale
+        if self.positions is not None:
+            x = self.positions(x, offset)
+        return self.dropout(x)
+
+
+def _token_embedding(config: ModelConfig) -> nn.Embedding:
+    embedding = nn.Embedding(config.vocab_size, config.d_model)
+    # std d^-1/2: after the √d scaling the inputs have unit variance, and as the tied output matrix the initial
+    # logits stay O(1).
+    nn.init.normal_(embedding.weight, mean=0.0, std=config.d_model**-0.5)
+    return embedding
+
+
+class Encoder(nn.Module):
+    def __init__(self, config: ModelConfig, tokens: nn.Embedding):
+        super().__init__()
+        self.config = config
+        self.embed = Embeddings(config, tokens)
+        rotary = RotaryEmbedding(config.head_dim, config.rope_base) if config.positions == "rope" else None
+        self.layers = nn.ModuleList(EncoderLayer(config, rotary) for _ in range(config.n_encoder_layers))
+        self.final_norm = nn.LayerNorm(config.d_model) if config.norm == "pre" else None
+
+    def self_attention_mask(self, src: torch.Tensor) -> torch.Tensor:
+        """(B, 1, 1 or S, S): real keys only, and inside the window if one is set."""
+        mask = padding_mask(src, self.config.pad_id)
+        if self.config.sliding_window is not None:
+            length = src.size(1)
+            window = sliding_window_mask(length, length, self.config.sliding_window, causal=False, device=src.device)
+            mask = mask & window
+        return mask
+
+    def forward(self, src: torch.Tensor) -> torch.Tensor:  # (B, S) -> (B, S, D)
+        mask = self.self_attention_mask(src)
+        x = self.embed(src)
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.final_norm(x) if self.final_norm is not None else x
+
+
+class Decoder(nn.Module):
+    def __init__(self, config: ModelConfig, tokens: nn.Embedding):
+        super().__init__()
+        self.config = config
+        self.embed = Embeddings(config, tokens)
+        rotary = RotaryEmbedding(config.head_dim, config.rope_base) if config.positions == "rope" else None
+        self.layers = nn.ModuleList(DecoderLayer(config, rotary) for _ in range(config.n_decoder_layers))
+        self.final_norm = nn.LayerNorm(config.d_model) if config.norm == "pre" else None
+
+    def self_attention_mask(self, length: int, device: torch.device) -> torch.Tensor | None:
+        """Causality is passed to attention as ``is_causal``; only a sliding window needs an explicit mask.
+
+        Target padding needs no mask: padding only follows real tokens, so causality already hides it from every
+        real position (and the loss ignores padded positions).
+        """
+        if self.config.sliding_window is None:
+            return None
+        return sliding_window_mask(length, length, self.config.sliding_window, causal=True, device=device)
+
+    def forward(
+        self,
+        tgt_in: torch.Tensor,
+        memory: torch.Tensor,
+        memory_mask: torch.Tensor,
+    ) -> torch.Tensor:  # (B, T) -> (B, T, D)
+        self_mask = self.self_attention_mask(tgt_in.size(1), tgt_in.device)
+        x = self.embed(tgt_in)
+        for layer in self.layers:
+            x, _ = layer(x, memory, self_mask, memory_mask)
+        return self.final_norm(x) if self.final_norm is not None else x
+
+
+@dataclass
+class DecoderState:
+    """Everything incremental decoding carries from step to step, per batch row (hypothesis)."""
+
+    memory_mask: torch.Tensor  # (B, 1, 1, S)
+    cross_kv: list[KVCache]  # per layer, computed once from the encoder output
+    self_kv: list[KVCache]  # per layer, grows by one position per step
+    step: int = 0  # absolute position of the next token
+
+    def reorder(self, index: torch.Tensor) -> "DecoderState":
+        """Keep/duplicate batch rows, e.g. beam search selecting surviving hypotheses or expanding to k beams."""
+        return DecoderState(
+            memory_mask=self.memory_mask.index_select(0, index),
+            cross_kv=[kv.reorder(index) for kv in self.cross_kv],
+            self_kv=[kv.reorder(index) for kv in self.self_kv],
+            step=self.step,
+        )
+
+
+class Transformer(nn.Module):
+    """The encoder-decoder of "Attention Is All You Need", every variant selected by :class:`ModelConfig`."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        shared = _token_embedding(config)
+        tying = config.tie_embeddings
+        encoder_tokens = shared if tying == "all-three" else _token_embedding(config)
+        self.encoder = Encoder(config, encoder_tokens)
+        self.decoder = Decoder(config, shared)
+        self.output = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        if tying == "none":
+            nn.init.normal_(self.output.weight, std=config.d_model**-0.5)
+        else:  # pre-softmax projection shares the decoder's embedding matrix
+            self.output.weight = shared.weight
+        self._init_linear_layers()
+
+    def _init_linear_layers(self) -> None:
+        # Xavier-uniform for every projection, as in the reference implementations of the paper.
+        for name, module in self.named_modules():
+            if isinstance(module, nn.Linear) and module is not self.output:
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+
+    # ---- full passes (training, scoring) -------------------------------------------------------------------
+    def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """src (B, S) -> (memory (B, S, D), memory_mask (B, 1, 1, S))."""
+        return self.encoder(src), padding_mask(src, self.config.pad_id)
+
+    def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced decoder states (B, T, D); pass them through :meth:`project` for logits."""
+        return self.decoder(tgt_in, memory, memory_mask)
+
+    def project(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(…, D) -> (…, V) logits. Training can call it on non-padding positions only."""
+        return self.output(hidden)
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """src (B, S), tgt_in (B, T) = <s> y1 … -> logits (B, T, V)."""
+        memory, memory_mask = self.encode(src)
+        return self.project(self.decode(tgt_in, memory, memory_mask))
+
+    # ---- incremental decoding (search) ---------------------------------------------------------------------
+    def start_decoding(self, src: torch.Tensor) -> DecoderState:
+        """Run the encoder once and precompute every layer's cross-attention keys/values."""
+        memory, memory_mask = self.encode(src)
+        empty = memory.new_empty(src.size(0), self.config.n_heads, 0, self.config.head_dim)
+        return DecoderState(
+            memory_mask=memory_mask,
+            cross_kv=[layer.cross_attn.project_context(memory) for layer in self.decoder.layers],
+            self_kv=[KVCache(empty, empty) for _ in self.decoder.layers],
+        )
+
+    def decode_step(self, tokens: torch.Tensor, state: DecoderState) -> torch.Tensor:
+        """tokens (B,) at position ``state.step`` -> next-token logits (B, V); ``state`` advances in place."""
+        x = self.decoder.embed(tokens[:, None], offset=state.step)  # (B, 1, D)
+        for i, layer in enumerate(self.decoder.layers):
+            x, state.self_kv[i] = layer(
+                x, state.cross_kv[i], None, state.memory_mask, cache=state.self_kv[i], position_offset=state.step
+            )
+        if self.decoder.final_norm is not None:
+            x = self.decoder.final_norm(x)
+        state.step += 1
+        return self.project(x[:, 0])
+
+    # ---- bookkeeping ---------------------------------------------------------------------------------------
+    def num_parameters(self) -> int:
+        """Trainable parameters, each shared matrix counted once."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
