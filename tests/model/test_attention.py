@@ -1,0 +1,180 @@
+"""Attention backends, masks and the sliding window: numerical proofs, not smoke tests."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vaswani.model.attention import MultiHeadAttention, sdpa_attention, standard_attention
+from vaswani.model.masks import causal_mask, combine, padding_mask, sliding_window_mask
+
+B, H, D = 3, 4, 16
+
+
+def _qkv(q_len: int, k_len: int, device, dtype=torch.float32):
+    shape_q, shape_k = (B, H, q_len, D), (B, H, k_len, D)
+    return (torch.randn(shape_q, device=device, dtype=dtype), torch.randn(shape_k, device=device, dtype=dtype),
+            torch.randn(shape_k, device=device, dtype=dtype))
+
+
+def _ids_with_padding(length: int, lengths: list[int], device) -> torch.Tensor:
+    ids = torch.randint(4, 100, (len(lengths), length), device=device)
+    for row, n in enumerate(lengths):
+        ids[row, n:] = 0
+    return ids
+
+
+def _assert_rel_close(actual: torch.Tensor, expected: torch.Tensor, rel: float) -> None:
+    error = (actual - expected).abs().max() / expected.abs().max()
+    assert error <= rel, f"relative error {error:.2e} > {rel:.0e}"
+
+
+@pytest.mark.parametrize("kind", ["self", "causal", "cross"])
+def test_standard_and_sdpa_backends_agree_fp32(kind: str, device) -> None:
+    q_len, k_len = (9, 9) if kind != "cross" else (7, 11)
+    q, k, v = _qkv(q_len, k_len, device)
+    key_ids = _ids_with_padding(k_len, [k_len, 5, 2], device)
+    mask = padding_mask(key_ids)
+    causal = kind == "causal"
+    expected = standard_attention(q, k, v, mask=mask, is_causal=causal)
+    actual = sdpa_attention(q, k, v, mask=mask, is_causal=causal)
+    _assert_rel_close(actual, expected, 1e-5)
+    # and without any mask (the flash-eligible path for causal self-attention)
+    _assert_rel_close(sdpa_attention(q, k, v, is_causal=causal), standard_attention(q, k, v, is_causal=causal), 1e-5)
+
+
+def test_standard_attention_is_the_textbook_formula() -> None:
+    q, k, v = _qkv(5, 6, "cpu", dtype=torch.float64)
+    mask = padding_mask(_ids_with_padding(6, [6, 4, 1], "cpu"))
+    expected = torch.empty_like(q)
+    for b in range(B):
+        for h in range(H):
+            scores = q[b, h] @ k[b, h].T / D**0.5
+            scores[:, ~mask[b, 0, 0]] = float("-inf")
+            expected[b, h] = torch.softmax(scores, dim=-1) @ v[b, h]
+    torch.testing.assert_close(standard_attention(q, k, v, mask=mask), expected.float().double(), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["standard", "sdpa"])
+def test_padded_keys_get_exactly_zero_weight(backend: str) -> None:
+    """Changing the values (and keys) at padded positions must not change any output."""
+    q, k, v = _qkv(4, 8, "cpu")
+    mask = padding_mask(_ids_with_padding(8, [8, 6, 3], "cpu"))
+    attend = standard_attention if backend == "standard" else sdpa_attention
+    before = attend(q, k, v, mask=mask)
+    k2, v2 = k.clone(), v.clone()
+    k2[1, :, 6:] += 100.0
+    v2[1, :, 6:] += 100.0
+    k2[2, :, 3:] -= 50.0
+    v2[2, :, 3:] *= -7.0
+    torch.testing.assert_close(attend(q, k2, v2, mask=mask), before, rtol=0, atol=1e-6)
+
+
+def test_causal_mask_blocks_the_future() -> None:
+    mask = causal_mask(5)
+    assert mask.shape == (1, 1, 5, 5)
+    for i in range(5):
+        for j in range(5):
+            assert bool(mask[0, 0, i, j]) == (j <= i)
+    # and in the backends: perturbing position t's key/value leaves queries < t unchanged
+    for attend in (standard_attention, sdpa_attention):
+        q, k, v = _qkv(6, 6, "cpu")
+        before = attend(q, k, v, is_causal=True)
+        k[:, :, 4] += 3.0
+        v[:, :, 4] += 3.0
+        after = attend(q, k, v, is_causal=True)
+        torch.testing.assert_close(after[:, :, :4], before[:, :, :4], rtol=0, atol=0)
+        assert not torch.allclose(after[:, :, 4:], before[:, :, 4:])
+
+
+def test_combined_padding_and_causal_masks() -> None:
+    ids = _ids_with_padding(5, [5, 3, 1], "cpu")
+    mask = combine(padding_mask(ids), causal_mask(5), None)
+    assert mask.shape == (3, 1, 5, 5)
+    for b, n in enumerate([5, 3, 1]):
+        for i in range(5):
+            for j in range(5):
+                assert bool(mask[b, 0, i, j]) == (j <= i and j < n)
+
+
+@pytest.mark.parametrize("backend", ["standard", "sdpa"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_fully_masked_rows_never_produce_nan_under_autocast(backend: str, dtype: torch.dtype, device) -> None:
+    if dtype == torch.float16 and device.type == "cpu":
+        pytest.skip("fp16 autocast is a GPU feature")
+    attention = MultiHeadAttention(32, 4, 0.0, backend).to(device)
+    x = torch.randn(2, 5, 32, device=device, requires_grad=True)
+    ids = torch.tensor([[0, 0, 0, 0, 0], [7, 8, 9, 0, 0]], device=device)  # row 0 entirely padding
+    with torch.autocast(device.type, dtype=dtype):
+        out, _ = attention(x, mask=padding_mask(ids))
+    assert torch.isfinite(out).all()
+    out.float().sum().backward()
+    assert torch.isfinite(x.grad).all()
+    # the real row is unaffected by the guard: it matches fp32 within low-precision tolerance
+    reference, _ = attention(x, mask=padding_mask(ids))
+    torch.testing.assert_close(out[1].float(), reference[1], rtol=0.05, atol=0.05)
+
+
+@pytest.mark.parametrize("backend", ["standard", "sdpa"])
+def test_masks_hold_under_bf16_autocast(backend: str, device) -> None:
+    """Masked keys still get zero weight when scores are bf16 (the fill value follows the dtype)."""
+    attention = MultiHeadAttention(32, 4, 0.0, backend).to(device)
+    x = torch.randn(2, 6, 32, device=device)
+    ids = _ids_with_padding(6, [6, 3], device)
+    with torch.autocast(device.type, dtype=torch.bfloat16):
+        before, _ = attention(x, mask=padding_mask(ids))
+        x2 = x.clone()
+        x2[1, 3:] = 1e3 * torch.randn_like(x2[1, 3:])
+        after, _ = attention(x2, mask=padding_mask(ids))
+    torch.testing.assert_close(after[1, :3], before[1, :3], rtol=0, atol=0)
+
+
+# ---- sliding window ------------------------------------------------------------------------------------------
+
+
+def _explicit_band(length: int, window: int, causal: bool) -> torch.Tensor:
+    band = torch.zeros(length, length, dtype=torch.bool)
+    for i in range(length):
+        for j in range(length):
+            band[i, j] = (0 <= i - j < window) if causal else (abs(i - j) <= window // 2)
+    return band[None, None]
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("backend", [standard_attention, sdpa_attention])
+def test_sliding_window_equals_standard_attention_with_an_explicit_band(causal: bool, backend) -> None:
+    q, k, v = _qkv(12, 12, "cpu")
+    window = sliding_window_mask(12, 12, 4, causal=causal)
+    assert torch.equal(window, _explicit_band(12, 4, causal))
+    torch.testing.assert_close(backend(q, k, v, mask=window),
+                               standard_attention(q, k, v, mask=_explicit_band(12, 4, causal)), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_window_at_least_the_length_is_full_attention(causal: bool) -> None:
+    q, k, v = _qkv(10, 10, "cpu")
+    window = sliding_window_mask(10, 10, 21, causal=causal)
+    full = standard_attention(q, k, v, is_causal=causal)
+    torch.testing.assert_close(standard_attention(q, k, v, mask=window), full, rtol=1e-6, atol=1e-6)
+
+
+def test_a_token_cannot_see_beyond_its_window() -> None:
+    q, k, v = _qkv(16, 16, "cpu")
+    window = sliding_window_mask(16, 16, 5, causal=True)
+    before = sdpa_attention(q, k, v, mask=window)
+    k[:, :, 3] += 10.0
+    v[:, :, 3] += 10.0  # key 3 is visible only to queries 3..7
+    after = sdpa_attention(q, k, v, mask=window)
+    changed = (after - before).abs().amax(dim=(0, 1, 3)) > 0
+    assert changed.nonzero().flatten().tolist() == [3, 4, 5, 6, 7]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_sdpa_dispatches_to_flash_in_bf16_and_matches_standard() -> None:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q, k, v = _qkv(128, 128, "cuda", dtype=torch.bfloat16)
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):  # raises if the flash kernel cannot take these inputs
+        flash = sdpa_attention(q, k, v, is_causal=True)
+    reference = standard_attention(q.float(), k.float(), v.float(), is_causal=True)
+    torch.testing.assert_close(flash.float(), reference, rtol=2e-2, atol=2e-2)
