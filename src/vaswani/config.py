@@ -89,49 +89,77 @@ MODEL_PRESETS: dict[str, dict[str, Any]] = {
 
 
 def validate_literals(obj: Any) -> None:
-    """Check every ``Literal[...]``-typed field of a dataclass against its allowed values."""
+    """Coerce every field of a config dataclass to its declared type and check ``Literal`` choices.
+
+    YAML and the command line give strings ("3e-4", "none", "true"); this turns them into the declared
+    float/int/bool/None/tuple or raises a ConfigError that names ``section.field``.
+    """
     hints = get_type_hints(type(obj))
+    section = getattr(type(obj), "SECTION", "model")
     for f in fields(obj):
-        allowed = _literal_choices(hints[f.name])
         value = getattr(obj, f.name)
-        if allowed and value not in allowed:
-            section = getattr(type(obj), "SECTION", "model")
-            raise ConfigError(f"{section}.{f.name}={value!r} is not one of {list(allowed)}")
+        try:
+            coerced = _coerce(value, hints[f.name])
+        except (TypeError, ValueError):
+            raise ConfigError(f"{section}.{f.name}={value!r} is not a valid {_type_name(hints[f.name])}") from None
+        object.__setattr__(obj, f.name, coerced)
+        allowed = _literal_choices(hints[f.name])
+        if allowed and coerced not in allowed:
+            raise ConfigError(f"{section}.{f.name}={coerced!r} is not one of {list(allowed)}")
 
 
 def _literal_choices(tp: Any) -> tuple[Any, ...]:
-    args = get_args(tp)
-    if args and all(isinstance(a, (str, int, bool)) for a in args) and getattr(tp, "__origin__", None) is Literal:
-        return args
+    if getattr(tp, "__origin__", None) is Literal:
+        return get_args(tp)
     return ()
 
 
-def parse_value(raw: str, tp: Any) -> Any:
-    """Turn a command-line string into the type a dataclass field declares (``--set key=value``)."""
-    import yaml
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
-    value = yaml.safe_load(raw)
-    origin_args = get_args(tp)
-    if tp is float and isinstance(value, int):
+
+def _coerce(value: Any, tp: Any) -> Any:
+    args = get_args(tp)
+    if type(None) in args:  # Optional[X]
+        if value is None or (isinstance(value, str) and value.strip().lower() in {"none", "null", ""}):
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(value, inner[0]) if len(inner) == 1 else value
+    if getattr(tp, "__origin__", None) is Literal:
+        return value
+    if tp is bool:
+        if isinstance(value, str):
+            lowered = value.strip().lower()
+            if lowered not in {"true", "false", "1", "0", "yes", "no"}:
+                raise ValueError(value)
+            return lowered in {"true", "1", "yes"}
+        return bool(value)
+    if tp is int:
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            raise ValueError(value)
+        return int(value)
+    if tp is float:
+        if isinstance(value, bool):
+            raise ValueError(value)
         return float(value)
-    if type(None) in origin_args and (value is None or str(raw).lower() in {"none", "null"}):
-        return None
-    if float in origin_args and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if tp is str or (getattr(tp, "__origin__", None) is Literal):
-        return str(raw) if not isinstance(value, str) else value
+    if tp is str:
+        return str(value)
+    if getattr(tp, "__origin__", None) is tuple:
+        if isinstance(value, str):
+            value = [v for v in value.strip("()[] ").split(",") if v.strip()]
+        return tuple(_coerce(v, t) for v, t in zip(value, args, strict=True))
     return value
 
 
 def apply_overrides(obj: Any, overrides: dict[str, str], section: str) -> Any:
-    """Return a copy of dataclass ``obj`` with string overrides parsed to each field's type."""
-    hints = get_type_hints(type(obj))
+    """Return a copy of dataclass ``obj`` with string overrides; its __post_init__ coerces them to each field's
+    declared type (see :func:`validate_literals`)."""
     names = {f.name for f in fields(obj)}
     changes = {}
     for key, raw in overrides.items():
         if key not in names:
             raise ConfigError(f"unknown setting {section}.{key}; known: {', '.join(sorted(names))}")
-        changes[key] = parse_value(raw, hints[key])
+        changes[key] = raw
     return dataclasses.replace(obj, **changes)
 
 
@@ -141,6 +169,5 @@ __all__ = [
     "ConfigError",
     "DEFAULT_SLIDING_WINDOW",
     "apply_overrides",
-    "parse_value",
     "validate_literals",
 ]

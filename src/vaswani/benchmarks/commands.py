@@ -1,0 +1,28 @@
+"""`vaswani bench train|decode|attention`: speed measurements, printed as tables and optionally saved as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+BENCHMARKS = {
+    "train": ("vaswani.benchmarks.train", "tokens/s of a training step: ours vs torch.nn.Transformer"),
+    "decode": ("vaswani.benchmarks.decode", "sentences/s and tokens/s of greedy and beam search, cached vs not"),
+    "attention": ("vaswani.benchmarks.attention", "time and memory of standard vs SDPA vs sliding-window attention"),
+}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("bench", help="speed benchmarks", description=__doc__)
+    benches = parser.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
+    for name, (module_name, help_text) in BENCHMARKS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as error:
+            if error.name == module_name:
+                continue
+            raise
+        sub = benches.add_parser(name, help=help_text, description=help_text,
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        module.add_arguments(sub)
+        sub.set_defaults(handler=module.run)

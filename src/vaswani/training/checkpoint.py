@@ -1,0 +1,106 @@
+"""Training checkpoints: everything needed to continue a run bit-exactly, written so a crash never corrupts one.
+
+Layout of a run directory::
+
+    checkpoints/step_000600/   model.safetensors, model.json, tokenizer.json, trainer_state.pt, meta.json
+    checkpoints/last -> step_000600     (symlinks, swapped atomically)
+    checkpoints/best -> step_000400
+
+A checkpoint directory is assembled under a temporary name, every file fsynced, and then renamed into place;
+only after that does ``last`` move. A process killed at any instant leaves ``last`` pointing at a complete
+checkpoint. ``trainer_state.pt`` holds only tensors and plain containers and is read with
+``torch.load(weights_only=True)``, which refuses to execute code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vaswani.errors import VaswaniError
+from vaswani.model import Transformer
+from vaswani.model.serialization import resolve_checkpoint, save_model
+
+STATE_FILE = "trainer_state.pt"
+META_FILE = "meta.json"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as handle:
+        os.fsync(handle.fileno())
+
+
+def save_checkpoint(
+    checkpoints_dir: Path,
+    name: str,
+    model: Transformer,
+    tokenizer_file: Path,
+    state: dict[str, Any],
+    meta: dict[str, Any],
+) -> Path:
+    """Write checkpoint ``name`` (e.g. ``step_000600``) atomically and return its directory."""
+    checkpoints_dir.mkdir(parents=True, exist_ok=True)
+    final = checkpoints_dir / name
+    staging = checkpoints_dir / f".tmp-{name}-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    save_model(model, staging)
+    shutil.copyfile(tokenizer_file, staging / "tokenizer.json")
+    torch.save(state, staging / STATE_FILE)
+    (staging / META_FILE).write_text(json.dumps(meta, indent=2))
+    for file in staging.iterdir():
+        _fsync_file(file)
+    _fsync_dir(staging)
+    if final.exists():  # re-saving the same step (e.g. an interrupt right after a periodic save)
+        shutil.rmtree(final)
+    os.replace(staging, final)
+    _fsync_dir(checkpoints_dir)
+    return final
+
+
+def point(checkpoints_dir: Path, link: str, target: Path) -> None:
+    """Atomically make ``checkpoints/<link>`` a relative symlink to ``target``."""
+    tmp = checkpoints_dir / f".{link}.tmp-{os.getpid()}"
+    tmp.unlink(missing_ok=True)
+    os.symlink(target.name, tmp)
+    os.replace(tmp, checkpoints_dir / link)
+    _fsync_dir(checkpoints_dir)
+
+
+def prune(checkpoints_dir: Path, keep: int) -> None:
+    """Delete the oldest ``step_*`` directories beyond ``keep``, never the ones ``best``/``last`` point to."""
+    protected = {(checkpoints_dir / link).resolve() for link in ("best", "last") if (checkpoints_dir / link).exists()}
+    steps = sorted(p for p in checkpoints_dir.glob("step_*") if p.is_dir())
+    for old in steps[: max(len(steps) - keep, 0)]:
+        if old.resolve() not in protected:
+            shutil.rmtree(old, ignore_errors=True)
+    for stale in checkpoints_dir.glob(".tmp-*"):  # left by a process killed mid-save
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def load_trainer_state(path: str | Path) -> tuple[Path, dict[str, Any]]:
+    """The checkpoint directory and its trainer state; ``path`` may be a run dir (uses ``last``) or a checkpoint."""
+    path = Path(path)
+    directory = path / "checkpoints" / "last" if (path / "checkpoints" / "last").exists() else path
+    directory = resolve_checkpoint(directory)
+    state_file = directory / STATE_FILE
+    if not state_file.is_file():
+        raise VaswaniError(f"{directory}: no {STATE_FILE}; this checkpoint holds weights only and cannot be resumed")
+    try:
+        state = torch.load(state_file, map_location="cpu", weights_only=True)
+    except Exception as error:  # a truncated or foreign file: say which, not a pickle traceback
+        raise VaswaniError(f"{state_file}: cannot be read as a trainer state ({error})") from None
+    return directory, state

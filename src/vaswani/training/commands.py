@@ -1,0 +1,58 @@
+"""`vaswani train`: presets, overrides, run directories, resume."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from vaswani.errors import VaswaniError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "train",
+        help="train a translation model",
+        description="Train a Transformer on a parallel corpus. A run directory receives the resolved config, "
+        "tokenizer.json, checkpoints (best/last), metrics.jsonl, TensorBoard events and plots.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--preset", default="multi30k-cpu",
+                        help="named preset (multi30k-cpu, multi30k-gpu, wmt17-base, smoke) or a YAML file")
+    parser.add_argument("--run-dir", type=Path, default=None, help="where the run is written (default runs/PRESET)")
+    parser.add_argument("--set", dest="settings", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override any setting, e.g. --set model.positions=rope --set train.max_steps=100")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --run-dir from its last checkpoint; --set may change training "
+                        "settings such as the learning rate, and each change is printed")
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="local corpora directory (default: $VASWANI_DATA, then the download cache)")
+    parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    parser.set_defaults(handler=run_train)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from vaswani.training.config import apply_settings, load_preset
+
+    config = apply_settings(load_preset(args.preset), args.settings)
+    if args.data_dir is not None:
+        config.data.data_dir = str(args.data_dir)
+    if args.print_config:
+        print(config.to_yaml())
+        return 0
+    run_dir = args.run_dir or Path("runs") / Path(args.preset).stem
+    has_checkpoints = (run_dir / "checkpoints" / "last").exists()
+    if args.resume and not has_checkpoints:
+        raise VaswaniError(f"{run_dir}: nothing to resume (no checkpoints/last); drop --resume to start")
+    if has_checkpoints and not args.resume:
+        raise VaswaniError(f"{run_dir} already holds a run: add --resume to continue it, or pick another --run-dir")
+
+    from vaswani.training.trainer import Trainer
+
+    trainer = Trainer(config, run_dir, resume=args.resume)
+    summary = trainer.fit()
+    if trainer.world.is_main:
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        print(json.dumps(summary), file=sys.stdout)
+    return 0 if summary["stop_reason"] != "interrupted" else 130

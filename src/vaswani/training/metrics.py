@@ -1,0 +1,100 @@
+"""Run metrics: one JSON line per log/evaluation event, TensorBoard scalars, and the plots drawn from them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+METRICS_FILE = "metrics.jsonl"
+
+
+class MetricsLog:
+    """Appends records to ``metrics.jsonl`` and mirrors numeric fields to TensorBoard."""
+
+    def __init__(self, run_dir: Path, tensorboard: bool = True):
+        self.path = run_dir / METRICS_FILE
+        self.writer = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+            except ImportError:  # tensorboard is a dependency, but a stripped install should still train
+                self.writer = None
+
+    def truncate_after(self, step: int) -> None:
+        """On resume, drop records written after the checkpoint we continue from: they will be redone."""
+        records = [r for r in read_metrics(self.path) if r.get("step", 0) <= step]
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+    def write(self, kind: str, step: int, **values: Any) -> None:
+        record = {"kind": kind, "step": step, **values}
+        with self.path.open("a") as handle:
+            handle.write(json.dumps(record) + "\n")
+        if self.writer is not None:
+            for key, value in values.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self.writer.add_scalar(f"{kind}/{key}", value, step)
+            self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def plot_run(run_dir: Path) -> list[Path]:
+    """Train/validation loss, learning rate and validation BLEU, redrawn from ``metrics.jsonl``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = read_metrics(run_dir / METRICS_FILE)
+    train = [r for r in records if r["kind"] == "train"]
+    valid = [r for r in records if r["kind"] == "valid"]
+    out_dir = run_dir / "plots"
+    out_dir.mkdir(exist_ok=True)
+    written = []
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    if train:
+        ax.plot([r["step"] for r in train], [r["loss"] for r in train], label="train (label-smoothed)", alpha=0.7)
+    if valid:
+        ax.plot([r["step"] for r in valid], [r["loss"] for r in valid], "o-", label="validation (label-smoothed)")
+        ax.plot([r["step"] for r in valid], [r["nll"] for r in valid], "s--", label="validation NLL")
+    ax.set(xlabel="update step", ylabel="loss per target token", title="Loss")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    written.append(_save(fig, out_dir / "loss.png"))
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    if train:
+        ax.plot([r["step"] for r in train], [r["lr"] for r in train])
+    ax.set(xlabel="update step", ylabel="learning rate", title="Learning-rate schedule")
+    ax.grid(alpha=0.3)
+    written.append(_save(fig, out_dir / "lr.png"))
+
+    with_bleu = [r for r in valid if r.get("bleu") is not None]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    if with_bleu:
+        ax.plot([r["epoch"] for r in with_bleu], [r["bleu"] for r in with_bleu], "o-")
+    ax.set(xlabel="epoch", ylabel="BLEU (greedy, validation subset)", title="Validation BLEU")
+    ax.grid(alpha=0.3)
+    written.append(_save(fig, out_dir / "bleu.png"))
+    return written
+
+
+def _save(fig: Any, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,52 @@
+"""Learning-rate schedules as plain functions of the step (1-based), wrapped in a LambdaLR."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from vaswani.training.config import TrainConfig
+
+
+def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
+    """lr = factor · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5): linear warmup, then inverse square root.
+    The two branches meet at step = warmup, where the rate peaks."""
+    step = max(step, 1)
+    return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def decay_lr(step: int, peak: float, warmup: int, total: int, shape: str, min_ratio: float = 0.0) -> float:
+    """Linear warmup to ``peak``, then linear or cosine decay to ``peak · min_ratio`` at ``total`` steps."""
+    step = max(step, 1)
+    if step <= warmup:
+        return peak * step / max(warmup, 1)
+    if shape == "constant":
+        return peak
+    progress = min((step - warmup) / max(total - warmup, 1), 1.0)
+    if shape == "linear":
+        scale = 1.0 - progress
+    else:
+        scale = 0.5 * (1.0 + math.cos(math.pi * progress))
+    return peak * (min_ratio + (1.0 - min_ratio) * scale)
+
+
+def learning_rate(step: int, config: TrainConfig, d_model: int, total_steps: int | None) -> float:
+    if config.schedule == "noam":
+        return noam_lr(step, d_model, config.warmup_steps, config.lr_factor)
+    if config.schedule in {"linear", "cosine"} and total_steps is None:
+        raise ValueError(f"train.schedule={config.schedule} needs a known length: set train.max_steps")
+    return decay_lr(step, config.lr, config.warmup_steps, total_steps or 0, config.schedule, config.min_lr_ratio)
+
+
+def build_scheduler(
+    optimizer: torch.optim.Optimizer, config: TrainConfig, d_model: int, total_steps: int | None
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """Optimizer lrs are set to 1.0 so the lambda *is* the learning rate: LambdaLR multiplies base_lr by it.
+    LambdaLR counts from 0; the schedule's step t is LambdaLR's t-1, so the first update uses step 1."""
+    for group in optimizer.param_groups:
+        group["lr"] = 1.0
+        group["initial_lr"] = 1.0
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda index: learning_rate(index + 1, config, d_model, total_steps)
+    )

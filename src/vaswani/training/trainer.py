@@ -1,0 +1,431 @@
+"""The training loop: teacher forcing, mixed precision, accumulation, DDP, evaluation, checkpoints, exact resume.
+
+One *update* consumes a *group* of G = grad_accum × world_size consecutive batches of the epoch's deterministic
+batch list; rank r takes batches r·accum … r·accum+accum-1 of the group. Every rank therefore knows every batch
+of the group, so the loss can be normalised by the group's real target tokens without communication, and a run
+on N ranks computes the same update as one process with grad_accum × N.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import random
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+from tqdm import tqdm
+
+from vaswani.errors import VaswaniError
+from vaswani.model import Transformer
+from vaswani.training import data as training_data
+from vaswani.training.checkpoint import load_trainer_state, point, prune, save_checkpoint
+from vaswani.training.config import RunConfig
+from vaswani.training.distributed import World, init_world, shutdown
+from vaswani.training.flops import peak_flops, training_flops
+from vaswani.training.loss import TranslationLoss
+from vaswani.training.metrics import MetricsLog, plot_run
+from vaswani.training.optim import build_optimizer
+from vaswani.training.schedule import build_scheduler
+
+
+def resolve_device(name: str, world: World) -> torch.device:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda":
+        if not torch.cuda.is_available():
+            raise VaswaniError("train.device=cuda but no CUDA device is visible")
+        return torch.device("cuda", world.local_rank)
+    return torch.device(name)
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """bf16 wherever the hardware has it (also on CPU, where bf16 matmuls are ~4x faster), fp16 on older GPUs."""
+    if precision != "auto":
+        if precision == "fp16" and device.type != "cuda":
+            raise VaswaniError("train.precision=fp16 needs a CUDA device; use bf16 or fp32 on CPU")
+        return precision
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return "bf16"
+
+
+def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device.type, dtype=dtype)
+
+
+@dataclass
+class Progress:
+    """Where the run is; saved in every checkpoint."""
+
+    step: int = 0  # optimizer updates done
+    epoch: int = 0  # current epoch (0-based)
+    group_in_epoch: int = 0  # updates done within the current epoch
+    best_metric: float | None = None
+    evals_without_improvement: int = 0
+    consecutive_nonfinite: int = 0
+    skipped_updates: int = 0
+    elapsed_seconds: float = 0.0
+
+
+class Trainer:
+    def __init__(self, config: RunConfig, run_dir: str | Path, resume: bool = False, world: World | None = None):
+        self.run_dir = Path(run_dir)
+        self.world = world or init_world("cuda" if config.train.device in ("cuda", "auto")
+                                         and torch.cuda.is_available() else "cpu")
+        tc = config.train
+        self.device = resolve_device(tc.device, self.world)
+        self.precision = resolve_precision(tc.precision, self.device)
+        if tc.deterministic:
+            torch.use_deterministic_algorithms(True)
+        resume_state = None
+        if resume:
+            checkpoint_dir, resume_state = load_trainer_state(self.run_dir)
+            config = self._merge_resumed_config(checkpoint_dir, resume_state, config)
+        self.config = config
+
+        self.data = training_data.load(config, self.run_dir, self.world)
+        self.config.model = dataclasses.replace(self.config.model, vocab_size=self.data.tokenizer.vocab_size,
+                                                pad_id=self.data.tokenizer.pad_id)
+        if self.world.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "config.yaml").write_text(self.config.to_yaml())
+
+        torch.manual_seed(tc.seed)  # identical initial weights on every rank
+        random.seed(tc.seed)
+        self.model = Transformer(self.config.model).to(self.device)
+        self.optimizer = build_optimizer(self.model, tc, self.device)
+        self.total_steps = self._planned_steps()
+        self.scheduler = build_scheduler(self.optimizer, tc, self.config.model.d_model, self.total_steps)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
+        self.progress = Progress()
+        if resume_state is not None:
+            self._restore(checkpoint_dir, resume_state)
+        if self.world.rank > 0:  # dropout masks differ per rank, as they would across one process's micro-batches
+            torch.manual_seed(tc.seed + 1000 * self.world.rank + self.progress.step)
+
+        self.train_model: torch.nn.Module = TranslationLoss(self.model, tc.label_smoothing)
+        if tc.compile:
+            self.train_model = torch.compile(self.train_model)
+        if self.world.distributed:
+            self.train_model = DistributedDataParallel(
+                self.train_model, device_ids=[self.device.index] if self.device.type == "cuda" else None
+            )
+        self.metrics = MetricsLog(self.run_dir, tensorboard=self.world.is_main) if self.world.is_main else None
+        if self.metrics is not None and resume_state is not None:
+            self.metrics.truncate_after(self.progress.step)
+        self._peak: tuple[float, str] | None = None
+        self._stop_requested = False
+
+    # ---- setup helpers -----------------------------------------------------------------------------------------
+    @property
+    def steps_per_epoch(self) -> int:
+        return math.ceil(self.data.batches_per_epoch / (self.config.train.grad_accum * self.world.size))
+
+    def _planned_steps(self) -> int | None:
+        tc = self.config.train
+        candidates = [tc.max_steps] if tc.max_steps else []
+        if tc.max_epochs:
+            candidates.append(self.steps_per_epoch * tc.max_epochs)
+        return min(candidates) if candidates else None
+
+    def _merge_resumed_config(self, checkpoint_dir: Path, state: dict, config: RunConfig) -> RunConfig:
+        """The run's saved config, with explicit command-line changes applied and announced."""
+        saved = RunConfig.from_dict(_yaml_load(state["config_yaml"]), source=f"{checkpoint_dir}/trainer_state.pt")
+        # The architecture and data must not change under a checkpoint; training settings may (e.g. lr).
+        if config.data != saved.data and config.data != RunConfig().data:
+            raise VaswaniError("--resume cannot change data settings; start a new run directory instead")
+        changed_model = {k: v for k, v in config.model.to_dict().items()
+                         if v != saved.model.to_dict()[k] and k not in ("vocab_size", "pad_id")}
+        default_model = RunConfig().model.to_dict()
+        if changed_model and any(default_model.get(k) != v for k, v in changed_model.items()):
+            raise VaswaniError(f"--resume cannot change the architecture ({sorted(changed_model)})")
+        changes = {k: (getattr(saved.train, k), getattr(config.train, k))
+                   for k in dataclasses.asdict(saved.train) if getattr(saved.train, k) != getattr(config.train, k)}
+        if changes and self.world.is_main:
+            for key, (old, new) in changes.items():
+                print(f"resume: train.{key} changed {old!r} -> {new!r}", file=sys.stderr)
+        return RunConfig(model=saved.model, data=saved.data, train=config.train)
+
+    def _restore(self, checkpoint_dir: Path, state: dict) -> None:
+        from safetensors.torch import load_model
+
+        load_model(self.model, checkpoint_dir / "model.safetensors", strict=True, device=str(self.device))
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])  # restores the step count, keeps this run's schedule
+        # Recompute the current lr from *this* run's schedule: identical when unchanged (bit-exact resume), and an
+        # explicitly changed schedule (--set train.lr_factor=...) takes effect from the first resumed update.
+        for group, base, schedule in zip(self.optimizer.param_groups, self.scheduler.base_lrs,
+                                         self.scheduler.lr_lambdas):
+            group["lr"] = base * schedule(self.scheduler.last_epoch)
+        self.scheduler._last_lr = [group["lr"] for group in self.optimizer.param_groups]
+        self.scaler.load_state_dict(state["scaler"])
+        self.progress = Progress(**state["progress"])
+        torch.set_rng_state(state["rng"]["torch"])
+        if self.device.type == "cuda" and state["rng"].get("cuda") is not None:
+            torch.cuda.set_rng_state(state["rng"]["cuda"][min(self.world.rank, len(state["rng"]["cuda"]) - 1)])
+        random.setstate(_python_rng_from(state["rng"]["python"]))
+        if self.world.is_main:
+            print(f"resumed from {checkpoint_dir} at step {self.progress.step} (epoch {self.progress.epoch + 1}, "
+                  f"update {self.progress.group_in_epoch} of the epoch)", file=sys.stderr)
+
+    # ---- the loop ----------------------------------------------------------------------------------------------
+    def fit(self) -> dict[str, Any]:
+        tc = self.config.train
+        previous_handler = signal.getsignal(signal.SIGINT)
+        signal.signal(signal.SIGINT, self._on_interrupt)
+        start = time.perf_counter() - self.progress.elapsed_seconds
+        stop_reason = "finished"
+        bar = tqdm(total=self.total_steps, initial=self.progress.step, unit="step", dynamic_ncols=True,
+                   disable=not (tc.progress and self.world.is_main), file=sys.stderr)
+        try:
+            while stop_reason == "finished":
+                if tc.max_epochs is not None and self.progress.epoch >= tc.max_epochs:
+                    break
+                stop_reason = self._run_epoch(bar, start)
+                if stop_reason == "finished":
+                    self.progress.epoch += 1
+                    self.progress.group_in_epoch = 0
+                    if self.config.train.eval_every_steps is None:
+                        stop_reason = self._evaluate_and_checkpoint()
+            if stop_reason in ("max_steps", "max_minutes", "finished"):
+                if not self._last_is_current():
+                    self._evaluate_and_checkpoint()
+        except torch.cuda.OutOfMemoryError:
+            raise VaswaniError(
+                f"out of GPU memory with train.max_tokens={tc.max_tokens}, train.grad_accum={tc.grad_accum}, "
+                f"data.max_len={self.config.data.max_len}, model d_model={self.config.model.d_model}; lower "
+                "train.max_tokens (and raise train.grad_accum to keep the same tokens per update)"
+            ) from None
+        finally:
+            bar.close()
+            signal.signal(signal.SIGINT, previous_handler)
+            if self.metrics is not None:
+                self.metrics.close()
+        if stop_reason == "interrupted":
+            self._save("interrupt")
+            if self.world.is_main:
+                print(f"interrupted: saved a checkpoint at step {self.progress.step}; continue with --resume",
+                      file=sys.stderr)
+        summary = {"stop_reason": stop_reason, "step": self.progress.step, "epoch": self.progress.epoch,
+                   "best_metric": self.progress.best_metric, "skipped_updates": self.progress.skipped_updates,
+                   "minutes": round((time.perf_counter() - start) / 60, 2)}
+        shutdown(self.world)
+        return summary
+
+    def _on_interrupt(self, signum: int, frame: Any) -> None:
+        if self._stop_requested:  # a second Ctrl-C: give up immediately
+            raise KeyboardInterrupt
+        self._stop_requested = True
+
+    def _groups(self, epoch: int) -> list[list[list[int]]]:
+        """The epoch's updates: each a list of this rank's micro-batches (lists of example indices)."""
+        batches = self.data.epoch_batches(epoch)
+        size = self.config.train.grad_accum * self.world.size
+        return [batches[i : i + size] for i in range(0, len(batches), size)]
+
+    def _run_epoch(self, bar: tqdm, start: float) -> str:
+        tc = self.config.train
+        groups = self._groups(self.progress.epoch)
+        window_tokens, window_start = 0, time.perf_counter()
+        for group_index in range(self.progress.group_in_epoch, len(groups)):
+            if self._stop_requested:
+                return "interrupted"
+            group = groups[group_index]
+            stats = self._update(group)
+            self.progress.group_in_epoch = group_index + 1
+            self.progress.elapsed_seconds = time.perf_counter() - start
+            window_tokens += stats["tokens"]
+            step = self.progress.step
+            if stats["finite"]:
+                bar.update(1)
+            if step % tc.log_every_steps == 0 and stats["finite"]:
+                elapsed = time.perf_counter() - window_start
+                self._log_train(stats, window_tokens / max(elapsed, 1e-9), bar)
+                window_tokens, window_start = 0, time.perf_counter()
+            if tc.save_every_steps and step % tc.save_every_steps == 0 and stats["finite"]:
+                self._save("periodic")
+            if tc.eval_every_steps and step % tc.eval_every_steps == 0 and stats["finite"]:
+                if self._evaluate_and_checkpoint() == "early_stop":
+                    return "early_stop"
+            if tc.max_steps is not None and step >= tc.max_steps:
+                return "max_steps"
+            if tc.max_minutes is not None and self.progress.elapsed_seconds >= 60 * tc.max_minutes:
+                return "max_minutes"
+        return "finished"
+
+    def _update(self, group: list[list[int]]) -> dict[str, Any]:
+        """One optimizer update over a group of batches; skipped (and counted) if the loss is not finite."""
+        tc = self.config.train
+        accum, rank = tc.grad_accum, self.world.rank
+        group_tokens = sum(self.data.target_tokens(b) for b in group)
+        mine = group[rank * accum : (rank + 1) * accum]
+        # The last group of an epoch may be short: a rank without a batch of its own still runs the collective
+        # backward passes, on the group's first batch with weight 0.
+        weights = [1.0] * len(mine) + [0.0] * (accum - len(mine))
+        mine = mine + [group[0]] * (accum - len(mine))
+        loss_sum = nll_sum = correct = 0.0
+        finite = True
+        self.train_model.train()
+        for i, (indices, weight) in enumerate(zip(mine, weights)):
+            batch = self.data.collate(indices, self.device)
+            sync = i == accum - 1 or not self.world.distributed
+            with (contextlib.nullcontext() if sync else self.train_model.no_sync()):
+                with autocast(self.device, self.precision):
+                    batch_loss, batch_nll, batch_correct = self.train_model(batch.src, batch.tgt_in, batch.tgt_out)
+                # DDP averages gradients over ranks, so multiply by world size to get a sum over the group.
+                scaled = batch_loss * (weight * self.world.size / group_tokens)
+                self.scaler.scale(scaled).backward()
+            loss_sum += float(batch_loss.detach()) * weight
+            nll_sum += float(batch_nll) * weight
+            correct += float(batch_correct) * weight
+        loss_sum, nll_sum, correct = (self.world.sum(v) for v in (loss_sum, nll_sum, correct))
+        finite = math.isfinite(loss_sum)
+        grad_norm = float("nan")
+        if finite:
+            self.scaler.unscale_(self.optimizer)
+            if tc.clip_grad_norm:
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.clip_grad_norm))
+            finite = self.world.sum(0.0 if math.isfinite(grad_norm) or not tc.clip_grad_norm else 1.0) == 0
+        if finite:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            self.scheduler.step()
+            self.progress.step += 1
+            self.progress.consecutive_nonfinite = 0
+        else:
+            self._skip_nonfinite(loss_sum)
+        self.optimizer.zero_grad(set_to_none=True)
+        return {"finite": finite, "loss": loss_sum / group_tokens, "nll": nll_sum / group_tokens,
+                "accuracy": correct / group_tokens, "tokens": group_tokens, "grad_norm": grad_norm,
+                "group": group}
+
+    def _skip_nonfinite(self, loss: float) -> None:
+        if self.precision == "fp16":
+            self.scaler.update()  # let the scaler lower its scale after an overflow
+        self.progress.consecutive_nonfinite += 1
+        self.progress.skipped_updates += 1
+        step = self.progress.step
+        if self.metrics is not None:
+            self.metrics.write("nonfinite", step, loss=loss if math.isfinite(loss) else str(loss),
+                               consecutive=self.progress.consecutive_nonfinite)
+        if self.world.is_main:
+            print(f"step {step + 1}: non-finite loss/gradient ({loss}); update skipped "
+                  f"({self.progress.consecutive_nonfinite} in a row)", file=sys.stderr)
+        if self.progress.consecutive_nonfinite >= self.config.train.max_consecutive_nonfinite:
+            last = self.run_dir / "checkpoints" / "last"
+            raise VaswaniError(
+                f"stopping: {self.progress.consecutive_nonfinite} consecutive non-finite losses at step {step + 1}. "
+                f"The last good checkpoint is {last.resolve() if last.exists() else 'not written yet'}; "
+                "lower the learning rate (train.lr_factor / train.lr) or use bf16/fp32, then --resume"
+            )
+
+    # ---- logging, evaluation, checkpoints ----------------------------------------------------------------------
+    def _log_train(self, stats: dict[str, Any], tokens_per_second: float, bar: tqdm) -> None:
+        lr = self.scheduler.get_last_lr()[0]
+        record = {"epoch": round(self.progress.step / max(self.steps_per_epoch, 1), 3), "loss": round(stats["loss"], 5), "nll": round(stats["nll"], 5),
+                  "accuracy": round(stats["accuracy"], 5), "lr": lr, "grad_norm": round(stats["grad_norm"], 4),
+                  "tokens_per_s": round(tokens_per_second, 1),
+                  "elapsed_s": round(self.progress.elapsed_seconds, 1)}
+        mfu = self._mfu(stats["group"], tokens_per_second, stats["tokens"])
+        if mfu is not None:
+            record["mfu"] = round(mfu, 4)
+        bar.set_postfix(loss=f"{stats['loss']:.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_second:,.0f}",
+                        **({"mfu": f"{mfu:.1%}"} if mfu is not None else {}))
+        if self.metrics is not None:
+            self.metrics.write("train", self.progress.step, **record)
+
+    def _mfu(self, group: list[list[int]], tokens_per_second: float, group_tokens: int) -> float | None:
+        """Model FLOPs utilisation of the last update, against the device's peak (GPU only; CPU peaks vary)."""
+        if self.device.type != "cuda":
+            return None
+        if self._peak is None:
+            self._peak = peak_flops(self.device, self.precision)
+        flops = sum(training_flops(self.config.model, *self.data.flop_shape(b)) for b in group)
+        seconds = group_tokens / max(tokens_per_second, 1e-9)
+        return flops / seconds / self._peak[0]
+
+    def _evaluate_and_checkpoint(self) -> str:
+        from vaswani.training.evaluate import validate
+
+        tc = self.config.train
+        result = validate(self.model, self.data, self.device, self.precision,
+                          bleu_subset=tc.bleu_subset, label_smoothing=tc.label_smoothing)
+        epoch = round(self.progress.step / max(self.steps_per_epoch, 1), 3)
+        metric = result["loss"] if tc.early_stopping_metric == "val_loss" else -(result.get("bleu") or 0.0)
+        improved = self.progress.best_metric is None or metric < self.progress.best_metric
+        if improved:
+            self.progress.best_metric = metric
+            self.progress.evals_without_improvement = 0
+        else:
+            self.progress.evals_without_improvement += 1
+        if self.metrics is not None:
+            self.metrics.write("valid", self.progress.step, epoch=epoch, **result, improved=improved)
+            message = (f"step {self.progress.step} epoch {epoch:g}: "
+                       f"val loss {result['loss']:.4f} (nll {result['nll']:.4f}, ppl {math.exp(result['nll']):.2f})")
+            if result.get("bleu") is not None:
+                message += f", greedy BLEU {result['bleu']:.2f} on {result['bleu_sentences']} sentences"
+            print(message + (" *" if improved else ""), file=sys.stderr)
+        self._save("best" if improved else "eval")
+        if self.world.is_main:
+            plot_run(self.run_dir)
+        if tc.patience is not None and self.progress.evals_without_improvement >= tc.patience:
+            if self.world.is_main:
+                print(f"early stopping: no improvement of {tc.early_stopping_metric} for {tc.patience} evaluations",
+                      file=sys.stderr)
+            return "early_stop"
+        return "finished"
+
+    def _save(self, reason: str) -> None:
+        if not self.world.is_main:
+            self.world.barrier()
+            return
+        checkpoints = self.run_dir / "checkpoints"
+        state = {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "progress": dataclasses.asdict(self.progress),
+            "rng": {"torch": torch.get_rng_state(),
+                    "cuda": torch.cuda.get_rng_state_all() if self.device.type == "cuda" else None,
+                    "python": _python_rng_to_list(random.getstate())},
+            "config_yaml": self.config.to_yaml(),
+        }
+        meta = {"step": self.progress.step, "epoch": self.progress.epoch, "reason": reason,
+                "best_metric": self.progress.best_metric}
+        directory = save_checkpoint(checkpoints, f"step_{self.progress.step:07d}", self.model,
+                                    self.data.tokenizer_file, state, meta)
+        point(checkpoints, "last", directory)
+        if reason == "best":
+            point(checkpoints, "best", directory)
+        prune(checkpoints, self.config.train.keep_checkpoints)
+        self.world.barrier()
+
+    def _last_is_current(self) -> bool:
+        last = self.run_dir / "checkpoints" / "last"
+        return last.exists() and last.resolve().name == f"step_{self.progress.step:07d}"
+
+
+def _python_rng_to_list(state: tuple) -> list:
+    return [state[0], list(state[1]), state[2]]
+
+
+def _python_rng_from(state: list) -> tuple:
+    return (state[0], tuple(state[1]), state[2])
+
+
+def _yaml_load(text: str) -> dict:
+    import yaml
+
+    return yaml.safe_load(text)
+
