@@ -31,7 +31,7 @@ class World:
         """Sum a number over ranks (token counts, losses for logging)."""
         if not self.distributed:
             return float(value)
-        tensor = torch.tensor([float(value)], dtype=torch.float64, device=_collective_device())
+        tensor = torch.tensor([float(value)], dtype=torch.float64, device=collective_device())
         dist.all_reduce(tensor)
         return float(tensor.item())
 
@@ -43,7 +43,7 @@ class World:
             dist.barrier()
 
 
-def _collective_device() -> torch.device:
+def collective_device() -> torch.device:
     if dist.get_backend() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")

@@ -28,7 +28,7 @@ from vaswani.model import Transformer
 from vaswani.training import data as training_data
 from vaswani.training.checkpoint import load_trainer_state, point, prune, save_checkpoint
 from vaswani.training.config import RunConfig
-from vaswani.training.distributed import World, init_world, shutdown
+from vaswani.training.distributed import World, collective_device, init_world, shutdown
 from vaswani.training.flops import peak_flops, training_flops
 from vaswani.training.loss import TranslationLoss
 from vaswani.training.metrics import MetricsLog, plot_run
@@ -219,9 +219,22 @@ class Trainer:
                       file=sys.stderr)
         summary = {"stop_reason": stop_reason, "step": self.progress.step, "epoch": self.progress.epoch,
                    "best_metric": self.progress.best_metric, "skipped_updates": self.progress.skipped_updates,
-                   "minutes": round((time.perf_counter() - start) / 60, 2)}
+                   "minutes": round((time.perf_counter() - start) / 60, 2), "world_size": self.world.size}
+        if self.world.distributed:
+            summary["ranks_identical"] = self._ranks_identical()
         shutdown(self.world)
         return summary
+
+    def _ranks_identical(self) -> bool:
+        """Do all ranks hold the same parameters? Compares per-tensor checksums by all-reducing their min and max."""
+        import torch.distributed as dist
+
+        sums = torch.stack([torch.stack([p.detach().double().sum(), p.detach().double().square().sum()])
+                            for p in self.model.parameters()]).flatten().to(collective_device())
+        low, high = sums.clone(), sums.clone()
+        dist.all_reduce(low, op=dist.ReduceOp.MIN)
+        dist.all_reduce(high, op=dist.ReduceOp.MAX)
+        return bool(torch.equal(low, high))
 
     def _on_interrupt(self, signum: int, frame: Any) -> None:
         if self._stop_requested:  # a second Ctrl-C: give up immediately

@@ -1,0 +1,90 @@
+"""What the trainer needs from the data pipeline: prepared splits, the epoch's batches, collated tensors.
+
+Preparation (tokenizer training, encoding, caching) runs on rank 0 first; the other ranks then load the same
+cache, so a distributed start never races on the files.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from vaswani.data.batching import Batch, TokenBudgetSampler, collate
+from vaswani.data.corpora import ParallelCorpus
+from vaswani.data.pipeline import default_out_dir, prepare_dataset
+from vaswani.data.preprocess import EncodedCorpus
+from vaswani.data.tokenizer import Tokenizer
+from vaswani.training.config import RunConfig
+from vaswani.training.distributed import World
+
+
+@dataclass
+class TrainingData:
+    tokenizer: Tokenizer
+    tokenizer_file: Path  # the run's copy, saved into every checkpoint
+    train: EncodedCorpus
+    valid: EncodedCorpus
+    valid_corpus: ParallelCorpus
+    sampler: TokenBudgetSampler  # over train, unsharded: the trainer assigns batches to ranks itself
+    valid_sampler: TokenBudgetSampler
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return len(self.sampler.all_batches(0))
+
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        """All batches of the epoch (every rank's), deterministic in (seed, epoch)."""
+        return [batch.tolist() for batch in self.sampler.all_batches(epoch)]
+
+    def valid_batches(self) -> list[list[int]]:
+        return [batch.tolist() for batch in self.valid_sampler.all_batches(0)]
+
+    def target_tokens(self, indices: list[int]) -> int:
+        """Real target positions (y1 … yn </s>) of a batch: the loss's normaliser."""
+        return int(self.train.tgt_lengths[indices].sum()) + len(indices)
+
+    def flop_shape(self, indices: list[int]) -> tuple[int, int, int, int]:
+        """(real source tokens, real target tokens, padded source length, padded target length)."""
+        src, tgt = self.train.src_lengths[indices] + 1, self.train.tgt_lengths[indices] + 1
+        return int(src.sum()), int(tgt.sum()), int(src.max()), int(tgt.max())
+
+    def collate(self, indices: list[int], device: torch.device, split: str = "train") -> Batch:
+        corpus = self.train if split == "train" else self.valid
+        t = self.tokenizer
+        batch = collate([corpus[i] for i in indices], t.pad_id, t.bos_id, t.eos_id)
+        return batch.to(device, non_blocking=device.type == "cuda")
+
+    def valid_text(self, n: int) -> tuple[list[str], list[str]]:
+        """The first n raw validation sentence pairs (for a quick BLEU against untokenized references)."""
+        return self.valid_corpus.source[:n], self.valid_corpus.target[:n]
+
+
+def load(config: RunConfig, run_dir: Path, world: World) -> TrainingData:
+    dc, tc = config.data, config.train
+    out_dir = default_out_dir(dc.dataset, dc.direction, dc.vocab_size)
+
+    def prepare():
+        return prepare_dataset(dc.dataset, splits=("train", dc.valid_split), data_dir=dc.data_dir, out_dir=out_dir,
+                               vocab_size=dc.vocab_size, max_len=dc.max_len, direction=dc.direction,
+                               train_split=dc.train_split)
+
+    if world.is_main:
+        prepared = prepare()
+    world.barrier()
+    if not world.is_main:
+        prepared = prepare()  # everything is cached now: this only loads
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer_file = run_dir / "tokenizer.json"
+    if world.is_main:
+        shutil.copyfile(prepared.tokenizer_path, tokenizer_file)
+    train, valid = prepared.splits["train"], prepared.splits[dc.valid_split]
+    sampler = TokenBudgetSampler(train.src_lengths, train.tgt_lengths, tc.max_tokens, seed=tc.seed, shuffle=True)
+    valid_sampler = TokenBudgetSampler(valid.src_lengths, valid.tgt_lengths, tc.max_tokens, shuffle=False)
+    return TrainingData(prepared.tokenizer, tokenizer_file, train, valid, prepared.corpora[dc.valid_split], sampler,
+                        valid_sampler)
+
+
+__all__ = ["TrainingData", "load"]
