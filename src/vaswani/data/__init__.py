@@ -1,0 +1,71 @@
+"""Data pipeline: corpora -> shared BPE tokenizer -> encoded, cached splits -> token-budget batches.
+
+Typical use from training code::
+
+    from vaswani.data import prepare_dataset, TokenBudgetSampler, make_dataloader
+
+    data = prepare_dataset("multi30k", data_dir=..., vocab_size=8000, max_len=64)
+    train = data.splits["train"]
+    sampler = TokenBudgetSampler(train.src_lengths, train.tgt_lengths, max_tokens=4096, seed=0)
+    loader = make_dataloader(train, sampler, num_workers=2)
+    for epoch in range(n_epochs):
+        sampler.set_epoch(epoch)
+        for batch in loader: ...   # batch.src, batch.tgt_in, batch.tgt_out, batch.n_tgt_tokens
+
+Names are imported lazily so that ``vaswani --help`` (which imports ``vaswani.data.commands``) does not pay
+for torch, numpy or tokenizers.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    # corpora.py
+    "DATASETS": "corpora",
+    "DatasetSpec": "corpora",
+    "ParallelCorpus": "corpora",
+    "SplitSpec": "corpora",
+    "corpus_from_hub": "corpora",
+    "get_dataset": "corpora",
+    "load_corpus": "corpora",
+    "load_parallel_files": "corpora",
+    "load_tsv": "corpora",
+    "load_wmt17_train": "corpora",
+    # download.py
+    "RemoteFile": "download",
+    "download_file": "download",
+    "resolve_file": "download",
+    # tokenizer.py
+    "Tokenizer": "tokenizer",
+    "SPECIAL_TOKENS": "tokenizer",
+    # preprocess.py
+    "EncodedCorpus": "preprocess",
+    "PrepareStats": "preprocess",
+    "load_encoded": "preprocess",
+    "prepare": "preprocess",
+    # batching.py
+    "Batch": "batching",
+    "Collator": "batching",
+    "TokenBudgetSampler": "batching",
+    "collate": "batching",
+    "make_dataloader": "batching",
+    "pad_sources": "batching",
+    # pipeline.py
+    "PreparedData": "pipeline",
+    "prepare_dataset": "pipeline",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f"vaswani.data.{_EXPORTS[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'vaswani.data' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -1,0 +1,249 @@
+"""Token-budget batches of similar-length pairs, deterministic per (seed, epoch), sharded across ranks.
+
+How an epoch's batches are made (``TokenBudgetSampler.batches(epoch)``):
+
+1. shuffle all pair indices with a generator seeded by (seed, epoch);
+2. cut the permutation into chunks of ``chunk_size`` pairs and sort each chunk by length, so a batch holds
+   pairs of similar length (little padding) while the epoch stays random at the chunk scale;
+3. fill batches greedily in that order: a batch takes pairs while ``n_pairs * longest <= max_tokens``, where a
+   pair's size is its number of positions on its longer side (``max(n_src, n_tgt) + 1``, see preprocess.py);
+4. shuffle the order of the batches, so lengths are mixed over training time;
+5. for ``world_size > 1``: if the number of batches does not divide by ``world_size``, split the largest
+   batches in two (each half is still within budget) until it does. Nothing is dropped or duplicated: every
+   pair is in exactly one batch of exactly one rank per epoch, and every rank gets the same number of
+   batches (ranks must step together). Rank r takes batches r, r + world_size, r + 2 * world_size, ...
+
+Iteration can start mid-epoch (``set_epoch(epoch, start=k)``) to resume training exactly where it stopped.
+The sampler yields lists of indices, so it plugs into ``torch.utils.data.DataLoader(batch_sampler=...)``:
+the main process draws the index lists and hands each to one worker, so workers never repeat or lose pairs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+
+from vaswani.errors import ConfigError
+
+PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
+
+
+# ------------------------------------------------------------------------------------------------ Batch
+
+
+@dataclass
+class Batch:
+    """A padded batch. Row b of ``tgt_in`` is ``<s> y1 … ym`` and of ``tgt_out`` is ``y1 … ym </s>``."""
+
+    src: torch.Tensor  # (B, S) long: x1 … xn </s> <pad> …
+    tgt_in: torch.Tensor  # (B, T) long: <s> y1 … ym <pad> …  (decoder input)
+    tgt_out: torch.Tensor  # (B, T) long: y1 … ym </s> <pad> …  (what to predict; pad = ignore in the loss)
+    n_src_tokens: int  # non-pad positions in src
+    n_tgt_tokens: int  # non-pad positions in tgt_out: the number of predictions the loss averages over
+    indices: torch.Tensor  # (B,) long: the dataset index of each row
+
+    def __len__(self) -> int:
+        return self.src.shape[0]
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "Batch":
+        move = lambda t: t.to(device, non_blocking=non_blocking)  # noqa: E731
+        return Batch(move(self.src), move(self.tgt_in), move(self.tgt_out), self.n_src_tokens,
+                     self.n_tgt_tokens, self.indices)
+
+    def pin_memory(self) -> "Batch":
+        # Called by DataLoader(pin_memory=True) on custom batch types.
+        return Batch(self.src.pin_memory(), self.tgt_in.pin_memory(), self.tgt_out.pin_memory(),
+                     self.n_src_tokens, self.n_tgt_tokens, self.indices)
+
+
+def pad_sources(
+    sequences: Sequence[Sequence[int]], eos_id: int = EOS_ID, pad_id: int = PAD_ID
+) -> torch.Tensor:
+    """(B, S) long tensor of ``x1 … xn </s>`` rows padded with ``pad_id``: the encoder input convention.
+
+    Decoding code uses this too, so translation sees sources exactly as training did.
+    """
+    width = max(len(seq) for seq in sequences) + 1
+    out = np.full((len(sequences), width), pad_id, dtype=np.int64)
+    for row, seq in enumerate(sequences):
+        out[row, : len(seq)] = seq
+        out[row, len(seq)] = eos_id
+    return torch.from_numpy(out)
+
+
+def collate(
+    items: Sequence[tuple[int, np.ndarray, np.ndarray]],
+    pad_id: int = PAD_ID,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
+) -> Batch:
+    """Build a Batch from ``(index, source ids, target ids)`` items (what ``EncodedCorpus[i]`` returns)."""
+    indices = [item[0] for item in items]
+    sources = [item[1] for item in items]
+    targets = [item[2] for item in items]
+    src = pad_sources(sources, eos_id, pad_id)
+    width = max(len(t) for t in targets) + 1
+    tgt_in = np.full((len(targets), width), pad_id, dtype=np.int64)
+    tgt_out = np.full((len(targets), width), pad_id, dtype=np.int64)
+    for row, seq in enumerate(targets):
+        m = len(seq)
+        tgt_in[row, 0] = bos_id
+        tgt_in[row, 1 : m + 1] = seq
+        tgt_out[row, :m] = seq
+        tgt_out[row, m] = eos_id
+    return Batch(
+        src=src,
+        tgt_in=torch.from_numpy(tgt_in),
+        tgt_out=torch.from_numpy(tgt_out),
+        n_src_tokens=int(sum(len(s) + 1 for s in sources)),
+        n_tgt_tokens=int(sum(len(t) + 1 for t in targets)),
+        indices=torch.tensor(indices, dtype=torch.long),
+    )
+
+
+class Collator:
+    """``collate`` with a tokenizer's special ids, picklable for DataLoader workers."""
+
+    def __init__(self, pad_id: int = PAD_ID, bos_id: int = BOS_ID, eos_id: int = EOS_ID) -> None:
+        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+
+    def __call__(self, items: Sequence[tuple[int, np.ndarray, np.ndarray]]) -> Batch:
+        return collate(items, self.pad_id, self.bos_id, self.eos_id)
+
+
+# ---------------------------------------------------------------------------------------------- sampler
+
+
+class TokenBudgetSampler:
+    """Yields lists of dataset indices: this rank's batches of one epoch, from ``start``.
+
+    ``src_lengths``/``tgt_lengths`` are BPE token counts without specials (``EncodedCorpus.src_lengths``);
+    each side then occupies length + 1 positions.
+    """
+
+    def __init__(
+        self,
+        src_lengths: np.ndarray,
+        tgt_lengths: np.ndarray,
+        max_tokens: int,
+        seed: int = 0,
+        shuffle: bool = True,
+        rank: int = 0,
+        world_size: int = 1,
+        chunk_size: int = 8192,
+    ) -> None:
+        src_lengths = np.asarray(src_lengths, dtype=np.int64)
+        tgt_lengths = np.asarray(tgt_lengths, dtype=np.int64)
+        if src_lengths.shape != tgt_lengths.shape or src_lengths.ndim != 1:
+            raise ConfigError("src_lengths and tgt_lengths must be 1-d arrays of the same length")
+        if not 0 <= rank < world_size:
+            raise ConfigError(f"rank={rank} must be in [0, world_size={world_size})")
+        self.sizes = np.maximum(src_lengths, tgt_lengths) + 1  # positions on the longer side
+        if len(self.sizes) == 0:
+            raise ConfigError("cannot batch an empty dataset")
+        if max_tokens < int(self.sizes.max()):
+            raise ConfigError(
+                f"max_tokens={max_tokens} is smaller than the longest example ({int(self.sizes.max())} positions); "
+                "raise max_tokens or prepare the data with a smaller max_len"
+            )
+        if len(self.sizes) < world_size:
+            raise ConfigError(f"{len(self.sizes)} examples cannot be shared by world_size={world_size} ranks")
+        self.max_tokens = max_tokens
+        self.seed = seed
+        self.shuffle = shuffle
+        self.rank = rank
+        self.world_size = world_size
+        self.chunk_size = chunk_size
+        self.epoch = 0
+        self.start = 0
+        self._cache: tuple[int, list[np.ndarray]] | None = None
+
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
+        """Choose the epoch to iterate next, and the batch (of this rank) to begin with when resuming."""
+        self.epoch = epoch
+        self.start = start
+
+    def all_batches(self, epoch: int) -> list[np.ndarray]:
+        """Every rank's batches of ``epoch`` (before sharding); deterministic in (seed, epoch)."""
+        if self._cache is not None and self._cache[0] == epoch:
+            return self._cache[1]
+        rng = np.random.default_rng([self.seed, epoch])
+        order = rng.permutation(len(self.sizes)) if self.shuffle else np.arange(len(self.sizes))
+        batches: list[np.ndarray] = []
+        for begin in range(0, len(order), self.chunk_size):
+            chunk = order[begin : begin + self.chunk_size]
+            chunk = chunk[np.argsort(self.sizes[chunk], kind="stable")]
+            batches += pack(chunk, self.sizes[chunk], self.max_tokens)
+        if self.shuffle:
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        batches = split_to_multiple(batches, self.world_size)
+        self._cache = (epoch, batches)
+        return batches
+
+    def batches(self, epoch: int | None = None) -> list[list[int]]:
+        """This rank's batches of ``epoch`` (default: the current one), as lists of dataset indices."""
+        epoch = self.epoch if epoch is None else epoch
+        return [batch.tolist() for batch in self.all_batches(epoch)[self.rank :: self.world_size]]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        yield from self.batches(self.epoch)[self.start :]
+
+    def __len__(self) -> int:
+        return max(0, len(self.all_batches(self.epoch)) // self.world_size - self.start)
+
+
+def pack(indices: np.ndarray, sizes: np.ndarray, max_tokens: int) -> list[np.ndarray]:
+    """Greedy batches over ``indices`` sorted by ascending ``sizes``: each takes as many as fit the budget.
+
+    With ascending sizes the padded cost of the first k pairs from position i is k * sizes[i + k - 1], which
+    grows with k, so the batch length is found by one vectorised comparison per batch.
+    """
+    batches = []
+    i, n = 0, len(indices)
+    while i < n:
+        most = max_tokens // int(sizes[i])  # no batch starting here can hold more pairs than this
+        window = sizes[i : i + most]
+        fits = np.arange(1, len(window) + 1) * window <= max_tokens
+        k = int(np.argmin(fits)) if not fits.all() else len(window)
+        batches.append(indices[i : i + k])
+        i += k
+    return batches
+
+
+def split_to_multiple(batches: list[np.ndarray], world_size: int) -> list[np.ndarray]:
+    """Split the largest batches in two until ``len(batches)`` is a multiple of ``world_size``.
+
+    Halving a batch never breaks the token budget, and keeps every example exactly once.
+    """
+    batches = list(batches)
+    while len(batches) % world_size:
+        largest = max(range(len(batches)), key=lambda b: (len(batches[b]), -b))
+        batch = batches[largest]
+        if len(batch) < 2:
+            raise ConfigError(f"too few examples to give each of {world_size} ranks the same number of batches")
+        half = len(batch) // 2
+        batches[largest : largest + 1] = [batch[:half], batch[half:]]
+    return batches
+
+
+def make_dataloader(
+    dataset,
+    sampler: TokenBudgetSampler,
+    num_workers: int = 0,
+    pin_memory: bool = False,
+    pad_id: int = PAD_ID,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
+) -> torch.utils.data.DataLoader:
+    """A DataLoader of Batches over an EncodedCorpus; call ``sampler.set_epoch`` before each epoch."""
+    return torch.utils.data.DataLoader(
+        dataset,
+        batch_sampler=sampler,
+        collate_fn=Collator(pad_id, bos_id, eos_id),
+        num_workers=num_workers,
+        pin_memory=pin_memory,
+        persistent_workers=False,
+    )

@@ -1,0 +1,113 @@
+"""``vaswani prepare``: train the shared BPE and encode a dataset's splits into a reusable cache."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "prepare",
+        help="train the BPE tokenizer and encode a dataset's splits (cached)",
+        description="Train a shared source+target BPE tokenizer on a dataset's training split (unless OUT already "
+        "has tokenizer.json), encode the train/val/test splits, drop empty and over-long pairs, cache the token "
+        "ids in OUT/cache and print statistics. A second run loads everything from the cache.",
+    )
+    parser.add_argument("--dataset", default="multi30k", metavar="NAME",
+                        help="registered dataset: multi30k (default), wmt17 or iwslt")
+    parser.add_argument("--data-dir", metavar="DIR",
+                        help="folder holding the corpus files (default: $VASWANI_DATA); files missing there are "
+                        "looked up in the cache ($VASWANI_CACHE or ~/.cache/vaswani) and else downloaded into it "
+                        "(from the public URLs, or from $VASWANI_MIRROR, a base URL laid out like this folder)")
+    parser.add_argument("--direction", default="de-en", choices=["de-en", "en-de"],
+                        help="translation direction: de-en (default) translates German into English")
+    parser.add_argument("--vocab-size", type=int, metavar="N",
+                        help="BPE vocabulary size, special tokens included (default: 8000 for multi30k, 50000 for "
+                        "wmt17, 16000 otherwise)")
+    parser.add_argument("--max-len", type=int, default=64, metavar="N",
+                        help="longest sequence the model takes, counting the added <s> or </s>: a pair is dropped "
+                        "if either side has more than N-1 BPE tokens (default 64)")
+    parser.add_argument("--out", metavar="DIR",
+                        help="where tokenizer.json and the cache go (default runs/data/<dataset>-<direction>-<vocab>)")
+    parser.add_argument("--src", metavar="FILE",
+                        help="local corpus: source-language file, one sentence per line (plain or .gz); needs --tgt")
+    parser.add_argument("--tgt", metavar="FILE",
+                        help="local corpus: target-language file aligned line by line with --src")
+    parser.add_argument("--tsv", metavar="FILE", help="local corpus: one 'source<TAB>target' pair per line")
+    parser.add_argument("--splits", default="train,val,test", metavar="LIST",
+                        help="comma-separated splits to prepare: train, val, test or any split name of the dataset "
+                        "(default train,val,test; a local corpus has only train)")
+    parser.add_argument("--train-split", default="train", metavar="NAME",
+                        help="the dataset split used as training data and to train the tokenizer (default train; "
+                        "e.g. train-extra for the 21k offline WMT17 pairs)")
+    parser.add_argument("--tokenizer", metavar="FILE",
+                        help="use this existing tokenizer.json instead of training one (e.g. to encode IWSLT test "
+                        "sets with a tokenizer trained on another dataset)")
+    parser.add_argument("--min-frequency", type=int, default=2, metavar="N",
+                        help="BPE merges need a pair seen at least N times (default 2)")
+    parser.set_defaults(handler=run_prepare)
+
+
+def run_prepare(args: argparse.Namespace) -> int:
+    from vaswani.data.pipeline import prepare_dataset  # lazy: keeps `vaswani --help` fast
+
+    _log_to_stderr()
+    start = time.perf_counter()
+    splits = [name.strip() for name in args.splits.split(",") if name.strip()]
+    data = prepare_dataset(
+        dataset=args.dataset,
+        splits=splits,
+        data_dir=args.data_dir,
+        out_dir=args.out,
+        vocab_size=args.vocab_size,
+        max_len=args.max_len,
+        direction=args.direction,
+        train_split=args.train_split,
+        src_file=args.src,
+        tgt_file=args.tgt,
+        tsv_file=args.tsv,
+        tokenizer_path=args.tokenizer,
+        min_frequency=args.min_frequency,
+    )
+    print(format_report(data, time.perf_counter() - start))
+    return 0
+
+
+def format_report(data, seconds: float) -> str:
+    tok = data.tokenizer
+    how = f"trained in {data.tokenizer_seconds:.1f} s" if data.tokenizer_trained else "loaded"
+    lines = [
+        f"tokenizer: {data.tokenizer_path} ({how}); "
+        f"vocabulary size {tok.vocab_size:,}; fingerprint {tok.fingerprint[:12]}",
+        f"{'split':<14} {'pairs':>8} {'kept':>8} {'empty':>6} {'too long':>8} {'src mean':>8} {'src max':>7} "
+        f"{'tgt mean':>8} {'tgt max':>7} {'time':>7}  source",
+    ]
+    for name, enc in data.splits.items():
+        s = enc.stats
+        corpus = data.corpora.get(name)
+        label = f"{name} ({corpus.split})" if corpus is not None and corpus.split != name else name
+        lines.append(
+            f"{label:<14} {s.pairs_in:>8,} {s.pairs_kept:>8,} {s.dropped['empty']:>6,} {s.dropped['too_long']:>8,} "
+            f"{s.src_tokens_mean:>8.1f} {s.src_tokens_max:>7} {s.tgt_tokens_mean:>8.1f} {s.tgt_tokens_max:>7} "
+            f"{s.seconds:>6.2f}s  {'cache' if s.from_cache else 'encoded'}"
+        )
+    max_len = next(iter(data.splits.values())).stats.max_len if data.splits else "-"
+    lines.append(
+        f"max_len {max_len} (positions incl. <s>/</s>); tokens = BPE tokens per sentence without <s>/</s>; "
+        f"cache: {data.out_dir / 'cache'}; total {seconds:.1f} s"
+    )
+    return "\n".join(lines)
+
+
+def _log_to_stderr() -> None:
+    # Progress messages (downloads, tokenizer training) from the data modules go to stderr; stdout keeps the
+    # report. Only the vaswani.data logger is configured, so other areas' logging is left alone.
+    logger = logging.getLogger("vaswani.data")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)

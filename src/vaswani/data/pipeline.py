@@ -1,0 +1,142 @@
+"""From a dataset name to encoded, cached splits and their tokenizer: what ``vaswani prepare`` and training call.
+
+``prepare_dataset`` trains the shared BPE on the training split (source and target together) unless
+``out_dir/tokenizer.json`` exists, then encodes each requested split into ``out_dir/cache/`` (or loads it from
+there). Running it again is cheap: the tokenizer is loaded and every split comes from the cache.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from vaswani.data.corpora import (
+    DEFAULT_DATASET,
+    ParallelCorpus,
+    default_vocab_size,
+    load_corpus,
+    load_parallel_files,
+    load_tsv,
+    parse_direction,
+)
+from vaswani.data.preprocess import DEFAULT_MAX_LEN, EncodedCorpus, prepare
+from vaswani.data.tokenizer import Tokenizer
+from vaswani.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SPLITS = ("train", "val", "test")
+TOKENIZER_FILE = "tokenizer.json"
+TOKENIZER_INFO_FILE = "tokenizer_info.json"  # how the tokenizer was trained, to catch a mismatched --vocab-size
+
+
+@dataclass
+class PreparedData:
+    """The tokenizer and the encoded splits, keyed by the split names that were asked for ("train", "val", …)."""
+
+    tokenizer: Tokenizer
+    splits: dict[str, EncodedCorpus]
+    out_dir: Path
+    tokenizer_path: Path
+    tokenizer_trained: bool = False  # False when an existing tokenizer.json was loaded
+    tokenizer_seconds: float = 0.0
+    corpora: dict[str, ParallelCorpus] = field(default_factory=dict, repr=False)  # raw text, for references
+
+
+def default_out_dir(dataset: str, direction: str, vocab_size: int) -> Path:
+    return Path("runs") / "data" / f"{dataset}-{direction}-{vocab_size}"
+
+
+def prepare_dataset(
+    dataset: str = DEFAULT_DATASET,
+    splits: Sequence[str] = DEFAULT_SPLITS,
+    data_dir: str | Path | None = None,
+    out_dir: str | Path | None = None,
+    vocab_size: int | None = None,
+    max_len: int = DEFAULT_MAX_LEN,
+    direction: str = "de-en",
+    train_split: str = "train",
+    src_file: str | Path | None = None,
+    tgt_file: str | Path | None = None,
+    tsv_file: str | Path | None = None,
+    tokenizer_path: str | Path | None = None,
+    min_frequency: int = 2,
+    cache_dir: str | Path | None = None,
+    mirror: str | None = None,
+) -> PreparedData:
+    """Tokenizer + encoded splits for ``dataset`` (or a local corpus given by ``src_file``/``tgt_file`` or
+    ``tsv_file``, which is then the only, "train", split).
+
+    ``splits`` are dataset split names or the roles "train", "val", "test"; ``train_split`` says which split
+    plays "train" (e.g. "train-extra" for offline WMT17). ``tokenizer_path`` uses an existing tokenizer.json
+    instead of out_dir's. ``data_dir``/``cache_dir``/``mirror`` say where corpus files are found (download.py).
+    """
+    src_lang, tgt_lang = parse_direction(direction)
+    local = src_file is not None or tgt_file is not None or tsv_file is not None
+    if local:
+        if tsv_file is not None and (src_file is not None or tgt_file is not None):
+            raise ConfigError("give either a TSV file or a source and a target file, not both")
+        if tsv_file is None and (src_file is None or tgt_file is None):
+            raise ConfigError("a local corpus needs both a source file and a target file (or one TSV file)")
+        dataset = "local"
+        splits = ["train"]
+    vocab_size = vocab_size or default_vocab_size(dataset)
+    out = Path(out_dir) if out_dir is not None else default_out_dir(dataset, direction, vocab_size)
+
+    def load(split: str) -> ParallelCorpus:
+        if tsv_file is not None:
+            return load_tsv(tsv_file, src_lang=src_lang, tgt_lang=tgt_lang)
+        if local:
+            return load_parallel_files(src_file, tgt_file, src_lang=src_lang, tgt_lang=tgt_lang)
+        name = train_split if split == "train" else split
+        return load_corpus(dataset, name, direction, data_dir=data_dir, cache_dir=cache_dir, mirror=mirror)
+
+    corpora: dict[str, ParallelCorpus] = {}
+    tok_path = Path(tokenizer_path) if tokenizer_path is not None else out / TOKENIZER_FILE
+    tokenizer, trained, seconds = _get_tokenizer(out, tokenizer_path, vocab_size, min_frequency, load, corpora)
+    result: dict[str, EncodedCorpus] = {}
+    for split in splits:
+        if split not in corpora:  # the training split is already loaded when the tokenizer was trained
+            corpora[split] = load(split)
+        corpus = corpora[split]
+        result[split] = prepare(corpus, tokenizer, out / "cache", max_len)
+        logger.debug("%s %s: %s", dataset, split, result[split].stats.summary())
+    return PreparedData(tokenizer, result, out, tok_path, trained, seconds, corpora)
+
+
+def _get_tokenizer(out: Path, tokenizer_path, vocab_size: int, min_frequency: int, load, corpora: dict):
+    """Load out/tokenizer.json (or ``tokenizer_path``), or train one on the training split and save it."""
+    if tokenizer_path is not None:
+        return Tokenizer.load(tokenizer_path), False, 0.0
+    path = out / TOKENIZER_FILE
+    info_path = out / TOKENIZER_INFO_FILE
+    if path.is_file():
+        if info_path.is_file():
+            info = json.loads(info_path.read_text(encoding="utf-8"))
+            if info.get("vocab_size") != vocab_size:
+                raise ConfigError(
+                    f"{path} was trained with vocab_size={info.get('vocab_size')}, not {vocab_size}; "
+                    "choose another output directory or delete it"
+                )
+        return Tokenizer.load(path), False, 0.0
+    start = time.perf_counter()
+    corpus = load("train")
+    corpora["train"] = corpus
+    logger.info("training a %d-token BPE on %s train (%d sentences)", vocab_size, corpus.name, 2 * len(corpus))
+    tokenizer = Tokenizer.train(itertools.chain(corpus.source, corpus.target), vocab_size, min_frequency)
+    tokenizer.save(path)
+    info = {
+        "vocab_size": vocab_size,
+        "actual_vocab_size": tokenizer.vocab_size,
+        "min_frequency": min_frequency,
+        "trained_on": {"name": corpus.name, "split": corpus.split, "checksum": corpus.checksum},
+        "fingerprint": tokenizer.fingerprint,
+    }
+    info_path.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    return tokenizer, True, time.perf_counter() - start
+

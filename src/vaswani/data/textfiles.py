@@ -1,0 +1,111 @@
+"""Reading one-sentence-per-line text files (plain or gzip) strictly, with errors that name the file and line.
+
+Everything is read as bytes first: that gives the sha256 of exactly what is on disk (the corpus checksum)
+and lets a UTF-8 error be turned into a line number instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from vaswani.errors import DataError
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+@dataclass
+class TextFile:
+    """The lines of one file and the sha256 of its bytes on disk (compressed bytes for .gz files)."""
+
+    path: Path
+    lines: list[str]
+    sha256: str
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: str | Path, chunk_size: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(chunk_size):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_bytes(path: str | Path) -> bytes:
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"{path}: file not found")
+    if path.is_dir():
+        raise DataError(f"{path}: is a directory, expected a text file")
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        raise DataError(f"{path}: cannot read file: {error.strerror or error}") from None
+
+
+def decode_text(data: bytes, path: Path) -> str:
+    """Decompress (if gzip) and decode UTF-8; a bad byte becomes 'file:line: invalid UTF-8'."""
+    if data[:2] == GZIP_MAGIC:
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as error:
+            raise DataError(f"{path}: corrupt or truncated gzip file ({error})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        bad = data[error.start : error.end].hex(" ")
+        raise DataError(f"{path}:{line}: invalid UTF-8 (byte(s) {bad}); the file must be UTF-8 encoded") from None
+    # A UTF-8 byte-order mark would otherwise become part of the first sentence.
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def split_lines(text: str) -> list[str]:
+    # str.splitlines() would also split on \x0b, \x1c, \u2028, ... which occur inside real sentences and would
+    # silently misalign the two sides of a parallel corpus. Only \n (and a \r before it) ends a line.
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the final newline ends the last line; it does not start a new one
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def read_text_file(path: str | Path, expected_sha256: str | None = None) -> TextFile:
+    """Read a plain or .gz UTF-8 file with one sentence per line.
+
+    Raises DataError for a missing, unreadable or empty file, invalid UTF-8 (with the line number), a corrupt
+    gzip stream, or bytes that do not match ``expected_sha256``.
+    """
+    path = Path(path)
+    data = read_bytes(path)
+    checksum = sha256_bytes(data)
+    if expected_sha256 is not None and checksum != expected_sha256:
+        raise DataError(
+            f"{path}: sha256 is {checksum} but {expected_sha256} was expected; the file is corrupt or a "
+            "different version. Delete it so that it is downloaded again, or pass your own files with --src/--tgt"
+        )
+    lines = split_lines(decode_text(data, path))
+    if not lines or all(not line.strip() for line in lines):
+        raise DataError(f"{path}: file is empty (no non-blank lines)")
+    return TextFile(path=path, lines=lines, sha256=checksum)
+
+
+def read_tsv_file(path: str | Path) -> tuple[list[str], list[str], str]:
+    """Read ``source<TAB>target`` lines; returns (sources, targets, sha256 of the file)."""
+    file = read_text_file(path)
+    sources, targets = [], []
+    for number, line in enumerate(file.lines, start=1):
+        fields = line.split("\t")
+        if len(fields) != 2:
+            raise DataError(
+                f"{file.path}:{number}: expected 2 tab-separated fields (source<TAB>target), found {len(fields)}"
+            )
+        sources.append(fields[0])
+        targets.append(fields[1])
+    return sources, targets, file.sha256

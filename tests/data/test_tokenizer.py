@@ -1,0 +1,94 @@
+"""The shared BPE: exact round trip on real text, fixed special ids, stable fingerprint, save/load."""
+
+from __future__ import annotations
+
+import unicodedata
+
+import numpy as np
+import pytest
+import torch
+
+from vaswani.data.corpora import load_corpus
+from vaswani.data.tokenizer import Tokenizer
+from vaswani.errors import ConfigError, DataError
+
+
+def round_trip_fraction(tokenizer: Tokenizer, lines: list[str]) -> tuple[float, list[str]]:
+    decoded = tokenizer.decode_batch(tokenizer.encode_batch(lines))
+    bad = [line for line, back in zip(lines, decoded) if back != unicodedata.normalize("NFKC", line)]
+    return 1 - len(bad) / len(lines), bad[:3]
+
+
+def test_round_trip_on_multi30k_train(tokenizer, multi30k_train):
+    """20,000 Multi30k train lines the tokenizer was not trained on (pairs 10,000-19,999, both sides)."""
+    unseen = slice(10_000, 20_000)
+    lines = multi30k_train.source[unseen] + multi30k_train.target[unseen]
+    fraction, bad = round_trip_fraction(tokenizer, lines)
+    assert fraction >= 0.999, f"round trip on {len(lines)} Multi30k train lines: {fraction:.5f}; e.g. {bad}"
+
+
+def test_round_trip_on_unseen_wmt_news(tokenizer, data_dir):
+    """News text the tokenizer never saw (digits, currencies, quotes, rare names) still comes back exactly."""
+    corpus = load_corpus("wmt17", "newstest2017", data_dir=data_dir, download=False)
+    lines = corpus.source + corpus.target
+    fraction, bad = round_trip_fraction(tokenizer, lines)
+    assert fraction >= 0.999, f"round trip on {len(lines)} WMT newstest lines: {fraction:.5f}; e.g. {bad}"
+
+
+def test_hard_strings_round_trip(tokenizer):
+    hard = [
+        "  zwei  Leerzeichen ",
+        "Größe: 5 €, „Zitat“ — ok?!",
+        "tab\there",
+        "ﬁ ligature ½ (NFKC turns these into fi and 1⁄2)",
+        "中文 😀 £2",
+        "literal <s> and </s> and <pad> are text, not control tokens",
+    ]
+    ids = tokenizer.encode_batch(hard)
+    assert tokenizer.decode_batch(ids) == [unicodedata.normalize("NFKC", text) for text in hard]
+    assert all(tokenizer.unk_id not in seq and min(seq) > tokenizer.unk_id for seq in ids)
+
+
+def test_special_ids_and_decode_skips_them(tokenizer):
+    assert (tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id, tokenizer.unk_id) == (0, 1, 2, 3)
+    assert [tokenizer.id_to_token(i) for i in range(4)] == ["<pad>", "<s>", "</s>", "<unk>"]
+    ids = tokenizer.encode("Ein Hund.")
+    assert tokenizer.decode([1] + ids + [2, 0, 0]) == "Ein Hund."
+    # Model outputs arrive as tensors or arrays.
+    assert tokenizer.decode_batch([torch.tensor(ids), np.array(ids)]) == ["Ein Hund.", "Ein Hund."]
+
+
+def test_encode_batch_equals_the_saved_tokenizer_json(tokenizer, data_dir):
+    """encode_batch normalises in Python for speed; the tokenizer.json on its own must give the same ids."""
+    corpus = load_corpus("wmt17", "newstest2014", data_dir=data_dir, download=False)
+    lines = corpus.source[:1000] + corpus.target[:1000] + ["ﬁ ½ Ⅻ ｆｕｌｌｗｉｄｔｈ"]
+    reference = [e.ids for e in tokenizer.backend.encode_batch(lines, add_special_tokens=False)]
+    assert tokenizer.encode_batch(lines) == reference
+    assert tokenizer.encode(lines[0]) == reference[0]
+
+
+def test_save_load_keeps_fingerprint_and_ids(tokenizer, tmp_path):
+    path = tokenizer.save(tmp_path / "tokenizer.json")
+    loaded = Tokenizer.load(path)
+    assert loaded.fingerprint == tokenizer.fingerprint and len(tokenizer.fingerprint) == 64
+    assert loaded.vocab_size == tokenizer.vocab_size == 4000
+    text = "Zwei Männer spielen Fußball."
+    assert loaded.encode(text) == tokenizer.encode(text)
+
+
+def test_fingerprint_differs_for_another_vocabulary():
+    texts = ["ein Hund", "eine Katze", "zwei Hunde"] * 5
+    a = Tokenizer.train(texts, vocab_size=270)
+    b = Tokenizer.train(texts, vocab_size=265)
+    assert a.fingerprint != b.fingerprint
+    assert Tokenizer.train(texts, vocab_size=270).fingerprint == a.fingerprint  # training is deterministic
+
+
+def test_bad_settings_and_files(tmp_path):
+    with pytest.raises(ConfigError, match="at least 260"):
+        Tokenizer.train(["x"], vocab_size=100)
+    with pytest.raises(DataError, match="tokenizer file not found"):
+        Tokenizer.load(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(DataError, match="bad.json: not a valid tokenizer.json"):
+        Tokenizer.load(tmp_path / "bad.json")
