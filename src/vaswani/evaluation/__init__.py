@@ -1,0 +1,9 @@
+"""Scoring translations and managing checkpoints for evaluation.
+
+    metrics.py    sacreBLEU corpus BLEU/chrF with signatures, sentence-BLEU
+    report.py     best/worst sentences of a seeded random sample (report.md)
+    evaluate.py   translate a test set, score it, time it, write results.json + hypotheses.txt + report.md
+    hardware.py   where a number was measured
+    average.py    checkpoint averaging
+    commands.py   `vaswani evaluate`, `vaswani average`
+"""

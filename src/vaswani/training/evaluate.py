@@ -11,14 +11,13 @@ import torch
 from vaswani.decoding.config import SearchConfig
 from vaswani.decoding.translator import Translator
 from vaswani.model import Transformer
+from vaswani.precision import autocast
 from vaswani.training.loss import translation_loss
 
 
 @torch.inference_mode()
 def validation_loss(model: Transformer, data: Any, device: torch.device, precision: str,
                     label_smoothing: float) -> dict[str, float]:
-    from vaswani.training.trainer import autocast
-
     loss = nll = correct = tokens = 0.0
     for indices in data.valid_batches():
         batch = data.collate(indices, device, split="valid")

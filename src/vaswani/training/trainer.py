@@ -24,6 +24,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from vaswani.errors import VaswaniError
+from vaswani.precision import autocast, resolve_precision
 from vaswani.model import Transformer
 from vaswani.training import data as training_data
 from vaswani.training.checkpoint import load_trainer_state, point, prune, save_checkpoint
@@ -44,24 +45,6 @@ def resolve_device(name: str, world: World) -> torch.device:
             raise VaswaniError("train.device=cuda but no CUDA device is visible")
         return torch.device("cuda", world.local_rank)
     return torch.device(name)
-
-
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """bf16 wherever the hardware has it (also on CPU, where bf16 matmuls are ~4x faster), fp16 on older GPUs."""
-    if precision != "auto":
-        if precision == "fp16" and device.type != "cuda":
-            raise VaswaniError("train.precision=fp16 needs a CUDA device; use bf16 or fp32 on CPU")
-        return precision
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-    return "bf16"
-
-
-def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return torch.autocast(device.type, dtype=dtype)
 
 
 @dataclass

@@ -1,0 +1,236 @@
+"""`vaswani bench decode`: sentences/s and tokens/s of greedy and beam search, and what the KV cache and
+batching buy.
+
+Three measurements:
+
+1. greedy and beam k (default 4 and 5), cached and batched: the speed `vaswani translate` runs at;
+2. cached vs uncached greedy at a fixed output length (64 tokens): the uncached decoder reruns
+   ``model(src, prefix)`` on the whole prefix every step (and a second variant keeps the encoder output and
+   recomputes only the decoder), so the gap is what the key/value cache saves;
+3. batched beam vs one-sentence-at-a-time beam, per sentence: what batching sentences × beams buys.
+
+With ``--checkpoint`` the sources are a real test set (Multi30k test2016 by default) and outputs end at </s>.
+Without one, the model has random weights (``--preset``) and the sources are random token ids with
+Multi30k-like lengths; a random model rarely emits </s>, so </s> is disabled and every output is exactly
+``--output-len`` tokens: every search does the same number of steps and the comparison is fair.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vaswani.config import ModelConfig
+from vaswani.decoding.config import SearchConfig
+from vaswani.decoding.reference import UncachedModel
+from vaswani.decoding.search import generate
+from vaswani.errors import VaswaniError
+from vaswani.evaluation.hardware import hardware
+from vaswani.model import Transformer
+
+RANDOM_SOURCE_LENGTHS = (8, 24)  # tokens incl. </s>: roughly Multi30k German with a 10k BPE vocabulary
+
+
+@dataclass
+class Timing:
+    name: str
+    sentences: int
+    tokens: int  # output tokens of the best hypotheses, </s> included
+    runs: list[float]  # wall seconds of each repeat
+
+    @property
+    def seconds(self) -> float:
+        # The fastest repeat: interference from other processes only ever adds time, so the minimum is the
+        # best estimate of the cost itself (the reasoning of Python's timeit).
+        return min(self.runs)
+
+    @property
+    def sentences_per_s(self) -> float:
+        return self.sentences / self.seconds
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "seconds": self.seconds, "sentences_per_s": self.sentences_per_s,
+                "tokens_per_s": self.tokens_per_s}
+
+
+# ---- inputs ---------------------------------------------------------------------------------------------------
+def random_sources(n: int, vocab_size: int, seed: int) -> list[list[int]]:
+    """``n`` random id sequences ending in </s>, lengths uniform in RANDOM_SOURCE_LENGTHS."""
+    generator = torch.Generator().manual_seed(seed)
+    low, high = RANDOM_SOURCE_LENGTHS
+    lengths = torch.randint(low, high + 1, (n,), generator=generator).tolist()
+    return [torch.randint(4, vocab_size, (length - 1,), generator=generator).tolist() + [2] for length in lengths]
+
+
+def test_set_sources(tokenizer_file: Path, dataset: str, split: str, data_dir: str | None, n: int) -> list[list[int]]:
+    from vaswani.data.corpora import load_corpus
+    from vaswani.data.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.load(tokenizer_file)
+    sentences = list(load_corpus(dataset, split, data_dir=data_dir).source)[:n]
+    return [ids + [tokenizer.eos_id] for ids in tokenizer.encode_batch(sentences)]
+
+
+def batches(sources: list[list[int]], batch_size: int, device: torch.device) -> list[torch.Tensor]:
+    """Length-sorted, padded (B, S) batches, as the Translator makes them."""
+    ordered = sorted(sources, key=len, reverse=True)
+    out = []
+    for start in range(0, len(ordered), batch_size):
+        chunk = ordered[start : start + batch_size]
+        src = torch.zeros(len(chunk), len(chunk[0]), dtype=torch.long)
+        for row, ids in enumerate(chunk):
+            src[row, : len(ids)] = torch.tensor(ids)
+        out.append(src.to(device))
+    return out
+
+
+# ---- timing ---------------------------------------------------------------------------------------------------
+def time_search(name: str, model: Any, src_batches: list[torch.Tensor], config: SearchConfig, repeats: int) -> Timing:
+    """Wall time of searching all batches, ``repeats`` times (after one untimed warm-up batch)."""
+    generate(model, src_batches[-1][:2], config)  # warm-up: allocator, kernels, lazy init
+    runs, tokens = [], 0
+    for _ in range(repeats):
+        _sync(src_batches[0].device)
+        start, tokens = time.perf_counter(), 0
+        for src in src_batches:
+            tokens += sum(len(nbest[0].tokens) + 1 for nbest in generate(model, src, config))
+        _sync(src_batches[0].device)
+        runs.append(time.perf_counter() - start)
+    return Timing(name, sum(b.size(0) for b in src_batches), tokens, runs)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# ---- command --------------------------------------------------------------------------------------------------
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint", metavar="DIR", help="trained checkpoint (omitted: random weights)")
+    parser.add_argument("--preset", default="small", help="model preset when there is no checkpoint")
+    parser.add_argument("--dataset", default="multi30k", help="test set with --checkpoint")
+    parser.add_argument("--split", default="test2016", help="split of --dataset")
+    parser.add_argument("--data-dir", default=None, help="where the corpora live")
+    parser.add_argument("--sentences", type=int, default=64, help="sentences for the batched measurements")
+    parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
+    parser.add_argument("--beams", type=int, nargs="+", default=[4, 5], help="beam sizes to measure")
+    parser.add_argument("--output-len", type=int, default=64,
+                        help="fixed output length (tokens incl. </s>) of random models and of cached vs uncached")
+    parser.add_argument("--uncached-sentences", type=int, default=16, help="sentences for cached vs uncached")
+    parser.add_argument("--single-sentences", type=int, default=8,
+                        help="sentences decoded one at a time for batched vs one-at-a-time beam")
+    parser.add_argument("--repeats", type=int, default=3, help="timed repeats (the fastest is reported)")
+    parser.add_argument("--device", default="auto", help="cpu, cuda or auto")
+    parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=False,
+                        help="bfloat16 autocast (else fp32)")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (None: torch's choice)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
+                          ("cpu" if args.device == "auto" else args.device))
+    torch.manual_seed(args.seed)
+    model, sources, fixed_length = _model_and_sources(args, device)
+    base = SearchConfig(beam_size=1, bf16=args.bf16)
+    # Fixed length: no </s> before the limit, and a limit that does not depend on the source length (the
+    # default 1.5·|src| + 10 would stop short sentences early).
+    fixed = replace(base, allow_eos=False, max_len_a=0.0, max_len_b=args.output_len)
+    natural = fixed if fixed_length else base
+    if model.config.positions == "learned" and args.output_len > model.config.max_len:
+        raise VaswaniError(f"--output-len {args.output_len} exceeds the learned positions' max_len "
+                           f"{model.config.max_len}")
+
+    table = _Table(args, device)
+    all_batches = batches(sources, args.batch_size, device)
+    rows = [table.add(time_search("greedy", model, all_batches, natural, args.repeats))]
+    for k in args.beams:
+        rows.append(table.add(time_search(f"beam {k}", model, all_batches, replace(natural, beam_size=k),
+                                          args.repeats)))
+    batched_beam = rows[1]
+
+    few = batches(sources[: args.uncached_sentences], args.batch_size, device)
+    length = args.output_len
+    cached = table.add(time_search(f"greedy cached, {length} tokens", model, few, fixed, args.repeats))
+    uncached = table.add(time_search(f"greedy uncached model(src, prefix), {length} tokens", UncachedModel(model),
+                                     few, fixed, args.repeats))
+    decoder_only = table.add(time_search(f"greedy uncached decoder, encoder kept, {length} tokens",
+                                         UncachedModel(model, reencode=False), few, fixed, args.repeats))
+    k = args.beams[0]
+    single = batches(sources[: args.single_sentences], 1, device)
+    one_by_one = table.add(time_search(f"beam {k} one sentence at a time", model, single,
+                                       replace(natural, beam_size=k), args.repeats))
+    rows += [cached, uncached, decoder_only, one_by_one]
+
+    comparisons = {
+        "cache_speedup": uncached.seconds / cached.seconds,
+        "cache_speedup_decoder_only": decoder_only.seconds / cached.seconds,
+        "batched_beam_speedup_per_sentence": (one_by_one.seconds / one_by_one.sentences)
+        / (batched_beam.seconds / batched_beam.sentences),
+    }
+    print(f"KV cache: {comparisons['cache_speedup']:.1f}x faster than model(src, prefix) "
+          f"({comparisons['cache_speedup_decoder_only']:.1f}x than recomputing the decoder only)")
+    print(f"batched beam {k}: {comparisons['batched_beam_speedup_per_sentence']:.1f}x faster per sentence than one "
+          "sentence at a time")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        report = {
+            "command": "vaswani " + " ".join(sys.argv[1:]) if sys.argv[0].endswith("vaswani") else None,
+            "arguments": {key: (str(v) if isinstance(v, Path) else v) for key, v in vars(args).items()
+                          if key not in ("handler",)},
+            "model": {"checkpoint": args.checkpoint, "preset": None if args.checkpoint else args.preset,
+                      "parameters": model.num_parameters(), "config": model.config.to_dict()},
+            "fixed_output_length": fixed_length,
+            "search": {"natural": asdict(natural), "fixed": asdict(fixed)},
+            "results": [row.to_dict() for row in rows],
+            "comparisons": comparisons,
+            "hardware": hardware(device),
+        }
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {args.out}")
+    return 0
+
+
+def _model_and_sources(args: argparse.Namespace, device: torch.device) -> tuple[Transformer, list[list[int]], bool]:
+    """(model, source ids, whether outputs have a fixed length)."""
+    if args.checkpoint:
+        from vaswani.model.serialization import load_model, resolve_checkpoint
+
+        directory = resolve_checkpoint(args.checkpoint)
+        model = load_model(directory, device=device).eval()
+        sources = test_set_sources(directory / "tokenizer.json", args.dataset, args.split, args.data_dir,
+                                   args.sentences)
+        return model, sources, False
+    model = Transformer(ModelConfig.preset(args.preset, dropout=0.0)).to(device).eval()
+    return model, random_sources(args.sentences, model.config.vocab_size, args.seed), True
+
+
+class _Table:
+    """Prints each measurement as soon as it is taken (the uncached rows take minutes on a CPU)."""
+
+    WIDTH = 50
+
+    def __init__(self, args: argparse.Namespace, device: torch.device):
+        precision = "bf16" if args.bf16 else "fp32"
+        model = f"checkpoint {args.checkpoint}" if args.checkpoint else f"random {args.preset} model"
+        print(f"decoding speed on {device} ({torch.get_num_threads()} threads, {precision}), {model}")
+        print(f"{'search':<{self.WIDTH}}  {'sentences':>9}  {'seconds':>8}  {'sent/s':>8}  {'tokens/s':>9}")
+
+    def add(self, row: Timing) -> Timing:
+        print(f"{row.name:<{self.WIDTH}}  {row.sentences:>9}  {row.seconds:>8.2f}  {row.sentences_per_s:>8.1f}  "
+              f"{row.tokens_per_s:>9.0f}", flush=True)
+        return row

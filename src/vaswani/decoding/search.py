@@ -1,0 +1,311 @@
+"""Greedy and beam search, batched over sentences (and beams) and driven by the model's key/value cache.
+
+Any model with the incremental-decoding interface of :class:`vaswani.model.Transformer` can be searched::
+
+    state = model.start_decoding(src)          # src (B, S): encoder + cross-attention K/V, once
+    logits = model.decode_step(tokens, state)  # tokens (N,) -> (N, V); the self-attention cache grows by one
+    state = state.reorder(index)               # keep / duplicate rows (beams that survive, sentences not done)
+
+Rows of the decoding batch are always *live* hypotheses: a sentence (greedy) or a sentence's beams (beam search)
+that are done are dropped from the batch with ``state.reorder``, so no step computes anything for them and no
+step needs a per-sentence Python loop. Positions: the decoder reads <s> at position 0 and emits y1; generating
+n tokens (</s> included) therefore needs positions 0 .. n-1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import torch
+import torch.nn.functional as F
+
+from vaswani.decoding.config import SearchConfig
+from vaswani.decoding.penalties import apply_repetition_penalty, block_repeated_ngrams, normalise
+from vaswani.model.transformer import DecoderState
+
+NEG_INF = float("-inf")
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]  # y1 .. yn: no <s>, no </s>
+    score: float  # log_prob / lp(n + 1): what n-best lists are sorted by
+    log_prob: float  # sum of the (penalised) log-probs of y1 .. yn and </s>
+
+
+# ---- helpers shared by greedy and beam search -----------------------------------------------------------------
+def max_output_lengths(src: torch.Tensor, model: Any, config: SearchConfig) -> torch.Tensor:
+    """(B,) longest output per sentence, </s> included: a · |source| + b, at least 1.
+
+    Learned position tables have no entry past ``max_len``, so the limit never exceeds it; sinusoidal and
+    rotary positions extrapolate and are only bounded by a and b.
+    """
+    src_len = (src != config.pad_id).sum(dim=1)
+    lengths = (config.max_len_a * src_len.float() + config.max_len_b).long().clamp(min=1)
+    model_config = getattr(model, "config", None)
+    if getattr(model_config, "positions", None) == "learned":
+        lengths = lengths.clamp(max=model_config.max_len)
+    return lengths
+
+
+def next_token_log_probs(
+    logits: torch.Tensor,
+    generated: torch.Tensor,
+    force_eos: torch.Tensor | None,
+    config: SearchConfig,
+) -> torch.Tensor:
+    """Raw logits (N, V) -> float32 log-probs with every penalty applied.
+
+    ``generated`` (N, t) are the tokens so far; ``force_eos`` (N,) marks rows at their length limit, whose only
+    continuation is </s> (keeping </s>'s own log-prob, so the hypothesis is scored honestly).
+    """
+    logits = apply_repetition_penalty(logits.float(), generated, config.repetition_penalty)
+    log_probs = torch.log_softmax(logits, dim=-1)
+    eos_log_prob = log_probs[:, config.eos_id].clone()
+    log_probs = block_repeated_ngrams(log_probs, generated, config.no_repeat_ngram)
+    if not config.allow_eos:
+        log_probs[:, config.eos_id] = NEG_INF
+    if force_eos is not None:
+        only_eos = torch.full_like(log_probs, NEG_INF)
+        only_eos[:, config.eos_id] = eos_log_prob
+        log_probs = torch.where(force_eos[:, None], only_eos, log_probs)
+    return log_probs
+
+
+def _force_eos(step: int, limits: torch.Tensor, shortest: int) -> torch.Tensor | None:
+    """(N,) rows whose token at this step is their last allowed one; None while no row is near its limit."""
+    return limits <= step + 1 if step + 1 >= shortest else None
+
+
+@contextlib.contextmanager
+def _eval_mode(model: Any) -> Iterator[None]:
+    """Dropout off while searching; the caller's train/eval mode is restored afterwards (validation in training)."""
+    was_training = getattr(model, "training", False)
+    if was_training:
+        model.eval()
+    try:
+        yield
+    finally:
+        if was_training:
+            model.train()
+
+
+def _hypotheses(
+    tokens: torch.Tensor, lengths: torch.Tensor, scores: torch.Tensor, log_probs: torch.Tensor, nbest: int
+) -> list[list[Hypothesis]]:
+    """(B, n, L) token buffers, best first -> per sentence the ``nbest`` finished hypotheses, </s> stripped."""
+    tokens, lengths, scores, log_probs = (t.cpu().tolist() for t in (tokens, lengths, scores, log_probs))
+    results = []
+    for row_tokens, row_lengths, row_scores, row_log_probs in zip(tokens, lengths, scores, log_probs):
+        hyps = [
+            Hypothesis(toks[: length - 1], score, log_prob)
+            for toks, length, score, log_prob in zip(row_tokens, row_lengths, row_scores, row_log_probs)
+            if score > NEG_INF
+        ]
+        results.append(hyps[:nbest] or [Hypothesis([], NEG_INF, NEG_INF)])
+    return results
+
+
+# ---- greedy ---------------------------------------------------------------------------------------------------
+def greedy_search(model: Any, src: torch.Tensor, config: SearchConfig) -> list[list[Hypothesis]]:
+    """Pick the most probable token at every step; one hypothesis per sentence. src: (B, S) padded ids."""
+    batch, device = src.size(0), src.device
+    limits = max_output_lengths(src, model, config)  # (B,)
+    longest, shortest = int(limits.max()), int(limits.min())
+
+    state = model.start_decoding(src)
+    rows = torch.arange(batch, device=device)  # (N,) sentence of each live row
+    tokens = torch.full((batch,), config.bos_id, dtype=torch.long, device=device)  # (N,) last token
+    generated = tokens.new_empty(batch, 0)  # (N, t)
+    log_prob = torch.zeros(batch, device=device)  # (N,)
+    out_tokens = torch.full((batch, longest), config.pad_id, dtype=torch.long, device=device)
+    out_length = torch.zeros(batch, dtype=torch.long, device=device)
+    out_log_prob = torch.zeros(batch, device=device)
+
+    for step in range(longest):
+        logits = model.decode_step(tokens, state)  # (N, V)
+        log_probs = next_token_log_probs(logits, generated, _force_eos(step, limits[rows], shortest), config)
+        best, tokens = log_probs.max(dim=-1)  # (N,), (N,)
+        log_prob = log_prob + best
+        generated = torch.cat((generated, tokens[:, None]), dim=1)
+        ended = tokens == config.eos_id
+        if not ended.any():
+            continue
+        done_rows = rows[ended]
+        out_tokens[done_rows, : step + 1] = generated[ended]
+        out_length[done_rows] = step + 1
+        out_log_prob[done_rows] = log_prob[ended]
+        live = (~ended).nonzero().squeeze(1)
+        if live.numel() == 0:
+            break
+        # Finished sentences leave the batch: later steps cost only what is still being decoded.
+        state = state.reorder(live)
+        rows, tokens, generated, log_prob = rows[live], tokens[live], generated[live], log_prob[live]
+
+    scores = normalise(out_log_prob, out_length, config.alpha, config.length_norm)
+    return _hypotheses(out_tokens[:, None], out_length[:, None], scores[:, None], out_log_prob[:, None], 1)
+
+
+# ---- beam -----------------------------------------------------------------------------------------------------
+@dataclass
+class _Finished:
+    """The best ``k`` finished hypotheses of every sentence, best first (-inf score = empty slot)."""
+
+    score: torch.Tensor  # (B, k) normalised
+    log_prob: torch.Tensor  # (B, k)
+    length: torch.Tensor  # (B, k) tokens incl. </s>
+    tokens: torch.Tensor  # (B, k, L)
+    pad_id: int
+
+    @classmethod
+    def empty(cls, batch: int, k: int, longest: int, pad_id: int, device: torch.device) -> "_Finished":
+        return cls(
+            score=torch.full((batch, k), NEG_INF, device=device),
+            log_prob=torch.full((batch, k), NEG_INF, device=device),
+            length=torch.zeros(batch, k, dtype=torch.long, device=device),
+            tokens=torch.full((batch, k, longest), pad_id, dtype=torch.long, device=device),
+            pad_id=pad_id,
+        )
+
+    def add(
+        self,
+        sentences: torch.Tensor,
+        score: torch.Tensor,
+        log_prob: torch.Tensor,
+        length: int,
+        tokens: torch.Tensor,
+    ) -> None:
+        """Merge candidates (A, C) of the active ``sentences`` (A,) into their k best; -inf scores are no-ops."""
+        k, longest = self.score.size(1), self.tokens.size(2)
+        tokens = F.pad(tokens, (0, longest - tokens.size(2)), value=self.pad_id)  # (A, C, L)
+        all_scores = torch.cat((self.score[sentences], score), dim=1)  # (A, k + C)
+        best, which = all_scores.topk(k, dim=1)  # (A, k), sorted best first
+        lengths = torch.full_like(log_prob, length, dtype=torch.long)
+        self.score[sentences] = best
+        self.log_prob[sentences] = torch.cat((self.log_prob[sentences], log_prob), 1).gather(1, which)
+        self.length[sentences] = torch.cat((self.length[sentences], lengths), 1).gather(1, which)
+        pick = which[..., None].expand(-1, -1, longest)
+        self.tokens[sentences] = torch.cat((self.tokens[sentences], tokens), 1).gather(1, pick)
+
+
+def beam_search(model: Any, src: torch.Tensor, config: SearchConfig) -> list[list[Hypothesis]]:
+    """Beam search over all sentences at once: the decoding batch is (active sentences × k beams).
+
+    Each step scores all k·V one-token extensions of a sentence's beams and keeps the 2k best: the </s>
+    candidates among the top k become finished hypotheses (their score is frozen and length-normalised), the k
+    best others are the next beams. A sentence is done when k hypotheses have finished, when no live beam can
+    still beat its n-th best finished one, or at its length limit; done sentences leave the batch.
+    """
+    batch, k, device = src.size(0), config.beam_size, src.device
+    limits = max_output_lengths(src, model, config)  # (B,)
+    longest, shortest = int(limits.max()), int(limits.min())
+
+    # Row a·k + j of the decoding batch is beam j of active sentence a.
+    state = model.start_decoding(src).reorder(torch.arange(batch, device=device).repeat_interleave(k))
+    sentences = torch.arange(batch, device=device)  # (A,) original index of each active sentence
+    tokens = torch.full((batch * k,), config.bos_id, dtype=torch.long, device=device)  # (A·k,)
+    generated = tokens.new_empty(batch * k, 0)  # (A·k, t)
+    # All k beams start as the same <s>: only beam 0 may expand at step 0, or the beam would hold k copies.
+    beam_scores = torch.full((batch, k), NEG_INF, device=device)  # (A, k) summed log-probs
+    beam_scores[:, 0] = 0.0
+    finished = _Finished.empty(batch, k, longest, config.pad_id, device)
+    rank = torch.arange(2 * k, device=device)  # (2k,)
+
+    for step in range(longest):
+        active = sentences.size(0)
+        row_limits = limits[sentences].repeat_interleave(k)  # (A·k,)
+        logits = model.decode_step(tokens, state)  # (A·k, V)
+        log_probs = next_token_log_probs(logits, generated, _force_eos(step, row_limits, shortest), config)
+        vocab = log_probs.size(-1)
+        candidates = (beam_scores.view(-1, 1) + log_probs).view(active, k * vocab)  # (A, k·V)
+        # 2k candidates: even if k of them end in </s>, k live continuations remain.
+        top_scores, top_index = candidates.topk(2 * k, dim=1)  # (A, 2k), best first
+        parent, token = top_index // vocab, top_index % vocab  # (A, 2k) beam index, token id
+        is_eos = token == config.eos_id
+
+        # 1. </s> candidates ranked inside the top k end their hypothesis (further down they would have fallen
+        #    out of a beam of k). Their score stops accumulating here.
+        ends = is_eos & (rank < k) & (top_scores > NEG_INF)
+        if ends.any():
+            prefixes = generated.view(active, k, step).gather(1, parent[..., None].expand(-1, -1, step))
+            finished.add(
+                sentences,
+                score=torch.where(ends, normalise(top_scores, step + 1, config.alpha, config.length_norm), NEG_INF),
+                log_prob=torch.where(ends, top_scores, NEG_INF),
+                length=step + 1,
+                tokens=torch.cat((prefixes, token[..., None]), dim=2),  # (A, 2k, t + 1)
+            )
+
+        # 2. The k best candidates that do not end are the next beams (stable: non-</s> first, then by rank).
+        keep_order = (is_eos.long() * 2 * k + rank).topk(k, dim=1, largest=False).indices  # (A, k)
+        beam_scores = top_scores.gather(1, keep_order)
+        parent, token = parent.gather(1, keep_order), token.gather(1, keep_order)
+
+        # 3. Which sentences are done.
+        done = _beam_done(finished, sentences, beam_scores, limits, config)  # (A,)
+        keep = (~done).nonzero().squeeze(1)  # (A',)
+        if keep.numel() == 0:
+            break
+        rows = (keep[:, None] * k + parent[keep]).view(-1)  # (A'·k,) parent rows of the surviving beams
+        state = _reorder_beams(state, rows, keep, k, all_kept=keep.numel() == active)
+        tokens = token[keep].view(-1)
+        generated = torch.cat((generated[rows], tokens[:, None]), dim=1)
+        beam_scores, sentences = beam_scores[keep], sentences[keep]
+
+    return _hypotheses(finished.tokens, finished.length, finished.score, finished.log_prob, config.nbest)
+
+
+def _reorder_beams(state: Any, rows: torch.Tensor, keep: torch.Tensor, k: int, all_kept: bool) -> Any:
+    """Select the surviving beams' rows of the decoder state.
+
+    All k rows of a sentence share its cross-attention K/V and source mask, so moving beams *within* a sentence
+    leaves those untouched: for the Transformer's DecoderState only the self-attention cache is gathered every
+    step, and the per-sentence tensors only when sentences leave the batch (they are the largest part of the
+    state for short outputs). Other models' states are reordered whole.
+    """
+    if not isinstance(state, DecoderState):
+        return state.reorder(rows)
+    if all_kept:
+        memory_mask, cross_kv = state.memory_mask, state.cross_kv
+    else:
+        same = (keep[:, None] * k + torch.arange(k, device=keep.device)).view(-1)  # rows of kept sentences, in order
+        memory_mask, cross_kv = state.memory_mask.index_select(0, same), [kv.reorder(same) for kv in state.cross_kv]
+    return DecoderState(memory_mask, cross_kv, [kv.reorder(rows) for kv in state.self_kv], state.step)
+
+
+def _beam_done(
+    finished: _Finished,
+    sentences: torch.Tensor,
+    beam_scores: torch.Tensor,
+    limits: torch.Tensor,
+    config: SearchConfig,
+) -> torch.Tensor:
+    """(A,) True for sentences whose result can no longer change (or, for a full beam, is final by convention).
+
+    A live beam's log-prob can only fall (every token adds log p ≤ 0) while its divisor lp(|Y|) can at most grow
+    to lp(limit); so log-prob / lp(limit) bounds any score it can still reach. Once that bound is no better than
+    the n-th best finished score, continuing cannot change the n-best list.
+    """
+    fin_scores = finished.score[sentences]  # (A, k)
+    n_finished = (fin_scores > NEG_INF).sum(dim=1)
+    best_live = beam_scores.max(dim=1).values  # (A,)
+    bound = normalise(best_live, limits[sentences], config.alpha, config.length_norm)
+    cannot_improve = bound <= fin_scores[:, config.nbest - 1]
+    beam_full = n_finished >= config.beam_size  # the classic criterion: k hypotheses have ended
+    return beam_full | cannot_improve | (best_live == NEG_INF)
+
+
+# ---- entry point ----------------------------------------------------------------------------------------------
+def generate(model: Any, src: torch.Tensor, config: SearchConfig) -> list[list[Hypothesis]]:
+    """Translate a padded batch of source ids (B, S): greedy when ``beam_size == 1``, else beam search.
+
+    Runs under ``torch.inference_mode`` (no autograd bookkeeping) with the model in eval mode, and inside
+    bfloat16 autocast when ``config.bf16`` (matmuls in bf16; log-softmax and scores in float32).
+    """
+    autocast = torch.autocast(src.device.type, dtype=torch.bfloat16, enabled=config.bf16)
+    with torch.inference_mode(), autocast, _eval_mode(model):
+        if config.beam_size == 1:
+            return greedy_search(model, src, config)
+        return beam_search(model, src, config)

@@ -1,0 +1,157 @@
+"""Text in, text out: a checkpoint's model + tokenizer behind :func:`generate`.
+
+    translator = Translator.load("runs/base/checkpoints/best", SearchConfig(beam_size=4))
+    translator.translate(["Ein Mann fährt Fahrrad."])        # -> ["A man is riding a bike."]
+
+Sentences are sorted by length and cut into batches (at most ``batch_size`` sentences and ``max_tokens``
+padded source tokens × beams), so that a batch wastes little compute on padding; results come back in input order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import torch
+from tqdm import tqdm
+
+from vaswani.data.tokenizer import Tokenizer
+from vaswani.decoding.config import SearchConfig
+from vaswani.decoding.search import generate
+from vaswani.errors import VaswaniError
+from vaswani.model.serialization import load_model, resolve_checkpoint
+from vaswani.model.transformer import Transformer
+
+TOKENIZER_FILE = "tokenizer.json"
+
+
+@dataclass
+class Translation:
+    text: str  # detokenized hypothesis
+    score: float  # length-normalised log-prob (what n-best lists are sorted by)
+    log_prob: float  # summed log-prob, </s> included
+    length: int  # target tokens generated, </s> included
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+class Translator:
+    def __init__(
+        self,
+        model: Transformer,
+        tokenizer: Tokenizer,
+        config: SearchConfig | None = None,
+        batch_size: int = 64,
+        max_tokens: int | None = 8192,
+        device: torch.device | str | None = None,
+    ):
+        self.device = torch.device(device) if device is not None else next(model.parameters()).device
+        # No .eval() here: a trainer may wrap its live model for validation; generate() switches dropout off
+        # for the search and restores the caller's mode afterwards.
+        self.model = model.to(self.device)
+        self.tokenizer = tokenizer
+        # The tokenizer is the authority on special ids; the search must agree with it.
+        self.config = dataclasses.replace(
+            config or SearchConfig(), bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id
+        )
+        if batch_size < 1:
+            raise VaswaniError(f"batch size must be >= 1, got {batch_size}")
+        self.batch_size = batch_size
+        self.max_tokens = max_tokens
+
+    @classmethod
+    def load(
+        cls,
+        checkpoint: str | Path,
+        config: SearchConfig | None = None,
+        device: torch.device | str | None = None,
+        **kwargs,
+    ) -> "Translator":
+        """From a checkpoint directory (or a run directory): model.safetensors + model.json + tokenizer.json."""
+        directory = resolve_checkpoint(checkpoint)
+        if not (directory / TOKENIZER_FILE).is_file():
+            raise VaswaniError(f"{directory}: no {TOKENIZER_FILE} beside the weights; cannot turn text into ids")
+        device = torch.device(device) if device is not None else default_device()
+        model = load_model(directory, device=device).eval()
+        tokenizer = Tokenizer.load(directory / TOKENIZER_FILE)
+        if tokenizer.vocab_size > model.config.vocab_size:
+            raise VaswaniError(
+                f"{directory / TOKENIZER_FILE}: vocabulary of {tokenizer.vocab_size} does not fit the model's "
+                f"{model.config.vocab_size} (model.json)"
+            )
+        return cls(model, tokenizer, config, device=device, **kwargs)
+
+    # ---- public API --------------------------------------------------------------------------------------------
+    def translate(self, texts: Sequence[str], progress: bool = False) -> list[str]:
+        """One translation (the best hypothesis) per input string, in input order."""
+        return [nbest[0].text for nbest in self.translate_nbest(texts, progress)]
+
+    def translate_nbest(self, texts: Sequence[str], progress: bool = False) -> list[list[Translation]]:
+        """``config.nbest`` scored translations per input string, best first, in input order."""
+        sources = self.encode(texts)
+        results: list[list[Translation] | None] = [None] * len(sources)
+        with tqdm(total=len(sources), unit="sent", disable=not progress, file=sys.stderr, leave=False) as bar:
+            for batch in self.batches(sources):
+                for index, hypotheses in zip(batch, self._translate_batch([sources[i] for i in batch])):
+                    results[index] = hypotheses
+                bar.update(len(batch))
+        return results  # type: ignore[return-value]
+
+    # ---- steps -------------------------------------------------------------------------------------------------
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        """BPE ids + </s> per sentence (blank lines give []). Learned positions cannot go past max_len, so longer
+        sources are cut there (with a warning) rather than crashing the whole file."""
+        ids = self.tokenizer.encode_batch([text.strip() for text in texts])
+        limit = self.model.config.max_len if self.model.config.positions == "learned" else None
+        sources, cut = [], 0
+        for text, seq in zip(texts, ids):
+            if not text.strip():
+                sources.append([])
+                continue
+            seq = seq + [self.config.eos_id]
+            if limit is not None and len(seq) > limit:
+                seq, cut = seq[: limit - 1] + [self.config.eos_id], cut + 1
+            sources.append(seq)
+        if cut:
+            print(f"warning: {cut} source sentence(s) longer than model.max_len={limit} tokens were cut",
+                  file=sys.stderr)
+        return sources
+
+    def batches(self, sources: Sequence[list[int]]) -> Iterator[list[int]]:
+        """Indices of ``sources`` grouped longest-first into batches within the sentence and token budgets."""
+        order = sorted(range(len(sources)), key=lambda i: len(sources[i]), reverse=True)
+        batch: list[int] = []
+        for index in order:
+            width = len(sources[batch[0]]) if batch else len(sources[index])  # longest first: the first is widest
+            too_many_tokens = (
+                self.max_tokens is not None and (len(batch) + 1) * width * self.config.beam_size > self.max_tokens
+            )
+            if batch and (len(batch) == self.batch_size or too_many_tokens):
+                yield batch
+                batch = []
+            batch.append(index)
+        if batch:
+            yield batch
+
+    def _translate_batch(self, sources: list[list[int]]) -> list[list[Translation]]:
+        """Pad, search, detokenize. Blank sources are answered with an empty translation without decoding."""
+        real = [i for i, seq in enumerate(sources) if seq]
+        out: list[list[Translation]] = [[Translation("", 0.0, 0.0, 0)] for _ in sources]
+        if not real:
+            return out
+        width = max(len(sources[i]) for i in real)
+        src = torch.full((len(real), width), self.config.pad_id, dtype=torch.long)
+        for row, i in enumerate(real):
+            src[row, : len(sources[i])] = torch.tensor(sources[i])
+        hypotheses = generate(self.model, src.to(self.device), self.config)
+        for i, nbest in zip(real, hypotheses):
+            # One line per translation, always: byte-level BPE can emit "\n" (or \u2028, …), which would
+            # misalign every line-based file written after it.
+            texts = [" ".join(t.splitlines()) for t in self.tokenizer.decode_batch([h.tokens for h in nbest])]
+            out[i] = [Translation(t, h.score, h.log_prob, len(h.tokens) + 1) for t, h in zip(texts, nbest)]
+        return out

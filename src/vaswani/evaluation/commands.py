@@ -1,0 +1,97 @@
+"""``vaswani evaluate`` (BLEU/chrF of a checkpoint on a test set) and ``vaswani average`` (checkpoint averaging)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from pathlib import Path
+
+from vaswani.decoding.arguments import add_search_arguments, translator_from_args
+from vaswani.errors import VaswaniError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    evaluate = subparsers.add_parser(
+        "evaluate",
+        help="translate a test set and score it with sacreBLEU",
+        description="Translate a test set, score BLEU and chrF with sacreBLEU (signature included), measure "
+        "decoding speed, and write results.json, hypotheses.txt and report.md (best/worst sentences).",
+    )
+    evaluate.add_argument("--checkpoint", required=True, metavar="DIR", help="checkpoint directory or run directory")
+    data = evaluate.add_argument_group("test set (a registered corpus, or two aligned files)")
+    data.add_argument("--dataset", metavar="NAME", help="e.g. multi30k, wmt17")
+    data.add_argument("--split", metavar="NAME", help="e.g. test2016, newstest2017")
+    data.add_argument("--data-dir", metavar="DIR", help="where the corpora live (default: the data registry's)")
+    data.add_argument("--src", type=Path, metavar="FILE", help="source sentences, one per line")
+    data.add_argument("--ref", type=Path, metavar="FILE", help="reference translations, aligned with --src")
+    evaluate.add_argument("--out", type=Path, metavar="DIR",
+                          help="output directory (default: CHECKPOINT/eval/<test set>-beam<N>/)")
+    evaluate.add_argument("--json", action="store_true", help="print results.json instead of the summary")
+    evaluate.add_argument("--seed", type=int, default=0, help="seed of the best/worst sample (default 0)")
+    add_search_arguments(evaluate, nbest=False)  # scores the best hypothesis only
+    evaluate.set_defaults(handler=evaluate_command)
+
+    average = subparsers.add_parser(
+        "average",
+        help="average the weights of several checkpoints",
+        description="Average the weights of checkpoints of one architecture (e.g. the last 5 of a run) into a "
+        "new checkpoint directory.",
+    )
+    which = average.add_mutually_exclusive_group(required=True)
+    which.add_argument("--checkpoints", nargs="+", metavar="DIR", help="checkpoint directories to average")
+    which.add_argument("--run", metavar="DIR", help="a run directory: average its last --last step_* checkpoints")
+    average.add_argument("--last", type=int, default=5, metavar="N", help="with --run: how many (default 5)")
+    average.add_argument("--out", required=True, type=Path, metavar="DIR", help="new checkpoint directory")
+    average.set_defaults(handler=average_command)
+
+
+def evaluate_command(args: argparse.Namespace) -> int:
+    from vaswani.evaluation.evaluate import evaluate, load_test_set
+
+    if (args.dataset is None) == (args.src is None and args.ref is None):
+        raise VaswaniError("give either --dataset NAME --split NAME, or --src FILE --ref FILE")
+    test_set = load_test_set(args.dataset, args.split, args.src, args.ref, args.data_dir)
+    out = args.out or Path(args.checkpoint) / "eval" / f"{test_set.name}-beam{args.beam}"
+    translator = translator_from_args(args)
+    results, examples = evaluate(
+        translator, test_set, out, checkpoint=args.checkpoint, command=command_line(args), seed=args.seed,
+        progress=not args.json,
+    )
+    if args.json:
+        print(json.dumps(results, indent=2, ensure_ascii=False))
+        return 0
+    speed = results["speed"]
+    print(f"{test_set.name}: BLEU {results['bleu']:.2f}  chrF {results['chrf']:.2f}  "
+          f"length ratio {results['length_ratio']:.3f}  ({results['sentences']} sentences)")
+    print(f"  {results['signature']}")
+    print(f"  {speed['sentences_per_second']:.1f} sentences/s, {speed['target_tokens_per_second']:.0f} target "
+          f"tokens/s on {speed['device']}")
+    print(examples)
+    print(f"wrote {out}/results.json, hypotheses.txt, report.md")
+    return 0
+
+
+def average_command(args: argparse.Namespace) -> int:
+    from vaswani.evaluation.average import average_checkpoints, last_checkpoints
+
+    checkpoints = args.checkpoints or last_checkpoints(args.run, args.last)
+    out = average_checkpoints(checkpoints, args.out)
+    print(f"averaged {len(checkpoints)} checkpoints into {out}")
+    for path in checkpoints:
+        print(f"  {path}")
+    return 0
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The command that reproduces these results, rebuilt from the parsed options (defaults spelled out)."""
+    parts = ["vaswani", args.command]
+    for key, value in sorted(vars(args).items()):
+        flag = "--" + key.replace("_", "-")
+        if key in ("command", "handler") or value is None:
+            continue
+        if isinstance(value, bool):  # --bf16/--no-bf16 default on: spell both states out
+            parts += [flag] if value else ([f"--no-{flag[2:]}"] if key == "bf16" else [])
+        else:
+            parts += [flag, str(value)]
+    return shlex.join(parts)

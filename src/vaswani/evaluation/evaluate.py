@@ -1,0 +1,105 @@
+"""Translate a test set and score it: BLEU/chrF with their signature, length ratio, speed, best/worst report.
+
+Writes into one directory::
+
+    results.json     every number, the search settings, the sacreBLEU signature, the command and the hardware
+    hypotheses.txt   the detokenized output, one line per source line
+    report.md        the scores and the best/worst sentences of a seeded random sample
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vaswani.data.corpora import load_corpus, load_parallel_files
+from vaswani.decoding.translator import Translator
+from vaswani.errors import DataError, VaswaniError
+from vaswani.evaluation.hardware import hardware
+from vaswani.evaluation.metrics import corpus_scores
+from vaswani.evaluation.report import SAMPLE_SIZE, render_markdown, render_text, sample_examples
+
+
+@dataclass
+class TestSet:
+    name: str  # e.g. multi30k-test2016, or the source file's name up to its first dot
+    sources: list[str]
+    references: list[str]
+
+
+def load_test_set(
+    dataset: str | None = None,
+    split: str | None = None,
+    src: str | Path | None = None,
+    ref: str | Path | None = None,
+    data_dir: str | Path | None = None,
+) -> TestSet:
+    """A registered corpus split (``dataset`` + ``split``) or a pair of aligned text files (``src`` + ``ref``)."""
+    if dataset is not None:
+        if split is None:
+            raise VaswaniError(f"--dataset {dataset} needs --split (e.g. test2016)")
+        corpus = load_corpus(dataset, split, data_dir=data_dir)
+        return TestSet(f"{dataset}-{split}", corpus.source, corpus.target)
+    if src is None or ref is None:
+        raise VaswaniError("give --dataset NAME --split NAME, or --src FILE --ref FILE")
+    corpus = load_parallel_files(src, ref)  # plain or .gz; misaligned files are a DataError naming both
+    return TestSet(Path(src).name.split(".")[0], corpus.source, corpus.target)
+
+
+def evaluate(
+    translator: Translator,
+    test_set: TestSet,
+    out_dir: str | Path,
+    checkpoint: str = "",
+    command: str | None = None,
+    seed: int = 0,
+    sample_size: int = SAMPLE_SIZE,
+    progress: bool = False,
+) -> tuple[dict[str, Any], str]:
+    """Translate, score and write ``results.json``, ``hypotheses.txt``, ``report.md``; return (results, report
+    text for the terminal)."""
+    if not test_set.sources:
+        raise DataError(f"{test_set.name}: the test set is empty")
+    start = time.perf_counter()
+    nbest = translator.translate_nbest(test_set.sources, progress=progress)
+    if translator.device.type == "cuda":
+        torch.cuda.synchronize(translator.device)
+    seconds = time.perf_counter() - start
+    hypotheses = [h[0].text for h in nbest]
+    target_tokens = sum(h[0].length for h in nbest)
+
+    scores = corpus_scores(hypotheses, test_set.references)
+    examples = sample_examples(test_set.sources, hypotheses, test_set.references, sample_size, seed)
+    results = {
+        "test_set": test_set.name,
+        "checkpoint": str(checkpoint),
+        "sentences": len(hypotheses),
+        **scores.to_dict(),
+        "speed": {
+            "seconds": seconds,
+            "sentences_per_second": len(hypotheses) / seconds,
+            "target_tokens": target_tokens,  # BPE tokens generated, </s> included
+            "target_tokens_per_second": target_tokens / seconds,
+            "device": str(translator.device),
+            "batch_size": translator.batch_size,
+            "max_tokens": translator.max_tokens,
+        },
+        "search": dataclasses.asdict(translator.config),
+        "report_seed": seed,
+        "sentence_bleu_sample": [dataclasses.asdict(e) for e in examples],
+        "command": command,
+        "hardware": hardware(translator.device),
+    }
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    (out_dir / "hypotheses.txt").write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+    (out_dir / "report.md").write_text(render_markdown(results, examples) + "\n", encoding="utf-8")
+    return results, render_text(examples)

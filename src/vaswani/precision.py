@@ -1,0 +1,56 @@
+"""Which floating-point precision to compute in, decided by what the hardware really does fast.
+
+bf16 autocast is a large win where the hardware has bf16 matrix units (recent GPUs; CPUs with AVX512-BF16 or
+AMX), and a large loss where it does not: on an AVX2-only CPU, PyTorch emulates bf16 matmuls at ~1 GFLOP/s
+against ~40 GFLOP/s for fp32. So "auto" measures instead of assuming.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+
+import torch
+
+from vaswani.errors import ConfigError
+
+
+@functools.lru_cache(maxsize=None)
+def bf16_is_fast(device_type: str) -> bool:
+    """True when a bf16 matmul beats fp32 on this device (always on CUDA devices that support bf16)."""
+    if device_type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if device_type != "cpu":
+        return False
+    return _matmul_seconds(torch.bfloat16) < _matmul_seconds(torch.float32)
+
+
+def _matmul_seconds(dtype: torch.dtype, size: int = 256, repeats: int = 3) -> float:
+    a = torch.randn(size, size).to(dtype)
+    b = torch.randn(size, size).to(dtype)
+    a @ b
+    start = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    return time.perf_counter() - start
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """"auto" -> bf16 where it is fast, fp16 on GPUs without bf16, fp32 otherwise; explicit values are checked."""
+    if precision == "auto":
+        if bf16_is_fast(device.type):
+            return "bf16"
+        return "fp16" if device.type == "cuda" else "fp32"
+    if precision == "fp16" and device.type != "cuda":
+        raise ConfigError("precision fp16 needs a CUDA device; use bf16 or fp32 on CPU")
+    if precision not in ("bf16", "fp16", "fp32"):
+        raise ConfigError(f"precision must be auto, bf16, fp16 or fp32, got {precision!r}")
+    return precision
+
+
+def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device.type, dtype=dtype)

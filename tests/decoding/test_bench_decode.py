@@ -1,0 +1,28 @@
+"""`vaswani bench decode` runs end to end on a random tiny model and writes its JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from vaswani.benchmarks import decode
+
+
+def test_decode_benchmark_smoke(tmp_path, capsys) -> None:
+    parser = argparse.ArgumentParser()
+    decode.add_arguments(parser)
+    out = tmp_path / "decode.json"
+    args = parser.parse_args(["--preset", "tiny", "--sentences", "6", "--batch-size", "3", "--beams", "2",
+                              "--output-len", "6", "--uncached-sentences", "3", "--single-sentences", "2",
+                              "--device", "cpu", "--repeats", "1", "--out", str(out)])
+    assert decode.run(args) == 0
+    assert "KV cache" in capsys.readouterr().out
+    report = json.loads(out.read_text())
+    names = [row["name"] for row in report["results"]]
+    assert names[:2] == ["greedy", "beam 2"] and "beam 2 one sentence at a time" in names
+    for row in report["results"]:
+        assert row["tokens"] == row["sentences"] * 6  # random model: </s> disabled, fixed output length
+        assert row["sentences_per_s"] > 0 and row["tokens_per_s"] > 0
+    assert set(report["comparisons"]) == {"cache_speedup", "cache_speedup_decoder_only",
+                                          "batched_beam_speedup_per_sentence"}
+    assert {"platform", "cpu_count", "torch", "device_name"} <= set(report["hardware"])

@@ -1,0 +1,99 @@
+"""Translator (strings in, strings out) and `vaswani translate`, with a random tiny checkpoint and a real BPE."""
+
+from __future__ import annotations
+
+import io
+import sys
+
+import pytest
+
+from vaswani.cli import main
+from vaswani.decoding import SearchConfig, Translator
+
+
+@pytest.fixture(scope="module")
+def translator(tiny_checkpoint, device) -> Translator:
+    config = SearchConfig(beam_size=2, nbest=2, max_len_a=0.5, max_len_b=5)  # short outputs: fast tests
+    return Translator.load(tiny_checkpoint, config, device=device, batch_size=4)
+
+
+def test_output_order_equals_input_order_whatever_the_batching(translator: Translator, test_pairs) -> None:
+    sources = test_pairs[0][:8]
+    batched = translator.translate(sources)
+    alone = [translator.translate([s])[0] for s in sources]
+    assert batched == alone  # sorting by length, batching and padding change nothing
+    assert translator.translate(sources[::-1]) == batched[::-1]
+    assert len(set(batched)) > 1  # different sources, different outputs: results are not shuffled copies
+
+
+def test_nbest_is_scored_best_first_and_blank_lines_stay_blank(translator: Translator, test_pairs) -> None:
+    sources = [test_pairs[0][0], "", "   ", test_pairs[0][1]]
+    nbest = translator.translate_nbest(sources)
+    assert [len(n) for n in nbest] == [2, 1, 1, 2]
+    assert nbest[1][0].text == nbest[2][0].text == ""
+    for n in (nbest[0], nbest[3]):
+        assert n[0].score >= n[1].score
+        assert all(t.length >= 1 and t.log_prob <= 0 for t in n)
+
+
+def test_batches_are_length_sorted_within_both_budgets(translator: Translator) -> None:
+    sources = [[5] * n for n in (3, 10, 7, 1, 10, 2, 8)]
+    translator.max_tokens = 2 * 10 * 2  # beam 2: two sentences of 10 tokens fill a batch
+    try:
+        groups = list(translator.batches(sources))
+    finally:
+        translator.max_tokens = 8192
+    assert sorted(i for g in groups for i in g) == list(range(len(sources)))
+    assert all(len(g) <= translator.batch_size for g in groups)
+    assert groups[0] == [1, 4]  # the two longest together, within 40 padded tokens × beams
+    lengths = [len(sources[i]) for g in groups for i in g]
+    assert lengths == sorted(lengths, reverse=True)
+
+
+def test_translate_command_file_to_file(tiny_checkpoint, test_pairs, tmp_path, device) -> None:
+    source = tmp_path / "test.de"
+    source.write_text("\n".join(test_pairs[0]) + "\n", encoding="utf-8")
+    output = tmp_path / "out" / "test.en"
+    code = main(["translate", "--checkpoint", str(tiny_checkpoint), "--input", str(source), "--output",
+                 str(output), "--beam", "2", "--device", device.type, "--no-bf16", "--batch-size", "8"])
+    assert code == 0
+    lines = output.read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(lines) == 20
+    expected = Translator.load(tiny_checkpoint, SearchConfig(beam_size=2), device=device).translate(test_pairs[0])
+    assert lines == expected
+
+
+def test_translate_command_nbest_from_stdin(tiny_checkpoint, test_pairs, monkeypatch, capsys, device) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(test_pairs[0][:3]) + "\n"))
+    code = main(["translate", "--checkpoint", str(tiny_checkpoint), "--beam", "3", "--nbest", "2",
+                 "--device", device.type])
+    assert code == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 6
+    for line, expected_index in zip(lines, [0, 0, 1, 1, 2, 2]):
+        index, hypothesis, score = line.split(" ||| ")
+        assert int(index) == expected_index
+        assert float(score) <= 0.0
+
+
+def test_translate_command_reports_bad_input(tiny_checkpoint, tmp_path, capsys) -> None:
+    code = main(["translate", "--checkpoint", str(tiny_checkpoint), "--input", str(tmp_path / "missing.de")])
+    assert code == 2
+    assert "missing.de" in capsys.readouterr().err
+    code = main(["translate", "--checkpoint", str(tmp_path), "--input", str(tmp_path / "missing.de")])
+    assert code == 2
+
+
+def test_long_sources_are_cut_for_learned_positions(tiny_checkpoint, test_pairs, capsys) -> None:
+    from vaswani.config import ModelConfig
+    from vaswani.data.tokenizer import Tokenizer
+    from vaswani.model import Transformer
+
+    tokenizer = Tokenizer.load(tiny_checkpoint / "tokenizer.json")
+    config = ModelConfig.preset("tiny", dropout=0.0, vocab_size=tokenizer.vocab_size, positions="learned", max_len=8)
+    translator = Translator(Transformer(config), tokenizer, SearchConfig(beam_size=2), device="cpu")
+    sources = translator.encode(test_pairs[0][:2])
+    assert all(len(s) == 8 and s[-1] == tokenizer.eos_id for s in sources)
+    assert "cut" in capsys.readouterr().err
+    nbest = translator.translate_nbest(test_pairs[0][:2])  # no position past the learned table
+    assert all(n[0].length <= 8 for n in nbest)
