@@ -2,39 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Tiny models, tiny matmuls: one intra-op thread is faster, and far faster when other processes share the
-    cores (idle OpenMP threads spin and fight them). Restored after each test."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="session")
-def tiny_checkpoint(tmp_path_factory, data_dir: Path) -> Path:
-    """A random tiny model saved with save_model, beside a byte-level BPE trained on 500 Multi30k lines."""
-    from vaswani.config import ModelConfig
-    from vaswani.data.corpora import load_corpus
-    from vaswani.data.tokenizer import Tokenizer
-    from vaswani.model import Transformer
-    from vaswani.model.serialization import save_model
-
-    directory = tmp_path_factory.mktemp("tiny_checkpoint")
-    train = load_corpus("multi30k", "train", data_dir=data_dir)
-    tokenizer = Tokenizer.train(train.source[:500] + train.target[:500], vocab_size=1000)
-    torch.manual_seed(0)
-    save_model(Transformer(ModelConfig.preset("tiny", dropout=0.0, vocab_size=tokenizer.vocab_size)), directory)
-    tokenizer.save(directory / "tokenizer.json")
-    return directory
 
 
 @pytest.fixture(scope="session")

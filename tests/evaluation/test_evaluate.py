@@ -107,3 +107,19 @@ def test_best_worst_sample_is_seeded_ranked_and_rendered():
                "speed": {"sentences_per_second": 1.0, "target_tokens_per_second": 2.0, "device": "cpu"}}
     markdown = render_markdown(results, sample, 3)
     assert best[0].source in markdown and worst[0].reference in markdown and "beam 4, gnmt α=0.6" in markdown
+
+
+def test_compare_tabulates_evaluations_with_their_commands(tiny_checkpoint, test_files, tmp_path, capsys):
+    greedy, beam = tmp_path / "greedy", tmp_path / "beam"
+    assert _evaluate(tiny_checkpoint, test_files, "--beam", "1", "--out", str(greedy), "--no-bf16") == 0
+    assert _evaluate(tiny_checkpoint, test_files, "--beam", "3", "--repetition-penalty", "1.3", "--out", str(beam),
+                     "--no-bf16") == 0
+    capsys.readouterr()
+    assert main(["compare", str(greedy), str(beam / "results.json"), "--out", str(tmp_path / "table")]) == 0
+    table = (tmp_path / "table" / "table.md").read_text()
+    rows = [line for line in table.splitlines() if line.startswith("| greedy") or line.startswith("| beam 3")]
+    assert len(rows) == 2 and "repetition penalty 1.3" in rows[1]
+    summary = json.loads((tmp_path / "table" / "results.json").read_text())
+    expected = json.loads((greedy / "results.json").read_text())["bleu"]
+    assert summary[0]["bleu"] == expected and "vaswani evaluate" in summary[1]["command"]
+    assert main(["compare", str(tmp_path / "missing"), "--out", str(tmp_path / "x")]) == 2

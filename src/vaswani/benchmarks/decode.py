@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -32,7 +31,7 @@ from vaswani.decoding.config import SearchConfig
 from vaswani.decoding.reference import UncachedModel
 from vaswani.decoding.search import generate
 from vaswani.errors import VaswaniError
-from vaswani.evaluation.hardware import hardware
+from vaswani.provenance import provenance
 from vaswani.model import Transformer
 
 RANDOM_SOURCE_LENGTHS = (8, 24)  # tokens incl. </s>: roughly Multi30k German with a 10k BPE vocabulary
@@ -189,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         report = {
-            "command": "vaswani " + " ".join(sys.argv[1:]) if sys.argv[0].endswith("vaswani") else None,
+            **provenance(device),
             "arguments": {key: (str(v) if isinstance(v, Path) else v) for key, v in vars(args).items()
                           if key not in ("handler",)},
             "model": {"checkpoint": args.checkpoint, "preset": None if args.checkpoint else args.preset,
@@ -198,7 +197,6 @@ def run(args: argparse.Namespace) -> int:
             "search": {"natural": asdict(natural), "fixed": asdict(fixed)},
             "results": [row.to_dict() for row in rows],
             "comparisons": comparisons,
-            "hardware": hardware(device),
         }
         args.out.write_text(json.dumps(report, indent=2) + "\n")
         print(f"wrote {args.out}")

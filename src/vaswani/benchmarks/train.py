@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ import torch.nn.functional as F
 
 from vaswani.config import ModelConfig
 from vaswani.model import Transformer, sinusoidal_table
+from vaswani.provenance import provenance
 from vaswani.training.loss import TranslationLoss
 
 
@@ -125,14 +125,6 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def hardware() -> dict[str, object]:
-    info: dict[str, object] = {"platform": platform.platform(), "processor": platform.processor(),
-                               "cpu_count": torch.get_num_threads(), "torch": torch.__version__}
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name()
-    return info
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default="small", help="model preset (base, small, tiny)")
     parser.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
@@ -172,10 +164,7 @@ def run(args: argparse.Namespace) -> int:
               f"{row['torch.nn.Transformer']['tokens_per_s']:9,.0f} tok/s | speed-up {row['speedup']:.2f}x "
               f"({row['vaswani_parameters']:,} vs {row['torch.nn.Transformer_parameters']:,} parameters)")
     if args.out:
-        import sys
-
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"command": "vaswani " + " ".join(sys.argv[1:]), "device": str(device),
-                                        "hardware": hardware(), "preset": args.preset, "max_tokens": args.max_tokens,
+        args.out.write_text(json.dumps({**provenance(device), "preset": args.preset, "max_tokens": args.max_tokens,
                                         "results": results}, indent=2))
     return 0

@@ -32,6 +32,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_search_arguments(evaluate, nbest=False)  # scores the best hypothesis only
     evaluate.set_defaults(handler=evaluate_command)
 
+    compare = subparsers.add_parser(
+        "compare",
+        help="table of several evaluate results side by side",
+        description="Read the results.json of several `vaswani evaluate` runs and write table.md and results.json "
+        "comparing them (search settings, BLEU, chrF, length ratio, speed, commands).",
+    )
+    compare.add_argument("results", nargs="+", type=Path, metavar="RESULTS",
+                         help="evaluate output directories or their results.json files")
+    compare.add_argument("--out", type=Path, required=True, metavar="DIR", help="where table.md/results.json go")
+    compare.set_defaults(handler=compare_command)
+
     average = subparsers.add_parser(
         "average",
         help="average the weights of several checkpoints",
@@ -95,3 +106,10 @@ def command_line(args: argparse.Namespace) -> str:
         else:
             parts += [flag, str(value)]
     return shlex.join(parts)
+
+
+def compare_command(args: argparse.Namespace) -> int:
+    from vaswani.evaluation.compare import write_comparison
+
+    print(write_comparison(args.results, args.out), end="")
+    return 0

@@ -21,7 +21,7 @@ import torch
 from vaswani.data.corpora import load_corpus, load_parallel_files
 from vaswani.decoding.translator import Translator
 from vaswani.errors import DataError, VaswaniError
-from vaswani.evaluation.hardware import hardware
+from vaswani.provenance import git_state, hardware
 from vaswani.evaluation.metrics import corpus_scores
 from vaswani.evaluation.report import SAMPLE_SIZE, render_markdown, render_text, sample_examples
 
@@ -94,6 +94,7 @@ def evaluate(
         "report_seed": seed,
         "sentence_bleu_sample": [dataclasses.asdict(e) for e in examples],
         "command": command,
+        "git": git_state(),
         "hardware": hardware(translator.device),
     }
 

@@ -19,7 +19,7 @@ import torch.nn as nn
 from vaswani.config import ModelConfig
 from vaswani.model.attention import KVCache
 from vaswani.model.blocks import DecoderLayer, EncoderLayer
-from vaswani.model.masks import combine, padding_mask, sliding_window_mask
+from vaswani.model.masks import padding_mask, sliding_window_mask
 from vaswani.model.positions import LearnedPositions, RotaryEmbedding, SinusoidalPositions
 
 

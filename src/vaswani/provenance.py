@@ -1,0 +1,78 @@
+"""Where a number came from: the command, the code (git commit) and the machine. A figure without these is not
+a result: every results file the tool writes carries :func:`provenance`."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def provenance(device: torch.device | str = "cpu", command: str | None = None) -> dict[str, Any]:
+    """The command line, git commit (and whether the tree had uncommitted changes), hardware and library versions."""
+    return {
+        "command": command or "vaswani " + shlex.join(sys.argv[1:]),
+        "git": git_state(),
+        "hardware": hardware(device),
+        "versions": versions(),
+    }
+
+
+def git_state() -> dict[str, Any]:
+    root = Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                                capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return {"commit": None, "dirty": None}
+    if commit.returncode != 0:
+        return {"commit": None, "dirty": None}
+    return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}
+
+
+def versions() -> dict[str, str]:
+    from importlib import metadata
+
+    found = {}
+    for package in ("torch", "tokenizers", "sacrebleu", "numpy", "safetensors"):
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            pass
+    return found
+
+
+def hardware(device: torch.device | str = "cpu") -> dict[str, Any]:
+    """Platform, CPU, torch version and thread count, and the name of the device that ran the model."""
+    device = torch.device(device)
+    return {
+        "platform": platform.platform(),
+        "processor": _cpu_name(),
+        "cpu_count": _cpu_count(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name(),
+    }
+
+
+def _cpu_count() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
