@@ -14,10 +14,15 @@ from typing import Any
 import torch
 
 
+def command_line() -> str:
+    """The command as typed, with the console script's name (also when run as ``python -m vaswani.cli``)."""
+    return shlex.join(["vaswani", *sys.argv[1:]])
+
+
 def provenance(device: torch.device | str = "cpu", command: str | None = None) -> dict[str, Any]:
     """The command line, git commit (and whether the tree had uncommitted changes), hardware and library versions."""
     return {
-        "command": command or "vaswani " + shlex.join(sys.argv[1:]),
+        "command": command or command_line(),
         "git": git_state(),
         "hardware": hardware(device),
         "versions": versions(),

@@ -67,7 +67,9 @@ def test_resume_after_sigkill_is_bit_exact(workdir: Path) -> None:
     process = subprocess.Popen(_train_command(interrupted, *steps), cwd=workdir, env=_env(workdir),
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 240
-    while not (interrupted / "checkpoints" / "step_0000004").exists():
+    last = interrupted / "checkpoints" / "last"
+    # `last` moves only once a checkpoint is complete (a step_* directory may exist a moment before)
+    while not (last.is_symlink() and os.readlink(last) >= "step_0000004"):
         assert process.poll() is None, process.stderr.read()[-3000:]
         assert time.time() < deadline, "no checkpoint appeared"
         time.sleep(0.02)

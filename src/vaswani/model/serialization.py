@@ -28,6 +28,13 @@ WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "model.json"
 
 
+def _umask_mode() -> int:
+    """The permissions a plainly created file would get (mkstemp makes private 0600 files)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write to a temporary file in the same directory, fsync, then rename: readers see the old or the new file,
     never a half-written one, even if the process dies mid-write."""
@@ -38,6 +45,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, _umask_mode())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -54,6 +62,7 @@ def save_model(model: Transformer, directory: str | Path) -> None:
         save_safetensors_from(model, tmp)
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
+        os.chmod(tmp, _umask_mode())
         os.replace(tmp, directory / WEIGHTS_FILE)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -1,0 +1,222 @@
+"""``vaswani classify train | predict | experiment``: parse arguments, call the modules that do the work."""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from pathlib import Path
+
+from vaswani.classification.settings import TrainSettings
+from vaswani.errors import ConfigError
+
+DEFAULTS = TrainSettings()  # the command line's defaults are the dataclass's: one place to change them
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    classify = subparsers.add_parser(
+        "classify",
+        help="train and apply a Transformer text classifier on any CSV (text column + label column)",
+        description="Text classification with the project's Transformer encoder, compared with TF-IDF + "
+        "logistic regression.",
+    )
+    commands = classify.add_subparsers(dest="classify_command", metavar="SUBCOMMAND", required=True)
+
+    train = commands.add_parser("train", help="train a classifier on a labelled CSV and write its evaluation report")
+    _add_training_arguments(train)
+    train.add_argument("--out", type=Path, default=Path("runs/classifier"), help="output directory (model + report)")
+    train.add_argument("--seed", type=int, default=DEFAULTS.seed,
+                       help="seed of the split, the initialisation and the batch order")
+    train.add_argument("--examples", type=int, default=5, help="random validation examples to print at the end")
+    train.set_defaults(handler=train_command)
+
+    predict = commands.add_parser("predict", help="label the texts of a CSV file, or one --text")
+    predict.add_argument("--model", type=Path, required=True, help="directory written by `classify train`")
+    source = predict.add_mutually_exclusive_group(required=True)
+    source.add_argument("--csv", type=Path, help="CSV file to label; its rows are written back in order")
+    source.add_argument("--text", help="a single text: print its label and class probabilities")
+    predict.add_argument("--text-column", help="column holding the text (default: the one used in training)")
+    predict.add_argument("--output", type=Path, help="CSV to write (default: standard output)")
+    predict.set_defaults(handler=predict_command)
+
+    experiment = commands.add_parser(
+        "experiment", help="Transformer vs TF-IDF baseline over several seeds on one held-out split (results/)"
+    )
+    _add_training_arguments(experiment)
+    experiment.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    experiment.add_argument("--split-seed", type=int, default=0, help="seed of the held-out split shared by all runs")
+    experiment.add_argument("--out", type=Path, default=Path("results/classifier"))
+    experiment.add_argument("--runs-dir", type=Path, default=Path("runs/classifier-experiment"),
+                            help="where the trained models go (one directory per seed)")
+    experiment.set_defaults(handler=experiment_command)
+
+
+def _add_training_arguments(parser: argparse.ArgumentParser) -> None:
+    d = DEFAULTS
+    data = parser.add_argument_group("data")
+    data.add_argument("--csv", type=Path, required=True, help="CSV file with a header line")
+    data.add_argument("--text-column", default=d.text_column)
+    data.add_argument("--label-column", default=d.label_column)
+    data.add_argument("--extra-text-columns", nargs="+", default=[], metavar="COLUMN",
+                      help="columns prepended to the text (e.g. keyword); off by default")
+    data.add_argument("--val-fraction", type=float, default=d.val_fraction)
+    tok = parser.add_argument_group("tokenizer")
+    tok.add_argument("--tokenizer", choices=["bpe", "word"], default=d.tokenizer,
+                     help="the project's byte-level BPE, or lowercase regex words with <unk>")
+    tok.add_argument("--vocab-size", type=int, default=d.vocab_size)
+    tok.add_argument("--min-frequency", type=int, default=d.min_frequency)
+    tok.add_argument("--max-len", type=int, default=d.max_len, help="tokens per text incl. <s> and </s>")
+    tok.add_argument("--keep-case", action="store_true", help="do not lowercase texts before tokenizing")
+    model = parser.add_argument_group("model")
+    model.add_argument("--preset", choices=["tiny", "small"], default=d.preset)
+    model.add_argument("--pooling", choices=["cls", "mean"], default=d.pooling)
+    model.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[], metavar="model.KEY=VALUE",
+                       help="override a model setting of the preset, e.g. model.dropout=0.2 model.d_model=128")
+    optim = parser.add_argument_group("optimisation")
+    optim.add_argument("--epochs", type=int, default=d.epochs)
+    optim.add_argument("--batch-size", type=int, default=d.batch_size)
+    optim.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (AdamW)")
+    optim.add_argument("--warmup", type=int, default=d.warmup, help="linear warmup steps, then linear decay to 0")
+    optim.add_argument("--weight-decay", type=float, default=d.weight_decay, help="on weight matrices only")
+    optim.add_argument("--clip", type=float, default=d.clip, help="max gradient norm")
+    optim.add_argument("--patience", type=int, default=d.patience, help="epochs without better validation macro-F1")
+    optim.add_argument("--precision", choices=["fp32", "bf16"], default=d.precision,
+                       help="bf16 autocast; only faster on CPUs with native bf16 (AVX512-BF16/AMX)")
+    optim.add_argument("--threads", type=int, default=1,
+                       help="torch CPU threads (1 is fastest for these small matrices on a shared machine)")
+    optim.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm progress bars")
+
+
+def settings_from_args(args: argparse.Namespace) -> TrainSettings:
+    overrides = {}
+    for item in args.overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key.startswith("model.") or len(key) == len("model."):
+            raise ConfigError(f"--set {item!r}: expected model.KEY=VALUE, e.g. model.dropout=0.2")
+        overrides[key[len("model."):]] = value
+    return TrainSettings(
+        text_column=args.text_column,
+        label_column=args.label_column,
+        extra_text_columns=list(args.extra_text_columns),
+        val_fraction=args.val_fraction,
+        tokenizer=args.tokenizer,
+        vocab_size=args.vocab_size,
+        min_frequency=args.min_frequency,
+        max_len=args.max_len,
+        lowercase=not args.keep_case,
+        preset=args.preset,
+        model_overrides=overrides,
+        pooling=args.pooling,
+        seed=getattr(args, "seed", 0),
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        warmup=args.warmup,
+        weight_decay=args.weight_decay,
+        clip=args.clip,
+        patience=args.patience,
+        precision=args.precision,
+    )
+
+
+def _set_threads(threads: int) -> None:
+    import torch
+
+    if threads < 1:
+        raise ConfigError(f"--threads must be >= 1, got {threads}")
+    torch.set_num_threads(threads)
+
+
+# ---- handlers --------------------------------------------------------------------------------------------------
+def train_command(args: argparse.Namespace) -> int:
+    from vaswani.classification.baseline import train_and_predict_baseline
+    from vaswani.classification.encoding import normalize
+    from vaswani.classification.metrics import evaluate
+    from vaswani.classification.report import write_run_report
+    from vaswani.provenance import command_line, git_state, hardware
+    from vaswani.classification.data import load_dataset
+    from vaswani.classification.train import train_classifier
+
+    settings = settings_from_args(args)
+    _set_threads(args.threads)
+    data = load_dataset(args.csv, settings)
+    _report_skipped(args.csv, data, settings)
+    result = train_classifier(data, settings, args.out, progress=args.progress)
+
+    train_texts, train_ids = data.split("train")
+    val_texts, val_ids = data.split("val")
+    probs = train_and_predict_baseline(normalize(train_texts, settings.lowercase), train_ids,
+                                       normalize(val_texts, settings.lowercase))
+    baseline = evaluate(val_ids, probs.argmax(axis=1).tolist(), len(data.labels))
+    details = {
+        "command": command_line(), "git": git_state(), "hardware": hardware("cpu"), "csv": str(args.csv),
+        "settings": settings.to_dict(), "parameters": result.n_parameters, "best_epoch": result.best_epoch,
+        "train_rows": len(train_texts), "val_rows": len(val_texts), "seconds": round(result.seconds, 1),
+        "skipped_empty_text": data.skipped_empty_text, "skipped_empty_label": data.skipped_empty_label,
+    }
+    report = write_run_report(args.out, data.labels, result.val_metrics, baseline, {"Transformer": result.history},
+                              details)
+
+    print(f"\nbest epoch {result.best_epoch}: accuracy {result.val_metrics.accuracy:.4f}, "
+          f"macro-F1 {result.val_metrics.macro_f1:.4f}   (TF-IDF + LR baseline: accuracy {baseline.accuracy:.4f}, "
+          f"macro-F1 {baseline.macro_f1:.4f})")
+    _print_examples(val_texts, val_ids, result.val_predicted, result.val_probs, data.labels, args.examples, args.seed)
+    print(f"\nmodel saved to {args.out}/ ; report: {report}")
+    return 0
+
+
+def _report_skipped(csv_path: Path, data, settings) -> None:
+    if data.skipped_empty_text:
+        print(f"{csv_path}: skipped {data.skipped_empty_text} row(s) with an empty {settings.text_column!r}",
+              file=sys.stderr)
+    if data.skipped_empty_label:
+        print(f"{csv_path}: skipped {data.skipped_empty_label} row(s) with an empty {settings.label_column!r}",
+              file=sys.stderr)
+
+
+def _print_examples(texts, true_ids, predicted_ids, probs, labels, count: int, seed: int) -> None:
+    if count <= 0:
+        return
+    print(f"\n{min(count, len(texts))} random validation examples:")
+    for i in random.Random(seed).sample(range(len(texts)), min(count, len(texts))):
+        mark = "ok   " if true_ids[i] == predicted_ids[i] else "WRONG"
+        text = " ".join(texts[i].split())
+        text = text if len(text) <= 100 else text[:97] + "..."
+        print(f"  {mark} true {labels[true_ids[i]]!s:>6}  predicted {labels[predicted_ids[i]]!s:>6} "
+              f"(p={probs[i][predicted_ids[i]]:.2f})  {text}")
+
+
+def predict_command(args: argparse.Namespace) -> int:
+    from vaswani.classification.predict import Classifier, predict_csv
+
+    classifier = Classifier.load(args.model)
+    if args.text is not None:
+        if not args.text.strip():
+            raise ConfigError("--text is empty")
+        probs = classifier.predict_proba([args.text])[0]
+        print(classifier.labels[int(probs.argmax())])
+        for label, p in sorted(zip(classifier.labels, probs), key=lambda pair: -pair[1]):
+            print(f"  {label}\t{p:.4f}")
+        return 0
+    summary = predict_csv(classifier, args.csv, args.output, args.text_column)
+    if args.output is not None:
+        print(f"{summary.rows} rows labelled -> {args.output}", file=sys.stderr)
+    if summary.empty_text:
+        print(f"{args.csv}: {summary.empty_text} row(s) with an empty text left without a prediction",
+              file=sys.stderr)
+    return 0
+
+
+def experiment_command(args: argparse.Namespace) -> int:
+    from vaswani.classification.experiment import run_experiment
+
+    settings = settings_from_args(args)
+    _set_threads(args.threads)
+    results = run_experiment(args.csv, args.seeds, args.out, settings, args.runs_dir, args.split_seed,
+                             progress=args.progress)
+    s = results["summary"]
+    for model in ("transformer", "baseline"):
+        print(f"{model:12s} accuracy {s[model]['accuracy']['mean']:.4f} ± {s[model]['accuracy']['std']:.4f}   "
+              f"macro-F1 {s[model]['macro_f1']['mean']:.4f} ± {s[model]['macro_f1']['std']:.4f}")
+    print(f"wrote {args.out}/results.json, table.md, confusion.png, learning_curve.png")
+    return 0

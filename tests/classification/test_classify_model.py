@@ -1,0 +1,73 @@
+"""TransformerClassifier: built from the project's Encoder, padding never changes a prediction."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+import torch.nn as nn
+
+from vaswani.classification.train import parameter_groups, warmup_then_linear_decay
+from vaswani.config import ModelConfig
+from vaswani.model.classifier import TransformerClassifier
+from vaswani.model.transformer import Encoder
+
+CONFIG = dataclasses.replace(ModelConfig.preset("tiny"), vocab_size=50, max_len=32)
+
+
+def _ids(lengths: list[int], width: int) -> torch.Tensor:
+    ids = torch.zeros(len(lengths), width, dtype=torch.long)
+    for row, n in enumerate(lengths):
+        ids[row, 0], ids[row, 1 : n - 1], ids[row, n - 1] = 1, torch.randint(4, 50, (n - 2,)), 2
+    return ids
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_shapes_and_the_projects_own_encoder(pooling: str) -> None:
+    model = TransformerClassifier(CONFIG, n_classes=3, pooling=pooling)
+    assert isinstance(model.encoder, Encoder)
+    assert not any(isinstance(m, nn.TransformerEncoder) for m in model.modules())
+    assert model(_ids([5, 9], 9)).shape == (2, 3)
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_padding_and_batch_neighbours_change_nothing(pooling: str, norm: str) -> None:
+    config = dataclasses.replace(CONFIG, norm=norm)
+    model = TransformerClassifier(config, n_classes=2, pooling=pooling).eval()
+    ids = _ids([4, 11, 7], 11)
+    batched = model(ids)
+    alone = torch.cat([model(ids[i : i + 1, : int((ids[i] != 0).sum())]) for i in range(3)])
+    more_padding = model(torch.cat([ids, torch.zeros(3, 6, dtype=torch.long)], dim=1))
+    torch.testing.assert_close(batched, alone, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(batched, more_padding, rtol=1e-5, atol=1e-5)
+
+
+def test_mean_pooling_averages_real_tokens_only() -> None:
+    model = TransformerClassifier(CONFIG, n_classes=2, pooling="mean")
+    states = torch.arange(12, dtype=torch.float32).view(1, 4, 3)
+    ids = torch.tensor([[1, 7, 2, 0]])
+    torch.testing.assert_close(model.pool(states, ids), states[0, :3].mean(0, keepdim=True))
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="pooling"):
+        TransformerClassifier(CONFIG, 2, pooling="max")
+    with pytest.raises(ValueError, match="at least 2 classes"):
+        TransformerClassifier(CONFIG, 1)
+
+
+def test_weight_decay_only_on_linear_weights() -> None:
+    model = TransformerClassifier(CONFIG, n_classes=2)
+    decay, no_decay = parameter_groups(model, 0.1)
+    names = {id(p): n for n, p in model.named_parameters()}
+    decayed = {names[id(p)] for p in decay["params"]}
+    assert decayed and all(n.endswith("weight") and "norm" not in n and "tokens" not in n for n in decayed)
+    assert "head.weight" in decayed and "encoder.embed.tokens.weight" not in decayed
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+
+
+def test_warmup_then_linear_decay() -> None:
+    factor = warmup_then_linear_decay(warmup=4, total=12)
+    assert [round(factor(s), 3) for s in (0, 3, 4, 8, 12)] == [0.25, 1.0, 1.0, 0.5, 0.0]

@@ -1,0 +1,117 @@
+"""Training, saving, predicting and the `vaswani classify` commands, on a synthetic task learned exactly."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from vaswani.classification.predict import Classifier, predict_csv
+from vaswani.classification.settings import TrainSettings
+from vaswani.classification.data import load_dataset
+from vaswani.classification.train import train_classifier, train_step
+from vaswani.cli import main
+from vaswani.config import ModelConfig
+from vaswani.model.classifier import TransformerClassifier
+
+# Small and quick: the keyword task needs few steps once the learning rate is not spent on a long warmup.
+FAST = ["--preset", "tiny", "--epochs", "6", "--batch-size", "16", "--lr", "2e-3", "--warmup", "10",
+        "--patience", "6", "--vocab-size", "300", "--min-frequency", "1", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def trained(synthetic_csv: Path, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("model")
+    code = main(["classify", "train", "--csv", str(synthetic_csv), "--text-column", "sentence", "--label-column",
+                 "label", "--out", str(out), "--seed", "1", *FAST])
+    assert code == 0
+    return out
+
+
+def test_learns_the_synthetic_task_perfectly_and_writes_everything(trained: Path) -> None:
+    for name in ("model.safetensors", "classifier.json", "tokenizer.json", "report.md", "metrics.json",
+                 "confusion.png", "learning_curve.png"):
+        assert (trained / name).is_file(), name
+    metrics = json.loads((trained / "metrics.json").read_text())
+    assert metrics["transformer"]["accuracy"] == 1.0 and metrics["transformer"]["macro_f1"] == 1.0
+    assert metrics["labels"] == ["finance", "sports", "weather"]  # string labels, mapped in sorted order
+    info = json.loads((trained / "classifier.json").read_text())
+    assert (info["n_classes"], info["tokenizer"], info["pooling"], info["max_len"]) == (3, "bpe", "mean", 64)
+    assert "| `finance` | 12 | 0 | 0 |" in (trained / "report.md").read_text()  # 36 validation rows, 12 a class
+
+
+def test_csv_predictions_keep_row_order_and_equal_one_by_one(trained: Path, tmp_path: Path, csv_file,
+                                                             synthetic) -> None:
+    rows = synthetic(30, seed=7)  # texts the model has never seen
+    rows.insert(4, ["x", "   ", "finance"])  # an empty text keeps its row, without a prediction
+    source = csv_file(tmp_path / "new.csv", ["id", "sentence", "label"], rows)
+    classifier = Classifier.load(trained)
+    summary = predict_csv(classifier, source, tmp_path / "out.csv")
+    assert (summary.rows, summary.empty_text) == (31, 1)
+
+    with open(tmp_path / "out.csv", newline="", encoding="utf-8") as handle:
+        out = list(csv.reader(handle))
+    assert out[0] == ["id", "sentence", "label", "predicted", "prob_finance", "prob_sports", "prob_weather"]
+    assert [r[:3] for r in out[1:]] == rows  # every input column, every row, same order
+    assert out[5][3:] == ["", "", "", ""]
+    kept = [r for r in out[1:] if r[1].strip()]
+    one_by_one = [classifier.predict([r[1]])[0] for r in kept]
+    assert [r[3] for r in kept] == one_by_one == [r[2] for r in kept]  # and all correct
+    probs = np.array([[float(x) for x in r[4:]] for r in kept])
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(probs, classifier.predict_proba([r[1] for r in kept]), atol=1e-6)
+
+
+def test_predict_command_for_one_text_and_for_a_csv(trained: Path, synthetic_csv: Path, synthetic,
+                                                    capsys) -> None:
+    assert main(["classify", "predict", "--model", str(trained), "--text", "A big storm near the city"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "weather" and lines[1].split()[0] == "weather" and len(lines) == 4
+
+    assert main(["classify", "predict", "--model", str(trained), "--csv", str(synthetic_csv)]) == 0
+    out = list(csv.reader(capsys.readouterr().out.splitlines()))
+    assert len(out) == 241 and out[1][:3] == synthetic(1, seed=0)[0]
+
+
+def test_errors_are_one_clear_line(trained: Path, synthetic_csv: Path, tmp_path: Path, capsys) -> None:
+    code = main(["classify", "train", "--csv", str(synthetic_csv), "--out", str(tmp_path), *FAST])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "no column 'text'" in err and "available columns: 'id', 'sentence', 'label'" in err
+    assert main(["classify", "predict", "--model", str(tmp_path / "none"), "--text", "x"]) == 2
+    assert "not a trained classifier" in capsys.readouterr().err
+    assert main(["classify", "predict", "--model", str(trained), "--csv", str(tmp_path / "missing.csv")]) == 2
+    assert "missing.csv: file not found" in capsys.readouterr().err
+    assert main(["classify", "train", "--csv", str(synthetic_csv), "--set", "dropout=0.2", *FAST]) == 2
+    assert "expected model.KEY=VALUE" in capsys.readouterr().err
+    assert main(["classify", "train", "--csv", str(synthetic_csv), *FAST, "--epochs", "0"]) == 2
+    assert "--epochs must be >= 1" in capsys.readouterr().err
+
+
+def test_same_seed_same_model_with_the_word_tokenizer(synthetic_csv: Path, tmp_path: Path) -> None:
+    settings = TrainSettings(text_column="sentence", label_column="label", tokenizer="word", min_frequency=1,
+                             epochs=2, batch_size=16, lr=2e-3, warmup=10, seed=5)
+    data = load_dataset(synthetic_csv, settings)
+    first = train_classifier(data, settings, tmp_path / "a", progress=False, log=lambda _: None)
+    second = train_classifier(data, settings, tmp_path / "b", progress=False, log=lambda _: None)
+    np.testing.assert_array_equal(first.val_probs, second.val_probs)
+    assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()
+    assert (tmp_path / "a" / "word_tokenizer.json").is_file()
+    # the saved model reproduces the probabilities training reported
+    np.testing.assert_allclose(Classifier.load(tmp_path / "a").predict_proba(data.split("val")[0]), first.val_probs,
+                               atol=1e-6)
+
+
+def test_bf16_autocast_step_runs_and_learns() -> None:
+    config = dataclasses.replace(ModelConfig.preset("tiny"), vocab_size=20, max_len=16)
+    model = TransformerClassifier(config, 2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ids, targets = torch.randint(4, 20, (8, 6)), torch.tensor([0, 1] * 4)
+    settings = TrainSettings(precision="bf16")
+    losses = [train_step(model, optimizer, ids, targets, settings) for _ in range(15)]
+    assert losses[-1] < losses[0]
