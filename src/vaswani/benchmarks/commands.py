@@ -1,4 +1,5 @@
-"""`vaswani bench train|decode|attention`: speed measurements, printed as tables and optionally saved as JSON."""
+"""`vaswani bench train|decode`: speed measurements, printed as tables and optionally saved as JSON.
+(Attention time and memory across lengths is the `vaswani experiment attention` study.)"""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import importlib
 BENCHMARKS = {
     "train": ("vaswani.benchmarks.train", "tokens/s of a training step: ours vs torch.nn.Transformer"),
     "decode": ("vaswani.benchmarks.decode", "sentences/s and tokens/s of greedy and beam search, cached vs not"),
-    "attention": ("vaswani.benchmarks.attention", "time and memory of standard vs SDPA vs sliding-window attention"),
 }
 
 

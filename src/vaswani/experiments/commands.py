@@ -1,0 +1,51 @@
+"""`vaswani experiment NAME`: run one experiment and write results/<name>/ (results.json, table.md, PNG plots).
+
+Every experiment takes ``--smoke`` (a tiny setting that runs in seconds, for CI), ``--out DIR`` (default
+``results/<name>``) and ``--device`` (auto: CUDA when visible, else CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from pathlib import Path
+from typing import Callable
+
+EXPERIMENTS = {
+    "attention": ("vaswani.experiments.attention",
+                  "standard vs SDPA vs sliding-window attention: time, memory, FLOPs; optional training comparison"),
+    "memory": ("vaswani.experiments.memory",
+               "training memory estimated from first principles vs measured; the largest batch for a budget"),
+    "devices": ("vaswani.experiments.devices",
+                "CPU vs GPU: forward, backward, optimizer and step time, epoch time, peak memory"),
+}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("experiment", help="run an experiment and write results/<name>/",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    experiments = parser.add_subparsers(dest="experiment", metavar="EXPERIMENT", required=True)
+    for name, (module_name, help_text) in EXPERIMENTS.items():
+        module = importlib.import_module(module_name)
+        # Plain help formatter: most defaults depend on the device (and --smoke), so each help text states them.
+        sub = experiments.add_parser(name, help=help_text, description=help_text)
+        sub.add_argument("--smoke", action="store_true", help="tiny setting that runs in seconds (CI)")
+        sub.add_argument("--out", type=Path, default=None, help=f"output directory (default results/{name})")
+        sub.add_argument("--device", default="auto", help="auto (CUDA when visible), cpu or cuda (default auto)")
+        module.add_arguments(sub)
+        sub.set_defaults(handler=_handler(name, sub, module.run))
+
+
+def _handler(name: str, parser: argparse.ArgumentParser,
+             run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Fill in what every experiment needs before it runs: the output directory and the command line."""
+
+    def handle(args: argparse.Namespace) -> int:
+        from vaswani.experiments.common import command_line
+
+        args.command_line = command_line(args, parser, ["vaswani", "experiment", name])
+        if args.out is None:
+            args.out = Path("results") / name
+        return run(args)
+
+    return handle

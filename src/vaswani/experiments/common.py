@@ -1,0 +1,449 @@
+"""What every experiment shares: where a number came from, how it is timed, how memory is measured, how it is
+written down.
+
+Each experiment writes one directory (``results/<name>/`` by default)::
+
+    results.json   raw numbers + the command, git commit, hardware and library versions that produced them
+    table.md       the table a reader wants, naming the device that produced it
+    *.png          plots (matplotlib, Agg backend: no display needed)
+
+Timing is synchronised (``torch.cuda.synchronize`` around every timed region on GPU, where kernels run
+asynchronously). Peak memory is measured two ways, because PyTorch only keeps allocator statistics on CUDA:
+
+- CUDA: ``torch.cuda.reset_peak_memory_stats`` + ``max_memory_allocated``, the caching allocator's own count
+  of bytes in live tensors (not the reserved pool, not the CUDA context).
+
+The provenance record is :mod:`vaswani.provenance`'s, so every results file of the project reads the same.
+- CPU: ``torch.profiler`` with ``profile_memory=True`` records every allocation and free made through PyTorch's
+  CPU allocator with a timestamp; replaying them in order gives the high-water mark of tensor memory during the
+  region. It does not see memory that oneDNN/MKL/OpenMP allocate internally (matmul scratch), Python objects,
+  or allocator fragmentation, so it is a lower bound of the process's real growth (RSS), measured in a separate,
+  untimed pass because the profiler slows every operator down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import importlib.metadata
+import json
+import math
+import platform
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+
+from vaswani import provenance as shared_provenance
+from vaswani.errors import VaswaniError
+
+EXTRA_VERSIONS = ("matplotlib", "pyyaml")  # beyond what vaswani.provenance records: the plots and presets
+MiB = 2**20
+GiB = 2**30
+
+
+# ---- the device ---------------------------------------------------------------------------------------------
+def resolve_device(name: str) -> torch.device:
+    """"auto" -> CUDA when visible, else CPU; an explicit "cuda" without a GPU is an error, not a silent CPU run."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise VaswaniError("--device cuda but no CUDA device is visible")
+    return device
+
+
+def sync(device: torch.device) -> None:
+    """Wait for queued GPU work: without it a GPU timer measures the launch, not the computation."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def device_label(device: torch.device) -> str:
+    """A human name for the device: 'NVIDIA H100 80GB HBM3 (cuda)' or 'AMD EPYC (CPU, 2 cores, 2 torch threads)'."""
+    info = shared_provenance.hardware(device)
+    if device.type == "cuda":
+        return f"{info['device_name']} ({device})"
+    return f"{info['processor']} (CPU, {info['cpu_count']} cores, {info['torch_threads']} torch threads)"
+
+
+def available_ram_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo: used to skip CPU points that would push the machine into swap/OOM."""
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+# ---- provenance ---------------------------------------------------------------------------------------------
+def hardware(device: torch.device) -> dict[str, Any]:
+    """vaswani.provenance's hardware record, plus the GPU's details whenever one is visible (the devices
+    experiment runs its CPU half on a GPU machine too)."""
+    info = shared_provenance.hardware(device)
+    info["cuda_device"] = None
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(device if device.type == "cuda" else 0)
+        info.update(cuda_device=props.name, cuda_memory_gib=round(props.total_memory / GiB, 1),
+                    cuda_capability=f"{props.major}.{props.minor}", cuda_version=torch.version.cuda)
+    return info
+
+
+def command_line(args: argparse.Namespace, parser: argparse.ArgumentParser, prefix: Sequence[str]) -> str:
+    """The command as typed, rebuilt from the parsed arguments: every option that differs from its default.
+
+    ``cli.main`` does not hand its argv to the handlers (and under pytest ``sys.argv`` is pytest's), so the
+    parser is the reliable source; ``settings`` in results.json holds every resolved value besides.
+    """
+    words = list(prefix)
+    for action in parser._actions:
+        if not action.option_strings or action.dest in ("help", "handler"):
+            continue
+        value = getattr(args, action.dest, None)
+        if value == action.default:
+            continue
+        flag = action.option_strings[-1]
+        if isinstance(action, argparse._StoreTrueAction):
+            words.append(flag)
+        elif isinstance(value, (list, tuple)):
+            if action.nargs in ("+", "*") or isinstance(action.nargs, int):
+                words += [flag, *map(str, value)]
+            else:  # append actions: the flag once per value
+                for item in value:
+                    words += [flag, str(item)]
+        else:
+            words += [flag, str(value)]
+    return " ".join(_quote(w) for w in words)
+
+
+def _quote(word: str) -> str:
+    return word if word and all(c.isalnum() or c in "-_=./:+,@" for c in word) else repr(word)
+
+
+def provenance(command: str, device: torch.device) -> dict[str, Any]:
+    """The project's provenance record (command, git, hardware, versions), with the commit and the dirty flag
+    also at the top level where a reader of results.json looks first."""
+    record = shared_provenance.provenance(device, command)
+    record["hardware"] = hardware(device)
+    record["versions"]["python"] = platform.python_version()
+    for package in EXTRA_VERSIONS:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            record["versions"][package] = importlib.metadata.version(package)
+    return {"command": record["command"], "commit": record["git"]["commit"], "dirty": record["git"]["dirty"],
+            **record, "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+
+
+# ---- writing results ----------------------------------------------------------------------------------------
+def write_results(
+    out_dir: Path,
+    name: str,
+    command: str,
+    device: torch.device,
+    settings: dict[str, Any],
+    results: dict[str, Any],
+    table: str,
+    figures: dict[str, Any],
+) -> list[Path]:
+    """results.json (provenance + settings + numbers), table.md and one PNG per figure; returns the paths."""
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    payload = {"experiment": name, **provenance(command, device), "settings": settings, "results": results}
+    paths = [out_dir / "results.json", out_dir / "table.md"]
+    paths[0].write_text(json.dumps(_jsonable(payload), indent=2) + "\n")
+    paths[1].write_text(table.rstrip() + "\n")
+    for stem, figure in figures.items():
+        path = out_dir / f"{stem}.png"
+        figure.savefig(path, dpi=120, bbox_inches="tight")
+        plt.close(figure)
+        paths.append(path)
+    return paths
+
+
+def _jsonable(value: Any) -> Any:
+    """NaN/inf are not JSON: write them as null so every reader can load the file."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (experiments run on headless machines)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def provenance_line(device: torch.device, command: str) -> str:
+    git = shared_provenance.git_state()
+    commit = (git["commit"] or "unknown")[:12] + (" + uncommitted changes" if git["dirty"] else "")
+    return (f"Measured on **{device_label(device)}**, torch {torch.__version__}, commit `{commit}`.  \n"
+            f"Command: `{command}`")
+
+
+# ---- timing -------------------------------------------------------------------------------------------------
+@dataclass
+class Timing:
+    """Wall-clock seconds of repeated calls (after warm-up), each bracketed by device synchronisation."""
+
+    seconds: list[float] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        ordered = sorted(self.seconds)
+        n = len(ordered)
+        return float("nan") if n == 0 else (ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2)
+
+    @property
+    def mean(self) -> float:
+        return sum(self.seconds) / len(self.seconds) if self.seconds else float("nan")
+
+
+def time_call(fn: Callable[[], Any], device: torch.device, warmup: int, repeats: int,
+              max_seconds: float | None = None) -> Timing:
+    """Run ``fn`` ``warmup`` times untimed (allocator, kernel selection, caches), then time up to ``repeats``
+    calls, stopping early once ``max_seconds`` of timed work has accumulated (at least one call is timed)."""
+    for _ in range(warmup):
+        fn()
+    timing = Timing()
+    for _ in range(max(repeats, 1)):
+        sync(device)
+        start = time.perf_counter()
+        fn()
+        sync(device)
+        timing.seconds.append(time.perf_counter() - start)
+        if max_seconds is not None and sum(timing.seconds) >= max_seconds:
+            break
+    return timing
+
+
+# ---- peak memory --------------------------------------------------------------------------------------------
+@dataclass
+class PeakMemory:
+    """Tensor memory during a region: ``at_start`` bytes of the tensors the caller knows are live (parameters,
+    optimizer state, inputs), ``above_start`` the high-water mark of what the region added on top, and
+    ``peak = at_start + above_start``. On CUDA ``allocator_peak`` is the allocator's absolute
+    ``max_memory_allocated``, which also holds what is cached outside the model (cuBLAS workspaces, leftovers):
+    the number that decides an out-of-memory error."""
+
+    method: str
+    at_start: int = 0
+    above_start: int = 0
+    allocator_peak: int | None = None
+
+    @property
+    def peak(self) -> int:
+        return self.at_start + self.above_start
+
+
+CUDA_METHOD = ("torch.cuda.max_memory_allocated (caching allocator, bytes in live tensors) minus the allocation at "
+               "the start, plus the bytes of the parameters, optimizer state and inputs")
+CPU_METHOD = ("torch.profiler(profile_memory=True): replay of every CPU-allocator allocation/free, plus the bytes "
+              "of the parameters, optimizer state and inputs live at the start; excludes oneDNN/MKL scratch, "
+              "Python objects and fragmentation (a lower bound of RSS growth)")
+
+
+@contextlib.contextmanager
+def track_peak_memory(device: torch.device, live_at_start: int = 0) -> Iterator[PeakMemory]:
+    """Measure the peak tensor memory of the enclosed code, as ``live_at_start`` + the region's high-water mark.
+
+    The region's part is read from the CUDA allocator's statistics, or on CPU (where the allocator keeps none)
+    replayed from the profiler's allocation events.
+    """
+    if device.type == "cuda":
+        sync(device)
+        result = PeakMemory(CUDA_METHOD, at_start=live_at_start)
+        allocated = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        yield result
+        sync(device)
+        result.allocator_peak = torch.cuda.max_memory_allocated(device)
+        result.above_start = result.allocator_peak - allocated
+        return
+    from torch.profiler import ProfilerActivity, profile
+
+    result = PeakMemory(CPU_METHOD, at_start=live_at_start)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        yield result
+    result.above_start = _replay_allocations(prof)
+
+
+def _replay_allocations(prof: Any) -> int:
+    """High-water mark of the running sum of (timestamped) allocation sizes; frees carry negative sizes."""
+    from torch._C._profiler import _EventType
+
+    events: list[tuple[int, int]] = []
+    stack = list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        node = stack.pop()
+        if node.tag == _EventType.Allocation and str(node.extra_fields.device).startswith("cpu"):
+            events.append((node.start_time_ns, node.extra_fields.alloc_size))
+        stack.extend(node.children)
+    events.sort()
+    current = peak = 0
+    for _, size in events:
+        current += size
+        peak = max(peak, current)
+    return peak
+
+
+def tensor_bytes(*tensors: torch.Tensor | None) -> int:
+    """Bytes of distinct storages among ``tensors`` (tied parameters share one storage: counted once)."""
+    seen: set[int] = set()
+    total = 0
+    for t in tensors:
+        if t is None:
+            continue
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in seen:
+            seen.add(storage.data_ptr())
+            total += storage.nbytes()
+    return total
+
+
+def training_state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> int:
+    """Parameters, existing gradients and optimizer state: what is live before a training step starts."""
+    tensors: list[torch.Tensor | None] = []
+    for p in model.parameters():
+        tensors += [p, p.grad]
+    if optimizer is not None:
+        for state in optimizer.state.values():
+            tensors += [v for v in state.values() if isinstance(v, torch.Tensor)]
+    return tensor_bytes(*tensors)
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    return isinstance(error, torch.cuda.OutOfMemoryError) or "out of memory" in str(error).lower()
+
+
+def unless_out_of_memory(fn: Callable[[], Any], device: torch.device) -> tuple[Any, bool]:
+    """(fn(), False), or (None, True) if it ran out of memory; any other error propagates.
+
+    Memory is freed *after* the except block: until it ends, the traceback's frames still hold the failed
+    attempt's tensors.
+    """
+    try:
+        return fn(), False
+    except RuntimeError as error:
+        if not is_out_of_memory(error):
+            raise
+    free_memory(device)
+    return None, True
+
+
+def free_memory(device: torch.device) -> None:
+    """Return cached GPU blocks between measurements, so one measurement's leftovers never count in the next
+    (on CPU, reference counting already freed everything that is unreachable; a full gc pass costs ~0.2 s)."""
+    if device.type == "cuda":
+        import gc
+
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+# ---- a training step on synthetic batches -------------------------------------------------------------------
+def synthetic_batch(vocab_size: int, batch_size: int, src_len: int, tgt_len: int, device: torch.device,
+                    seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(src, tgt_in, tgt_out) of random real tokens, no padding: every position counts, shapes are exact.
+
+    Ids start at 4, above the special tokens (pad 0, <s> 1, </s> 2, unk 3), so nothing is masked as padding.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, vocab_size, (batch_size, src_len), generator=generator)
+    tgt = torch.randint(4, vocab_size, (batch_size, tgt_len + 1), generator=generator)
+    return src.to(device), tgt[:, :-1].contiguous().to(device), tgt[:, 1:].contiguous().to(device)
+
+
+class TrainingStep:
+    """One training update as the trainer makes it: autocast forward with the label-smoothed loss over real
+    target tokens, backward of the token-normalised loss, gradient clipping, AdamW, gradients set to None.
+
+    ``step(batch, marks)`` appends a synchronised timestamp after forward, backward and the optimizer, so the
+    caller can time each phase. The learning rate is a constant 1e-4 (no scheduler: the numbers are about
+    speed and memory, not about learning).
+    """
+
+    def __init__(self, config: Any, device: torch.device, precision: str, seed: int = 0):
+        from vaswani.model import Transformer
+        from vaswani.training.config import TrainConfig
+        from vaswani.training.loss import TranslationLoss
+        from vaswani.training.optim import build_optimizer
+
+        torch.manual_seed(seed)
+        self.config, self.device, self.precision = config, device, precision
+        self.train_config = TrainConfig()
+        self.model = Transformer(config).to(device)
+        self.optimizer = build_optimizer(self.model, self.train_config, device)
+        for group in self.optimizer.param_groups:
+            group["lr"] = 1e-4
+        self.loss = TranslationLoss(self.model, self.train_config.label_smoothing).train()
+
+    def __call__(self, batch: Sequence[torch.Tensor], marks: list[float] | None = None) -> int:
+        from vaswani.precision import autocast
+
+        src, tgt_in, tgt_out = batch
+        tokens = int((tgt_out != self.config.pad_id).sum())
+        with autocast(self.device, self.precision):
+            loss, _, _ = self.loss(src, tgt_in, tgt_out)
+        self._mark(marks)
+        (loss / tokens).backward()
+        self._mark(marks)
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.train_config.clip_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self._mark(marks)
+        return tokens
+
+    def _mark(self, marks: list[float] | None) -> None:
+        if marks is not None:
+            sync(self.device)
+            marks.append(time.perf_counter())
+
+    def live_bytes(self, *tensors: torch.Tensor) -> int:
+        """What is live before a step: parameters, optimizer state, the batch."""
+        return training_state_bytes(self.model, self.optimizer) + tensor_bytes(*tensors)
+
+    def peak_memory(self, batch: Sequence[torch.Tensor]) -> PeakMemory:
+        """Peak tensor memory of one step on ``batch`` (call after a warm-up step: AdamW creates its moments in
+        the first step, and every later step starts from parameters + moments, without gradients)."""
+        free_memory(self.device)
+        with track_peak_memory(self.device, live_at_start=self.live_bytes(*batch)) as peak:
+            self(batch)
+        return peak
+
+
+def log(message: str) -> None:
+    """Progress lines go to stderr so that stdout stays the summary."""
+    print(message, file=sys.stderr, flush=True)
