@@ -67,6 +67,7 @@ class TrainConfig:
     precision: Literal["auto", "bf16", "fp16", "fp32"] = "auto"  # auto: bf16 where supported, else fp16/fp32
     compile: bool = False
     device: str = "auto"
+    num_threads: int | None = None  # CPU threads for intra-op parallelism (None: PyTorch's default, one per core)
     # evaluation, early stopping, checkpoints
     eval_every_steps: int | None = None  # None: at the end of each epoch
     bleu_subset: int = 200  # validation sentences greedily decoded for the quick BLEU (0 = off)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import math
 import random
 import signal
@@ -25,6 +26,7 @@ from tqdm import tqdm
 
 from vaswani.errors import VaswaniError
 from vaswani.precision import autocast, resolve_precision
+from vaswani.provenance import provenance
 from vaswani.model import Transformer
 from vaswani.training import data as training_data
 from vaswani.training.checkpoint import load_trainer_state, point, prune, save_checkpoint
@@ -69,6 +71,8 @@ class Trainer:
         tc = config.train
         self.device = resolve_device(tc.device, self.world)
         self.precision = resolve_precision(tc.precision, self.device)
+        if tc.num_threads:
+            torch.set_num_threads(tc.num_threads)
         if tc.deterministic:
             torch.use_deterministic_algorithms(True)
         resume_state = None
@@ -83,6 +87,10 @@ class Trainer:
         if self.world.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "config.yaml").write_text(self.config.to_yaml())
+            record = {**provenance(self.device), "precision": self.precision, "world_size": self.world.size,
+                      "torch_threads": torch.get_num_threads(), "resumed": resume}
+            with (self.run_dir / "provenance.jsonl").open("a") as handle:  # one line per start or resume
+                handle.write(json.dumps(record) + "\n")
 
         torch.manual_seed(tc.seed)  # identical initial weights on every rank
         random.seed(tc.seed)
