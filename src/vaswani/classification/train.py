@@ -12,7 +12,6 @@ the same machine and thread count.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import sys
@@ -35,6 +34,7 @@ from vaswani.classification.predict import predict_proba
 from vaswani.classification.settings import TrainSettings
 from vaswani.config import ModelConfig, apply_overrides
 from vaswani.errors import ConfigError
+from vaswani.precision import autocast
 from vaswani.model.classifier import TransformerClassifier
 
 
@@ -82,14 +82,6 @@ def bucketed_batches(
         chunk = sorted(order[start : start + bucket], key=lambda i: lengths[i])
         batches += [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
     return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
-
-
-def autocast(precision: str) -> contextlib.AbstractContextManager:
-    if precision == "bf16":
-        return torch.autocast("cpu", dtype=torch.bfloat16)
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    raise ConfigError(f"unknown precision {precision!r}; choose fp32 or bf16")
 
 
 # ---- training --------------------------------------------------------------------------------------------------
@@ -221,7 +213,7 @@ def train_step(
 ) -> float:
     """One optimiser step. bf16 autocast is optional, not the default: on CPUs without native bf16 matrix
     instructions (AVX2-only, like the machines these results come from) it is several times *slower* than fp32."""
-    with autocast(settings.precision):
+    with autocast(torch.device("cpu"), settings.precision):  # the classifier trains on the CPU
         loss = F.cross_entropy(model(ids).float(), targets)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
