@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from vaswani.config import ModelConfig
+from vaswani.devices import resolve_device, synchronize
 from vaswani.decoding.config import SearchConfig
 from vaswani.decoding.reference import UncachedModel
 from vaswani.decoding.search import generate
@@ -100,18 +101,14 @@ def time_search(name: str, model: Any, src_batches: list[torch.Tensor], config: 
     generate(model, src_batches[-1][:2], config)  # warm-up: allocator, kernels, lazy init
     runs, tokens = [], 0
     for _ in range(repeats):
-        _sync(src_batches[0].device)
+        synchronize(src_batches[0].device)
         start, tokens = time.perf_counter(), 0
         for src in src_batches:
             tokens += sum(len(nbest[0].tokens) + 1 for nbest in generate(model, src, config))
-        _sync(src_batches[0].device)
+        synchronize(src_batches[0].device)
         runs.append(time.perf_counter() - start)
     return Timing(name, sum(b.size(0) for b in src_batches), tokens, runs)
 
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 # ---- command --------------------------------------------------------------------------------------------------
@@ -141,8 +138,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if args.device == "auto" else args.device))
+    device = resolve_device(args.device)
     torch.manual_seed(args.seed)
     model, sources, fixed_length = _model_and_sources(args, device)
     base = SearchConfig(beam_size=1, bf16=args.bf16)

@@ -1,7 +1,6 @@
 """`vaswani bench train`: tokens/s of a training step, ours vs an equal-size model built on torch.nn.Transformer.
 
-Both models get the same batches (real Multi30k sentence lengths when the data is present, else a fixed length
-distribution), the same optimizer (AdamW), loss (label-smoothed cross-entropy ignoring padding) and precision.
+Both models get the same batches (random tokens with Multi30k-like sentence lengths, padded per batch), the same optimizer (AdamW), loss (label-smoothed cross-entropy ignoring padding) and precision.
 The baseline is written the way tutorials write it: nn.Transformer with key-padding masks and a causal mask,
 logits for every position. Timing excludes a few warm-up steps and reports the median of repeated windows.
 """
@@ -21,6 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from vaswani.config import ModelConfig
+from vaswani.devices import resolve_device, synchronize
 from vaswani.model import Transformer, sinusoidal_table
 from vaswani.provenance import provenance
 from vaswani.training.loss import TranslationLoss
@@ -57,7 +57,7 @@ class TorchTransformerBaseline(nn.Module):
 
 
 def sentence_lengths(n: int, seed: int = 0) -> list[tuple[int, int]]:
-    """(source, target) token lengths: real Multi30k pairs if the corpus is available, else a similar spread."""
+    """(source, target) token lengths with a Multi30k-like spread (8-27 source tokens, target ~0.9x)."""
     generator = torch.Generator().manual_seed(seed)
     src = torch.randint(8, 28, (n,), generator=generator)
     tgt = (src.float() * 0.9 + torch.randint(-3, 4, (n,), generator=generator)).long().clamp(min=4)
@@ -111,18 +111,14 @@ def time_training(loss_module: nn.Module, batches: list, device: torch.device, p
         step(batch)
     rates = []
     for _ in range(repeats):
-        _sync(device)
+        synchronize(device)
         start, tokens = time.perf_counter(), 0
         for batch in batches[warmup:]:
             tokens += step(batch)
-        _sync(device)
+        synchronize(device)
         rates.append(tokens / (time.perf_counter() - start))
     return {"tokens_per_s": statistics.median(rates), "runs": rates}
 
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -141,8 +137,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from vaswani.config import apply_overrides
 
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if args.device == "auto" else args.device))
+    device = resolve_device(args.device)
     config = apply_overrides(ModelConfig.preset(args.preset, dropout=0.1), dict(s.split("=", 1) for s in args.settings),
                              "model")
     batches = make_batches(config, args.max_tokens, args.warmup + args.steps)

@@ -414,7 +414,7 @@ def resolve_settings(args: argparse.Namespace, device: torch.device) -> Attentio
 
 
 def run(args: argparse.Namespace) -> int:
-    from vaswani.experiments.common import resolve_device
+    from vaswani.devices import resolve_device
 
     device = resolve_device(args.device)
     settings = resolve_settings(args, device)

@@ -39,7 +39,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from vaswani import provenance as shared_provenance
-from vaswani.errors import VaswaniError
+from vaswani.devices import synchronize as sync
 
 EXTRA_VERSIONS = ("matplotlib", "pyyaml")  # beyond what vaswani.provenance records: the plots and presets
 MiB = 2**20
@@ -47,22 +47,6 @@ GiB = 2**30
 
 
 # ---- the device ---------------------------------------------------------------------------------------------
-def resolve_device(name: str) -> torch.device:
-    """"auto" -> CUDA when visible, else CPU; an explicit "cuda" without a GPU is an error, not a silent CPU run."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise VaswaniError("--device cuda but no CUDA device is visible")
-    return device
-
-
-def sync(device: torch.device) -> None:
-    """Wait for queued GPU work: without it a GPU timer measures the launch, not the computation."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def device_label(device: torch.device) -> str:
     """A human name for the device: 'NVIDIA H100 80GB HBM3 (cuda)' or 'AMD EPYC (CPU, 2 cores, 2 torch threads)'."""
     info = shared_provenance.hardware(device)

@@ -32,6 +32,7 @@ import torch
 import torch.nn as nn
 
 from vaswani.config import ModelConfig
+from vaswani.devices import resolve_device
 from vaswani.experiments.common import (
     CPU_METHOD,
     CUDA_METHOD,
@@ -45,7 +46,6 @@ from vaswani.experiments.common import (
     markdown_table,
     provenance_line,
     pyplot,
-    resolve_device,
     synthetic_batch,
     unless_out_of_memory,
     write_results,

@@ -11,6 +11,7 @@ import time
 import torch
 
 from vaswani.config import ModelConfig
+from vaswani.devices import synchronize
 
 # Dense (non-sparse) peak TFLOP/s per precision, from the vendors' datasheets.
 KNOWN_PEAKS_TFLOPS: dict[str, dict[str, float]] = {
@@ -48,14 +49,14 @@ def measured_matmul_flops(device: torch.device, dtype: torch.dtype, size: int = 
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
     a @ b
-    _sync(device)
+    synchronize(device)
     count, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         a @ b
         count += 1
         if device.type == "cpu" and count >= 4:
             break
-    _sync(device)
+    synchronize(device)
     return 2 * size**3 * count / (time.perf_counter() - start)
 
 
@@ -68,8 +69,3 @@ def peak_flops(device: torch.device, precision: str) -> tuple[float, str]:
                 return KNOWN_PEAKS_TFLOPS[key][precision] * 1e12, f"datasheet {key} {precision}"
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
     return measured_matmul_flops(device, dtype), f"measured {precision} matmul"
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)

@@ -24,6 +24,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
+from vaswani.devices import resolve_device
 from vaswani.errors import VaswaniError
 from vaswani.precision import autocast, resolve_precision
 from vaswani.provenance import provenance
@@ -37,16 +38,6 @@ from vaswani.training.loss import TranslationLoss
 from vaswani.training.metrics import MetricsLog, plot_run
 from vaswani.training.optim import build_optimizer
 from vaswani.training.schedule import build_scheduler
-
-
-def resolve_device(name: str, world: World) -> torch.device:
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda":
-        if not torch.cuda.is_available():
-            raise VaswaniError("train.device=cuda but no CUDA device is visible")
-        return torch.device("cuda", world.local_rank)
-    return torch.device(name)
 
 
 @dataclass
@@ -69,7 +60,7 @@ class Trainer:
         self.world = world or init_world("cuda" if config.train.device in ("cuda", "auto")
                                          and torch.cuda.is_available() else "cpu")
         tc = config.train
-        self.device = resolve_device(tc.device, self.world)
+        self.device = resolve_device(tc.device, self.world.local_rank)
         self.precision = resolve_precision(tc.precision, self.device)
         if tc.num_threads:
             torch.set_num_threads(tc.num_threads)
