@@ -41,7 +41,7 @@ def add_search_arguments(
     group.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when available")
     group.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
                        help="bfloat16 autocast (default: on where the device computes bf16 faster than fp32; "
-                       "off on CPUs without bf16 units, where it is emulated and ~30x slower)")
+                       "off on CPUs without bf16 units, where it is emulated and many times slower)")
 
 
 def search_config_from_args(args: argparse.Namespace) -> SearchConfig:
