@@ -31,6 +31,17 @@ def test_noam_schedule_is_the_papers_formula() -> None:
     assert peak == pytest.approx(noam_lr(4000, d, warmup))
 
 
+def test_no_warmup_removes_only_the_ramp() -> None:
+    d, warmup = 128, 100
+    for step in range(1, 400):
+        without = noam_lr(step, d, warmup, 0.5, ramp=False)
+        assert without == pytest.approx(noam_lr(max(step, warmup), d, warmup, 0.5))  # the peak, held
+        assert without >= noam_lr(step, d, warmup, 0.5)
+    assert noam_lr(1, d, warmup, 0.5, ramp=False) == pytest.approx(noam_lr(warmup, d, warmup, 0.5))
+    assert decay_lr(1, 1e-3, 10, 100, "cosine", ramp=False) == pytest.approx(1e-3)
+    assert decay_lr(50, 1e-3, 10, 100, "cosine", ramp=False) == pytest.approx(decay_lr(50, 1e-3, 10, 100, "cosine"))
+
+
 def test_scheduler_drives_the_optimizer_lr_from_step_one() -> None:
     model = nn.Linear(4, 4)
     config = TrainConfig(warmup_steps=10, lr_factor=2.0)

@@ -61,6 +61,7 @@ class TrainConfig:
     lr_factor: float = 1.0  # noam: lr = factor · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)
     lr: float = 5e-4  # peak lr of the linear/cosine/constant schedules
     warmup_steps: int = 4000
+    warmup_ramp: bool = True  # False: start at the peak rate (same peak and decay): the "no warmup" ablation
     min_lr_ratio: float = 0.0  # linear/cosine decay to lr · min_lr_ratio at the last step
     clip_grad_norm: float | None = 1.0
     # precision and speed

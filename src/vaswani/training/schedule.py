@@ -9,18 +9,25 @@ import torch
 from vaswani.training.config import TrainConfig
 
 
-def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
+def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0, ramp: bool = True) -> float:
     """lr = factor · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5): linear warmup, then inverse square root.
-    The two branches meet at step = warmup, where the rate peaks."""
+    The two branches meet at step = warmup, where the rate peaks.
+
+    ``ramp=False`` removes the warmup and nothing else: the rate starts at the same peak, holds it until
+    ``warmup`` and then decays exactly as before, so a comparison with and without warmup changes one thing."""
     step = max(step, 1)
+    if not ramp:
+        step = max(step, warmup)
     return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
-def decay_lr(step: int, peak: float, warmup: int, total: int, shape: str, min_ratio: float = 0.0) -> float:
-    """Linear warmup to ``peak``, then linear or cosine decay to ``peak · min_ratio`` at ``total`` steps."""
+def decay_lr(step: int, peak: float, warmup: int, total: int, shape: str, min_ratio: float = 0.0,
+             ramp: bool = True) -> float:
+    """Linear warmup to ``peak``, then linear or cosine decay to ``peak · min_ratio`` at ``total`` steps.
+    ``ramp=False``: hold ``peak`` for the warmup steps instead of climbing to it (same decay afterwards)."""
     step = max(step, 1)
     if step <= warmup:
-        return peak * step / max(warmup, 1)
+        return peak * (step / max(warmup, 1) if ramp else 1.0)
     if shape == "constant":
         return peak
     progress = min((step - warmup) / max(total - warmup, 1), 1.0)
@@ -33,10 +40,11 @@ def decay_lr(step: int, peak: float, warmup: int, total: int, shape: str, min_ra
 
 def learning_rate(step: int, config: TrainConfig, d_model: int, total_steps: int | None) -> float:
     if config.schedule == "noam":
-        return noam_lr(step, d_model, config.warmup_steps, config.lr_factor)
+        return noam_lr(step, d_model, config.warmup_steps, config.lr_factor, config.warmup_ramp)
     if config.schedule in {"linear", "cosine"} and total_steps is None:
         raise ValueError(f"train.schedule={config.schedule} needs a known length: set train.max_steps")
-    return decay_lr(step, config.lr, config.warmup_steps, total_steps or 0, config.schedule, config.min_lr_ratio)
+    return decay_lr(step, config.lr, config.warmup_steps, total_steps or 0, config.schedule, config.min_lr_ratio,
+                    config.warmup_ramp)
 
 
 def build_scheduler(
