@@ -78,12 +78,13 @@ def test_training_comparison_smoke(tmp_path: Path, data_dir: Path, device, exper
     payload = experiment("attention", tmp_path / "out", "--smoke", "--train-steps", "3", "--data-dir",
                          str(data_dir), "--train-set", "data.vocab_size=400", device=device)
     rows = payload["results"]["training"]
-    assert [r["variant"] for r in rows] == ["standard", "sdpa", "sdpa+window"]
+    assert [r["variant"] for r in rows] == ["standard", "sdpa", "sdpa+window", "sdpa, seed+1"]
+    assert [r["seed"] for r in rows] == [0, 0, 0, 1]
     for row in rows:
-        assert row["steps"] == 3 and math.isfinite(row["final_val_loss"])
+        assert row["steps"] == 3 and math.isfinite(row["final_val_loss"]) and row["final_val_bleu"] is not None
         assert row["seconds_per_batch"] > 0 and row["peak_memory"] > 0
     gap = payload["results"]["val_loss_gap_standard_vs_sdpa"]
-    assert math.isfinite(gap)
+    assert math.isfinite(gap) and payload["results"]["val_loss_gap_seed"] > 0  # another seed: another run
     if device.type == "cpu":  # same dropout masks on CPU (SDPA's math fallback): the runs coincide
         assert gap < 1e-4
     assert "Validation-loss gap" in (tmp_path / "out" / "table.md").read_text()

@@ -93,7 +93,12 @@ class Translator:
 
     def translate_nbest(self, texts: Sequence[str], progress: bool = False) -> list[list[Translation]]:
         """``config.nbest`` scored translations per input string, best first, in input order."""
-        sources = self.encode(texts)
+        return self.translate_ids_nbest(self.encode(texts), progress)
+
+    def translate_ids_nbest(self, sources: Sequence[list[int]], progress: bool = False) -> list[list[Translation]]:
+        """Like :meth:`translate_nbest` for sources that are already ids (``x1 … xn </s>``; [] = blank line).
+        Padding ids inside a source are masked like trailing padding: the robustness experiment's "dropped"
+        tokens."""
         results: list[list[Translation] | None] = [None] * len(sources)
         with tqdm(total=len(sources), unit="sent", disable=not progress, file=sys.stderr, leave=False) as bar:
             for batch in self.batches(sources):

@@ -59,7 +59,9 @@ class Variant:
 
 VARIANTS = (Variant("standard", "standard", False), Variant("sdpa", "sdpa", False),
             Variant("standard+window", "standard", True), Variant("sdpa+window", "sdpa", True))
-TRAINING_VARIANTS = ("standard", "sdpa", "sdpa+window")
+TRAINING_VARIANTS = ("standard", "sdpa", "sdpa+window", "sdpa, seed+1")
+SEED_NOISE_VARIANT = "sdpa, seed+1"  # sdpa again from another seed: the run-to-run noise a backend gap is read against
+TRAINING_BLEU_SENTENCES = 200  # validation sentences greedily decoded after each training run (--smoke: 16)
 
 
 @dataclass
@@ -309,10 +311,13 @@ def _train_variant(settings: AttentionSettings, name: str, device: torch.device)
     from vaswani.training.metrics import read_metrics
     from vaswani.training.trainer import Trainer
 
-    variant = next(v for v in VARIANTS if v.name == name)
+    variant = next(v for v in VARIANTS if v.name == name.split(",")[0])
     steps = settings.train_steps
+    base = apply_settings(load_preset(settings.train_preset), settings.train_settings)
+    seed = base.train.seed + (1 if name == SEED_NOISE_VARIANT else 0)
+    bleu_sentences = 16 if settings.smoke else TRAINING_BLEU_SENTENCES
     overrides = [f"train.max_steps={steps}", "train.max_epochs=null", "train.eval_every_steps=null",
-                 "train.bleu_subset=0", "train.patience=null", "train.progress=false", "train.save_every_steps=null",
+                 f"train.bleu_subset={bleu_sentences}", f"train.seed={seed}", "train.patience=null", "train.progress=false", "train.save_every_steps=null",
                  f"train.log_every_steps={steps}", "train.keep_checkpoints=1", f"train.device={device.type}",
                  f"model.attention={variant.backend}",
                  f"model.sliding_window={settings.window if variant.windowed else 'none'}", *settings.train_settings]
@@ -356,7 +361,9 @@ def _train_variant(settings: AttentionSettings, name: str, device: torch.device)
             "seconds_per_batch": sum(timed) / len(timed) if timed else None, "update_seconds": times,
             "total_seconds": total, "peak_memory": memory.get("peak"), "parameters": parameters,
             "final_val_loss": valid[-1]["loss"] if valid else None,
-            "final_val_nll": valid[-1]["nll"] if valid else None}
+            "final_val_nll": valid[-1]["nll"] if valid else None,
+            "final_val_bleu": valid[-1].get("bleu") if valid else None, "bleu_sentences": bleu_sentences,
+            "seed": seed}
 
 
 # ---- the experiment -----------------------------------------------------------------------------------------
@@ -437,6 +444,7 @@ def run(args: argparse.Namespace) -> int:
         losses = {r["variant"]: r["final_val_loss"] for r in training}
         results["val_loss_gap_standard_vs_sdpa"] = _gap(losses.get("standard"), losses.get("sdpa"))
         results["val_loss_gap_window_vs_sdpa"] = _gap(losses.get("sdpa+window"), losses.get("sdpa"))
+        results["val_loss_gap_seed"] = _gap(losses.get(SEED_NOISE_VARIANT), losses.get("sdpa"))
     table = _table(settings, results, device, args.command_line)
     figures = {"time_vs_length": _plot(points, settings, "seconds", "forward+backward time (s)", device, precision),
                "memory_vs_length": _plot(points, settings, "extra_memory", "peak memory above inputs (MiB)", device,
@@ -567,15 +575,17 @@ def _training_lines(results: dict[str, Any], settings: AttentionSettings) -> lis
     rows = results["training"]
     body = [[r["variant"], r["steps"], None if r["seconds_per_batch"] is None else 1000 * r["seconds_per_batch"],
              r["total_seconds"], None if r["peak_memory"] is None else r["peak_memory"] / MiB,
-             None if r["final_val_loss"] is None else f"{r['final_val_loss']:.5f}"] for r in rows]
+             None if r["final_val_loss"] is None else f"{r['final_val_loss']:.5f}", r.get("final_val_bleu")]
+            for r in rows]
     gap = results.get("val_loss_gap_standard_vs_sdpa")
+    seed_gap = results.get("val_loss_gap_seed")
     extra = f" with {' '.join(settings.train_settings)}" if settings.train_settings else ""
     return [
         f"## Training: the same run with each backend (`{settings.train_preset}`{extra}, "
         f"{settings.train_steps} updates)",
         "",
-        markdown_table(["attention", "updates", "ms per batch", "total (s)", "peak memory (MiB)", "final val loss"],
-                       body),
+        markdown_table(["attention", "updates", "ms per batch", "total (s)", "peak memory (MiB)", "final val loss",
+                        f"val BLEU ({rows[0].get('bleu_sentences')} sent., greedy)"], body),
         "",
         "Time per batch is the mean over the timed updates (the first is left out as warm-up; on CPU the second "
         "is profiled for memory and left out too); total time is the whole `fit()` including the final "
@@ -583,7 +593,8 @@ def _training_lines(results: dict[str, Any], settings: AttentionSettings) -> lis
         "the profiled second update plus the parameters and AdamW state. Same seed, same initial weights, same "
         "batches.",
         "",
-        f"Validation-loss gap standard vs sdpa: **{gap:.2e}**." if gap is not None else "",
+        f"Validation-loss gap standard vs sdpa: **{gap:.2e}**; sdpa vs sdpa from seed + 1 (the run-to-run noise "
+        f"of this setup): **{seed_gap:.2e}**." if gap is not None and seed_gap is not None else "",
         "",
         "Why the exact backends may still differ here: with dropout > 0, the fused GPU kernels draw their "
         "attention-dropout masks with their own random streams, so on a GPU the two runs are two samples of the "

@@ -18,6 +18,10 @@ EXPERIMENTS = {
                "training memory estimated from first principles vs measured; the largest batch for a budget"),
     "devices": ("vaswani.experiments.devices",
                 "CPU vs GPU: forward, backward, optimizer and step time, epoch time, peak memory"),
+    "ablation": ("vaswani.experiments.ablation",
+                 "post-LN vs pre-LN, warmup, ReLU vs GELU, sinusoidal vs RoPE vs learned: one budget, one seed"),
+    "robustness": ("vaswani.experiments.robustness",
+                   "sinusoidal vs learned vs rotary positions under shuffled, dropped and repeated source tokens"),
 }
 
 

@@ -1,0 +1,5 @@
+import sys
+
+from vaswani.cli import main
+
+sys.exit(main())

@@ -1,0 +1,263 @@
+"""Train a family of model variants under one recipe, or reuse the runs that already exist.
+
+The ablation and robustness experiments compare models that differ in one setting (norm placement, warmup,
+activation, positions) and share everything else: the recipe preset, the number of updates and the seed. Each
+variant is a plain ``vaswani train`` run in ``<runs_dir>/<variant>/``, so it can be inspected, resumed or
+evaluated like any other run. A run is reused when it finished (``summary.json``) with exactly the config
+the experiment would give it; a run that was cut off is resumed; anything else is trained.
+
+With ``jobs > 1`` the runs train as parallel subprocesses (one thread each is the recipe's setting: on a small
+CPU two single-threaded runs finish sooner than two two-threaded runs taking turns).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+import yaml
+
+from vaswani.errors import VaswaniError
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str  # run directory name and table key
+    label: str  # what a reader sees in tables and legends
+    settings: tuple[str, ...] = ()  # --set overrides of the recipe
+
+
+@dataclass(frozen=True)
+class TrainedRun:
+    variant: Variant
+    run_dir: Path
+    reused: bool
+
+
+def variant_config(recipe: str, variant: Variant, extra: Sequence[str] = ()) -> dict[str, Any]:
+    """The resolved config a variant trains with (what its run's config.yaml must hold)."""
+    from vaswani.training.config import apply_settings, load_preset
+
+    return apply_settings(load_preset(recipe), [*extra, *variant.settings]).to_dict()
+
+
+def _comparable(config: dict[str, Any]) -> dict[str, Any]:
+    """Settings that change what is trained; where the corpus files live and whether a bar is drawn do not.
+    model.vocab_size is derived: the trainer replaces it with the size of the tokenizer data.vocab_size built."""
+    config = json.loads(json.dumps(config))
+    config["model"].pop("vocab_size", None)
+    config["data"].pop("data_dir", None)
+    config["train"].pop("progress", None)
+    return config
+
+
+def _state(run_dir: Path, expected: dict[str, Any]) -> str:
+    """'done', 'partial' (checkpoints to resume from), 'empty', or 'different' (another config lives there)."""
+    config_file = run_dir / "config.yaml"
+    if not config_file.is_file():
+        return "empty"
+    saved = yaml.safe_load(config_file.read_text())
+    if _comparable(saved) != _comparable(expected):
+        return "different"
+    if (run_dir / "summary.json").is_file():
+        summary = json.loads((run_dir / "summary.json").read_text())
+        if summary.get("stop_reason") != "interrupted":
+            return "done"
+    return "partial" if (run_dir / "checkpoints" / "last").exists() else "empty"
+
+
+def train_command(recipe: str, variant: Variant, run_dir: Path, data_dir: Path | None, extra: Sequence[str],
+                  resume: bool) -> list[str]:
+    """The ``vaswani train`` arguments of one variant (also what results.json records per run)."""
+    argv = ["train", "--preset", recipe, "--run-dir", str(run_dir)]
+    for setting in [*extra, *variant.settings]:
+        argv += ["--set", setting]
+    if data_dir is not None:
+        argv += ["--data-dir", str(data_dir)]
+    if resume:
+        argv.append("--resume")
+    return argv
+
+
+def train_variants(variants: Sequence[Variant], recipe: str, runs_dir: Path, data_dir: Path | None = None,
+                   extra: Sequence[str] = (), jobs: int = 1) -> list[TrainedRun]:
+    """Make sure every variant has a finished run under ``runs_dir``; returns them in the order given."""
+    pending: list[tuple[Variant, list[str]]] = []
+    runs: list[TrainedRun] = []
+    for variant in variants:
+        run_dir = runs_dir / variant.name
+        expected = variant_config(recipe, variant, extra)
+        state = _state(run_dir, expected)
+        if state == "different":
+            raise VaswaniError(
+                f"{run_dir} holds a run with another config than variant {variant.name!r} of {recipe} "
+                f"(compare {run_dir / 'config.yaml'}); move it away or choose another --runs-dir")
+        if state != "done":
+            pending.append((variant, train_command(recipe, variant, run_dir, data_dir, extra, state == "partial")))
+        runs.append(TrainedRun(variant, run_dir, reused=state == "done"))
+    for variant in variants:
+        if all(v.name != variant.name for v, _ in pending):
+            print(f"[{variant.name}] reusing the finished run in {runs_dir / variant.name}", file=sys.stderr)
+    if jobs <= 1:
+        from vaswani.cli import main as vaswani_main
+
+        for variant, argv in pending:
+            print(f"[{variant.name}] vaswani {' '.join(argv)}", file=sys.stderr)
+            if vaswani_main(argv) != 0:
+                raise VaswaniError(f"training variant {variant.name!r} failed (see {runs_dir / variant.name})")
+    else:
+        _train_in_parallel(pending, runs_dir, jobs)
+    return runs
+
+
+def _train_in_parallel(pending: list[tuple[Variant, list[str]]], runs_dir: Path, jobs: int) -> None:
+    """Subprocesses, at most ``jobs`` at a time; each one's output goes to ``<runs_dir>/<variant>.log``."""
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    queue, running, failed = list(pending), [], []
+    while queue or running:
+        while queue and len(running) < jobs:
+            variant, argv = queue.pop(0)
+            log = open(runs_dir / f"{variant.name}.log", "ab")
+            print(f"[{variant.name}] vaswani {' '.join(argv)}  (log: {log.name})", file=sys.stderr)
+            process = subprocess.Popen([sys.executable, "-m", "vaswani", *argv], stdout=log, stderr=log)
+            running.append((variant, process, log))
+        time.sleep(1.0)
+        for item in list(running):
+            variant, process, log = item
+            if process.poll() is not None:
+                log.close()
+                running.remove(item)
+                if process.returncode != 0:
+                    failed.append(variant.name)
+                print(f"[{variant.name}] finished (exit {process.returncode})", file=sys.stderr)
+    if failed:
+        raise VaswaniError(f"training failed for {', '.join(failed)}: see the logs in {runs_dir}")
+
+
+# ---- reading a finished run ---------------------------------------------------------------------------------
+def load_final_model(run_dir: Path, device: torch.device):
+    """The model and tokenizer of the run's last checkpoint: every variant is compared after the same number of
+    updates (not at its own best point, which would favour whichever curve is noisier)."""
+    from vaswani.data.tokenizer import Tokenizer
+    from vaswani.model.serialization import load_model, resolve_checkpoint
+
+    directory = resolve_checkpoint(run_dir / "checkpoints" / "last")
+    model = load_model(directory, device=device).eval()
+    return model, Tokenizer.load(directory / "tokenizer.json")
+
+
+def metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        raise VaswaniError(f"{path}: missing; was {run_dir} trained by `vaswani train`?")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def final_validation(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The last full-validation record (the trainer evaluates at the end of every run)."""
+    valid = [r for r in records if r["kind"] == "valid"]
+    if not valid:
+        raise VaswaniError("the run has no validation record: it ended before its first evaluation")
+    return valid[-1]
+
+
+def training_speed(records: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Median seconds per update and tokens/s over the logging windows that contain no evaluation (the
+    trainer evaluates right after logging a step, so the window that starts there includes the evaluation)."""
+    train = [r for r in records if r["kind"] == "train"]
+    eval_steps = {r["step"] for r in records if r["kind"] == "valid"}
+    seconds = []
+    for before, after in zip(train, train[1:]):
+        if any(before["step"] <= s < after["step"] for s in eval_steps) or after["step"] <= before["step"]:
+            continue
+        seconds.append((after["elapsed_s"] - before["elapsed_s"]) / (after["step"] - before["step"]))
+    rates = [r["tokens_per_s"] for r in train if r.get("tokens_per_s")]
+    return {"seconds_per_step": _median(seconds), "tokens_per_s": _median(rates)}
+
+
+def _median(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def run_provenance(run_dir: Path) -> dict[str, Any]:
+    """The first provenance record of the run (command, commit, hardware of its training)."""
+    path = run_dir / "provenance.jsonl"
+    if not path.is_file():
+        return {}
+    return json.loads(path.read_text().splitlines()[0])
+
+
+def load_splits(config: dict[str, Any], splits: Sequence[str], data_dir: Path | None):
+    """The recipe's prepared splits (the same tokenizer and length filter the runs trained with): the
+    ``PreparedData`` of :func:`vaswani.data.pipeline.prepare_dataset`, from its cache after the first call."""
+    from vaswani.data.pipeline import default_out_dir, prepare_dataset
+    from vaswani.training.config import RunConfig
+
+    dc = RunConfig.from_dict(config).data
+    return prepare_dataset(dc.dataset, splits=tuple(splits), data_dir=data_dir or dc.data_dir,
+                           out_dir=default_out_dir(dc.dataset, dc.direction, dc.vocab_size),
+                           vocab_size=dc.vocab_size, max_len=dc.max_len, direction=dc.direction,
+                           train_split=dc.train_split)
+
+
+# ---- the variants of the shared recipe ----------------------------------------------------------------------
+RECIPE = "multi30k-ablation"
+SMOKE_RECIPE = "smoke"
+SMOKE_STEPS = 4
+
+# The recipe itself is the paper's layout: post-LN, warmup, ReLU, sinusoidal positions. Every other variant
+# changes one thing (or, for pre-LN without warmup, the two things whose interaction is the claim).
+VARIANTS: dict[str, Variant] = {v.name: v for v in (
+    Variant("sinusoidal", "post-LN · warmup · ReLU · sinusoidal (paper)"),
+    Variant("pre-ln", "pre-LN", ("model.norm=pre",)),
+    Variant("post-ln-no-warmup", "post-LN, no warmup", ("train.warmup_ramp=false",)),
+    Variant("pre-ln-no-warmup", "pre-LN, no warmup", ("model.norm=pre", "train.warmup_ramp=false")),
+    Variant("gelu", "GELU", ("model.activation=gelu",)),
+    Variant("rope", "RoPE", ("model.positions=rope",)),
+    Variant("learned", "learned positions", ("model.positions=learned",)),
+    # The paper layout again from another seed: how far apart two runs land when nothing changes but the
+    # seed, the scale against which every other difference must be read.
+    Variant("sinusoidal-seed1", "paper layout, seed 1 (noise reference)", ("train.seed=1",)),
+)}
+
+
+def add_variant_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--recipe", default=None,
+                        help=f"run preset every variant modifies (default {RECIPE}; --smoke: {SMOKE_RECIPE})")
+    parser.add_argument("--runs-dir", type=Path, default=None,
+                        help="where the variants' runs live; finished runs with the same config are reused "
+                        "(default runs/experiments/RECIPE)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help=f"updates per variant (default: the recipe's train.max_steps; --smoke: {SMOKE_STEPS})")
+    parser.add_argument("--set", dest="extra_settings", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="a setting applied to every variant, e.g. --set train.seed=1")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="variants trained at the same time, as subprocesses (default %(default)s)")
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="corpora directory (default: $VASWANI_DATA, then the download cache)")
+
+
+def train_from_args(args: argparse.Namespace, variants: Sequence[Variant]) -> tuple[str, list[TrainedRun]]:
+    """Resolve --recipe/--steps/--smoke into extra settings (kept on ``args.extra_settings`` so every later
+    config lookup agrees) and train or reuse the variants."""
+    recipe = args.recipe or (SMOKE_RECIPE if args.smoke else RECIPE)
+    steps = args.steps if args.steps is not None else (SMOKE_STEPS if args.smoke else None)
+    extra = list(args.extra_settings)
+    if steps is not None:
+        extra += [f"train.max_steps={steps}", "train.max_epochs=null"]
+    if args.smoke:
+        extra += ["train.progress=false", f"train.eval_every_steps={steps}", "train.bleu_subset=0"]
+    args.extra_settings = extra
+    runs_dir = args.runs_dir or Path("runs") / "experiments" / Path(recipe).stem
+    return recipe, train_variants(variants, recipe, runs_dir, args.data_dir, extra, args.jobs)
