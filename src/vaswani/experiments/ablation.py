@@ -19,10 +19,9 @@ import torch
 
 from vaswani.experiments.common import device_label, log, markdown_table, provenance_line, pyplot, write_results
 from vaswani.experiments.variants import (
-    VARIANTS, TrainedRun, add_variant_arguments, final_validation, load_final_model, load_splits, metrics,
-    train_from_args, training_speed, variant_config,
+    TrainedRun, add_variant_arguments, final_validation, greedy_translator, load_final_model, load_splits, metrics,
+    setup, training_speed,
 )
-from vaswani.precision import resolve_precision
 
 ABLATION_VARIANTS = ("sinusoidal", "pre-ln", "post-ln-no-warmup", "pre-ln-no-warmup", "gelu", "rope", "learned",
                      "sinusoidal-seed1")
@@ -40,12 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vaswani.devices import resolve_device
-
-    device = resolve_device(args.device)
-    precision = resolve_precision("auto", device)
-    recipe, runs = train_from_args(args, [VARIANTS[name] for name in ABLATION_VARIANTS])
-    config = variant_config(recipe, VARIANTS["sinusoidal"], args.extra_settings)
+    device, precision, recipe, runs, config = setup(args, ABLATION_VARIANTS)
     test_split = config["data"]["test_split"]
     prepared = load_splits(config, ["train", test_split], args.data_dir)
     corpus = prepared.corpora[test_split]
@@ -73,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
                 "runs": {r.variant.name: {"run_dir": str(r.run_dir), "reused": r.reused,
                                           "settings": list(r.variant.settings)} for r in runs}}
     results = {"device": device_label(device), "rows": rows, "length_generalisation": length_rows,
-               "findings": findings(rows)}
+               "findings": findings(rows), "curves": {name: _curve(records) for name, records in curves.items()}}
     table = _table(rows, length_rows, settings, results["findings"], device, args.command_line)
     figures = {"learning_curves": _plot_curves(curves, runs)}
     if length_rows:
@@ -94,13 +88,16 @@ def _summary_row(run_: TrainedRun, records: list[dict[str, Any]]) -> dict[str, A
             **training_speed(records)}
 
 
+def _curve(records: list[dict[str, Any]]) -> dict[str, list]:
+    """The learning curve as (update, NLL) pairs, so the plot can be redrawn from results.json alone."""
+    return {kind: [[r["step"], r["nll"]] for r in records if r["kind"] == kind] for kind in ("train", "valid")}
+
+
 def _bleu(model: Any, tokenizer: Any, sources: Sequence[str], references: Sequence[str], device: torch.device,
           precision: str) -> float:
-    from vaswani.decoding.config import SearchConfig
-    from vaswani.decoding.translator import Translator
     from vaswani.evaluation.metrics import corpus_scores
 
-    translator = Translator(model, tokenizer, SearchConfig(beam_size=1, bf16=precision == "bf16"), device=device)
+    translator = greedy_translator(model, tokenizer, device, precision)
     return corpus_scores(translator.translate(sources), references).bleu
 
 

@@ -11,7 +11,6 @@ accuracy per target position, and greedy-search BLEU (sacreBLEU) against the raw
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -22,10 +21,9 @@ from vaswani.data.batching import collate
 from vaswani.experiments.common import device_label, log, markdown_table, provenance_line, pyplot, write_results
 from vaswani.experiments.perturb import CONDITIONS, DESCRIPTIONS, perturb_all
 from vaswani.experiments.variants import (
-    RECIPE, SMOKE_RECIPE, VARIANTS, add_variant_arguments, final_validation, load_final_model, load_splits, metrics,
-    train_from_args, variant_config,
+    add_variant_arguments, final_validation, greedy_translator, load_final_model, load_splits, metrics, setup,
 )
-from vaswani.precision import autocast, resolve_precision
+from vaswani.precision import autocast
 
 POSITION_VARIANTS = ("sinusoidal", "learned", "rope")
 LABELS = {"sinusoidal": "sinusoidal", "learned": "learned", "rope": "RoPE"}  # the only setting that differs
@@ -85,11 +83,9 @@ def _token_batches(order: list[int], sources: Sequence[np.ndarray], targets: Seq
 
 def greedy_bleu(model: Any, tokenizer: Any, sources: Sequence[np.ndarray], references: Sequence[str],
                 device: torch.device, precision: str) -> tuple[float, list[str]]:
-    from vaswani.decoding.config import SearchConfig
-    from vaswani.decoding.translator import Translator
     from vaswani.evaluation.metrics import corpus_scores
 
-    translator = Translator(model, tokenizer, SearchConfig(beam_size=1, bf16=precision == "bf16"), device=device)
+    translator = greedy_translator(model, tokenizer, device, precision)
     ids = [[int(t) for t in source] + [tokenizer.eos_id] for source in sources]
     hypotheses = [nbest[0].text for nbest in translator.translate_ids_nbest(ids)]
     return corpus_scores(hypotheses, references).bleu, hypotheses
@@ -105,12 +101,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vaswani.devices import resolve_device
-
-    device = resolve_device(args.device)
-    precision = resolve_precision("auto", device)
-    recipe, runs = train_from_args(args, [VARIANTS[name] for name in POSITION_VARIANTS])
-    config = variant_config(recipe, VARIANTS["sinusoidal"], args.extra_settings)
+    device, precision, recipe, runs, config = setup(args, POSITION_VARIANTS)
     split = config["data"]["valid_split"]
     prepared = load_splits(config, [split], args.data_dir)
     encoded, corpus = prepared.splits[split], prepared.corpora[split]

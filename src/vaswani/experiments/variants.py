@@ -261,3 +261,24 @@ def train_from_args(args: argparse.Namespace, variants: Sequence[Variant]) -> tu
     args.extra_settings = extra
     runs_dir = args.runs_dir or Path("runs") / "experiments" / Path(recipe).stem
     return recipe, train_variants(variants, recipe, runs_dir, args.data_dir, extra, args.jobs)
+
+
+def setup(args: argparse.Namespace, names: Sequence[str]) -> tuple[torch.device, str, str, list[TrainedRun],
+                                                              dict[str, Any]]:
+    """What both variant experiments start with: the device and its precision, the trained runs of ``names``,
+    and the recipe's resolved config (the data settings every run shares)."""
+    from vaswani.devices import resolve_device
+    from vaswani.precision import resolve_precision
+
+    device = resolve_device(args.device)
+    recipe, runs = train_from_args(args, [VARIANTS[name] for name in names])
+    config = variant_config(recipe, VARIANTS["sinusoidal"], args.extra_settings)
+    return device, resolve_precision("auto", device), recipe, runs, config
+
+
+def greedy_translator(model: Any, tokenizer: Any, device: torch.device, precision: str):
+    """The search every variant is scored with: greedy, the Translator's defaults otherwise."""
+    from vaswani.decoding.config import SearchConfig
+    from vaswani.decoding.translator import Translator
+
+    return Translator(model, tokenizer, SearchConfig(beam_size=1, bf16=precision == "bf16"), device=device)
