@@ -14,9 +14,9 @@ import torch
 
 from vaswani.config import ModelConfig
 from vaswani.errors import VaswaniError
-from vaswani.experiments.ablation import ABLATION_VARIANTS, join_groups
+from vaswani.experiments.ablation import ABLATION_VARIANTS, findings, join_groups
 from vaswani.experiments.perturb import CONDITIONS, drop_tokens, perturb_all, repeat_tokens, shuffle_middle
-from vaswani.experiments.robustness import teacher_forced
+from vaswani.experiments.scoring import teacher_forced
 from vaswani.experiments.variants import Variant, train_variants, training_speed
 from vaswani.model import Transformer
 from vaswani.training.loss import translation_loss
@@ -106,6 +106,22 @@ def test_join_groups_keeps_only_full_groups() -> None:
     assert join_groups(["a"], 2) == []
 
 
+def test_claims_are_read_against_the_seed_noise() -> None:
+    nll = {"sinusoidal": 3.00, "sinusoidal-seed1": 3.05, "pre-ln": 2.80, "post-ln-no-warmup": 3.08,
+           "pre-ln-no-warmup": 2.75, "gelu": 3.20, "rope": 2.95, "learned": 3.01}
+    rows = [{"variant": v, "val_nll": x, "test_bleu": 20.0} for v, x in nll.items()]
+    verdicts = {f["variant"]: f for f in findings(rows)}
+    assert verdicts["pre-ln"]["verdict"] == "agrees (beyond noise)"  # 0.20 > 2 × 0.05
+    assert verdicts["pre-ln"]["noise_multiple"] == pytest.approx(4.0)
+    assert verdicts["sinusoidal"]["verdict"] == "within noise: not shown"  # warmup: 0.08 ≤ 0.10
+    assert verdicts["pre-ln-no-warmup"]["verdict"] == "agrees (within noise)"  # "does not need": no difference
+    assert verdicts["gelu"]["verdict"] == "disagrees (beyond noise)"  # worse by 0.20
+    assert verdicts["rope"]["verdict"] == "within noise: not shown"
+    assert verdicts["learned"]["verdict"] == "agrees (within noise)"
+    rows[3]["val_nll"] = float("nan")  # a diverged run
+    assert {f["variant"]: f for f in findings(rows)}["sinusoidal"]["verdict"] == "diverged"
+
+
 def test_step_time_leaves_out_the_windows_with_an_evaluation() -> None:
     records = [{"kind": "train", "step": 10, "elapsed_s": 10.0, "tokens_per_s": 100.0},
                {"kind": "train", "step": 20, "elapsed_s": 20.0, "tokens_per_s": 100.0},
@@ -159,6 +175,7 @@ def test_ablation_smoke_reuses_finished_runs(workdir: Path, data_dir: Path, expe
     doubled = {r["variant"]: r for r in lengths if r["group_size"] == 2}
     single = {r["variant"]: r for r in lengths if r["group_size"] == 1}
     assert doubled["rope"]["mean_source_tokens"] > 1.5 * single["rope"]["mean_source_tokens"]
+    assert all(np.isfinite(r["teacher_forced_nll"]) and r["length_ratio"] > 0 for r in lengths)
     claims = {f["claim"]: f for f in payload["results"]["findings"]}
     by_name = {r["variant"]: r for r in rows}
     warmup = claims["post-LN needs warmup"]

@@ -275,10 +275,3 @@ def setup(args: argparse.Namespace, names: Sequence[str]) -> tuple[torch.device,
     config = variant_config(recipe, VARIANTS["sinusoidal"], args.extra_settings)
     return device, resolve_precision("auto", device), recipe, runs, config
 
-
-def greedy_translator(model: Any, tokenizer: Any, device: torch.device, precision: str):
-    """The search every variant is scored with: greedy, the Translator's defaults otherwise."""
-    from vaswani.decoding.config import SearchConfig
-    from vaswani.decoding.translator import Translator
-
-    return Translator(model, tokenizer, SearchConfig(beam_size=1, bf16=precision == "bf16"), device=device)
