@@ -217,7 +217,7 @@ def _table(rows: list[dict[str, Any]], length_rows: list[dict[str, Any]], settin
         f"from seeds 0 and 1; a difference counts as an effect beyond {NOISE_MULTIPLE:g}× that (one pair of seeds "
         "is a rough scale: more seeds per variant would sharpen every verdict).",
         "",
-        markdown_table(["claim", "comparison", "Δ val NLL", "Δ test BLEU", "|Δ NLL| / seed noise", "verdict"],
+        markdown_table(["claim", "comparison", "Δ val NLL", "Δ test BLEU", "Δ NLL ÷ seed noise (abs.)", "verdict"],
                        [[f["claim"], f"{f['variant']} − {f['against']}", f["delta_val_nll"], f["delta_test_bleu"],
                          f["noise_multiple"], f["verdict"]] for f in found]),
     ]
