@@ -175,7 +175,8 @@ def test_ablation_smoke_reuses_finished_runs(workdir: Path, data_dir: Path, expe
     doubled = {r["variant"]: r for r in lengths if r["group_size"] == 2}
     single = {r["variant"]: r for r in lengths if r["group_size"] == 1}
     assert doubled["rope"]["mean_source_tokens"] > 1.5 * single["rope"]["mean_source_tokens"]
-    assert all(np.isfinite(r["teacher_forced_nll"]) and r["length_ratio"] > 0 for r in lengths)
+    # an untrained smoke model may stop at once (length ratio 0); the teacher-forced score always exists
+    assert all(np.isfinite(r["teacher_forced_nll"]) and r["length_ratio"] >= 0 for r in lengths)
     claims = {f["claim"]: f for f in payload["results"]["findings"]}
     by_name = {r["variant"]: r for r in rows}
     warmup = claims["post-LN needs warmup"]
