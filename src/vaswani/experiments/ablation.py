@@ -18,16 +18,15 @@ import numpy as np
 import torch
 
 from vaswani.experiments.common import device_label, log, markdown_table, provenance_line, pyplot, write_results
-from vaswani.experiments.scoring import greedy_translator, teacher_forced
+from vaswani.experiments.scoring import greedy_scores, teacher_forced
 from vaswani.experiments.variants import (
-    TrainedRun, add_variant_arguments, final_validation, load_final_model, load_splits, metrics, setup,
-    training_speed,
+    POSITION_LABELS, TrainedRun, add_variant_arguments, final_validation, load_final_model, load_splits, metrics,
+    setup, training_speed,
 )
 
 ABLATION_VARIANTS = ("sinusoidal", "pre-ln", "post-ln-no-warmup", "pre-ln-no-warmup", "gelu", "rope", "learned",
                      "sinusoidal-seed1")
 LENGTH_VARIANTS = ("sinusoidal", "rope", "learned")
-LENGTH_LABELS = {"sinusoidal": "sinusoidal", "rope": "RoPE", "learned": "learned"}
 DEFAULT_GROUP_SIZES = (1, 2, 4, 6)
 
 
@@ -56,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         curves[run_.variant.name] = records
         row = _summary_row(run_, records)
         model, tokenizer = load_final_model(run_.run_dir, device)
-        row["test_bleu"] = _bleu(model, tokenizer, sources, references, device, precision)
+        row["test_bleu"] = greedy_scores(model, tokenizer, sources, references, device, precision)[0].bleu
         log(f"  {run_.variant.name:>18}: val NLL {row['val_nll']:.3f}, test BLEU {row['test_bleu']:.2f}")
         rows.append(row)
         if run_.variant.name in LENGTH_VARIANTS:
@@ -95,14 +94,6 @@ def _curve(records: list[dict[str, Any]]) -> dict[str, list]:
     return {kind: [[r["step"], r["nll"]] for r in records if r["kind"] == kind] for kind in ("train", "valid")}
 
 
-def _bleu(model: Any, tokenizer: Any, sources: Sequence[str], references: Sequence[str], device: torch.device,
-          precision: str) -> float:
-    from vaswani.evaluation.metrics import corpus_scores
-
-    translator = greedy_translator(model, tokenizer, device, precision)
-    return corpus_scores(translator.translate(sources), references).bleu
-
-
 def join_groups(lines: Sequence[str], size: int) -> list[str]:
     """Consecutive lines joined by a space, ``size`` at a time (a shorter last group is dropped, so every input
     of the group size really is that many sentences)."""
@@ -115,8 +106,6 @@ def _length_test(run_: TrainedRun, model: Any, tokenizer: Any, sources: Sequence
     """BLEU on concatenated inputs mixes two things: positions the model never saw, and a model trained on
     single sentences stopping after the first one (visible as a falling length ratio). The teacher-forced NLL
     of the concatenated reference has no stopping decision, so it isolates how well positions extrapolate."""
-    from vaswani.evaluation.metrics import corpus_scores
-
     rows = []
     for size in group_sizes:
         grouped_sources, grouped_references = join_groups(sources, size), join_groups(references, size)
@@ -125,10 +114,9 @@ def _length_test(run_: TrainedRun, model: Any, tokenizer: Any, sources: Sequence
         source_ids = [np.asarray(ids) for ids in tokenizer.encode_batch(grouped_sources)]
         target_ids = [np.asarray(ids) for ids in tokenizer.encode_batch(grouped_references)]
         lengths = np.array([len(ids) + 1 for ids in source_ids])
-        scores = corpus_scores(greedy_translator(model, tokenizer, device, precision).translate(grouped_sources),
-                               grouped_references)
+        scores, _ = greedy_scores(model, tokenizer, grouped_sources, grouped_references, device, precision)
         forced = teacher_forced(model, tokenizer, source_ids, target_ids, device, precision)
-        rows.append({"variant": run_.variant.name, "label": LENGTH_LABELS[run_.variant.name], "group_size": size,
+        rows.append({"variant": run_.variant.name, "label": POSITION_LABELS[run_.variant.name], "group_size": size,
                      "inputs": len(grouped_sources), "mean_source_tokens": float(lengths.mean()),
                      "max_source_tokens": int(lengths.max()),
                      "share_longer_than_training": float((lengths > longest_training_source).mean()),

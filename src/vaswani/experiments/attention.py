@@ -317,7 +317,8 @@ def _train_variant(settings: AttentionSettings, name: str, device: torch.device)
     seed = base.train.seed + (1 if name == SEED_NOISE_VARIANT else 0)
     bleu_sentences = 16 if settings.smoke else TRAINING_BLEU_SENTENCES
     overrides = [f"train.max_steps={steps}", "train.max_epochs=null", "train.eval_every_steps=null",
-                 f"train.bleu_subset={bleu_sentences}", f"train.seed={seed}", "train.patience=null", "train.progress=false", "train.save_every_steps=null",
+                 f"train.bleu_subset={bleu_sentences}", f"train.seed={seed}", "train.patience=null",
+                 "train.progress=false", "train.save_every_steps=null",
                  f"train.log_every_steps={steps}", "train.keep_checkpoints=1", f"train.device={device.type}",
                  f"model.attention={variant.backend}",
                  f"model.sliding_window={settings.window if variant.windowed else 'none'}", *settings.train_settings]

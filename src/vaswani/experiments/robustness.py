@@ -11,32 +11,20 @@ accuracy per target position, and greedy-search BLEU (sacreBLEU) against the raw
 from __future__ import annotations
 
 import argparse
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
 from vaswani.experiments.common import device_label, log, markdown_table, provenance_line, pyplot, write_results
 from vaswani.experiments.perturb import CONDITIONS, DESCRIPTIONS, perturb_all
-from vaswani.experiments.scoring import greedy_translator, teacher_forced
+from vaswani.experiments.scoring import greedy_scores, teacher_forced
 from vaswani.experiments.variants import (
-    add_variant_arguments, final_validation, load_final_model, load_splits, metrics, setup,
+    POSITION_LABELS, add_variant_arguments, final_validation, load_final_model, load_splits, metrics, setup,
 )
 
 POSITION_VARIANTS = ("sinusoidal", "learned", "rope")
-LABELS = {"sinusoidal": "sinusoidal", "learned": "learned", "rope": "RoPE"}  # the only setting that differs
 MIN_SENTENCES_PER_POSITION = 20  # accuracy at a target position is plotted where at least this many reach it
-
-
-# ---- scoring ------------------------------------------------------------------------------------------------
-def greedy_bleu(model: Any, tokenizer: Any, sources: Sequence[np.ndarray], references: Sequence[str],
-                device: torch.device, precision: str) -> tuple[float, list[str]]:
-    from vaswani.evaluation.metrics import corpus_scores
-
-    translator = greedy_translator(model, tokenizer, device, precision)
-    ids = [[int(t) for t in source] + [tokenizer.eos_id] for source in sources]
-    hypotheses = [nbest[0].text for nbest in translator.translate_ids_nbest(ids)]
-    return corpus_scores(hypotheses, references).bleu, hypotheses
 
 
 # ---- the experiment -----------------------------------------------------------------------------------------
@@ -72,12 +60,15 @@ def run(args: argparse.Namespace) -> int:
         for condition in CONDITIONS:
             scores = teacher_forced(model, tokenizer, perturbed[condition], targets, device, precision,
                                     config["train"]["label_smoothing"])
-            bleu, hypotheses = (None, []) if args.no_bleu else greedy_bleu(
-                model, tokenizer, perturbed[condition], references, device, precision)
+            bleu, hypotheses = None, []
+            if not args.no_bleu:
+                corpus_scores, hypotheses = greedy_scores(model, tokenizer, perturbed[condition], references, device,
+                                                          precision)
+                bleu = corpus_scores.bleu
             log(f"  {run_.variant.name:>10} {condition:>8}: nll {scores['nll']:.3f} acc {scores['accuracy']:.3f}"
                 + ("" if bleu is None else f" BLEU {bleu:.2f}"))
-            rows.append({"variant": run_.variant.name, "label": LABELS[run_.variant.name], "condition": condition,
-                         **scores, "bleu": bleu, "first_hypothesis": hypotheses[0] if hypotheses else None,
+            rows.append({"variant": run_.variant.name, "label": POSITION_LABELS[run_.variant.name],
+                         "condition": condition, **scores, "bleu": bleu, "first_hypothesis": hypotheses[0] if hypotheses else None,
                          "training_val_nll": trained["nll"], "training_val_accuracy": trained["accuracy"],
                          "steps": trained["step"]})
     _add_deltas(rows)

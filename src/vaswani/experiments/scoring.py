@@ -3,14 +3,17 @@ given source/target ids, and the greedy search every translation score uses."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from vaswani.data.batching import collate
+from vaswani.data.batching import collate, pack
 from vaswani.precision import autocast
+
+if TYPE_CHECKING:
+    from vaswani.evaluation.metrics import CorpusScores
 
 
 @torch.inference_mode()
@@ -22,12 +25,14 @@ def teacher_forced(model: Any, tokenizer: Any, sources: Sequence[np.ndarray], ta
     Position p (0-based) of ``y1 … yn </s>`` counts in ``position_accuracy[p]`` for every sentence that has it.
     """
     pad, bos, eos = tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id
-    order = sorted(range(len(sources)), key=lambda i: (len(sources[i]), len(targets[i])))
+    sizes = np.array([max(len(s), len(t)) + 1 for s, t in zip(sources, targets)])  # positions on the longer side
+    order = np.argsort(sizes, kind="stable")
     longest = max(len(t) for t in targets) + 1
     correct_at, count_at = np.zeros(longest), np.zeros(longest)
     loss = nll = correct = tokens = 0.0
-    for chunk in token_batches(order, sources, targets, max_tokens):
-        batch = collate([(i, sources[i], targets[i]) for i in chunk], pad, bos, eos).to(device)
+    # A pair longer than the budget still gets a batch of its own.
+    for chunk in pack(order, sizes[order], max(max_tokens, int(sizes.max()))):
+        batch = collate([(i, sources[i], targets[i]) for i in chunk.tolist()], pad, bos, eos).to(device)
         with autocast(device, precision):
             memory, memory_mask = model.encode(batch.src)
             logits = model.project(model.decode(batch.tgt_in, memory, memory_mask)).float()  # (B, T, V)
@@ -47,25 +52,25 @@ def teacher_forced(model: Any, tokenizer: Any, sources: Sequence[np.ndarray], ta
             "position_accuracy": per_position.tolist(), "position_count": count_at.astype(int).tolist()}
 
 
-def token_batches(order: list[int], sources: Sequence[np.ndarray], targets: Sequence[np.ndarray],
-                  max_tokens: int) -> list[list[int]]:
-    """Consecutive indices of ``order`` whose padded size (rows × widest side) stays within ``max_tokens``."""
-    batches, batch, width = [], [], 0
-    for index in order:
-        size = max(len(sources[index]), len(targets[index])) + 1
-        if batch and (len(batch) + 1) * max(width, size) > max_tokens:
-            batches.append(batch)
-            batch, width = [], 0
-        batch.append(index)
-        width = max(width, size)
-    if batch:
-        batches.append(batch)
-    return batches
-
-
 def greedy_translator(model: Any, tokenizer: Any, device: torch.device, precision: str):
     """The search every variant is scored with: greedy, the Translator's defaults otherwise."""
     from vaswani.decoding.config import SearchConfig
     from vaswani.decoding.translator import Translator
 
     return Translator(model, tokenizer, SearchConfig(beam_size=1, bf16=precision == "bf16"), device=device)
+
+
+def greedy_scores(model: Any, tokenizer: Any, sources: Sequence[str] | Sequence[np.ndarray],
+                  references: Sequence[str], device: torch.device, precision: str) -> tuple[CorpusScores, list[str]]:
+    """Greedy translations of ``sources`` and their corpus scores (BLEU, chrF, length ratio) against
+    ``references``. Sources are text, or BPE ids without ``</s>`` (the perturbed sources: padding ids inside
+    them are masked out)."""
+    from vaswani.evaluation.metrics import corpus_scores
+
+    translator = greedy_translator(model, tokenizer, device, precision)
+    if all(isinstance(source, str) for source in sources):
+        ids = translator.encode(sources)
+    else:
+        ids = [[int(t) for t in source] + [tokenizer.eos_id] for source in sources]
+    hypotheses = [nbest[0].text for nbest in translator.translate_ids_nbest(ids)]
+    return corpus_scores(hypotheses, references), hypotheses

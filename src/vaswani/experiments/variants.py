@@ -34,6 +34,9 @@ class Variant:
     settings: tuple[str, ...] = ()  # --set overrides of the recipe
 
 
+POSITION_LABELS = {"sinusoidal": "sinusoidal", "learned": "learned", "rope": "RoPE"}  # model.positions → label
+
+
 @dataclass(frozen=True)
 class TrainedRun:
     variant: Variant
