@@ -7,6 +7,7 @@ import gzip
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -117,6 +118,27 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_can_change_the_learning_rate(workd
     # each record's lr is the one the next update uses: the new factor applies from the first resumed update
     assert last_lr == pytest.approx(noam_lr(meta["step"] + 1, 64, 10, factor=2.0))
     assert first_resumed["lr"] == pytest.approx(noam_lr(meta["step"] + 2, 64, 10, factor=1.0))
+
+
+def test_updates_within_budget_follows_the_pace_and_never_passes_the_plan() -> None:
+    from vaswani.training.trainer import updates_within_budget
+
+    assert updates_within_budget(100, 5000, seconds_left=60, updates_per_second=0.5) == 130
+    assert updates_within_budget(100, 120, seconds_left=60, updates_per_second=0.5) == 120  # the plan ends first
+    assert updates_within_budget(100, None, seconds_left=60, updates_per_second=2.0) == 220  # only a time limit
+    assert updates_within_budget(100, 5000, seconds_left=-5, updates_per_second=2.0) == 100  # budget spent
+    assert updates_within_budget(100, 5000, seconds_left=60, updates_per_second=None) == 5000  # no pace yet
+
+
+def test_time_limited_run_sizes_its_progress_bar_to_the_clock(workdir: Path) -> None:
+    """A run that the clock ends long before max_steps must not show max_steps (and its ETA) in the bar."""
+    result = _run(_train_command(workdir / "timed", "train.max_steps=100000", "train.max_minutes=0.05",
+                                 "train.progress=true"), workdir)
+    totals = [int(m) for m in re.findall(r"\d+/(\d+) \[", result.stderr)]
+    assert totals and totals[0] == 100000  # before any pace is known the bar shows the plan
+    assert totals[-1] < 1000, result.stderr[-1000:]
+    summary = json.loads((workdir / "timed" / "summary.json").read_text())
+    assert summary["stop_reason"] == "max_minutes"
 
 
 def test_nonfinite_losses_are_skipped_then_stop_the_run(workdir: Path, monkeypatch) -> None:

@@ -337,6 +337,13 @@ class Trainer:
             record["mfu"] = round(mfu, 4)
         bar.set_postfix(loss=f"{stats['loss']:.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_second:,.0f}",
                         **({"mfu": f"{mfu:.1%}"} if mfu is not None else {}))
+        if self.config.train.max_minutes is not None and not bar.disable:
+            # The clock usually ends such a run long before its planned updates: size the bar to the updates the
+            # time left allows at the current pace, so its percentage and ETA are the run's.
+            seconds_left = 60 * self.config.train.max_minutes - self.progress.elapsed_seconds
+            bar.total = updates_within_budget(self.progress.step, self.total_steps, seconds_left,
+                                              bar.format_dict.get("rate"))
+            bar.refresh()
         if self.metrics is not None:
             self.metrics.write("train", self.progress.step, **record)
 
@@ -409,6 +416,16 @@ class Trainer:
     def _last_is_current(self) -> bool:
         last = self.run_dir / "checkpoints" / "last"
         return last.exists() and last.resolve().name == f"step_{self.progress.step:07d}"
+
+
+def updates_within_budget(step: int, planned: int | None, seconds_left: float,
+                          updates_per_second: float | None) -> int | None:
+    """The update a wall-clock budget is expected to end at, at the current pace; never past the planned
+    number of updates, never before the current one. Without a pace yet, the plan."""
+    if not updates_per_second:
+        return planned
+    reachable = step + int(max(seconds_left, 0.0) * updates_per_second)
+    return max(step, reachable if planned is None else min(planned, reachable))
 
 
 def _python_rng_to_list(state: tuple) -> list:
