@@ -168,7 +168,11 @@ class Trainer:
         signal.signal(signal.SIGINT, self._on_interrupt)
         start = time.perf_counter() - self.progress.elapsed_seconds
         stop_reason = "finished"
+        # A run ended by the clock estimates its last update from the average pace (see _log_train), and the
+        # bar's ETA must use the same pace (smoothing=0) to read as the time left.
+        self._session_start = (self.progress.step, self.progress.elapsed_seconds)
         bar = tqdm(total=self.total_steps, initial=self.progress.step, unit="step", dynamic_ncols=True,
+                   smoothing=0 if tc.max_minutes is not None else 0.3,
                    disable=not (tc.progress and self.world.is_main), file=sys.stderr)
         try:
             while stop_reason == "finished":
@@ -339,10 +343,12 @@ class Trainer:
                         **({"mfu": f"{mfu:.1%}"} if mfu is not None else {}))
         if self.config.train.max_minutes is not None and not bar.disable:
             # The clock usually ends such a run long before its planned updates: size the bar to the updates the
-            # time left allows at the current pace, so its percentage and ETA are the run's.
+            # time left allows at this session's average pace (evaluations included), so its ETA is the run's.
+            start_step, start_seconds = self._session_start
+            seconds = self.progress.elapsed_seconds - start_seconds
+            pace = (self.progress.step - start_step) / seconds if seconds > 0 else None
             seconds_left = 60 * self.config.train.max_minutes - self.progress.elapsed_seconds
-            bar.total = updates_within_budget(self.progress.step, self.total_steps, seconds_left,
-                                              bar.format_dict.get("rate"))
+            bar.total = updates_within_budget(self.progress.step, self.total_steps, seconds_left, pace)
             bar.refresh()
         if self.metrics is not None:
             self.metrics.write("train", self.progress.step, **record)
