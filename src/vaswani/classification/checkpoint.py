@@ -21,7 +21,8 @@ from vaswani.classification.encoding import TOKENIZER_FILES, TextTokenizer, load
 from vaswani.config import ModelConfig
 from vaswani.errors import VaswaniError
 from vaswani.model.classifier import TransformerClassifier
-from vaswani.model.serialization import WEIGHTS_FILE, atomic_write_bytes
+from vaswani.io import atomic_write_bytes
+from vaswani.model.serialization import WEIGHTS_FILE
 
 INFO_FILE = "classifier.json"
 FORMAT = "vaswani-classifier/1"

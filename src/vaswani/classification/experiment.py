@@ -29,7 +29,7 @@ from vaswani.classification.report import (
 from vaswani.classification.data import load_dataset
 from vaswani.classification.settings import TrainSettings
 from vaswani.classification.train import train_classifier
-from vaswani.model.serialization import atomic_write_bytes
+from vaswani.io import atomic_write_bytes
 
 
 def mean_std(values: Sequence[float]) -> dict[str, float]:

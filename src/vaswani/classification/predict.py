@@ -20,7 +20,7 @@ from vaswani.classification.checkpoint import ClassifierInfo, load_classifier
 from vaswani.classification.data import join_text, read_csv
 from vaswani.classification.encoding import TextEncoder, TextTokenizer, pad_batch
 from vaswani.model.classifier import TransformerClassifier
-from vaswani.model.serialization import atomic_write_bytes
+from vaswani.io import atomic_write_bytes
 
 
 @torch.no_grad()

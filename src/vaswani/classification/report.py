@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from vaswani.classification.metrics import Metrics
-from vaswani.model.serialization import atomic_write_bytes
+from vaswani.io import atomic_write_bytes
 
 
 # ---- tables ----------------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterable
 
 from vaswani.errors import DataError
-from vaswani.model.serialization import atomic_write_bytes
+from vaswani.io import atomic_write_bytes
 
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]  # ids 0..3, as in the project's BPE tokenizer
 # A word (letters, digits, underscore; "don't" stays one word) or a single punctuation mark such as ! ? # @.

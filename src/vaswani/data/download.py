@@ -39,14 +39,32 @@ class RemoteFile:
     sha256: str
 
 
+def absolute_path(value: str | Path) -> Path:
+    """A user-typed path made absolute against the directory it was typed in (``~`` expanded), so that it still
+    names the same folder after a ``chdir`` or in a child process started elsewhere."""
+    return Path(value).expanduser().absolute()
+
+
+def _absolute_environment_paths(*names: str) -> None:
+    # `VASWANI_DATA=../shared/data vaswani …` means relative to where the user typed it. Resolve it once, when the
+    # package is first imported, and write it back so that child processes started in another directory (torchrun
+    # ranks, variant runs, tests) inherit the same absolute folder.
+    for name in names:
+        if os.environ.get(name):
+            os.environ[name] = str(absolute_path(os.environ[name]))
+
+
+_absolute_environment_paths("VASWANI_DATA", "VASWANI_CACHE")
+
+
 def default_data_dir() -> Path | None:
     value = os.environ.get("VASWANI_DATA")
-    return Path(value).expanduser() if value else None
+    return absolute_path(value) if value else None
 
 
 def default_cache_dir() -> Path:
     value = os.environ.get("VASWANI_CACHE")
-    return Path(value).expanduser() if value else Path.home() / ".cache" / "vaswani"
+    return absolute_path(value) if value else Path.home() / ".cache" / "vaswani"
 
 
 def default_mirror() -> str | None:

@@ -12,8 +12,6 @@ A *run directory* holds ``checkpoints/best`` and ``checkpoints/last``; :func:`re
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import torch
@@ -22,51 +20,17 @@ from safetensors.torch import save_model as save_safetensors_from
 
 from vaswani.config import ModelConfig
 from vaswani.errors import VaswaniError
+from vaswani.io import atomic_write, atomic_write_bytes
 from vaswani.model.transformer import Transformer
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "model.json"
 
 
-def _umask_mode() -> int:
-    """The permissions a plainly created file would get (mkstemp makes private 0600 files)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temporary file in the same directory, fsync, then rename: readers see the old or the new file,
-    never a half-written one, even if the process dies mid-write."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, _umask_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def save_model(model: Transformer, directory: str | Path) -> None:
     """Write ``model.safetensors`` and ``model.json`` atomically into ``directory``."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".weights.", suffix=".tmp")
-    os.close(fd)
-    try:
-        save_safetensors_from(model, tmp)
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.chmod(tmp, _umask_mode())
-        os.replace(tmp, directory / WEIGHTS_FILE)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(directory / WEIGHTS_FILE, lambda tmp: save_safetensors_from(model, tmp))
     atomic_write_bytes(directory / CONFIG_FILE, json.dumps(model.config.to_dict(), indent=2).encode())
 
 

@@ -1,0 +1,53 @@
+"""Writing files so that a crash never leaves half of one: every file the tool writes goes through here.
+
+The pattern is the same everywhere: write a temporary file in the destination's directory, fsync it, give it the
+permissions a plainly created file would have, then ``os.replace`` it over the destination. Readers see the old file
+or the new one, never a torn one, even if the process is killed mid-write.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+
+def default_file_mode() -> int:
+    """The permissions a plainly created file would get (mkstemp makes private 0600 files)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def atomic_write(path: str | Path, write: Callable[[str], None]) -> None:
+    """Call ``write(temporary_path)`` to produce the file, then fsync and rename it to ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.chmod(tmp, default_file_mode())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically."""
+    atomic_write(path, lambda tmp: Path(tmp).write_bytes(data))
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Replace ``path`` with UTF-8 ``text`` atomically."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | Path, payload: Any) -> None:
+    """Replace ``path`` with ``payload`` as indented JSON (non-JSON values, e.g. paths, written as strings)."""
+    atomic_write_text(path, json.dumps(payload, indent=2, default=str) + "\n")
