@@ -8,7 +8,6 @@ on N ranks computes the same update as one process with grad_accum × N.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import math
@@ -18,7 +17,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -26,9 +25,9 @@ from tqdm import tqdm
 
 from vaswani.devices import resolve_device
 from vaswani.errors import VaswaniError
-from vaswani.precision import autocast, resolve_precision
-from vaswani.provenance import provenance
 from vaswani.model import Transformer
+from vaswani.precision import resolve_precision
+from vaswani.provenance import provenance
 from vaswani.training import data as training_data
 from vaswani.training.checkpoint import load_trainer_state, point, prune, save_checkpoint
 from vaswani.training.config import RunConfig
@@ -38,6 +37,7 @@ from vaswani.training.loss import TranslationLoss
 from vaswani.training.metrics import MetricsLog, plot_run
 from vaswani.training.optim import build_optimizer
 from vaswani.training.schedule import build_scheduler
+from vaswani.training.step import StepResult, train_step
 
 
 @dataclass
@@ -54,9 +54,25 @@ class Progress:
     elapsed_seconds: float = 0.0
 
 
+class Callback:
+    """Observes a run without changing it: pass instances to ``Trainer(callbacks=[...])`` and override the hooks
+    you need (a study times every update with ``on_update_start``/``on_update_end``, for example)."""
+
+    def on_update_start(self, trainer: Trainer) -> None:
+        """Before the micro-batches of an update are read."""
+
+    def on_update_end(self, trainer: Trainer, result: StepResult) -> None:
+        """After the optimizer step (or the skip of a non-finite update)."""
+
+    def on_evaluation(self, trainer: Trainer, metrics: dict[str, Any]) -> None:
+        """After a validation pass, before its checkpoint is written."""
+
+
 class Trainer:
-    def __init__(self, config: RunConfig, run_dir: str | Path, resume: bool = False, world: World | None = None):
+    def __init__(self, config: RunConfig, run_dir: str | Path, resume: bool = False, world: World | None = None,
+                 callbacks: Sequence[Callback] = ()):
         self.run_dir = Path(run_dir)
+        self.callbacks = list(callbacks)
         self.world = world or init_world("cuda" if config.train.device in ("cuda", "auto")
                                          and torch.cuda.is_available() else "cpu")
         tc = config.train
@@ -150,7 +166,6 @@ class Trainer:
         for group, base, schedule in zip(self.optimizer.param_groups, self.scheduler.base_lrs,
                                          self.scheduler.lr_lambdas):
             group["lr"] = base * schedule(self.scheduler.last_epoch)
-        self.scheduler._last_lr = [group["lr"] for group in self.optimizer.param_groups]
         self.scaler.load_state_dict(state["scaler"])
         self.progress = Progress(**state["progress"])
         torch.set_rng_state(state["rng"]["torch"])
@@ -241,20 +256,24 @@ class Trainer:
             if self._stop_requested:
                 return "interrupted"
             group = groups[group_index]
-            stats = self._update(group)
+            for callback in self.callbacks:
+                callback.on_update_start(self)
+            result = self.update(group)
+            for callback in self.callbacks:
+                callback.on_update_end(self, result)
             self.progress.group_in_epoch = group_index + 1
             self.progress.elapsed_seconds = time.perf_counter() - start
-            window_tokens += stats["tokens"]
+            window_tokens += result.tokens
             step = self.progress.step
-            if stats["finite"]:
+            if result.finite:
                 bar.update(1)
-            if step % tc.log_every_steps == 0 and stats["finite"]:
+            if step % tc.log_every_steps == 0 and result.finite:
                 elapsed = time.perf_counter() - window_start
-                self._log_train(stats, window_tokens / max(elapsed, 1e-9), bar)
+                self._log_train(result, group, window_tokens / max(elapsed, 1e-9), bar)
                 window_tokens, window_start = 0, time.perf_counter()
-            if tc.save_every_steps and step % tc.save_every_steps == 0 and stats["finite"]:
+            if tc.save_every_steps and step % tc.save_every_steps == 0 and result.finite:
                 self._save("periodic")
-            if tc.eval_every_steps and step % tc.eval_every_steps == 0 and stats["finite"]:
+            if tc.eval_every_steps and step % tc.eval_every_steps == 0 and result.finite:
                 if self._evaluate_and_checkpoint() == "early_stop":
                     return "early_stop"
             if tc.max_steps is not None and step >= tc.max_steps:
@@ -263,55 +282,30 @@ class Trainer:
                 return "max_minutes"
         return "finished"
 
-    def _update(self, group: list[list[int]]) -> dict[str, Any]:
-        """One optimizer update over a group of batches; skipped (and counted) if the loss is not finite."""
+    def update(self, group: list[list[int]]) -> StepResult:
+        """One optimizer update over a group of batches (this rank's share of it); a non-finite one is skipped
+        and counted."""
         tc = self.config.train
         accum, rank = tc.grad_accum, self.world.rank
-        group_tokens = sum(self.data.target_tokens(b) for b in group)
         mine = group[rank * accum : (rank + 1) * accum]
         # The last group of an epoch may be short: a rank without a batch of its own still runs the collective
         # backward passes, on the group's first batch with weight 0.
         weights = [1.0] * len(mine) + [0.0] * (accum - len(mine))
         mine = mine + [group[0]] * (accum - len(mine))
-        loss_sum = nll_sum = correct = 0.0
-        finite = True
-        self.train_model.train()
-        for i, (indices, weight) in enumerate(zip(mine, weights)):
-            batch = self.data.collate(indices, self.device)
-            sync = i == accum - 1 or not self.world.distributed
-            with (contextlib.nullcontext() if sync else self.train_model.no_sync()):
-                with autocast(self.device, self.precision):
-                    batch_loss, batch_nll, batch_correct = self.train_model(batch.src, batch.tgt_in, batch.tgt_out)
-                # DDP averages gradients over ranks, so multiply by world size to get a sum over the group.
-                scaled = batch_loss * (weight * self.world.size / group_tokens)
-                self.scaler.scale(scaled).backward()
-            loss_sum += float(batch_loss.detach()) * weight
-            nll_sum += float(batch_nll) * weight
-            correct += float(batch_correct) * weight
-        loss_sum, nll_sum, correct = (self.world.sum(v) for v in (loss_sum, nll_sum, correct))
-        finite = math.isfinite(loss_sum)
-        grad_norm = float("nan")
-        if finite:
-            self.scaler.unscale_(self.optimizer)
-            if tc.clip_grad_norm:
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.clip_grad_norm))
-            finite = self.world.sum(0.0 if math.isfinite(grad_norm) or not tc.clip_grad_norm else 1.0) == 0
-        if finite:
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-            self.scheduler.step()
+        result = train_step(
+            self.train_model, self.optimizer, (self.data.collate(indices, self.device) for indices in mine),
+            tokens=sum(self.data.target_tokens(b) for b in group), precision=self.precision,
+            clip_grad_norm=tc.clip_grad_norm, scaler=self.scaler, scheduler=self.scheduler, weights=weights,
+            world=self.world,
+        )
+        if result.finite:
             self.progress.step += 1
             self.progress.consecutive_nonfinite = 0
         else:
-            self._skip_nonfinite(loss_sum)
-        self.optimizer.zero_grad(set_to_none=True)
-        return {"finite": finite, "loss": loss_sum / group_tokens, "nll": nll_sum / group_tokens,
-                "accuracy": correct / group_tokens, "tokens": group_tokens, "grad_norm": grad_norm,
-                "group": group}
+            self._skip_nonfinite(result.loss_sum)
+        return result
 
     def _skip_nonfinite(self, loss: float) -> None:
-        if self.precision == "fp16":
-            self.scaler.update()  # let the scaler lower its scale after an overflow
         self.progress.consecutive_nonfinite += 1
         self.progress.skipped_updates += 1
         step = self.progress.step
@@ -330,16 +324,16 @@ class Trainer:
             )
 
     # ---- logging, evaluation, checkpoints ----------------------------------------------------------------------
-    def _log_train(self, stats: dict[str, Any], tokens_per_second: float, bar: tqdm) -> None:
-        lr = self.scheduler.get_last_lr()[0]
-        record = {"epoch": round(self.progress.step / max(self.steps_per_epoch, 1), 3), "loss": round(stats["loss"], 5), "nll": round(stats["nll"], 5),
-                  "accuracy": round(stats["accuracy"], 5), "lr": lr, "grad_norm": round(stats["grad_norm"], 4),
-                  "tokens_per_s": round(tokens_per_second, 1),
+    def _log_train(self, result: StepResult, group: list[list[int]], tokens_per_second: float, bar: tqdm) -> None:
+        lr = self.optimizer.param_groups[0]["lr"]
+        record = {"epoch": round(self.progress.step / max(self.steps_per_epoch, 1), 3),
+                  "loss": round(result.loss, 5), "nll": round(result.nll, 5), "accuracy": round(result.accuracy, 5),
+                  "lr": lr, "grad_norm": round(result.grad_norm, 4), "tokens_per_s": round(tokens_per_second, 1),
                   "elapsed_s": round(self.progress.elapsed_seconds, 1)}
-        mfu = self._mfu(stats["group"], tokens_per_second, stats["tokens"])
+        mfu = self._mfu(group, tokens_per_second, result.tokens)
         if mfu is not None:
             record["mfu"] = round(mfu, 4)
-        bar.set_postfix(loss=f"{stats['loss']:.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_second:,.0f}",
+        bar.set_postfix(loss=f"{result.loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_second:,.0f}",
                         **({"mfu": f"{mfu:.1%}"} if mfu is not None else {}))
         if self.config.train.max_minutes is not None and not bar.disable:
             # The clock usually ends such a run long before its planned updates: size the bar to the updates the
@@ -369,6 +363,8 @@ class Trainer:
         tc = self.config.train
         result = validate(self.model, self.data, self.device, self.precision,
                           bleu_subset=tc.bleu_subset, label_smoothing=tc.label_smoothing)
+        for callback in self.callbacks:
+            callback.on_evaluation(self, result)
         epoch = round(self.progress.step / max(self.steps_per_epoch, 1), 3)
         metric = result["loss"] if tc.early_stopping_metric == "val_loss" else -(result.get("bleu") or 0.0)
         improved = self.progress.best_metric is None or metric < self.progress.best_metric

@@ -1,0 +1,128 @@
+"""One optimizer update: the unit of work every caller that trains shares — the Trainer, the studies and
+``vaswani bench train`` all call :func:`train_step`, so what they time or measure is what training runs.
+
+    forward in the configured precision → label-smoothed loss summed over real target tokens
+    → backward of loss / tokens (the whole update's tokens, every micro-batch and rank)
+    → every rank agrees the loss (and gradient norm) are finite → unscale, clip → optimizer (+ scaler, schedule)
+    → gradients set to None
+
+A non-finite update changes no weight: it is reported (``finite=False``) and the caller decides what to do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+from typing import Callable, Iterable, Protocol, Sequence
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from vaswani.precision import autocast
+from vaswani.training.distributed import World
+
+
+class TeacherForcedBatch(Protocol):
+    """What a training step reads from a batch (``vaswani.data.Batch`` has it)."""
+
+    src: torch.Tensor  # (B, S) source ids, padded
+    tgt_in: torch.Tensor  # (B, T) <s> y1 … ym, padded
+    tgt_out: torch.Tensor  # (B, T) y1 … ym </s>, padded (padding is ignored by the loss)
+
+
+@dataclass
+class StepResult:
+    """Sums over the update's real target tokens (all micro-batches, all ranks)."""
+
+    finite: bool
+    loss_sum: float  # the optimised (label-smoothed) loss
+    nll_sum: float  # without smoothing: exp(nll / tokens) is the perplexity
+    correct: float  # argmax predictions equal to the target
+    tokens: int  # real target tokens: the normaliser of the update
+    grad_norm: float  # before clipping; nan when clipping is off
+
+    @property
+    def loss(self) -> float:
+        return self.loss_sum / self.tokens
+
+    @property
+    def nll(self) -> float:
+        return self.nll_sum / self.tokens
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.tokens
+
+
+def train_step(
+    loss_model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    micro_batches: Iterable[TeacherForcedBatch],
+    tokens: int,
+    precision: str = "fp32",
+    clip_grad_norm: float | None = None,
+    scaler: torch.amp.GradScaler | None = None,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    weights: Sequence[float] | None = None,
+    world: World | None = None,
+    on_phase: Callable[[str], None] | None = None,
+) -> StepResult:
+    """One update over ``micro_batches`` (gradient accumulation when there are several).
+
+    ``loss_model`` maps (src, tgt_in, tgt_out) to (loss_sum, nll_sum, n_correct) — a
+    :class:`~vaswani.training.loss.TranslationLoss`, possibly wrapped by DDP or ``torch.compile``. ``tokens`` is
+    the real target tokens of the whole update over every rank: the loss is normalised by it, so N ranks compute
+    the update of one process with N× the accumulation. ``weights`` (one per micro-batch, default 1) lets a rank
+    without a batch of its own join DDP's collective backward with weight 0. ``on_phase`` is called with
+    "forward", "backward" and "optimizer" right after each phase (the studies time phases with it).
+    """
+    world = world or World()
+    distributed = isinstance(loss_model, DistributedDataParallel)
+    batches = list(micro_batches)
+    weights = list(weights) if weights is not None else [1.0] * len(batches)
+    loss_model.train()
+    loss_sum = nll_sum = correct = 0.0
+    for i, (batch, weight) in enumerate(zip(batches, weights)):
+        # DDP all-reduces gradients in backward; only the last micro-batch of the update needs to.
+        last = i == len(batches) - 1
+        with contextlib.nullcontext() if last or not distributed else loss_model.no_sync():
+            with autocast(batch.src.device, precision):
+                batch_loss, batch_nll, batch_correct = loss_model(batch.src, batch.tgt_in, batch.tgt_out)
+            _notify(on_phase, "forward")
+            # DDP averages gradients over ranks: multiplying by the world size turns that into a sum.
+            scaled = batch_loss * (weight * world.size / tokens)
+            (scaler.scale(scaled) if scaler is not None else scaled).backward()
+            _notify(on_phase, "backward")
+        loss_sum += float(batch_loss.detach()) * weight
+        nll_sum += float(batch_nll) * weight
+        correct += float(batch_correct) * weight
+    loss_sum, nll_sum, correct = (world.sum(v) for v in (loss_sum, nll_sum, correct))
+
+    finite = math.isfinite(loss_sum)
+    grad_norm = float("nan")
+    if finite:
+        if scaler is not None:
+            scaler.unscale_(optimizer)
+        if clip_grad_norm:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(loss_model.parameters(), clip_grad_norm))
+            # Every rank must take the same decision, or their weights would drift apart.
+            finite = world.sum(0.0 if math.isfinite(grad_norm) else 1.0) == 0
+    if finite:
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+    elif scaler is not None and scaler.is_enabled():
+        scaler.update()  # an fp16 overflow: let the scaler lower its scale for the next try
+    optimizer.zero_grad(set_to_none=True)
+    _notify(on_phase, "optimizer")
+    return StepResult(finite, loss_sum, nll_sum, correct, tokens, grad_norm)
+
+
+def _notify(on_phase: Callable[[str], None] | None, phase: str) -> None:
+    if on_phase is not None:
+        on_phase(phase)
