@@ -44,8 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from vaswani.provenance import record_command
+
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
+    record_command(argv)
     try:
         return int(args.handler(args) or 0)
     except BrokenPipeError:  # output piped into `head` and closed early: not an error

@@ -18,6 +18,10 @@ NormPlacement = Literal["post", "pre"]
 Activation = Literal["relu", "gelu"]
 AttentionBackend = Literal["standard", "sdpa"]
 EmbeddingTying = Literal["none", "decoder-output", "all-three"]
+# The one precision setting of the project: train.precision, the search's precision, --precision of every
+# command. "auto" is resolved against the device by vaswani.precision.
+Precision = Literal["auto", "bf16", "fp16", "fp32"]
+PRECISIONS: tuple[str, ...] = get_args(Precision)
 
 
 @dataclass
@@ -151,6 +155,31 @@ def _coerce(value: Any, tp: Any) -> Any:
     return value
 
 
+def parse_settings(items: list[str], sections: tuple[str, ...]) -> dict[str, dict[str, str]]:
+    """``--set section.key=value`` strings grouped by section: the one grammar of every command's ``--set``."""
+    grouped: dict[str, dict[str, str]] = {section: {} for section in sections}
+    for item in items:
+        key, sep, value = item.partition("=")
+        section, dot, name = key.strip().partition(".")
+        if not sep or not dot or not name or section not in grouped:
+            example = f"{sections[0]}.dropout=0.2" if sections[0] == "model" else f"{sections[0]}.KEY=VALUE"
+            raise ConfigError(f"--set {item!r}: expected section.key=value with section {' or '.join(sections)}, "
+                              f"e.g. --set {example}")
+        grouped[section][name] = value
+    return grouped
+
+
+def add_settings_argument(parser: Any, sections: tuple[str, ...], example: str) -> None:
+    """The ``--set section.key=value`` option (repeatable), read back with :func:`parse_settings`."""
+    parser.add_argument("--set", dest="settings", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help=f"override a {'/'.join(sections)} setting, e.g. --set {example} (repeatable)")
+
+
+def apply_model_settings(config: ModelConfig, items: list[str]) -> ModelConfig:
+    """``config`` with ``--set model.key=value`` items applied (commands that only build a model)."""
+    return apply_overrides(config, parse_settings(items, ("model",))["model"], "model")
+
+
 def apply_overrides(obj: Any, overrides: dict[str, str], section: str) -> Any:
     """Return a copy of dataclass ``obj`` with string overrides; its __post_init__ coerces them to each field's
     declared type (see :func:`validate_literals`)."""
@@ -168,6 +197,11 @@ __all__ = [
     "MODEL_PRESETS",
     "ConfigError",
     "DEFAULT_SLIDING_WINDOW",
+    "Precision",
+    "PRECISIONS",
+    "add_settings_argument",
+    "apply_model_settings",
     "apply_overrides",
+    "parse_settings",
     "validate_literals",
 ]

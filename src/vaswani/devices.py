@@ -7,12 +7,23 @@ import torch
 from vaswani.errors import VaswaniError
 
 
-def resolve_device(name: str, local_rank: int = 0) -> torch.device:
-    """"auto" -> CUDA when visible, else CPU; an explicit "cuda" without a GPU is an error, not a silent CPU run.
-    ``local_rank`` picks this process's GPU under torchrun."""
+def device_type(name: str) -> str:
+    """"auto" -> "cuda" when a GPU is visible, else "cpu"; an explicit name keeps its type ("cuda:1" -> "cuda")."""
     if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(name)
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(name).type
+
+
+def resolve_device(name: str | torch.device | None = "auto", local_rank: int = 0) -> torch.device:
+    """"auto" (or None) -> CUDA when visible, else CPU; an explicit "cuda" without a GPU is an error, not a silent
+    CPU run. ``local_rank`` picks this process's GPU under torchrun."""
+    if isinstance(name, torch.device):
+        name = str(name)
+    name = name or "auto"
+    try:
+        device = torch.device(device_type(name) if name == "auto" else name)
+    except RuntimeError:
+        raise VaswaniError(f"unknown device {name!r}; use auto, cpu or cuda") from None
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise VaswaniError(f"device {name!r} was asked for but no CUDA device is visible")

@@ -13,6 +13,7 @@ import time
 
 import torch
 
+from vaswani.config import PRECISIONS
 from vaswani.errors import ConfigError
 
 
@@ -44,8 +45,8 @@ def resolve_precision(precision: str, device: torch.device) -> str:
         return "fp16" if device.type == "cuda" else "fp32"
     if precision == "fp16" and device.type != "cuda":
         raise ConfigError("precision fp16 needs a CUDA device; use bf16 or fp32 on CPU")
-    if precision not in ("bf16", "fp16", "fp32"):
-        raise ConfigError(f"precision must be auto, bf16, fp16 or fp32, got {precision!r}")
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     return precision
 
 

@@ -9,14 +9,24 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
 
+_command: str | None = None
+
+
+def record_command(argv: Sequence[str]) -> None:
+    """Remember the arguments of the ``vaswani`` command this process runs (``cli.main`` calls this), so every
+    results file names the command that made it — also when ``main`` is called in-process, as tests do."""
+    global _command
+    _command = shlex.join(["vaswani", *argv])
+
+
 def command_line() -> str:
-    """The command as typed, with the console script's name (also when run as ``python -m vaswani.cli``)."""
-    return shlex.join(["vaswani", *sys.argv[1:]])
+    """The command that made this process's results: the recorded ``vaswani …`` command, else ``sys.argv``."""
+    return _command or shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
 
 
 def provenance(device: torch.device | str = "cpu", command: str | None = None) -> dict[str, Any]:
@@ -45,8 +55,8 @@ def git_state() -> dict[str, Any]:
 def versions() -> dict[str, str]:
     from importlib import metadata
 
-    found = {}
-    for package in ("torch", "tokenizers", "sacrebleu", "numpy", "safetensors"):
+    found = {"python": platform.python_version()}
+    for package in ("torch", "tokenizers", "sacrebleu", "numpy", "safetensors", "matplotlib", "pyyaml"):
         try:
             found[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
@@ -55,8 +65,14 @@ def versions() -> dict[str, str]:
 
 
 def hardware(device: torch.device | str = "cpu") -> dict[str, Any]:
-    """Platform, CPU, torch version and thread count, and the name of the device that ran the model."""
+    """Platform, CPU, torch version and thread count, the name of the device that ran the model, and the GPU's
+    details whenever one is visible (a CPU measurement on a GPU machine says so)."""
     device = torch.device(device)
+    gpu: dict[str, Any] = {"cuda_device": None}
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(device if device.type == "cuda" else 0)
+        gpu = {"cuda_device": props.name, "cuda_memory_gib": round(props.total_memory / 2**30, 1),
+               "cuda_capability": f"{props.major}.{props.minor}", "cuda_version": torch.version.cuda}
     return {
         "platform": platform.platform(),
         "processor": _cpu_name(),
@@ -65,6 +81,7 @@ def hardware(device: torch.device | str = "cpu") -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name(),
+        **gpu,
     }
 
 

@@ -20,9 +20,12 @@ def test_baseline_has_our_parameter_count_up_to_nn_transformers_final_norms() ->
 
 
 def test_batches_respect_the_budget_and_shift_the_target() -> None:
-    for src, tgt_in, tgt_out in make_batches(ModelConfig.preset("tiny"), max_tokens=400, n_batches=3):
+    for batch in make_batches(ModelConfig.preset("tiny"), max_tokens=400, n_batches=3):
+        src, tgt_in, tgt_out = batch.src, batch.tgt_in, batch.tgt_out
+        assert batch.n_tgt_tokens == int((tgt_out != 0).sum())
         assert src.numel() <= 400 + src.size(0) and tgt_in.shape == tgt_out.shape
-        assert torch.equal(tgt_in[:, 1:][tgt_out[:, :-1] != 0], tgt_out[:, :-1][tgt_out[:, :-1] != 0])
+        words = tgt_out[:, :-1] > 3  # real words: the decoder input is the target shifted right by <s>
+        assert torch.equal(tgt_in[:, 1:][words], tgt_out[:, :-1][words]) and bool((tgt_in[:, 0] == 1).all())
 
 
 def test_bench_train_smoke_writes_json(tmp_path, capsys) -> None:

@@ -142,7 +142,7 @@ def test_repetition_penalty_reduces_repeats(device) -> None:
 def test_bf16_autocast_and_eval_mode_are_handled(device) -> None:
     model, src = _model(device), _sources(device)
     fp32 = generate(model, src, _config(beam_size=2))
-    bf16 = generate(model, src, _config(beam_size=2, bf16=True))
+    bf16 = generate(model, src, _config(beam_size=2, precision="bf16"))
     assert all(0 < len(n[0].tokens) + 1 <= 11 and all(0 <= t < VOCAB for t in n[0].tokens) for n in bf16)
     model.train()  # dropout is 0 here, so any difference would come from the search itself
     assert _tokens(generate(model, src, _config(beam_size=2))) == _tokens(fp32)

@@ -55,7 +55,7 @@ def test_translate_command_file_to_file(tiny_checkpoint, test_pairs, tmp_path, d
     source.write_text("\n".join(test_pairs[0]) + "\n", encoding="utf-8")
     output = tmp_path / "out" / "test.en"
     code = main(["translate", "--checkpoint", str(tiny_checkpoint), "--input", str(source), "--output",
-                 str(output), "--beam", "2", "--device", device.type, "--no-bf16", "--batch-size", "8"])
+                 str(output), "--beam", "2", "--device", device.type, "--precision", "fp32", "--batch-size", "8"])
     assert code == 0
     lines = output.read_text(encoding="utf-8").split("\n")[:-1]
     assert len(lines) == 20

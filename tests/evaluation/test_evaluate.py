@@ -50,7 +50,7 @@ def test_evaluate_command_writes_scores_signature_speed_and_report(tiny_checkpoi
 
 
 def test_evaluate_command_prints_a_summary_into_a_chosen_directory(tiny_checkpoint, test_files, tmp_path, capsys):
-    assert _evaluate(tiny_checkpoint, test_files, "--out", str(tmp_path / "ev"), "--beam", "1", "--no-bf16",
+    assert _evaluate(tiny_checkpoint, test_files, "--out", str(tmp_path / "ev"), "--beam", "1", "--precision", "fp32",
                      "--device", "cpu") == 0
     printed = capsys.readouterr().out
     assert "BLEU" in printed and "chrF" in printed and "nrefs:1" in printed and "best of 20" in printed
@@ -103,7 +103,7 @@ def test_best_worst_sample_is_seeded_ranked_and_rendered():
     results = {"test_set": "t", "checkpoint": "c", "bleu": 1.0, "chrf": 2.0, "length_ratio": 1.0,
                "signature": "sig", "report_seed": 7,
                "search": {"beam_size": 4, "length_norm": "gnmt", "alpha": 0.6, "repetition_penalty": 1.0,
-                          "no_repeat_ngram": 0, "bf16": False},
+                          "no_repeat_ngram": 0, "precision": "fp32"},
                "speed": {"sentences_per_second": 1.0, "target_tokens_per_second": 2.0, "device": "cpu"}}
     markdown = render_markdown(results, sample, 3)
     assert best[0].source in markdown and worst[0].reference in markdown and "beam 4, gnmt α=0.6" in markdown
@@ -111,9 +111,9 @@ def test_best_worst_sample_is_seeded_ranked_and_rendered():
 
 def test_compare_tabulates_evaluations_with_their_commands(tiny_checkpoint, test_files, tmp_path, capsys):
     greedy, beam = tmp_path / "greedy", tmp_path / "beam"
-    assert _evaluate(tiny_checkpoint, test_files, "--beam", "1", "--out", str(greedy), "--no-bf16") == 0
+    assert _evaluate(tiny_checkpoint, test_files, "--beam", "1", "--out", str(greedy), "--precision", "fp32") == 0
     assert _evaluate(tiny_checkpoint, test_files, "--beam", "3", "--repetition-penalty", "1.3", "--out", str(beam),
-                     "--no-bf16") == 0
+                     "--precision", "fp32") == 0
     capsys.readouterr()
     assert main(["compare", str(greedy), str(beam / "results.json"), "--out", str(tmp_path / "table")]) == 0
     table = (tmp_path / "table" / "table.md").read_text()

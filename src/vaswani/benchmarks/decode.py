@@ -26,12 +26,13 @@ from typing import Any
 
 import torch
 
-from vaswani.config import ModelConfig
+from vaswani.config import PRECISIONS, ModelConfig
 from vaswani.devices import resolve_device, synchronize
 from vaswani.decoding.config import SearchConfig
 from vaswani.decoding.reference import UncachedModel
 from vaswani.decoding.search import generate
 from vaswani.errors import VaswaniError
+from vaswani.precision import resolve_precision
 from vaswani.provenance import provenance
 from vaswani.model import Transformer
 
@@ -128,8 +129,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="sentences decoded one at a time for batched vs one-at-a-time beam")
     parser.add_argument("--repeats", type=int, default=3, help="timed repeats (the fastest is reported)")
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto")
-    parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=False,
-                        help="bfloat16 autocast (else fp32)")
+    parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                        help="autocast precision (default fp32; auto = bf16 where the device computes it fast)")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (None: torch's choice)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
@@ -141,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     torch.manual_seed(args.seed)
     model, sources, fixed_length = _model_and_sources(args, device)
-    base = SearchConfig(beam_size=1, bf16=args.bf16)
+    base = SearchConfig(beam_size=1, precision=resolve_precision(args.precision, device))
     # Fixed length: no </s> before the limit, and a limit that does not depend on the source length (the
     # default 1.5·|src| + 10 would stop short sentences early).
     fixed = replace(base, allow_eos=False, max_len_a=0.0, max_len_b=args.output_len)
@@ -219,7 +220,7 @@ class _Table:
     WIDTH = 50
 
     def __init__(self, args: argparse.Namespace, device: torch.device):
-        precision = "bf16" if args.bf16 else "fp32"
+        precision = resolve_precision(args.precision, device)
         model = f"checkpoint {args.checkpoint}" if args.checkpoint else f"random {args.preset} model"
         print(f"decoding speed on {device} ({torch.get_num_threads()} threads, {precision}), {model}")
         print(f"{'search':<{self.WIDTH}}  {'sentences':>9}  {'seconds':>8}  {'sent/s':>8}  {'tokens/s':>9}")

@@ -19,11 +19,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from vaswani.config import ModelConfig
+from vaswani.config import PRECISIONS, ModelConfig, add_settings_argument, apply_model_settings
+from vaswani.data.batching import BOS_ID, EOS_ID, Batch, collate
 from vaswani.devices import resolve_device, synchronize
 from vaswani.model import Transformer, sinusoidal_table
 from vaswani.provenance import provenance
 from vaswani.training.loss import TranslationLoss
+from vaswani.training.step import train_step
 
 
 class TorchTransformerBaseline(nn.Module):
@@ -52,8 +54,10 @@ class TorchTransformerBaseline(nn.Module):
                                   src_key_padding_mask=src == pad, tgt_key_padding_mask=tgt_in == pad,
                                   memory_key_padding_mask=src == pad)
         logits = self.generator(hidden)
-        return F.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=pad,
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=pad,
                                label_smoothing=0.1, reduction="sum")
+        # train_step's contract (loss, nll, correct); the two statistics are not what is being timed.
+        return loss, loss.detach(), torch.zeros((), device=loss.device)
 
 
 def sentence_lengths(n: int, seed: int = 0) -> list[tuple[int, int]]:
@@ -64,7 +68,7 @@ def sentence_lengths(n: int, seed: int = 0) -> list[tuple[int, int]]:
     return list(zip(src.tolist(), tgt.tolist()))
 
 
-def make_batches(config: ModelConfig, max_tokens: int, n_batches: int, seed: int = 0) -> list[tuple[torch.Tensor, ...]]:
+def make_batches(config: ModelConfig, max_tokens: int, n_batches: int, seed: int = 0) -> list[Batch]:
     """Token-budget batches of random ids with realistic lengths, padded to the longest (as training does)."""
     generator = torch.Generator().manual_seed(seed)
     pairs = sentence_lengths(n_batches * max_tokens // 10, seed)
@@ -76,36 +80,22 @@ def make_batches(config: ModelConfig, max_tokens: int, n_batches: int, seed: int
             start += 1
         if start >= len(pairs):
             start = 0
-        src_len = max(s for s, _ in chunk) + 1
-        tgt_len = max(t for _, t in chunk) + 1
-        src = torch.zeros(len(chunk), src_len, dtype=torch.long)
-        tgt = torch.zeros(len(chunk), tgt_len + 1, dtype=torch.long)
-        for row, (s, t) in enumerate(chunk):
-            src[row, :s] = torch.randint(4, config.vocab_size, (s,), generator=generator)
-            src[row, s] = 2
-            tgt[row, 0] = 1
-            tgt[row, 1 : t + 1] = torch.randint(4, config.vocab_size, (t,), generator=generator)
-            tgt[row, t + 1] = 2
-        batches.append((src, tgt[:, :-1].clone(), tgt[:, 1:].clone()))
+        items = [(row, torch.randint(4, config.vocab_size, (s,), generator=generator).numpy(),
+                  torch.randint(4, config.vocab_size, (t,), generator=generator).numpy())
+                 for row, (s, t) in enumerate(chunk)]
+        batches.append(collate(items, config.pad_id, BOS_ID, EOS_ID))
     return batches
 
 
-def time_training(loss_module: nn.Module, batches: list, device: torch.device, precision: str,
+def time_training(loss_module: nn.Module, batches: list[Batch], device: torch.device, precision: str,
                   warmup: int, repeats: int) -> dict[str, float]:
+    """Tokens/s of :func:`train_step` (the trainer's update) with AdamW at a constant learning rate."""
     optimizer = torch.optim.AdamW(loss_module.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
-    loss_module.train()
-    dtype = torch.bfloat16 if precision == "bf16" else None
+    batches = [batch.to(device) for batch in batches]
 
-    def step(batch: tuple[torch.Tensor, ...]) -> int:
-        src, tgt_in, tgt_out = (t.to(device, non_blocking=True) for t in batch)
-        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-            out = loss_module(src, tgt_in, tgt_out)
-            loss = out[0] if isinstance(out, tuple) else out
-        tokens = int((tgt_out != 0).sum())
-        (loss / tokens).backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return tokens
+    def step(batch: Batch) -> int:
+        train_step(loss_module, optimizer, [batch], tokens=batch.n_tgt_tokens, precision=precision)
+        return batch.n_tgt_tokens
 
     for batch in batches[:warmup]:
         step(batch)
@@ -123,9 +113,9 @@ def time_training(loss_module: nn.Module, batches: list, device: torch.device, p
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default="small", help="model preset (base, small, tiny)")
-    parser.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
-                        help="model setting override, e.g. --set d_model=256")
-    parser.add_argument("--precision", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    add_settings_argument(parser, ("model",), "model.d_model=256")
+    parser.add_argument("--precision", nargs="+", default=["fp32", "bf16"], choices=PRECISIONS,
+                        help="one or more precisions to measure (default fp32 bf16)")
     parser.add_argument("--max-tokens", type=int, default=2048, help="token budget per batch")
     parser.add_argument("--steps", type=int, default=8, help="timed steps per repeat")
     parser.add_argument("--warmup", type=int, default=3, help="untimed warm-up steps")
@@ -135,11 +125,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vaswani.config import apply_overrides
-
     device = resolve_device(args.device)
-    config = apply_overrides(ModelConfig.preset(args.preset, dropout=0.1), dict(s.split("=", 1) for s in args.settings),
-                             "model")
+    config = apply_model_settings(ModelConfig.preset(args.preset, dropout=0.1), args.settings)
     batches = make_batches(config, args.max_tokens, args.warmup + args.steps)
     models: dict[str, Callable[[], nn.Module]] = {
         "vaswani": lambda: TranslationLoss(Transformer(config), label_smoothing=0.1),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from vaswani.config import PRECISIONS
 from vaswani.decoding.config import SearchConfig
 
 if TYPE_CHECKING:
@@ -17,7 +18,7 @@ DEFAULTS = SearchConfig()
 def add_search_arguments(
     parser: argparse.ArgumentParser, beam: int = DEFAULTS.beam_size, nbest: bool = True
 ) -> None:
-    """--beam, --alpha, penalties, length limits, batching, device and bf16 (and --nbest if ``nbest``)."""
+    """--beam, --alpha, penalties, length limits, batching, device and precision (and --nbest if ``nbest``)."""
     d = DEFAULTS
     group = parser.add_argument_group("search")
     group.add_argument("--beam", type=int, default=beam, metavar="N", help=f"beam size; 1 = greedy (default {beam})")
@@ -38,10 +39,10 @@ def add_search_arguments(
     group.add_argument("--batch-size", type=int, default=64, metavar="N", help="sentences per batch (default 64)")
     group.add_argument("--max-tokens", type=int, default=8192, metavar="N",
                        help="padded source tokens x beam per batch (default 8192)")
-    group.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when available")
-    group.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
-                       help="bfloat16 autocast (default: on where the device computes bf16 faster than fp32; "
-                       "off on CPUs without bf16 units, where it is emulated and many times slower)")
+    group.add_argument("--device", default="auto", help="auto (cuda when available), cpu or cuda (default auto)")
+    group.add_argument("--precision", choices=PRECISIONS, default=d.precision,
+                       help="autocast precision; auto (default) = bf16 where the device computes it faster than "
+                       "fp32, fp32 on CPUs without bf16 units (where bf16 is emulated and many times slower)")
 
 
 def search_config_from_args(args: argparse.Namespace) -> SearchConfig:
@@ -54,17 +55,8 @@ def search_config_from_args(args: argparse.Namespace) -> SearchConfig:
         max_len_b=args.max_len_b,
         repetition_penalty=args.repetition_penalty,
         no_repeat_ngram=args.no_repeat_ngram,
-        bf16=args.bf16 if args.bf16 is not None else _bf16_default(args),
+        precision=args.precision,
     )
-
-
-def _bf16_default(args: argparse.Namespace) -> bool:
-    import torch
-
-    from vaswani.precision import bf16_is_fast
-
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    return bf16_is_fast(device)
 
 
 def translator_from_args(args: argparse.Namespace) -> Translator:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from vaswani.errors import ConfigError
+from vaswani.config import PRECISIONS, Precision
 
 LengthNorm = Literal["gnmt", "average", "none"]
 
@@ -23,7 +24,7 @@ class SearchConfig:
     repetition_penalty: float = 1.0  # CTRL θ; 1.0 = off, >1 discourages repeating generated tokens
     no_repeat_ngram: int = 0  # forbid any n-gram from occurring twice; 0 = off
     allow_eos: bool = True  # False: always decode to the length limit (fixed-length speed measurements)
-    bf16: bool = False  # bfloat16 autocast around the model (search arithmetic stays float32)
+    precision: Precision = "auto"  # autocast around the model (search arithmetic stays float32); see precision.py
     bos_id: int = 1
     eos_id: int = 2
     pad_id: int = 0
@@ -35,6 +36,8 @@ class SearchConfig:
             raise ConfigError(f"search.nbest must be between 1 and beam_size={self.beam_size}, got {self.nbest}")
         if self.length_norm not in ("gnmt", "average", "none"):
             raise ConfigError(f"search.length_norm must be gnmt, average or none, got {self.length_norm!r}")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"search.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.alpha < 0:
             raise ConfigError(f"search.alpha must be >= 0, got {self.alpha}")
         if self.repetition_penalty <= 0:

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from vaswani.decoding.config import SearchConfig
 from vaswani.decoding.penalties import apply_repetition_penalty, block_repeated_ngrams, normalise
 from vaswani.model.transformer import DecoderState
+from vaswani.precision import autocast, resolve_precision
 
 NEG_INF = float("-inf")
 
@@ -302,10 +303,11 @@ def generate(model: Any, src: torch.Tensor, config: SearchConfig) -> list[list[H
     """Translate a padded batch of source ids (B, S): greedy when ``beam_size == 1``, else beam search.
 
     Runs under ``torch.inference_mode`` (no autograd bookkeeping) with the model in eval mode, and inside
-    bfloat16 autocast when ``config.bf16`` (matmuls in bf16; log-softmax and scores in float32).
+    autocast in ``config.precision`` ("auto": bf16 only where the device computes it fast; log-softmax and scores
+    stay float32).
     """
-    autocast = torch.autocast(src.device.type, dtype=torch.bfloat16, enabled=config.bf16)
-    with torch.inference_mode(), autocast, _eval_mode(model):
+    precision = resolve_precision(config.precision, src.device)
+    with torch.inference_mode(), autocast(src.device, precision), _eval_mode(model):
         if config.beam_size == 1:
             return greedy_search(model, src, config)
         return beam_search(model, src, config)

@@ -21,6 +21,8 @@ from tqdm import tqdm
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.decoding.config import SearchConfig
 from vaswani.decoding.search import generate
+from vaswani.devices import resolve_device
+from vaswani.precision import resolve_precision
 from vaswani.errors import VaswaniError
 from vaswani.model.serialization import load_model, resolve_checkpoint
 from vaswani.model.transformer import Transformer
@@ -34,10 +36,6 @@ class Translation:
     score: float  # length-normalised log-prob (what n-best lists are sorted by)
     log_prob: float  # summed log-prob, </s> included
     length: int  # target tokens generated, </s> included
-
-
-def default_device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 class Translator:
@@ -56,8 +54,11 @@ class Translator:
         self.model = model.to(self.device)
         self.tokenizer = tokenizer
         # The tokenizer is the authority on special ids; the search must agree with it.
+        # ... and "auto" precision is decided once, for this device, so results record what really ran.
+        config = config or SearchConfig()
         self.config = dataclasses.replace(
-            config or SearchConfig(), bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id
+            config, bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id,
+            precision=resolve_precision(config.precision, self.device),
         )
         if batch_size < 1:
             raise VaswaniError(f"batch size must be >= 1, got {batch_size}")
@@ -76,7 +77,7 @@ class Translator:
         directory = resolve_checkpoint(checkpoint)
         if not (directory / TOKENIZER_FILE).is_file():
             raise VaswaniError(f"{directory}: no {TOKENIZER_FILE} beside the weights; cannot turn text into ids")
-        device = torch.device(device) if device is not None else default_device()
+        device = resolve_device(device)
         model = load_model(directory, device=device).eval()
         tokenizer = Tokenizer.load(directory / TOKENIZER_FILE)
         if tokenizer.vocab_size > model.config.vocab_size:

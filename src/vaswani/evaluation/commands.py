@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 from pathlib import Path
 
 from vaswani.decoding.arguments import add_search_arguments, translator_from_args
@@ -66,7 +65,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
     out = args.out or Path(args.checkpoint) / "eval" / f"{test_set.name}-beam{args.beam}"
     translator = translator_from_args(args)
     results, examples = evaluate(
-        translator, test_set, out, checkpoint=args.checkpoint, command=command_line(args), seed=args.seed,
+        translator, test_set, out, checkpoint=args.checkpoint, seed=args.seed,
         progress=not args.json,
     )
     if args.json:
@@ -92,20 +91,6 @@ def average_command(args: argparse.Namespace) -> int:
     for path in checkpoints:
         print(f"  {path}")
     return 0
-
-
-def command_line(args: argparse.Namespace) -> str:
-    """The command that reproduces these results, rebuilt from the parsed options (defaults spelled out)."""
-    parts = ["vaswani", args.command]
-    for key, value in sorted(vars(args).items()):
-        flag = "--" + key.replace("_", "-")
-        if key in ("command", "handler") or value is None:
-            continue
-        if isinstance(value, bool):  # --bf16/--no-bf16 default on: spell both states out
-            parts += [flag] if value else ([f"--no-{flag[2:]}"] if key == "bf16" else [])
-        else:
-            parts += [flag, str(value)]
-    return shlex.join(parts)
 
 
 def compare_command(args: argparse.Namespace) -> int:

@@ -21,7 +21,8 @@ import torch
 from vaswani.data.corpora import load_corpus, load_parallel_files
 from vaswani.decoding.translator import Translator
 from vaswani.errors import DataError, VaswaniError
-from vaswani.provenance import git_state, hardware
+from vaswani.io import atomic_write_text
+from vaswani.provenance import provenance
 from vaswani.evaluation.metrics import corpus_scores
 from vaswani.evaluation.report import SAMPLE_SIZE, render_markdown, render_text, sample_examples
 
@@ -57,7 +58,6 @@ def evaluate(
     test_set: TestSet,
     out_dir: str | Path,
     checkpoint: str = "",
-    command: str | None = None,
     seed: int = 0,
     sample_size: int = SAMPLE_SIZE,
     progress: bool = False,
@@ -93,14 +93,11 @@ def evaluate(
         "search": dataclasses.asdict(translator.config),
         "report_seed": seed,
         "sentence_bleu_sample": [dataclasses.asdict(e) for e in examples],
-        "command": command,
-        "git": git_state(),
-        "hardware": hardware(translator.device),
+        **provenance(translator.device),
     }
 
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    (out_dir / "hypotheses.txt").write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
-    (out_dir / "report.md").write_text(render_markdown(results, examples) + "\n", encoding="utf-8")
+    atomic_write_text(out_dir / "results.json", json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(out_dir / "hypotheses.txt", "".join(h + "\n" for h in hypotheses))
+    atomic_write_text(out_dir / "report.md", render_markdown(results, examples) + "\n")
     return results, render_text(examples)

@@ -16,6 +16,7 @@ with each variant: time per batch, total time, peak memory, final validation los
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import tempfile
 import time
@@ -28,6 +29,7 @@ import torch
 from vaswani.config import DEFAULT_SLIDING_WINDOW, ModelConfig
 from vaswani.experiments.common import (
     MiB,
+    PeakMemory,
     TrainingStep,
     available_ram_bytes,
     device_label,
@@ -48,6 +50,8 @@ from vaswani.experiments.common import (
 from vaswani.model.attention import MultiHeadAttention
 from vaswani.model.masks import sliding_window_mask
 from vaswani.precision import autocast, resolve_precision
+from vaswani.training.step import StepResult
+from vaswani.training.trainer import Callback, Trainer
 
 
 @dataclass(frozen=True)
@@ -292,6 +296,38 @@ def _model_step(config: ModelConfig, batch_size: int, length: int, settings: Att
 
 
 # ---- the same training run with each variant ----------------------------------------------------------------
+class UpdateTimer(Callback):
+    """Times every update of a Trainer, synchronised with the device; the update numbered ``profile_update``
+    (0-based) is instead run under the CPU memory profiler and left out of the timing."""
+
+    def __init__(self, device: torch.device, profile_update: int | None = None):
+        self.device, self.profile_update = device, profile_update
+        self.seconds: list[float] = []
+        self.peak_memory: int | None = None
+        self._updates = 0
+        self._profiling: contextlib.ExitStack | None = None
+        self._peak: PeakMemory | None = None
+
+    def on_update_start(self, trainer: Trainer) -> None:
+        if self._updates == self.profile_update:
+            self._profiling = contextlib.ExitStack()
+            live = training_state_bytes(trainer.model, trainer.optimizer)
+            self._peak = self._profiling.enter_context(track_peak_memory(self.device, live_at_start=live))
+        sync(self.device)
+        self._start = time.perf_counter()
+
+    def on_update_end(self, trainer: Trainer, result: StepResult) -> None:
+        sync(self.device)
+        elapsed = time.perf_counter() - self._start
+        if self._profiling is not None:
+            self._profiling.close()
+            self._profiling = None
+            self.peak_memory = self._peak.peak
+        else:
+            self.seconds.append(elapsed)
+        self._updates += 1
+
+
 def training_comparison(settings: AttentionSettings, device: torch.device) -> list[dict[str, Any]]:
     rows = []
     for name in TRAINING_VARIANTS:
@@ -303,13 +339,12 @@ def training_comparison(settings: AttentionSettings, device: torch.device) -> li
 def _train_variant(settings: AttentionSettings, name: str, device: torch.device) -> dict[str, Any]:
     """Train ``settings.train_preset`` for ``train_steps`` updates with one attention variant.
 
-    The Trainer is used unchanged; its ``_update`` is wrapped to time every update (synchronised) and, on CPU,
-    to measure the memory of the second one with the profiler (the first creates the AdamW moments). That
-    profiled update is left out of the timing because the profiler slows it down.
+    The Trainer runs unchanged; an :class:`UpdateTimer` callback times every update (synchronised) and, on CPU,
+    measures the memory of the second one with the profiler (the first creates the AdamW moments). That profiled
+    update is left out of the timing because the profiler slows it down.
     """
     from vaswani.training.config import apply_settings, load_preset
     from vaswani.training.metrics import read_metrics
-    from vaswani.training.trainer import Trainer
 
     variant = next(v for v in VARIANTS if v.name == name.split(",")[0])
     steps = settings.train_steps
@@ -327,40 +362,21 @@ def _train_variant(settings: AttentionSettings, name: str, device: torch.device)
         config.data.data_dir = settings.data_dir
     log(f"  training {settings.train_preset} with attention {name} for {steps} steps")
     with tempfile.TemporaryDirectory(prefix=f"attention-{name}-") as run_dir:
-        trainer = Trainer(config, Path(run_dir))
-        times: list[float] = []
-        memory: dict[str, Any] = {}
-        original = trainer._update
-
-        def timed_update(group: list[list[int]]) -> dict[str, Any]:
-            if device.type == "cpu" and len(times) == 1 and "peak" not in memory:
-                live = training_state_bytes(trainer.model, trainer.optimizer)
-                with track_peak_memory(device, live_at_start=live) as peak:
-                    stats = original(group)
-                memory["peak"] = peak.peak
-                return stats
-            sync(device)
-            start = time.perf_counter()
-            stats = original(group)
-            sync(device)
-            times.append(time.perf_counter() - start)
-            return stats
-
-        trainer._update = timed_update
+        timer = UpdateTimer(device, profile_update=1 if device.type == "cpu" else None)
+        trainer = Trainer(config, Path(run_dir), callbacks=[timer])
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         start = time.perf_counter()
         summary = trainer.fit()
         total = time.perf_counter() - start
-        if device.type == "cuda":
-            memory["peak"] = torch.cuda.max_memory_allocated(device)
-        trainer._update = original  # no reference cycle through the wrapper: the trainer is freed on return
+        peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else timer.peak_memory
+        times = timer.seconds
         valid = [r for r in read_metrics(Path(run_dir) / "metrics.jsonl") if r["kind"] == "valid"]
         parameters = trainer.model.num_parameters()
     timed = times[1:] if len(times) > 1 else times  # the first update also warms up kernels and the allocator
     return {"variant": name, "steps": summary["step"], "stop_reason": summary["stop_reason"],
             "seconds_per_batch": sum(timed) / len(timed) if timed else None, "update_seconds": times,
-            "total_seconds": total, "peak_memory": memory.get("peak"), "parameters": parameters,
+            "total_seconds": total, "peak_memory": peak, "parameters": parameters,
             "final_val_loss": valid[-1]["loss"] if valid else None,
             "final_val_nll": valid[-1]["nll"] if valid else None,
             "final_val_bleu": valid[-1].get("bleu") if valid else None, "bleu_sentences": bleu_sentences,

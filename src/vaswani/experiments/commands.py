@@ -37,17 +37,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         sub.add_argument("--out", type=Path, default=None, help=f"output directory (default results/{name})")
         sub.add_argument("--device", default="auto", help="auto (CUDA when visible), cpu or cuda (default auto)")
         module.add_arguments(sub)
-        sub.set_defaults(handler=_handler(name, sub, module.run))
+        sub.set_defaults(handler=_handler(name, module.run))
 
 
-def _handler(name: str, parser: argparse.ArgumentParser,
-             run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+def _handler(name: str, run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """Fill in what every experiment needs before it runs: the output directory and the command line."""
 
     def handle(args: argparse.Namespace) -> int:
-        from vaswani.experiments.common import command_line
+        from vaswani.provenance import command_line
 
-        args.command_line = command_line(args, parser, ["vaswani", "experiment", name])
+        args.command_line = command_line()
         if args.out is None:
             args.out = Path("results") / name
         return run(args)

@@ -12,24 +12,21 @@ asynchronously). Peak memory is measured two ways, because PyTorch only keeps al
 
 - CUDA: ``torch.cuda.reset_peak_memory_stats`` + ``max_memory_allocated``, the caching allocator's own count
   of bytes in live tensors (not the reserved pool, not the CUDA context).
-
-The provenance record is :mod:`vaswani.provenance`'s, so every results file of the project reads the same.
 - CPU: ``torch.profiler`` with ``profile_memory=True`` records every allocation and free made through PyTorch's
   CPU allocator with a timestamp; replaying them in order gives the high-water mark of tensor memory during the
   region. It does not see memory that oneDNN/MKL/OpenMP allocate internally (matmul scratch), Python objects,
   or allocator fragmentation, so it is a lower bound of the process's real growth (RSS), measured in a separate,
   untimed pass because the profiler slows every operator down.
+
+The provenance record is :mod:`vaswani.provenance`'s, so every results file of the project reads the same.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime
-import importlib.metadata
 import json
 import math
-import platform
 import sys
 import time
 from dataclasses import dataclass, field
@@ -38,10 +35,10 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from vaswani import provenance as shared_provenance
+from vaswani.data.batching import Batch
 from vaswani.devices import synchronize as sync
-
-EXTRA_VERSIONS = ("matplotlib", "pyyaml")  # beyond what vaswani.provenance records: the plots and presets
+from vaswani.io import atomic_write_text
+from vaswani.provenance import git_state, hardware, provenance
 MiB = 2**20
 GiB = 2**30
 
@@ -49,7 +46,7 @@ GiB = 2**30
 # ---- the device ---------------------------------------------------------------------------------------------
 def device_label(device: torch.device) -> str:
     """A human name for the device: 'NVIDIA H100 80GB HBM3 (cuda)' or 'AMD EPYC (CPU, 2 cores, 2 torch threads)'."""
-    info = shared_provenance.hardware(device)
+    info = hardware(device)
     if device.type == "cuda":
         return f"{info['device_name']} ({device})"
     return f"{info['processor']} (CPU, {info['cpu_count']} cores, {info['torch_threads']} torch threads)"
@@ -67,63 +64,6 @@ def available_ram_bytes() -> int | None:
     return None
 
 
-# ---- provenance ---------------------------------------------------------------------------------------------
-def hardware(device: torch.device) -> dict[str, Any]:
-    """vaswani.provenance's hardware record, plus the GPU's details whenever one is visible (the devices
-    experiment runs its CPU half on a GPU machine too)."""
-    info = shared_provenance.hardware(device)
-    info["cuda_device"] = None
-    if torch.cuda.is_available():
-        props = torch.cuda.get_device_properties(device if device.type == "cuda" else 0)
-        info.update(cuda_device=props.name, cuda_memory_gib=round(props.total_memory / GiB, 1),
-                    cuda_capability=f"{props.major}.{props.minor}", cuda_version=torch.version.cuda)
-    return info
-
-
-def command_line(args: argparse.Namespace, parser: argparse.ArgumentParser, prefix: Sequence[str]) -> str:
-    """The command as typed, rebuilt from the parsed arguments: every option that differs from its default.
-
-    ``cli.main`` does not hand its argv to the handlers (and under pytest ``sys.argv`` is pytest's), so the
-    parser is the reliable source; ``settings`` in results.json holds every resolved value besides.
-    """
-    words = list(prefix)
-    for action in parser._actions:
-        if not action.option_strings or action.dest in ("help", "handler"):
-            continue
-        value = getattr(args, action.dest, None)
-        if value == action.default:
-            continue
-        flag = action.option_strings[-1]
-        if isinstance(action, argparse._StoreTrueAction):
-            words.append(flag)
-        elif isinstance(value, (list, tuple)):
-            if action.nargs in ("+", "*") or isinstance(action.nargs, int):
-                words += [flag, *map(str, value)]
-            else:  # append actions: the flag once per value
-                for item in value:
-                    words += [flag, str(item)]
-        else:
-            words += [flag, str(value)]
-    return " ".join(_quote(w) for w in words)
-
-
-def _quote(word: str) -> str:
-    return word if word and all(c.isalnum() or c in "-_=./:+,@" for c in word) else repr(word)
-
-
-def provenance(command: str, device: torch.device) -> dict[str, Any]:
-    """The project's provenance record (command, git, hardware, versions), with the commit and the dirty flag
-    also at the top level where a reader of results.json looks first."""
-    record = shared_provenance.provenance(device, command)
-    record["hardware"] = hardware(device)
-    record["versions"]["python"] = platform.python_version()
-    for package in EXTRA_VERSIONS:
-        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-            record["versions"][package] = importlib.metadata.version(package)
-    return {"command": record["command"], "commit": record["git"]["commit"], "dirty": record["git"]["dirty"],
-            **record, "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-
-
 # ---- writing results ----------------------------------------------------------------------------------------
 def write_results(
     out_dir: Path,
@@ -138,11 +78,15 @@ def write_results(
     """results.json (provenance + settings + numbers), table.md and one PNG per figure; returns the paths."""
     import matplotlib.pyplot as plt
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    payload = {"experiment": name, **provenance(command, device), "settings": settings, "results": results}
+    record = provenance(device, command)
+    # The commit and the dirty flag also at the top level, where a reader of results.json looks first.
+    payload = {"experiment": name, "command": record["command"], "commit": record["git"]["commit"],
+               "dirty": record["git"]["dirty"], **record,
+               "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+               "settings": settings, "results": results}
     paths = [out_dir / "results.json", out_dir / "table.md"]
-    paths[0].write_text(json.dumps(_jsonable(payload), indent=2) + "\n")
-    paths[1].write_text(table.rstrip() + "\n")
+    atomic_write_text(paths[0], json.dumps(_jsonable(payload), indent=2) + "\n")
+    atomic_write_text(paths[1], table.rstrip() + "\n")
     for stem, figure in figures.items():
         path = out_dir / f"{stem}.png"
         figure.savefig(path, dpi=120, bbox_inches="tight")
@@ -191,7 +135,7 @@ def _cell(value: Any) -> str:
 
 
 def provenance_line(device: torch.device, command: str) -> str:
-    git = shared_provenance.git_state()
+    git = git_state()
     commit = (git["commit"] or "unknown")[:12] + (" + uncommitted changes" if git["dirty"] else "")
     return (f"Measured on **{device_label(device)}**, torch {torch.__version__}, commit `{commit}`.  \n"
             f"Command: `{command}`")
@@ -286,16 +230,8 @@ def track_peak_memory(device: torch.device, live_at_start: int = 0) -> Iterator[
 
 def _replay_allocations(prof: Any) -> int:
     """High-water mark of the running sum of (timestamped) allocation sizes; frees carry negative sizes."""
-    from torch._C._profiler import _EventType
-
-    events: list[tuple[int, int]] = []
-    stack = list(prof.profiler.kineto_results.experimental_event_tree())
-    while stack:
-        node = stack.pop()
-        if node.tag == _EventType.Allocation and str(node.extra_fields.device).startswith("cpu"):
-            events.append((node.start_time_ns, node.extra_fields.alloc_size))
-        stack.extend(node.children)
-    events.sort()
+    events = sorted((event.start_ns(), event.nbytes()) for event in prof.profiler.kineto_results.events()
+                    if event.name() == "[memory]" and "CPU" in str(event.device_type()))
     current = peak = 0
     for _, size in events:
         current += size
@@ -359,24 +295,25 @@ def free_memory(device: torch.device) -> None:
 
 # ---- a training step on synthetic batches -------------------------------------------------------------------
 def synthetic_batch(vocab_size: int, batch_size: int, src_len: int, tgt_len: int, device: torch.device,
-                    seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(src, tgt_in, tgt_out) of random real tokens, no padding: every position counts, shapes are exact.
+                    seed: int = 0) -> Batch:
+    """A batch of random real tokens, no padding: every position counts, shapes are exact.
 
     Ids start at 4, above the special tokens (pad 0, <s> 1, </s> 2, unk 3), so nothing is masked as padding.
     """
     generator = torch.Generator().manual_seed(seed)
     src = torch.randint(4, vocab_size, (batch_size, src_len), generator=generator)
     tgt = torch.randint(4, vocab_size, (batch_size, tgt_len + 1), generator=generator)
-    return src.to(device), tgt[:, :-1].contiguous().to(device), tgt[:, 1:].contiguous().to(device)
+    return Batch(src, tgt[:, :-1].contiguous(), tgt[:, 1:].contiguous(), n_src_tokens=src.numel(),
+                 n_tgt_tokens=batch_size * tgt_len, indices=torch.arange(batch_size)).to(device)
 
 
 class TrainingStep:
-    """One training update as the trainer makes it: autocast forward with the label-smoothed loss over real
-    target tokens, backward of the token-normalised loss, gradient clipping, AdamW, gradients set to None.
+    """A model with its optimizer, updated by :func:`vaswani.training.step.train_step` exactly as the trainer
+    does (label-smoothed loss over real target tokens, clipping, AdamW), at a constant learning rate of 1e-4: the
+    numbers are about speed and memory, not about learning.
 
     ``step(batch, marks)`` appends a synchronised timestamp after forward, backward and the optimizer, so the
-    caller can time each phase. The learning rate is a constant 1e-4 (no scheduler: the numbers are about
-    speed and memory, not about learning).
+    caller can time each phase.
     """
 
     def __init__(self, config: Any, device: torch.device, precision: str, seed: int = 0):
@@ -394,36 +331,27 @@ class TrainingStep:
             group["lr"] = 1e-4
         self.loss = TranslationLoss(self.model, self.train_config.label_smoothing).train()
 
-    def __call__(self, batch: Sequence[torch.Tensor], marks: list[float] | None = None) -> int:
-        from vaswani.precision import autocast
+    def __call__(self, batch: Batch, marks: list[float] | None = None) -> int:
+        from vaswani.training.step import train_step
 
-        src, tgt_in, tgt_out = batch
-        tokens = int((tgt_out != self.config.pad_id).sum())
-        with autocast(self.device, self.precision):
-            loss, _, _ = self.loss(src, tgt_in, tgt_out)
-        self._mark(marks)
-        (loss / tokens).backward()
-        self._mark(marks)
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.train_config.clip_grad_norm)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self._mark(marks)
-        return tokens
+        def mark(phase: str) -> None:
+            if marks is not None:
+                sync(self.device)
+                marks.append(time.perf_counter())
 
-    def _mark(self, marks: list[float] | None) -> None:
-        if marks is not None:
-            sync(self.device)
-            marks.append(time.perf_counter())
+        train_step(self.loss, self.optimizer, [batch], tokens=batch.n_tgt_tokens, precision=self.precision,
+                   clip_grad_norm=self.train_config.clip_grad_norm, on_phase=mark)
+        return batch.n_tgt_tokens
 
-    def live_bytes(self, *tensors: torch.Tensor) -> int:
+    def live_bytes(self, batch: Batch) -> int:
         """What is live before a step: parameters, optimizer state, the batch."""
-        return training_state_bytes(self.model, self.optimizer) + tensor_bytes(*tensors)
+        return training_state_bytes(self.model, self.optimizer) + tensor_bytes(batch.src, batch.tgt_in, batch.tgt_out)
 
-    def peak_memory(self, batch: Sequence[torch.Tensor]) -> PeakMemory:
+    def peak_memory(self, batch: Batch) -> PeakMemory:
         """Peak tensor memory of one step on ``batch`` (call after a warm-up step: AdamW creates its moments in
         the first step, and every later step starts from parameters + moments, without gradients)."""
         free_memory(self.device)
-        with track_peak_memory(self.device, live_at_start=self.live_bytes(*batch)) as peak:
+        with track_peak_memory(self.device, live_at_start=self.live_bytes(batch)) as peak:
             self(batch)
         return peak
 

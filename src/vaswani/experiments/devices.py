@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-from vaswani.config import ModelConfig
+from vaswani.config import PRECISIONS, ModelConfig, add_settings_argument
+from vaswani.data.batching import Batch
 from vaswani.experiments.common import (
     MiB,
     TrainingStep,
@@ -57,12 +58,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default=None,
                         help="run preset giving the model and the token budget (default multi30k-cpu; smoke with "
                         "--smoke); the model's vocabulary is the preset's data.vocab_size")
-    parser.add_argument("--set", dest="model_settings", action="append", default=[], metavar="KEY=VALUE",
-                        help="model setting override, e.g. --set attention=standard")
+    add_settings_argument(parser, ("model",), "model.attention=standard")
     parser.add_argument("--max-tokens", type=int, default=None, help="token budget per batch (default: the preset's)")
     parser.add_argument("--steps", type=int, default=None, help="timed steps per device (default 20)")
     parser.add_argument("--warmup", type=int, default=None, help="untimed warm-up steps (default 3)")
-    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "auto"],
+    parser.add_argument("--precision", default="fp32", choices=PRECISIONS,
                         help="fp32 (default): the same arithmetic on both devices; 'auto': each device's fastest")
     parser.add_argument("--threads", type=int, default=None,
                         help="CPU threads for the CPU half (default: PyTorch's, one per core)")
@@ -74,7 +74,7 @@ def resolve_settings(args: argparse.Namespace) -> DevicesSettings:
     defaults = SMOKE if args.smoke else DEFAULTS
     preset = args.preset or defaults["preset"]
     max_tokens = args.max_tokens or defaults["max_tokens"] or load_preset(preset).train.max_tokens
-    return DevicesSettings(preset=preset, model_settings=list(args.model_settings), max_tokens=max_tokens,
+    return DevicesSettings(preset=preset, model_settings=list(args.settings), max_tokens=max_tokens,
                            steps=args.steps or defaults["steps"],
                            warmup=defaults["warmup"] if args.warmup is None else args.warmup,
                            precision=args.precision, threads=args.threads, smoke=bool(args.smoke))
@@ -98,12 +98,12 @@ def epoch_steps(max_tokens: int, n_pairs: int = MULTI30K_TRAIN_PAIRS) -> int:
     return steps + (1 if size else 0)
 
 
-def time_training_phases(config: ModelConfig, batches: list[tuple[torch.Tensor, ...]], device: torch.device,
+def time_training_phases(config: ModelConfig, batches: list[Batch], device: torch.device,
                          precision: str, warmup: int) -> dict[str, Any]:
     """Per-step seconds of forward, backward, optimizer and the whole step, after ``warmup`` untimed steps;
     then the peak memory of one more step on the largest batch."""
     step = TrainingStep(config, device, precision)
-    batches = [tuple(t.to(device) for t in batch) for batch in batches]
+    batches = [batch.to(device) for batch in batches]
     for batch in batches[:warmup]:
         step(batch)
     seconds: dict[str, list[float]] = {name: [] for name in PHASES}
@@ -115,7 +115,7 @@ def time_training_phases(config: ModelConfig, batches: list[tuple[torch.Tensor, 
         for name, start, end in zip(PHASES, marks, marks[1:]):
             seconds[name].append(end - start)
         seconds["step"].append(marks[-1] - marks[0])
-    largest = max(batches, key=lambda b: b[0].numel() + b[1].numel())
+    largest = max(batches, key=lambda b: b.src.numel() + b.tgt_in.numel())
     peak = step.peak_memory(largest)
     del step, batches
     free_memory(device)

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from vaswani.config import ModelConfig
+from vaswani.config import PRECISIONS, ModelConfig, add_settings_argument, apply_model_settings
 from vaswani.devices import resolve_device
 from vaswani.experiments.common import (
     CPU_METHOD,
@@ -341,15 +341,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default=None,
                         help="run preset whose model is measured (default: multi30k-cpu on CPU, multi30k-gpu on "
                         "GPU, smoke with --smoke); the model's vocabulary is the preset's data.vocab_size")
-    parser.add_argument("--set", dest="model_settings", action="append", default=[], metavar="KEY=VALUE",
-                        help="model setting override, e.g. --set attention=standard --set dropout=0")
+    add_settings_argument(parser, ("model",), "model.attention=standard")
     parser.add_argument("--length", type=int, default=None,
                         help="sentence length in tokens (source and target) of the synthetic batches (default 32)")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=None,
                         help="sentences per batch to estimate and measure (default CPU 8..128, GPU 32 128 512)")
     parser.add_argument("--budget-gb", type=float, default=None,
                         help="memory budget (GiB) for the largest-batch search (default CPU 1, GPU 16)")
-    parser.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"],
+    parser.add_argument("--precision", default="auto", choices=PRECISIONS,
                         help="auto (default): bf16 where the device has fast bf16, else fp32 (AVX2 CPUs "
                         "emulate bf16)")
 
@@ -361,7 +360,7 @@ def resolve_settings(args: argparse.Namespace, device: torch.device) -> MemorySe
         value = getattr(args, name)
         return defaults[name] if value is None else value
 
-    return MemorySettings(preset=pick("preset"), model_settings=list(args.model_settings), length=pick("length"),
+    return MemorySettings(preset=pick("preset"), model_settings=list(args.settings), length=pick("length"),
                           batch_sizes=list(pick("batch_sizes")), budget_gb=pick("budget_gb"),
                           precision=resolve_precision(args.precision, device), device=str(device),
                           smoke=bool(args.smoke))
@@ -369,12 +368,11 @@ def resolve_settings(args: argparse.Namespace, device: torch.device) -> MemorySe
 
 def model_config(preset: str, model_settings: list[str]) -> ModelConfig:
     """The preset's model with the vocabulary the trainer would give it (the tokenizer's, ≈ data.vocab_size)."""
-    from vaswani.config import apply_overrides
     from vaswani.training.config import load_preset
 
     run_config = load_preset(preset)
     config = dataclasses.replace(run_config.model, vocab_size=run_config.data.vocab_size)
-    return apply_overrides(config, dict(s.split("=", 1) for s in model_settings), "model")
+    return apply_model_settings(config, model_settings)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -57,7 +57,7 @@ def greedy_translator(model: Any, tokenizer: Any, device: torch.device, precisio
     from vaswani.decoding.config import SearchConfig
     from vaswani.decoding.translator import Translator
 
-    return Translator(model, tokenizer, SearchConfig(beam_size=1, bf16=precision == "bf16"), device=device)
+    return Translator(model, tokenizer, SearchConfig(beam_size=1, precision=precision), device=device)
 
 
 def greedy_scores(model: Any, tokenizer: Any, sources: Sequence[str] | Sequence[np.ndarray],

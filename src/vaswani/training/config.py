@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import yaml
 
-from vaswani.config import ModelConfig, apply_overrides, validate_literals
+from vaswani.config import ModelConfig, Precision, apply_overrides, parse_settings, validate_literals
 from vaswani.errors import ConfigError
 
 
@@ -65,7 +65,7 @@ class TrainConfig:
     min_lr_ratio: float = 0.0  # linear/cosine decay to lr · min_lr_ratio at the last step
     clip_grad_norm: float | None = 1.0
     # precision and speed
-    precision: Literal["auto", "bf16", "fp16", "fp32"] = "auto"  # auto: bf16 where supported, else fp16/fp32
+    precision: Precision = "auto"  # auto: bf16 where supported, else fp16/fp32
     compile: bool = False
     device: str = "auto"
     num_threads: int | None = None  # CPU threads for intra-op parallelism (None: PyTorch's default, one per core)
@@ -156,13 +156,7 @@ def load_preset(name_or_path: str) -> RunConfig:
 
 def apply_settings(config: RunConfig, settings: list[str]) -> RunConfig:
     """Apply ``section.key=value`` strings; an unknown section or key is an error that names it."""
-    grouped: dict[str, dict[str, str]] = {"model": {}, "data": {}, "train": {}}
-    for item in settings:
-        key, sep, value = item.partition("=")
-        section, dot, name = key.strip().partition(".")
-        if not sep or not dot or section not in grouped:
-            raise ConfigError(f"--set {item!r}: expected section.key=value with section one of model, data, train")
-        grouped[section][name] = value
+    grouped = parse_settings(settings, ("model", "data", "train"))
     return RunConfig(
         model=apply_overrides(config.model, grouped["model"], "model"),
         data=apply_overrides(config.data, grouped["data"], "data"),

@@ -39,7 +39,7 @@ def validate(model: Transformer, data: Any, device: torch.device, precision: str
         result["bleu"] = None
         if bleu_subset > 0:
             sources, references = data.valid_text(bleu_subset)
-            translator = Translator(model, data.tokenizer, SearchConfig(beam_size=1, bf16=precision == "bf16"),
+            translator = Translator(model, data.tokenizer, SearchConfig(beam_size=1, precision=precision),
                                     device=device)
             hypotheses = translator.translate(sources)
             result["bleu"] = round(sacrebleu.corpus_bleu(hypotheses, [references]).score, 3)

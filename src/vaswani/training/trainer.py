@@ -23,7 +23,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from vaswani.devices import resolve_device
+from vaswani.devices import device_type, resolve_device
 from vaswani.errors import VaswaniError
 from vaswani.model import Transformer
 from vaswani.precision import resolve_precision
@@ -73,8 +73,7 @@ class Trainer:
                  callbacks: Sequence[Callback] = ()):
         self.run_dir = Path(run_dir)
         self.callbacks = list(callbacks)
-        self.world = world or init_world("cuda" if config.train.device in ("cuda", "auto")
-                                         and torch.cuda.is_available() else "cpu")
+        self.world = world or init_world(device_type(config.train.device))
         tc = config.train
         self.device = resolve_device(tc.device, self.world.local_rank)
         self.precision = resolve_precision(tc.precision, self.device)
