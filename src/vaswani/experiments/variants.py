@@ -6,7 +6,7 @@ variant is a plain ``vaswani train`` run in ``<runs_dir>/<variant>/``, so it can
 evaluated like any other run. A run is reused when it finished (``summary.json``) with exactly the config
 the experiment would give it; a run that was cut off is resumed; anything else is trained.
 
-With ``jobs > 1`` the runs train as parallel subprocesses (one thread each is the recipe's setting: on a small
+With ``jobs > 1`` the runs train in parallel worker processes (one thread each is the recipe's setting: on a small
 CPU two single-threaded runs finish sooner than two two-threaded runs taking turns).
 """
 
@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
+import multiprocessing
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ import torch
 import yaml
 
 from vaswani.errors import VaswaniError
+from vaswani.training.config import RunConfig, apply_settings, load_preset
+from vaswani.training.trainer import train
 
 
 @dataclass(frozen=True)
@@ -46,9 +49,7 @@ class TrainedRun:
 
 def variant_config(recipe: str, variant: Variant, extra: Sequence[str] = ()) -> dict[str, Any]:
     """The resolved config a variant trains with (what its run's config.yaml must hold)."""
-    from vaswani.training.config import apply_settings, load_preset
-
-    return apply_settings(load_preset(recipe), [*extra, *variant.settings]).to_dict()
+    return run_config(recipe, variant, None, extra).to_dict()
 
 
 def _comparable(config: dict[str, Any]) -> dict[str, Any]:
@@ -76,72 +77,78 @@ def _state(run_dir: Path, expected: dict[str, Any]) -> str:
     return "partial" if (run_dir / "checkpoints" / "last").exists() else "empty"
 
 
-def train_command(recipe: str, variant: Variant, run_dir: Path, data_dir: Path | None, extra: Sequence[str],
-                  resume: bool) -> list[str]:
-    """The ``vaswani train`` arguments of one variant (also what results.json records per run)."""
-    argv = ["train", "--preset", recipe, "--run-dir", str(run_dir)]
-    for setting in [*extra, *variant.settings]:
-        argv += ["--set", setting]
+def run_config(recipe: str, variant: Variant, data_dir: Path | None, extra: Sequence[str]) -> RunConfig:
+    """The RunConfig a variant trains with (its run's config.yaml, plus where the corpora are)."""
+    config = apply_settings(load_preset(recipe), [*extra, *variant.settings])
     if data_dir is not None:
-        argv += ["--data-dir", str(data_dir)]
-    if resume:
-        argv.append("--resume")
-    return argv
+        config.data.data_dir = str(data_dir)
+    return config
 
 
 def train_variants(variants: Sequence[Variant], recipe: str, runs_dir: Path, data_dir: Path | None = None,
                    extra: Sequence[str] = (), jobs: int = 1) -> list[TrainedRun]:
     """Make sure every variant has a finished run under ``runs_dir``; returns them in the order given."""
-    pending: list[tuple[Variant, list[str]]] = []
+    pending: list[tuple[Variant, RunConfig, bool]] = []
     runs: list[TrainedRun] = []
     for variant in variants:
         run_dir = runs_dir / variant.name
-        expected = variant_config(recipe, variant, extra)
-        state = _state(run_dir, expected)
+        state = _state(run_dir, variant_config(recipe, variant, extra))
         if state == "different":
             raise VaswaniError(
                 f"{run_dir} holds a run with another config than variant {variant.name!r} of {recipe} "
                 f"(compare {run_dir / 'config.yaml'}); move it away or choose another --runs-dir")
-        if state != "done":
-            pending.append((variant, train_command(recipe, variant, run_dir, data_dir, extra, state == "partial")))
+        if state == "done":
+            print(f"[{variant.name}] reusing the finished run in {run_dir}", file=sys.stderr)
+        else:
+            pending.append((variant, run_config(recipe, variant, data_dir, extra), state == "partial"))
         runs.append(TrainedRun(variant, run_dir, reused=state == "done"))
-    for variant in variants:
-        if all(v.name != variant.name for v, _ in pending):
-            print(f"[{variant.name}] reusing the finished run in {runs_dir / variant.name}", file=sys.stderr)
     if jobs <= 1:
-        from vaswani.cli import main as vaswani_main
-
-        for variant, argv in pending:
-            print(f"[{variant.name}] vaswani {' '.join(argv)}", file=sys.stderr)
-            if vaswani_main(argv) != 0:
-                raise VaswaniError(f"training variant {variant.name!r} failed (see {runs_dir / variant.name})")
+        for variant, config, resume in pending:
+            print(f"[{variant.name}] training in {runs_dir / variant.name}" + (" (resumed)" if resume else ""),
+                  file=sys.stderr)
+            train(config, runs_dir / variant.name, resume=resume)
     else:
         _train_in_parallel(pending, runs_dir, jobs)
     return runs
 
 
-def _train_in_parallel(pending: list[tuple[Variant, list[str]]], runs_dir: Path, jobs: int) -> None:
-    """Subprocesses, at most ``jobs`` at a time; each one's output goes to ``<runs_dir>/<variant>.log``."""
+def _train_in_parallel(pending: list[tuple[Variant, RunConfig, bool]], runs_dir: Path, jobs: int) -> None:
+    """Worker processes, at most ``jobs`` at a time; each one's output goes to ``<runs_dir>/<variant>.log``."""
     runs_dir.mkdir(parents=True, exist_ok=True)
+    # "spawn": a fresh interpreter per run, as `vaswani train` would be (no forked torch thread pools).
+    context = multiprocessing.get_context("spawn")
     queue, running, failed = list(pending), [], []
     while queue or running:
         while queue and len(running) < jobs:
-            variant, argv = queue.pop(0)
-            log = open(runs_dir / f"{variant.name}.log", "ab")
-            print(f"[{variant.name}] vaswani {' '.join(argv)}  (log: {log.name})", file=sys.stderr)
-            process = subprocess.Popen([sys.executable, "-m", "vaswani", *argv], stdout=log, stderr=log)
-            running.append((variant, process, log))
+            variant, config, resume = queue.pop(0)
+            log = runs_dir / f"{variant.name}.log"
+            print(f"[{variant.name}] training in {runs_dir / variant.name}  (log: {log})", file=sys.stderr)
+            process = context.Process(target=_train_logged, args=(config, runs_dir / variant.name, resume, log))
+            process.start()
+            running.append((variant, process))
         time.sleep(1.0)
         for item in list(running):
-            variant, process, log = item
-            if process.poll() is not None:
-                log.close()
+            variant, process = item
+            if not process.is_alive():
+                process.join()
                 running.remove(item)
-                if process.returncode != 0:
+                if process.exitcode != 0:
                     failed.append(variant.name)
-                print(f"[{variant.name}] finished (exit {process.returncode})", file=sys.stderr)
+                print(f"[{variant.name}] finished (exit {process.exitcode})", file=sys.stderr)
     if failed:
         raise VaswaniError(f"training failed for {', '.join(failed)}: see the logs in {runs_dir}")
+
+
+def _train_logged(config: RunConfig, run_dir: Path, resume: bool, log: Path) -> None:
+    """One variant's training in a worker process, its output appended to ``log``."""
+    with open(log, "ab", buffering=0) as handle:
+        os.dup2(handle.fileno(), sys.stdout.fileno())
+        os.dup2(handle.fileno(), sys.stderr.fileno())
+        try:
+            train(config, run_dir, resume=resume)
+        except VaswaniError as error:
+            print(f"error: {error}", file=sys.stderr)
+            sys.exit(2)
 
 
 # ---- reading a finished run ---------------------------------------------------------------------------------
@@ -205,7 +212,6 @@ def load_splits(config: dict[str, Any], splits: Sequence[str], data_dir: Path | 
     """The recipe's prepared splits (the same tokenizer and length filter the runs trained with): the
     ``PreparedData`` of :func:`vaswani.data.pipeline.prepare_dataset`, from its cache after the first call."""
     from vaswani.data.pipeline import default_out_dir, prepare_dataset
-    from vaswani.training.config import RunConfig
 
     dc = RunConfig.from_dict(config).data
     return prepare_dataset(dc.dataset, splits=tuple(splits), data_dir=data_dir or dc.data_dir,

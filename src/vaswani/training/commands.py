@@ -7,7 +7,6 @@ import json
 import sys
 from pathlib import Path
 
-from vaswani.errors import VaswaniError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -42,17 +41,10 @@ def run_train(args: argparse.Namespace) -> int:
         print(config.to_yaml())
         return 0
     run_dir = args.run_dir or Path("runs") / Path(args.preset).stem
-    has_checkpoints = (run_dir / "checkpoints" / "last").exists()
-    if args.resume and not has_checkpoints:
-        raise VaswaniError(f"{run_dir}: nothing to resume (no checkpoints/last); drop --resume to start")
-    if has_checkpoints and not args.resume:
-        raise VaswaniError(f"{run_dir} already holds a run: add --resume to continue it, or pick another --run-dir")
 
-    from vaswani.training.trainer import Trainer
+    from vaswani.training.trainer import train
 
-    trainer = Trainer(config, run_dir, resume=args.resume)
-    summary = trainer.fit()
-    if trainer.world.is_main:
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    summary = train(config, run_dir, resume=args.resume)
+    if summary is not None:  # rank 0 of a distributed run, or a single process
         print(json.dumps(summary), file=sys.stdout)
-    return 0 if summary["stop_reason"] != "interrupted" else 130
+    return 0 if summary is None or summary["stop_reason"] != "interrupted" else 130

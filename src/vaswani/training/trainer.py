@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from vaswani.devices import device_type, resolve_device
 from vaswani.errors import VaswaniError
+from vaswani.io import atomic_write_text
 from vaswani.model import Transformer
 from vaswani.precision import resolve_precision
 from vaswani.provenance import provenance
@@ -417,6 +418,24 @@ class Trainer:
     def _last_is_current(self) -> bool:
         last = self.run_dir / "checkpoints" / "last"
         return last.exists() and last.resolve().name == f"step_{self.progress.step:07d}"
+
+
+def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
+          callbacks: Sequence[Callback] = ()) -> dict[str, Any] | None:
+    """Train a new run in ``run_dir`` (or continue it with ``resume``) and write its ``summary.json``: what
+    ``vaswani train`` does. Returns the summary on the main process (None on the other ranks)."""
+    run_dir = Path(run_dir)
+    has_checkpoints = (run_dir / "checkpoints" / "last").exists()
+    if resume and not has_checkpoints:
+        raise VaswaniError(f"{run_dir}: nothing to resume (no checkpoints/last); drop --resume to start")
+    if has_checkpoints and not resume:
+        raise VaswaniError(f"{run_dir} already holds a run: add --resume to continue it, or pick another --run-dir")
+    trainer = Trainer(config, run_dir, resume=resume, callbacks=callbacks)
+    summary = trainer.fit()
+    if not trainer.world.is_main:
+        return None
+    atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
+    return summary
 
 
 def updates_within_budget(step: int, planned: int | None, seconds_left: float,
