@@ -16,7 +16,7 @@ from vaswani.config import ModelConfig
 from vaswani.errors import VaswaniError
 from vaswani.experiments.ablation import ABLATION_VARIANTS, findings, join_groups
 from vaswani.experiments.perturb import CONDITIONS, drop_tokens, perturb_all, repeat_tokens, shuffle_middle
-from vaswani.experiments.scoring import teacher_forced
+from vaswani.training.evaluate import id_batches, teacher_forced_scores
 from vaswani.experiments.variants import Variant, train_variants, training_speed
 from vaswani.model import Transformer
 from vaswani.training.loss import translation_loss
@@ -84,7 +84,8 @@ def test_position_wise_scores_add_up_to_the_training_loss() -> None:
     rng = np.random.default_rng(0)
     sources = [rng.integers(3, 50, size=int(n)) for n in rng.integers(2, 12, size=9)]
     targets = [rng.integers(3, 50, size=int(n)) for n in rng.integers(2, 12, size=9)]
-    scores = teacher_forced(model, _Ids(), sources, targets, torch.device("cpu"), max_tokens=40)  # several batches
+    batches = id_batches(sources, targets, _Ids(), torch.device("cpu"), max_tokens=40)  # several batches
+    scores = teacher_forced_scores(model, batches, label_smoothing=0.1, per_position=True)
     assert scores["tokens"] == sum(len(t) + 1 for t in targets) == sum(scores["position_count"])
     assert scores["position_count"][0] == 9 and scores["position_count"][-1] >= 1
 

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from vaswani.experiments.common import device_label, log, markdown_table, provenance_line, pyplot, write_results
-from vaswani.experiments.scoring import greedy_scores, teacher_forced
+from vaswani.training.evaluate import greedy_scores, id_batches, teacher_forced_scores
 from vaswani.experiments.variants import (
     POSITION_LABELS, TrainedRun, add_variant_arguments, final_validation, load_final_model, load_splits, metrics,
     setup, training_speed,
@@ -115,7 +115,8 @@ def _length_test(run_: TrainedRun, model: Any, tokenizer: Any, sources: Sequence
         target_ids = [np.asarray(ids) for ids in tokenizer.encode_batch(grouped_references)]
         lengths = np.array([len(ids) + 1 for ids in source_ids])
         scores, _ = greedy_scores(model, tokenizer, grouped_sources, grouped_references, device, precision)
-        forced = teacher_forced(model, tokenizer, source_ids, target_ids, device, precision)
+        forced = teacher_forced_scores(model, id_batches(source_ids, target_ids, tokenizer, device), precision,
+                                       label_smoothing=0.1)
         rows.append({"variant": run_.variant.name, "label": POSITION_LABELS[run_.variant.name], "group_size": size,
                      "inputs": len(grouped_sources), "mean_source_tokens": float(lengths.mean()),
                      "max_source_tokens": int(lengths.max()),

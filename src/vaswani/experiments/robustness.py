@@ -18,7 +18,7 @@ import torch
 
 from vaswani.experiments.common import device_label, log, markdown_table, provenance_line, pyplot, write_results
 from vaswani.experiments.perturb import CONDITIONS, DESCRIPTIONS, perturb_all
-from vaswani.experiments.scoring import greedy_scores, teacher_forced
+from vaswani.training.evaluate import greedy_scores, id_batches, teacher_forced_scores
 from vaswani.experiments.variants import (
     POSITION_LABELS, add_variant_arguments, final_validation, load_final_model, load_splits, metrics, setup,
 )
@@ -58,8 +58,8 @@ def run(args: argparse.Namespace) -> int:
             raise RuntimeError(f"{run_.run_dir}: its tokenizer differs from the recipe's prepared data")
         trained = final_validation(metrics(run_.run_dir))
         for condition in CONDITIONS:
-            scores = teacher_forced(model, tokenizer, perturbed[condition], targets, device, precision,
-                                    config["train"]["label_smoothing"])
+            scores = teacher_forced_scores(model, id_batches(perturbed[condition], targets, tokenizer, device),
+                                           precision, config["train"]["label_smoothing"], per_position=True)
             bleu, hypotheses = None, []
             if not args.no_bleu:
                 corpus_scores, hypotheses = greedy_scores(model, tokenizer, perturbed[condition], references, device,

@@ -17,6 +17,7 @@ class LossOutput:
     nll_sum: torch.Tensor  # without label smoothing: the quantity whose exp is perplexity
     n_tokens: int
     n_correct: torch.Tensor
+    hits: torch.Tensor  # (n_tokens,) bool: argmax == target, real positions in row-major order
 
 
 def translation_loss(
@@ -32,8 +33,8 @@ def translation_loss(
     loss_sum = F.cross_entropy(logits, targets, label_smoothing=label_smoothing, reduction="sum")
     with torch.no_grad():
         nll_sum = F.cross_entropy(logits, targets, reduction="sum") if label_smoothing else loss_sum.detach()
-        n_correct = (logits.argmax(-1) == targets).sum()
-    return LossOutput(loss_sum, nll_sum, int(targets.numel()), n_correct)
+        hits = logits.argmax(-1) == targets
+    return LossOutput(loss_sum, nll_sum, int(targets.numel()), hits.sum(), hits)
 
 
 class TranslationLoss(nn.Module):
