@@ -81,7 +81,7 @@ class ModelConfig:
 DEFAULT_SLIDING_WINDOW = 50
 
 MODEL_PRESETS: dict[str, dict[str, Any]] = {
-    # The seeds' model: Vaswani et al. "base" with a 50k shared vocabulary and 64-token sentences.
+    # Vaswani et al. "base" with a 50k shared vocabulary and 64-token sentences.
     "base": dict(),
     # Sized for a few CPU-hours on Multi30k: ~10M parameters with a 10k vocabulary.
     "small": dict(vocab_size=10_000, d_model=256, n_heads=4, n_encoder_layers=3, n_decoder_layers=3, d_ff=1024,

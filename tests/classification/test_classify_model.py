@@ -8,9 +8,11 @@ import pytest
 import torch
 import torch.nn as nn
 
-from vaswani.classification.train import parameter_groups, warmup_then_linear_decay
+from vaswani.classification.train import length_bucketed_batches, linear_schedule
+from vaswani.classification.settings import TrainSettings
+from vaswani.training.optim import parameter_groups
 from vaswani.config import ModelConfig
-from vaswani.model.classifier import TransformerClassifier
+from vaswani.classification.model import TransformerClassifier
 from vaswani.model.transformer import Encoder
 
 CONFIG = dataclasses.replace(ModelConfig.preset("tiny"), vocab_size=50, max_len=32)
@@ -68,6 +70,20 @@ def test_weight_decay_only_on_linear_weights() -> None:
     assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
 
 
-def test_warmup_then_linear_decay() -> None:
-    factor = warmup_then_linear_decay(warmup=4, total=12)
-    assert [round(factor(s), 3) for s in (0, 3, 4, 8, 12)] == [0.25, 1.0, 1.0, 0.5, 0.0]
+def test_linear_schedule_warms_up_to_the_peak_then_decays_to_zero() -> None:
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=0.5)
+    schedule = linear_schedule(optimizer, TrainSettings(lr=0.5, warmup=4), total_steps=12)
+    rates = []
+    for _ in range(12):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        schedule.step()
+    assert [round(r, 4) for r in rates[:5]] == [0.125, 0.25, 0.375, 0.5, 0.4375] and rates[-1] == 0.0
+
+
+def test_length_bucketed_batches_cover_every_text_once_within_the_size() -> None:
+    lengths = [int(n) for n in torch.randint(1, 40, (500,), generator=torch.Generator().manual_seed(0))]
+    batches = length_bucketed_batches(lengths, batch_size=32, seed=0, epoch=0)
+    assert sorted(i for b in batches for i in b) == list(range(500)) and max(map(len, batches)) == 32
+    assert batches != length_bucketed_batches(lengths, batch_size=32, seed=0, epoch=1)  # reshuffled per epoch
+    assert batches == length_bucketed_batches(lengths, batch_size=32, seed=0, epoch=0)  # deterministic

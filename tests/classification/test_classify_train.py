@@ -17,7 +17,7 @@ from vaswani.classification.data import load_dataset
 from vaswani.classification.train import train_classifier, train_step
 from vaswani.cli import main
 from vaswani.config import ModelConfig
-from vaswani.model.classifier import TransformerClassifier
+from vaswani.classification.model import TransformerClassifier
 
 # Small and quick: the keyword task needs few steps once the learning rate is not spent on a long warmup.
 FAST = ["--preset", "tiny", "--epochs", "6", "--batch-size", "16", "--lr", "2e-3", "--warmup", "10",
@@ -34,14 +34,14 @@ def trained(synthetic_csv: Path, tmp_path_factory) -> Path:
 
 
 def test_learns_the_synthetic_task_perfectly_and_writes_everything(trained: Path) -> None:
-    for name in ("model.safetensors", "classifier.json", "tokenizer.json", "report.md", "metrics.json",
+    for name in ("model.safetensors", "classifier.json", "word_tokenizer.json", "report.md", "metrics.json",
                  "confusion.png", "learning_curve.png"):
         assert (trained / name).is_file(), name
     metrics = json.loads((trained / "metrics.json").read_text())
     assert metrics["transformer"]["accuracy"] == 1.0 and metrics["transformer"]["macro_f1"] == 1.0
     assert metrics["labels"] == ["finance", "sports", "weather"]  # string labels, mapped in sorted order
     info = json.loads((trained / "classifier.json").read_text())
-    assert (info["n_classes"], info["tokenizer"], info["pooling"], info["max_len"]) == (3, "bpe", "mean", 64)
+    assert (info["n_classes"], info["tokenizer"], info["pooling"], info["max_len"]) == (3, "word", "mean", 64)  # the default tokenizer
     assert "| `finance` | 12 | 0 | 0 |" in (trained / "report.md").read_text()  # 36 validation rows, 12 a class
 
 
@@ -88,7 +88,7 @@ def test_errors_are_one_clear_line(trained: Path, synthetic_csv: Path, tmp_path:
     assert main(["classify", "predict", "--model", str(trained), "--csv", str(tmp_path / "missing.csv")]) == 2
     assert "missing.csv: file not found" in capsys.readouterr().err
     assert main(["classify", "train", "--csv", str(synthetic_csv), "--set", "dropout=0.2", *FAST]) == 2
-    assert "expected model.KEY=VALUE" in capsys.readouterr().err
+    assert "expected section.key=value with section model" in capsys.readouterr().err
     assert main(["classify", "train", "--csv", str(synthetic_csv), *FAST, "--epochs", "0"]) == 2
     assert "--epochs must be >= 1" in capsys.readouterr().err
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from vaswani.model.attention import MultiHeadAttention, sdpa_attention, standard_attention
-from vaswani.model.masks import causal_mask, combine, padding_mask, sliding_window_mask
+from vaswani.model.masks import causal_mask, padding_mask, sliding_window_mask
 
 B, H, D = 3, 4, 16
 
@@ -89,7 +89,7 @@ def test_causal_mask_blocks_the_future() -> None:
 
 def test_combined_padding_and_causal_masks() -> None:
     ids = _ids_with_padding(5, [5, 3, 1], "cpu")
-    mask = combine(padding_mask(ids), causal_mask(5), None)
+    mask = padding_mask(ids) & causal_mask(5)  # the convention: masks combine with &
     assert mask.shape == (3, 1, 5, 5)
     for b, n in enumerate([5, 3, 1]):
         for i in range(5):

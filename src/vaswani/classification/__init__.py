@@ -13,5 +13,5 @@
     experiment.py      several seeds, Transformer vs baseline -> results/classifier/
     commands.py        `vaswani classify train | predict | experiment`
 
-The model itself is vaswani.model.classifier.TransformerClassifier.
+The model itself is vaswani.classification.model.TransformerClassifier: our Encoder plus a pooling head.
 """

@@ -20,7 +20,7 @@ from safetensors.torch import save as safetensors_bytes
 from vaswani.classification.encoding import TOKENIZER_FILES, TextTokenizer, load_tokenizer
 from vaswani.config import ModelConfig
 from vaswani.errors import VaswaniError
-from vaswani.model.classifier import TransformerClassifier
+from vaswani.classification.model import TransformerClassifier
 from vaswani.io import atomic_write_bytes
 from vaswani.model.serialization import WEIGHTS_FILE
 

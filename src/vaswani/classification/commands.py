@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from vaswani.classification.settings import TrainSettings
+from vaswani.config import add_settings_argument, parse_settings
 from vaswani.errors import ConfigError
 
 DEFAULTS = TrainSettings()  # the command line's defaults are the dataclass's: one place to change them
@@ -62,7 +63,8 @@ def _add_training_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--val-fraction", type=float, default=d.val_fraction)
     tok = parser.add_argument_group("tokenizer")
     tok.add_argument("--tokenizer", choices=["bpe", "word"], default=d.tokenizer,
-                     help="the project's byte-level BPE, or lowercase regex words with <unk>")
+                     help="lowercase regex words with <unk> (default; measured best on tweets), or the project's "
+                     "byte-level BPE")
     tok.add_argument("--vocab-size", type=int, default=d.vocab_size)
     tok.add_argument("--min-frequency", type=int, default=d.min_frequency)
     tok.add_argument("--max-len", type=int, default=d.max_len, help="tokens per text incl. <s> and </s>")
@@ -70,8 +72,7 @@ def _add_training_arguments(parser: argparse.ArgumentParser) -> None:
     model = parser.add_argument_group("model")
     model.add_argument("--preset", choices=["tiny", "small"], default=d.preset)
     model.add_argument("--pooling", choices=["cls", "mean"], default=d.pooling)
-    model.add_argument("--set", dest="overrides", nargs="+", action="extend", default=[], metavar="model.KEY=VALUE",
-                       help="override a model setting of the preset, e.g. model.dropout=0.2 model.d_model=128")
+    add_settings_argument(model, ("model",), "model.dropout=0.2")
     optim = parser.add_argument_group("optimisation")
     optim.add_argument("--epochs", type=int, default=d.epochs)
     optim.add_argument("--batch-size", type=int, default=d.batch_size)
@@ -88,12 +89,7 @@ def _add_training_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> TrainSettings:
-    overrides = {}
-    for item in args.overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key.startswith("model.") or len(key) == len("model."):
-            raise ConfigError(f"--set {item!r}: expected model.KEY=VALUE, e.g. model.dropout=0.2")
-        overrides[key[len("model."):]] = value
+    overrides = parse_settings(args.settings, ("model",))["model"]
     return TrainSettings(
         text_column=args.text_column,
         label_column=args.label_column,

@@ -19,7 +19,7 @@ import torch
 from vaswani.classification.checkpoint import ClassifierInfo, load_classifier
 from vaswani.classification.data import join_text, read_csv
 from vaswani.classification.encoding import TextEncoder, TextTokenizer, pad_batch
-from vaswani.model.classifier import TransformerClassifier
+from vaswani.classification.model import TransformerClassifier
 from vaswani.io import atomic_write_bytes
 
 

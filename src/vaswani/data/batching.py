@@ -134,6 +134,7 @@ class TokenBudgetSampler:
         rank: int = 0,
         world_size: int = 1,
         chunk_size: int = 8192,
+        max_sentences: int | None = None,
     ) -> None:
         src_lengths = np.asarray(src_lengths, dtype=np.int64)
         tgt_lengths = np.asarray(tgt_lengths, dtype=np.int64)
@@ -151,7 +152,10 @@ class TokenBudgetSampler:
             )
         if len(self.sizes) < world_size:
             raise ConfigError(f"{len(self.sizes)} examples cannot be shared by world_size={world_size} ranks")
+        if max_sentences is not None and max_sentences < 1:
+            raise ConfigError(f"max_sentences={max_sentences} must be at least 1")
         self.max_tokens = max_tokens
+        self.max_sentences = max_sentences
         self.seed = seed
         self.shuffle = shuffle
         self.rank = rank
@@ -176,7 +180,7 @@ class TokenBudgetSampler:
         for begin in range(0, len(order), self.chunk_size):
             chunk = order[begin : begin + self.chunk_size]
             chunk = chunk[np.argsort(self.sizes[chunk], kind="stable")]
-            batches += pack(chunk, self.sizes[chunk], self.max_tokens)
+            batches += pack(chunk, self.sizes[chunk], self.max_tokens, self.max_sentences)
         if self.shuffle:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         batches = split_to_multiple(batches, self.world_size)
@@ -195,8 +199,10 @@ class TokenBudgetSampler:
         return max(0, len(self.all_batches(self.epoch)) // self.world_size - self.start)
 
 
-def pack(indices: np.ndarray, sizes: np.ndarray, max_tokens: int) -> list[np.ndarray]:
-    """Greedy batches over ``indices`` sorted by ascending ``sizes``: each takes as many as fit the budget.
+def pack(indices: np.ndarray, sizes: np.ndarray, max_tokens: int,
+         max_sentences: int | None = None) -> list[np.ndarray]:
+    """Greedy batches over ``indices`` sorted by ascending ``sizes``: each takes as many as fit the budget (and,
+    if given, at most ``max_sentences``).
 
     With ascending sizes the padded cost of the first k pairs from position i is k * sizes[i + k - 1], which
     grows with k, so the batch length is found by one vectorised comparison per batch.
@@ -205,6 +211,8 @@ def pack(indices: np.ndarray, sizes: np.ndarray, max_tokens: int) -> list[np.nda
     i, n = 0, len(indices)
     while i < n:
         most = max_tokens // int(sizes[i])  # no batch starting here can hold more pairs than this
+        if max_sentences is not None:
+            most = min(most, max_sentences)
         window = sizes[i : i + most]
         fits = np.arange(1, len(window) + 1) * window <= max_tokens
         k = int(np.argmin(fits)) if not fits.all() else len(window)

@@ -1,4 +1,5 @@
-"""`vaswani experiment ablation`: seed 002's design claims, measured with one budget and one seed.
+"""`vaswani experiment ablation`: the design claims — post-LN needs warmup, pre-LN does not; pre-LN, GELU and
+RoPE are better — measured with one budget and one seed.
 
 Variants of one recipe (``multi30k-ablation``: the paper's post-LN, warmup, ReLU, sinusoidal layout) change one
 thing each: pre-LN, no warmup (post-LN and pre-LN), GELU, RoPE, learned positions. All train for the same

@@ -1,5 +1,5 @@
 """`vaswani experiment robustness`: how models with sinusoidal, learned and rotary positions cope with
-perturbed sources (seed 003's framework, with models that actually learned).
+perturbed sources (shuffled, dropped, repeated tokens; with models that actually learned).
 
 Three variants of one recipe (``multi30k-ablation`` by default; only ``model.positions`` differs) are trained
 for the same number of updates from the same seed, or reused from ``--runs-dir``. Each is then scored on the
@@ -118,7 +118,7 @@ def _table(rows: list[dict[str, Any]], settings: dict[str, Any], device: torch.d
         "How well the models learned (control condition, the comparison's baseline): "
         + ", ".join(f"{r['label']} NLL {r['nll']:.2f} (perplexity {np.exp(r['nll']):.1f}), accuracy "
                     f"{100 * r['accuracy']:.1f} %" for r in rows if r["condition"] == "control")
-        + ". Seed 003's models had loss > 7 and ~15 % accuracy.",
+        + ". (The report this study re-measures had models with loss > 7 and ~15 % accuracy.)",
         "",
         "The first validation source under each condition:",
         "",

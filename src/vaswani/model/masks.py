@@ -51,15 +51,6 @@ def sliding_window_mask(
     return band[None, None]
 
 
-def combine(*masks: torch.Tensor | None) -> torch.Tensor | None:
-    """AND together the masks that are given; None means "no restriction"."""
-    result = None
-    for mask in masks:
-        if mask is not None:
-            result = mask if result is None else result & mask
-    return result
-
-
 def guard_fully_masked_rows(mask: torch.Tensor) -> torch.Tensor:
     """Let query rows that may attend to nothing attend to everything instead.
 

@@ -45,7 +45,7 @@ class Embeddings(nn.Module):
         return self.dropout(x)
 
 
-def _token_embedding(config: ModelConfig) -> nn.Embedding:
+def token_embedding(config: ModelConfig) -> nn.Embedding:
     embedding = nn.Embedding(config.vocab_size, config.d_model)
     # std d^-1/2: after the √d scaling the inputs have unit variance, and as the tied output matrix the initial
     # logits stay O(1).
@@ -136,9 +136,9 @@ class Transformer(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = config
-        shared = _token_embedding(config)
+        shared = token_embedding(config)
         tying = config.tie_embeddings
-        encoder_tokens = shared if tying == "all-three" else _token_embedding(config)
+        encoder_tokens = shared if tying == "all-three" else token_embedding(config)
         self.encoder = Encoder(config, encoder_tokens)
         self.decoder = Decoder(config, shared)
         self.output = nn.Linear(config.d_model, config.vocab_size, bias=False)

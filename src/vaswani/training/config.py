@@ -31,7 +31,7 @@ class DataConfig:
     valid_split: str = "val"
     test_split: str = "test2016"
     vocab_size: int = 8000  # BPE merges target; the model's vocab_size follows the trained tokenizer
-    max_len: int = 64  # pairs with a longer side (in tokens incl. <s>/</s>) are dropped, as in the seeds
+    max_len: int = 64  # pairs with a longer side (in tokens incl. <s>/</s>) are dropped, as in the reference setups
     data_dir: str | None = None  # default: $VASWANI_DATA, then the download cache
 
     def __post_init__(self) -> None:
@@ -50,7 +50,7 @@ class TrainConfig:
     max_epochs: int | None = 20
     max_steps: int | None = None
     max_minutes: float | None = None  # wall-clock budget; the run evaluates and checkpoints when it runs out
-    # objective and optimiser (seed 000's values)
+    # objective and optimiser: the paper's values (label smoothing 0.1, β2 0.98, ε 1e-9)
     label_smoothing: float = 0.1
     optimizer: Literal["adamw", "adam-l2"] = "adamw"
     betas: tuple[float, float] = (0.9, 0.98)

@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 
 from vaswani.config import ModelConfig
-from vaswani.model.transformer import Encoder, _token_embedding
+from vaswani.model.transformer import Encoder, token_embedding
 
 Pooling = Literal["cls", "mean"]
 POOLINGS: tuple[str, ...] = ("cls", "mean")
@@ -35,7 +35,7 @@ class TransformerClassifier(nn.Module):
         self.config = config
         self.n_classes = n_classes
         self.pooling = pooling
-        self.encoder = Encoder(config, _token_embedding(config))
+        self.encoder = Encoder(config, token_embedding(config))
         self.dropout = nn.Dropout(config.dropout)
         self.head = nn.Linear(config.d_model, n_classes)
         # Xavier-uniform for every projection, as the translation model does; zero biases.
