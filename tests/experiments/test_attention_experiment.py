@@ -3,6 +3,7 @@ counter counts, and the two exact backends compute the same function."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -88,3 +89,22 @@ def test_training_comparison_smoke(tmp_path: Path, data_dir: Path, device, exper
     if device.type == "cpu":  # same dropout masks on CPU (SDPA's math fallback): the runs coincide
         assert gap < 1e-4
     assert "Validation-loss gap" in (tmp_path / "out" / "table.md").read_text()
+
+
+def test_findings_are_worded_by_the_numbers() -> None:
+    from vaswani.experiments.attention import AttentionSettings, findings
+
+    def results(difference: float, sdpa_memory: int, sdpa_seconds: float, gap: float, seed_gap: float) -> dict:
+        point = lambda variant, memory, seconds: {"variant": variant, "batch_size": 1, "length": 1024,  # noqa: E731
+                                                  "status": "ok", "extra_memory": memory, "seconds": seconds}
+        return {"agreement": [{"output_scale": 0.3}], "max_abs_diff_output": difference,
+                "microbenchmark": [point("standard", 100, 1.0), point("sdpa", sdpa_memory, sdpa_seconds)],
+                "val_loss_gap_standard_vs_sdpa": gap, "val_loss_gap_seed": seed_gap}
+
+    settings = AttentionSettings(**{f.name: None for f in dataclasses.fields(AttentionSettings)})
+    settings.window = 50
+    good = " ".join(findings(results(1e-7, 10, 0.4, 1e-3, 1e-1), settings, torch.device("cpu")))
+    assert "rounding" in good and "memory half (≥ 5× less at T = 1024) holds" in good
+    assert "speed half (≥ 2× faster) holds" in good and "same training run up to rounding" in good
+    bad = " ".join(findings(results(1e-2, 50, 0.9, 1e-1, 1e-1), settings, torch.device("cpu")))
+    assert "not compute the same function" in bad and "does not hold" in bad and "different samples" in bad

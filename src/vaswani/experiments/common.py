@@ -74,8 +74,10 @@ def write_results(
     results: dict[str, Any],
     table: str,
     figures: dict[str, Any],
+    readme: str | None = None,
 ) -> list[Path]:
-    """results.json (provenance + settings + numbers), table.md and one PNG per figure; returns the paths."""
+    """results.json (provenance + settings + numbers), table.md, one PNG per figure and, when given, README.md
+    (the findings, worded from the numbers); returns the paths."""
     import matplotlib.pyplot as plt
 
     record = provenance(device, command)
@@ -87,6 +89,9 @@ def write_results(
     paths = [out_dir / "results.json", out_dir / "table.md"]
     atomic_write_text(paths[0], json.dumps(_jsonable(payload), indent=2) + "\n")
     atomic_write_text(paths[1], table.rstrip() + "\n")
+    if readme is not None:
+        paths.append(out_dir / "README.md")
+        atomic_write_text(paths[-1], readme.rstrip() + "\n")
     for stem, figure in figures.items():
         path = out_dir / f"{stem}.png"
         figure.savefig(path, dpi=120, bbox_inches="tight")
