@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from vaswani.config import PRECISIONS, ModelConfig
+from vaswani.data.commands import add_data_dir_argument
 from vaswani.devices import resolve_device, synchronize
 from vaswani.decoding.config import SearchConfig
 from vaswani.decoding.reference import UncachedModel
@@ -118,7 +119,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default="small", help="model preset when there is no checkpoint")
     parser.add_argument("--dataset", default="multi30k", help="test set with --checkpoint")
     parser.add_argument("--split", default="test2016", help="split of --dataset")
-    parser.add_argument("--data-dir", default=None, help="where the corpora live")
+    add_data_dir_argument(parser)
     parser.add_argument("--sentences", type=int, default=64, help="sentences for the batched measurements")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
     parser.add_argument("--beams", type=int, nargs="+", default=[4, 5], help="beam sizes to measure")

@@ -8,6 +8,16 @@ import sys
 import time
 
 
+def add_data_dir_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--data-dir DIR``, made absolute where it is typed (a later chdir or a child process sees the same folder)."""
+    from vaswani.data.download import absolute_path
+
+    parser.add_argument("--data-dir", type=absolute_path, default=None, metavar="DIR",
+                        help="folder holding the corpus files (default: $VASWANI_DATA); files missing there are "
+                        "looked up in the cache ($VASWANI_CACHE or ~/.cache/vaswani) and else downloaded into it "
+                        "(from the public URLs, or from $VASWANI_MIRROR, a base URL laid out like this folder)")
+
+
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "prepare",
@@ -18,10 +28,7 @@ def register(subparsers) -> None:
     )
     parser.add_argument("--dataset", default="multi30k", metavar="NAME",
                         help="registered dataset: multi30k (default), wmt17 or iwslt")
-    parser.add_argument("--data-dir", metavar="DIR",
-                        help="folder holding the corpus files (default: $VASWANI_DATA); files missing there are "
-                        "looked up in the cache ($VASWANI_CACHE or ~/.cache/vaswani) and else downloaded into it "
-                        "(from the public URLs, or from $VASWANI_MIRROR, a base URL laid out like this folder)")
+    add_data_dir_argument(parser)
     parser.add_argument("--direction", default="de-en", choices=["de-en", "en-de"],
                         help="translation direction: de-en (default) translates German into English")
     parser.add_argument("--vocab-size", type=int, metavar="N",

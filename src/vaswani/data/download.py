@@ -42,7 +42,7 @@ class RemoteFile:
 def absolute_path(value: str | Path) -> Path:
     """A user-typed path made absolute against the directory it was typed in (``~`` expanded), so that it still
     names the same folder after a ``chdir`` or in a child process started elsewhere."""
-    return Path(value).expanduser().absolute()
+    return Path(os.path.abspath(Path(value).expanduser()))
 
 
 def _absolute_environment_paths(*names: str) -> None:

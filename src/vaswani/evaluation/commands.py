@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from vaswani.data.commands import add_data_dir_argument
 from vaswani.decoding.arguments import add_search_arguments, translator_from_args
 from vaswani.errors import VaswaniError
 
@@ -21,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     data = evaluate.add_argument_group("test set (a registered corpus, or two aligned files)")
     data.add_argument("--dataset", metavar="NAME", help="e.g. multi30k, wmt17")
     data.add_argument("--split", metavar="NAME", help="e.g. test2016, newstest2017")
-    data.add_argument("--data-dir", metavar="DIR", help="where the corpora live (default: the data registry's)")
+    add_data_dir_argument(data)
     data.add_argument("--src", type=Path, metavar="FILE", help="source sentences, one per line")
     data.add_argument("--ref", type=Path, metavar="FILE", help="reference translations, aligned with --src")
     evaluate.add_argument("--out", type=Path, metavar="DIR",

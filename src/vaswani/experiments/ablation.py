@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
 
     settings = {"recipe": recipe, "test_split": test_split, "test_sentences": len(sources),
                 "group_sizes": group_sizes, "longest_training_source_tokens": longest_training_source,
-                "precision": precision, "extra_settings": list(args.extra_settings),
+                "precision": precision, "extra_settings": list(args.settings),
                 "runs": {r.variant.name: {"run_dir": str(r.run_dir), "reused": r.reused,
                                           "settings": list(r.variant.settings)} for r in runs}}
     results = {"device": device_label(device), "rows": rows, "length_generalisation": length_rows,

@@ -26,7 +26,8 @@ from typing import Any
 
 import torch
 
-from vaswani.config import DEFAULT_SLIDING_WINDOW, ModelConfig
+from vaswani.config import DEFAULT_SLIDING_WINDOW, PRECISIONS, ModelConfig
+from vaswani.data.commands import add_data_dir_argument
 from vaswani.experiments.common import (
     MiB,
     PeakMemory,
@@ -415,8 +416,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "smoke with --smoke)")
     parser.add_argument("--train-set", dest="train_settings", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="extra settings for the training comparison, e.g. --train-set model.dropout=0")
-    parser.add_argument("--data-dir", default=None, help="corpora directory for the training comparison")
-    parser.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"],
+    add_data_dir_argument(parser)
+    parser.add_argument("--precision", default="auto", choices=PRECISIONS,
                         help="auto (default): bf16 on GPUs, fp32 on CPUs without fast bf16")
 
 

@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     settings = {"recipe": recipe, "runs": {r.variant.name: {"run_dir": str(r.run_dir), "reused": r.reused,
                                                            "settings": list(r.variant.settings)} for r in runs},
                 "split": split, "sentences": count, "perturbation_seed": args.seed, "precision": precision,
-                "conditions": DESCRIPTIONS, "example_source": examples, "extra_settings": list(args.extra_settings)}
+                "conditions": DESCRIPTIONS, "example_source": examples, "extra_settings": list(args.settings)}
     results = {"device": device_label(device), "rows": rows}
     table = _table(rows, settings, device, args.command_line)
     figures = {"position_accuracy": _plot_positions(rows), "bleu": _plot_bleu(rows)}

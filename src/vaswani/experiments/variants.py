@@ -25,6 +25,8 @@ from typing import Any, Sequence
 import torch
 import yaml
 
+from vaswani.config import add_settings_argument
+from vaswani.data.commands import add_data_dir_argument
 from vaswani.errors import VaswaniError
 from vaswani.training.config import RunConfig, apply_settings, load_preset
 from vaswani.training.trainer import train
@@ -249,25 +251,23 @@ def add_variant_arguments(parser: argparse.ArgumentParser) -> None:
                         "(default runs/experiments/RECIPE)")
     parser.add_argument("--steps", type=int, default=None,
                         help=f"updates per variant (default: the recipe's train.max_steps; --smoke: {SMOKE_STEPS})")
-    parser.add_argument("--set", dest="extra_settings", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="a setting applied to every variant, e.g. --set train.seed=1")
+    add_settings_argument(parser, ("model", "data", "train"), "train.seed=1 (applied to every variant)")
     parser.add_argument("--jobs", type=int, default=1,
                         help="variants trained at the same time, as subprocesses (default %(default)s)")
-    parser.add_argument("--data-dir", type=Path, default=None,
-                        help="corpora directory (default: $VASWANI_DATA, then the download cache)")
+    add_data_dir_argument(parser)
 
 
 def train_from_args(args: argparse.Namespace, variants: Sequence[Variant]) -> tuple[str, list[TrainedRun]]:
-    """Resolve --recipe/--steps/--smoke into extra settings (kept on ``args.extra_settings`` so every later
+    """Resolve --recipe/--steps/--smoke into extra settings (kept on ``args.settings`` so every later
     config lookup agrees) and train or reuse the variants."""
     recipe = args.recipe or (SMOKE_RECIPE if args.smoke else RECIPE)
     steps = args.steps if args.steps is not None else (SMOKE_STEPS if args.smoke else None)
-    extra = list(args.extra_settings)
+    extra = list(args.settings)
     if steps is not None:
         extra += [f"train.max_steps={steps}", "train.max_epochs=null"]
     if args.smoke:
         extra += ["train.progress=false", f"train.eval_every_steps={steps}", "train.bleu_subset=0"]
-    args.extra_settings = extra
+    args.settings = extra
     runs_dir = args.runs_dir or Path("runs") / "experiments" / Path(recipe).stem
     return recipe, train_variants(variants, recipe, runs_dir, args.data_dir, extra, args.jobs)
 
@@ -281,6 +281,6 @@ def setup(args: argparse.Namespace, names: Sequence[str]) -> tuple[torch.device,
 
     device = resolve_device(args.device)
     recipe, runs = train_from_args(args, [VARIANTS[name] for name in names])
-    config = variant_config(recipe, VARIANTS["sinusoidal"], args.extra_settings)
+    config = variant_config(recipe, VARIANTS["sinusoidal"], args.settings)
     return device, resolve_precision("auto", device), recipe, runs, config
 

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from vaswani.data.commands import add_data_dir_argument
+
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -25,8 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --run-dir from its last checkpoint; --set may change training "
                         "settings such as the learning rate, and each change is printed")
-    parser.add_argument("--data-dir", type=Path, default=None,
-                        help="local corpora directory (default: $VASWANI_DATA, then the download cache)")
+    add_data_dir_argument(parser)
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     parser.set_defaults(handler=run_train)
 
