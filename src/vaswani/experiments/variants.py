@@ -253,7 +253,7 @@ def add_variant_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"updates per variant (default: the recipe's train.max_steps; --smoke: {SMOKE_STEPS})")
     add_settings_argument(parser, ("model", "data", "train"), "train.seed=1 (applied to every variant)")
     parser.add_argument("--jobs", type=int, default=1,
-                        help="variants trained at the same time, as subprocesses (default %(default)s)")
+                        help="variants trained at the same time, in worker processes (default %(default)s)")
     add_data_dir_argument(parser)
 
 
