@@ -435,7 +435,8 @@ def resolve_settings(args: argparse.Namespace, device: torch.device) -> Attentio
         agreement_max_length=defaults["agreement_max_length"], model_preset=pick("model_preset"),
         model_lengths=list(pick("model_lengths")), model_tokens=pick("model_tokens"),
         train_steps=args.train_steps, train_preset=pick("train_preset"), train_settings=list(args.train_settings),
-        data_dir=args.data_dir, precision=resolve_precision(args.precision, device), smoke=bool(args.smoke))
+        data_dir=str(args.data_dir) if args.data_dir else None, precision=resolve_precision(args.precision, device),
+        smoke=bool(args.smoke))
 
 
 def run(args: argparse.Namespace) -> int:
