@@ -154,7 +154,7 @@ def train_classifier(
             val_loss=cross_entropy(probs, val_ids),
             val_accuracy=metrics.accuracy,
             val_macro_f1=metrics.macro_f1,
-            lr=schedule.get_last_lr()[0],
+            lr=optimizer.param_groups[0]["lr"],
             seconds=time.perf_counter() - epoch_start,
         )
         history.append(stats)

@@ -305,12 +305,12 @@ class UpdateTimer(Callback):
         self.device, self.profile_update = device, profile_update
         self.seconds: list[float] = []
         self.peak_memory: int | None = None
-        self._updates = 0
+        self.updates_seen = 0
         self._profiling: contextlib.ExitStack | None = None
         self._peak: PeakMemory | None = None
 
     def on_update_start(self, trainer: Trainer) -> None:
-        if self._updates == self.profile_update:
+        if self.updates_seen == self.profile_update:
             self._profiling = contextlib.ExitStack()
             live = training_state_bytes(trainer.model, trainer.optimizer)
             self._peak = self._profiling.enter_context(track_peak_memory(self.device, live_at_start=live))
@@ -326,7 +326,7 @@ class UpdateTimer(Callback):
             self.peak_memory = self._peak.peak
         else:
             self.seconds.append(elapsed)
-        self._updates += 1
+        self.updates_seen += 1
 
 
 def training_comparison(settings: AttentionSettings, device: torch.device) -> list[dict[str, Any]]:
