@@ -62,7 +62,7 @@ class ServerProcess:
         return self.process.stdout.read() if self.process.stdout else ""
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def server(tiny_checkpoint) -> Iterator[ServerProcess]:
     process = ServerProcess(tiny_checkpoint)
     yield process

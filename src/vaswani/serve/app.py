@@ -185,7 +185,9 @@ def create_app(checkpoint: str | Path | Translator, settings: ServeSettings | No
     async def health() -> JSONResponse:
         if "batcher" not in service:
             return JSONResponse({"status": "loading"}, 503)
-        return JSONResponse({"status": "ready", "model": service["info"]["id"], "waiting": service["batcher"].waiting})
+        batcher: Batcher = service["batcher"]
+        return JSONResponse({"status": "ready", "model": service["info"]["id"], "waiting": batcher.waiting,
+                             "in_flight": batcher.in_flight})
 
     @app.get("/v1/model")
     async def model_info() -> dict[str, Any]:

@@ -56,6 +56,7 @@ class Batcher:
         self.model_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vaswani-model")
         self.batches_run = 0
         self.sentences_run = 0
+        self.in_flight = 0  # sentences submitted and not yet answered (queued or being searched)
         self._wakeup: asyncio.Event | None = None
         self._worker: asyncio.Task | None = None
         self._exclusive_waiting = 0  # attention requests, counted against the queue limit too
@@ -88,17 +89,23 @@ class Batcher:
             self.queue.append(_Sentence(source, config, request, index))
         assert self._wakeup is not None, "Batcher.start() was not called"
         self._wakeup.set()
-        return await request.future
+        self.in_flight += len(sources)
+        try:
+            return await request.future
+        finally:
+            self.in_flight -= len(sources)
 
     async def run_exclusive(self, work: Callable[[], Any]) -> Any:
         """Run ``work`` on the model thread between batches (the attention endpoint), under the same queue limit."""
         if self.waiting + 1 > self.settings.max_queue:
             raise QueueFull
         self._exclusive_waiting += 1
+        self.in_flight += 1
         try:
             return await asyncio.get_running_loop().run_in_executor(self.model_thread, work)
         finally:
             self._exclusive_waiting -= 1
+            self.in_flight -= 1
 
     # ---- the worker --------------------------------------------------------------------------------------------
     async def _run(self) -> None:

@@ -31,15 +31,18 @@ async function post(path, body) {
   return data;
 }
 
-// A subword as shown: byte-level BPE marks a word start with a leading space; specials are greyed.
-function tokenLabel(element, token) {
+// A subword as shown. Byte-level BPE marks a word start with a leading space; a piece that continues the word
+// before it gets a leading middle dot ("Gitarre" = "G" "·itar" "·re"); specials are greyed.
+function tokenLabel(element, token, index) {
   if (token === "</s>") {
     element.textContent = "</s>";
     element.classList.add("special");
+  } else if (token.startsWith(" ") || index === 0 || !/[\p{L}\p{N}]/u.test(token)) {
+    element.textContent = token.trim() || token;
   } else {
-    element.textContent = token.replace(/^ /, "\u00b7"); // a middle dot where a new word starts
+    element.textContent = "\u00b7" + token;
   }
-  element.title = token;
+  element.title = JSON.stringify(token);
 }
 
 function selectedMatrix() {
@@ -48,7 +51,10 @@ function selectedMatrix() {
   return head === "mean" ? current.mean_over_heads[layer] : current.weights[layer][Number(head)];
 }
 
+let pinned = null; // { row, light } of the clicked target token
+
 function drawHeatmap() {
+  pinned = null;
   const matrix = selectedMatrix();
   const grid = $("heatmap");
   const sources = current.source_tokens;
@@ -59,11 +65,11 @@ function drawHeatmap() {
   header.className = "hm-row hm-header";
   header.setAttribute("role", "row");
   header.appendChild(Object.assign(document.createElement("div"), { className: "hm-corner" }));
-  const sourceCells = sources.map((token) => {
+  const sourceCells = sources.map((token, s) => {
     const cell = document.createElement("div");
     cell.className = "hm-src";
     cell.setAttribute("role", "columnheader");
-    tokenLabel(cell, token);
+    tokenLabel(cell, token, s);
     header.appendChild(cell);
     return cell;
   });
@@ -76,7 +82,7 @@ function drawHeatmap() {
     const label = document.createElement("div");
     label.className = "hm-tgt";
     label.setAttribute("role", "rowheader");
-    tokenLabel(label, token);
+    tokenLabel(label, token, t);
     row.appendChild(label);
     matrix[t].forEach((weight, s) => {
       const cell = document.createElement("div");
@@ -87,6 +93,7 @@ function drawHeatmap() {
       row.appendChild(cell);
     });
     const light = () => {
+      grid.querySelectorAll(".hm-row.active").forEach((r) => r.classList.remove("active"));
       row.classList.add("active");
       matrix[t].forEach((weight, s) => {
         sourceCells[s].classList.add("lit");
@@ -97,12 +104,23 @@ function drawHeatmap() {
     const unlight = () => {
       row.classList.remove("active");
       sourceCells.forEach((c) => c.classList.remove("lit", "strong"));
+      if (pinned) pinned.light(); // back to the row the user clicked
     };
     for (const part of row.children) {
       part.addEventListener("mouseenter", light);
       part.addEventListener("mouseleave", unlight);
     }
-    label.addEventListener("click", light); // touch screens have no hover
+    // A click pins the row (touch screens have no hover); a second click unpins it.
+    label.addEventListener("click", () => {
+      const same = pinned && pinned.row === row;
+      if (pinned) pinned.row.classList.remove("pinned", "active");
+      sourceCells.forEach((c) => c.classList.remove("lit", "strong"));
+      pinned = same ? null : { row, light };
+      if (pinned) {
+        row.classList.add("pinned");
+        light();
+      }
+    });
     grid.appendChild(row);
   });
 }
