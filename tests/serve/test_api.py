@@ -8,6 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from vaswani.decoding import SearchConfig, Translator
+from vaswani.errors import ConfigError
 from vaswani.serve import ServeSettings, create_app
 
 SENTENCE = "Ein Mann fährt Fahrrad."
@@ -137,3 +138,10 @@ def test_an_unexpected_failure_is_a_500_without_traceback(tiny_checkpoint) -> No
     assert answer.status_code == 500
     assert answer.json()["error"]["message"].startswith("internal error") and "Traceback" not in answer.text
     assert json.loads(answer.text)["error"]["field"] is None
+
+
+def test_settings_out_of_range_name_their_flag() -> None:
+    with pytest.raises(ConfigError, match="--max-queue"):
+        ServeSettings(max_queue=0)
+    with pytest.raises(ConfigError, match="--batch-wait-ms"):
+        ServeSettings(batch_wait_ms=-1)

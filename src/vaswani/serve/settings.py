@@ -28,9 +28,10 @@ class ServeSettings:
         for name in ("max_chars", "max_texts", "max_body_bytes", "max_queue", "max_beam", "max_batch_sentences",
                      "max_batch_tokens", "threads"):
             if getattr(self, name) < 1:
-                raise ConfigError(f"serve.{name} must be >= 1, got {getattr(self, name)}")
+                flag = "--" + name.replace("_", "-")
+                raise ConfigError(f"serve.{name} ({flag}) must be >= 1, got {getattr(self, name)}")
         if self.batch_wait_ms < 0:
-            raise ConfigError(f"serve.batch_wait_ms must be >= 0, got {self.batch_wait_ms}")
+            raise ConfigError(f"serve.batch_wait_ms (--batch-wait-ms) must be >= 0, got {self.batch_wait_ms}")
 
     @property
     def sentences_per_batch(self) -> int:
