@@ -25,6 +25,7 @@ BUILT_ON_THE_CORE = [
     "vaswani.benchmarks.commands",
     "vaswani.experiments.commands",
     "vaswani.classification.commands",
+    "vaswani.serve.commands",
 ]
 COMMAND_MODULES = CORE_COMMANDS + BUILT_ON_THE_CORE
 

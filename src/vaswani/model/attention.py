@@ -69,6 +69,18 @@ def sdpa_attention(
 BACKENDS = {"standard": standard_attention, "sdpa": sdpa_attention}
 
 
+def attention_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """softmax(q kᵀ / √d) masked as in :func:`standard_attention`: the (B, H, Q, K) weights it multiplies v by.
+
+    For looking at attention (the server's heatmap), never on the training path: the fused backend does not
+    materialise these weights at all.
+    """
+    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))
+    if mask is not None:
+        scores = scores.masked_fill(~guard_fully_masked_rows(mask), torch.finfo(scores.dtype).min)
+    return torch.softmax(scores, dim=-1, dtype=torch.float32)
+
+
 @dataclass
 class KVCache:
     """Keys and values of one attention module, (B, H, T, head_dim) each."""
@@ -121,6 +133,15 @@ class MultiHeadAttention(nn.Module):
         """Cross-attention keys and values of the encoder output: compute once, reuse at every decoding step."""
         k, v = self.kv_proj(context).chunk(2, dim=-1)
         return KVCache(self._split_heads(k), self._split_heads(v))
+
+    def cross_attention_weights(
+        self, x: torch.Tensor, context: torch.Tensor | KVCache, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """(B, H, T, S) weights of the queries ``x`` over the encoder output ``context`` (cross-attention only)."""
+        if not self.cross:
+            raise ValueError("cross_attention_weights needs a cross-attention module")
+        kv = context if isinstance(context, KVCache) else self.project_context(context)
+        return attention_weights(self._split_heads(self.q_proj(x)), kv.k, mask)
 
     def forward(
         self,

@@ -92,3 +92,15 @@ class DecoderLayer(nn.Module):
         x = self.self_block(x, self_attention)
         x = self.cross_block(x, lambda h: self.cross_attn(h, context=memory, mask=memory_mask)[0])
         return self.ffn_block(x, self.ffn), new_cache[0]
+
+    def cross_attention_weights(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor | KVCache,
+        self_mask: torch.Tensor | None,
+        memory_mask: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """(B, H, T, S) cross-attention weights of a full (teacher-forced) pass of this layer on input ``x``."""
+        x = self.self_block(x, lambda h: self.self_attn(h, mask=self_mask, is_causal=True)[0])
+        queries = self.cross_block.norm(x) if self.cross_block.pre_norm else x  # what the sublayer receives
+        return self.cross_attn.cross_attention_weights(queries, memory, memory_mask)

@@ -174,6 +174,28 @@ class Transformer(nn.Module):
         memory, memory_mask = self.encode(src)
         return self.project(self.decode(tgt_in, memory, memory_mask))
 
+    @torch.no_grad()
+    def cross_attention_weights(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """src (B, S), tgt_in (B, T) = <s> y1 … -> (layers, B, heads, T, S) cross-attention weights.
+
+        Row t is what the decoder looks at in the source while predicting y_{t+1}. Computed in eval mode (no
+        dropout) with the plain softmax formula whatever the attention backend; each row sums to 1 over the real
+        source tokens and is 0 on padding.
+        """
+        was_training = self.training
+        self.eval()
+        try:
+            memory, memory_mask = self.encode(src)
+            self_mask = self.decoder.self_attention_mask(tgt_in.size(1), tgt_in.device)
+            x = self.decoder.embed(tgt_in)
+            weights = []
+            for layer in self.decoder.layers:
+                weights.append(layer.cross_attention_weights(x, memory, self_mask, memory_mask))
+                x, _ = layer(x, memory, self_mask, memory_mask)
+            return torch.stack(weights)
+        finally:
+            self.train(was_training)
+
     # ---- incremental decoding (search) ---------------------------------------------------------------------
     def start_decoding(self, src: torch.Tensor) -> DecoderState:
         """Run the encoder once and precompute every layer's cross-attention keys/values."""

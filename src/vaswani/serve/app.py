@@ -1,0 +1,299 @@
+"""The ASGI app: the JSON API, the web page, limits and errors.
+
+Endpoints: ``POST /v1/translate``, ``POST /v1/attention``, ``GET /v1/model``, ``GET /health``, ``GET /`` (the
+page), ``/docs`` (OpenAPI). Every error is JSON, ``{"error": {"status", "field", "message"}}``, and no response
+ever carries a traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from contextlib import asynccontextmanager
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import torch
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from vaswani.decoding import SearchConfig, Translator, generate
+from vaswani.errors import VaswaniError
+from vaswani.model.serialization import resolve_checkpoint
+from vaswani.serve.batcher import Batcher, QueueFull
+from vaswani.serve.schemas import AttentionRequest, SearchSettings, TranslateRequest
+from vaswani.serve.settings import ServeSettings
+
+log = logging.getLogger("vaswani.serve")
+STATIC = files("vaswani.serve") / "static"
+RETRY_AFTER_SECONDS = 1
+
+
+class ApiError(Exception):
+    """A client error that names the offending field."""
+
+    def __init__(self, status: int, field: str | None, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.field, self.message, self.headers = status, field, message, headers
+
+
+def error_response(status: int, field: str | None, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"status": status, "field": field, "message": message}}, status, headers=headers)
+
+
+# ---- the model and what is known about it --------------------------------------------------------------------
+def checkpoint_info(checkpoint: Path) -> dict[str, Any]:
+    """Step and validation results of a training checkpoint, when its run left them (plain JSON, never code)."""
+    info: dict[str, Any] = {"id": checkpoint.resolve().name, "step": None, "val_bleu": None, "val_loss": None}
+    meta = checkpoint / "meta.json"
+    if meta.is_file():
+        try:
+            info["step"] = json.loads(meta.read_text()).get("step")
+        except (json.JSONDecodeError, AttributeError):
+            pass
+    run = checkpoint.resolve().parent.parent
+    if (run / "checkpoints").is_dir():
+        info["id"] = f"{run.name}/{checkpoint.resolve().name}"
+        for row in _jsonl(run / "metrics.jsonl"):
+            if row.get("kind") == "valid" and (info["step"] is None or row.get("step") == info["step"]):
+                info["val_bleu"], info["val_loss"] = row.get("bleu"), row.get("loss")
+    return info
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
+def display_tokens(translator: Translator, ids: list[int]) -> list[str]:
+    """Each subword as text (byte-level BPE: a leading space marks the start of a word)."""
+    return [translator.tokenizer.decode([i]) if i != translator.config.eos_id else "</s>" for i in ids]
+
+
+def attention_of(translator: Translator, text: str, config: SearchConfig) -> dict[str, Any]:
+    """On the model thread: translate one sentence, then the cross-attention of the decoder producing it.
+
+    Row t of the weights is the attention while predicting target token t (the decoder reads <s> y1 … y_{t-1}),
+    so rows are the output tokens y1 … yn </s> and columns the source tokens x1 … xm </s>.
+    """
+    source = translator.encode([text])[0]
+    src = torch.tensor([source], device=translator.device)
+    best = generate(translator.model, src, config)[0][0]
+    tgt_in = torch.tensor([[config.bos_id, *best.tokens]], device=translator.device)
+    weights = translator.model.cross_attention_weights(src, tgt_in)[:, 0].float().cpu()  # (L, H, T, S)
+    return {
+        "translation": " ".join(translator.tokenizer.decode(best.tokens).splitlines()),
+        "score": best.score,
+        "source_tokens": display_tokens(translator, source),
+        "target_tokens": display_tokens(translator, [*best.tokens, config.eos_id]),
+        "weights": weights.round(decimals=4).tolist(),
+        "mean_over_heads": weights.mean(dim=1).round(decimals=4).tolist(),
+    }
+
+
+# ---- the app ---------------------------------------------------------------------------------------------------
+def create_app(checkpoint: str | Path | Translator, settings: ServeSettings | None = None) -> FastAPI:
+    """The app for a checkpoint (loaded at start-up) or an already loaded :class:`Translator`."""
+    settings = settings or ServeSettings()
+    service: dict[str, Any] = {}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        torch.set_num_threads(settings.threads)
+        if isinstance(checkpoint, Translator):
+            translator, directory = checkpoint, None
+        else:
+            directory = resolve_checkpoint(checkpoint)
+            translator = Translator.load(directory, SearchConfig(), device=settings.device)
+        info = checkpoint_info(directory) if directory else {"id": "in-process", "step": None}
+        batcher = Batcher(translator, settings)
+        batcher.start()
+        service.update(translator=translator, batcher=batcher, info=info)
+        log.info("model %s ready", info["id"])
+        yield
+        await batcher.stop()  # uvicorn has already finished the requests in flight
+        service.clear()
+
+    app = FastAPI(
+        title="vaswani translation server",
+        description="German→English translation with a from-scratch Transformer; the page at / shows attention.",
+        lifespan=lifespan,
+    )
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+
+    # ---- errors: always JSON, always naming the field, never a traceback ----
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, error: ApiError) -> JSONResponse:
+        return error_response(error.status, error.field, error.message, error.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
+        first = error.errors()[0]
+        if first.get("type") == "json_invalid":
+            return error_response(400, "body", f"malformed JSON: {first.get('msg')}")
+        location = [str(part) for part in first.get("loc", ()) if part != "body"]
+        field = "".join(f"[{p}]" if p.isdigit() else ("." if i else "") + p for i, p in enumerate(location))
+        message = first.get("msg", "invalid value")
+        if first.get("type") == "extra_forbidden":
+            message = "unknown field"
+        return error_response(422, field or "body", message)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
+        return error_response(error.status_code, None, str(error.detail), getattr(error, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, error: Exception) -> JSONResponse:
+        log.exception("unexpected error on %s", request.url.path)
+        return error_response(500, None, f"internal error ({type(error).__name__}); see the server log")
+
+    # ---- helpers ----
+    def search_config(body: SearchSettings, nbest: int = 1) -> SearchConfig:
+        if body.beam > settings.max_beam:
+            raise ApiError(422, "beam", f"must be <= {settings.max_beam} (the server's max_beam)")
+        base: SearchConfig = service["translator"].config
+        return dataclasses.replace(base, beam_size=body.beam, nbest=nbest, alpha=body.alpha,
+                                   max_len_a=body.max_len_a, max_len_b=body.max_len_b)
+
+    def check_text(text: str, field: str) -> None:
+        if not text.strip():
+            raise ApiError(422, field, "empty text: type a German sentence")
+        if len(text) > settings.max_chars:
+            raise ApiError(422, field, f"{len(text)} characters; at most {settings.max_chars} per text")
+
+    def busy() -> ApiError:
+        return ApiError(503, None, "server busy: too many sentences waiting; retry shortly",
+                        {"Retry-After": str(RETRY_AFTER_SECONDS)})
+
+    # ---- endpoints ----
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        if "batcher" not in service:
+            return JSONResponse({"status": "loading"}, 503)
+        batcher: Batcher = service["batcher"]
+        return JSONResponse({"status": "ready", "model": service["info"]["id"], "waiting": batcher.waiting,
+                             "in_flight": batcher.in_flight})
+
+    @app.get("/v1/model")
+    async def model_info() -> dict[str, Any]:
+        translator: Translator = service["translator"]
+        return {
+            **service["info"],
+            "vocab_size": translator.tokenizer.vocab_size,
+            "parameters": translator.model.num_parameters(),
+            "device": str(translator.device),
+            "config": translator.model.config.to_dict(),
+            "limits": dataclasses.asdict(settings),
+        }
+
+    @app.post("/v1/translate")
+    async def translate(body: TranslateRequest) -> dict[str, Any]:
+        started = time.perf_counter()
+        if (body.text is None) == (body.texts is None):
+            raise ApiError(422, "text", "give exactly one of 'text' and 'texts'")
+        if body.nbest > body.beam:
+            raise ApiError(422, "nbest", f"{body.nbest} hypotheses need a beam at least as wide (beam is {body.beam})")
+        if body.text is not None:
+            texts = [body.text]
+            check_text(body.text, "text")
+        else:
+            texts = body.texts or []
+            if not texts:
+                raise ApiError(422, "texts", "empty list: give at least one text")
+            if len(texts) > settings.max_texts:
+                raise ApiError(422, "texts", f"{len(texts)} texts; at most {settings.max_texts} per request")
+            for i, text in enumerate(texts):
+                check_text(text, f"texts[{i}]")
+        config = search_config(body, body.nbest)
+        translator: Translator = service["translator"]
+        try:
+            results = await service["batcher"].translate(translator.encode(texts), config)
+        except QueueFull:
+            raise busy() from None
+        translations = [
+            {"text": nbest[0].text, "score": nbest[0].score,
+             "nbest": [{"text": h.text, "score": h.score, "log_prob": h.log_prob, "length": h.length} for h in nbest]}
+            for nbest in results
+        ]
+        answer: dict[str, Any] = {"translations": translations}
+        if body.text is not None:
+            answer["translation"] = translations[0]["text"]
+        answer.update(model=service["info"]["id"], time_ms=round(1000 * (time.perf_counter() - started), 2))
+        return answer
+
+    @app.post("/v1/attention")
+    async def attention(body: AttentionRequest) -> dict[str, Any]:
+        started = time.perf_counter()
+        check_text(body.text, "text")
+        config = search_config(body)
+        translator: Translator = service["translator"]
+        try:
+            result = await service["batcher"].run_exclusive(lambda: attention_of(translator, body.text, config))
+        except QueueFull:
+            raise busy() from None
+        layers, heads = translator.model.config.n_decoder_layers, translator.model.config.n_heads
+        return {**result, "layers": layers, "heads": heads, "model": service["info"]["id"],
+                "time_ms": round(1000 * (time.perf_counter() - started), 2)}
+
+    # ---- the page ----
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        return FileResponse(str(STATIC / "index.html"))
+
+    app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")
+    return app
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over ``max_bytes`` gets 413 before FastAPI parses (or buffers) it."""
+
+    def __init__(self, app, max_bytes: int):  # noqa: ANN001 - any ASGI app
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send) -> None:  # noqa: ANN001 - the ASGI signature
+        if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            return await self._too_large(scope, receive, send)
+        chunks, size = [], 0
+        while True:  # read the body ourselves (bounded), then replay it to the app
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                return await self._too_large(scope, receive, send)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body, sent = b"".join(chunks), False
+
+        async def replay():
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        return await self.app(scope, replay, send)
+
+    async def _too_large(self, scope, receive, send) -> None:  # noqa: ANN001
+        response = error_response(413, "body", f"request body over {self.max_bytes} bytes")
+        await response(scope, receive, send)

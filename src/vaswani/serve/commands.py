@@ -1,0 +1,102 @@
+"""``vaswani serve`` (the HTTP API and web page) and ``vaswani serve-bench`` (the bounded loopback load test)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from vaswani.errors import VaswaniError
+from vaswani.serve.settings import ServeSettings
+
+DEFAULTS = ServeSettings()
+
+
+def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per :class:`ServeSettings` field (shared by serve and serve-bench)."""
+    d = DEFAULTS
+    limits = parser.add_argument_group("limits")
+    limits.add_argument("--max-chars", type=int, default=d.max_chars, help="characters per text")
+    limits.add_argument("--max-texts", type=int, default=d.max_texts, help="texts per /v1/translate request")
+    limits.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes, help="request body size (413 above)")
+    limits.add_argument("--max-queue", type=int, default=d.max_queue,
+                        help="sentences waiting for the model (503 + Retry-After above)")
+    limits.add_argument("--max-beam", type=int, default=d.max_beam, help="widest beam a request may ask for")
+    batching = parser.add_argument_group("batching")
+    batching.add_argument("--batching", action=argparse.BooleanOptionalAction, default=d.batching,
+                          help="gather concurrent requests into one batch (--no-batching: one sentence at a time)")
+    batching.add_argument("--batch-wait-ms", type=float, default=d.batch_wait_ms,
+                          help="how long a sentence waits for others to join its batch")
+    batching.add_argument("--max-batch-sentences", type=int, default=d.max_batch_sentences)
+    batching.add_argument("--max-batch-tokens", type=int, default=d.max_batch_tokens,
+                          help="padded source tokens x beam per batch")
+    parser.add_argument("--threads", type=int, default=d.threads, help="torch threads of the model thread")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when available")
+
+
+def settings_from_args(args: argparse.Namespace) -> ServeSettings:
+    return ServeSettings(
+        max_chars=args.max_chars, max_texts=args.max_texts, max_body_bytes=args.max_body_bytes,
+        max_queue=args.max_queue, max_beam=args.max_beam, batching=args.batching,
+        batch_wait_ms=args.batch_wait_ms, max_batch_sentences=args.max_batch_sentences,
+        max_batch_tokens=args.max_batch_tokens, threads=args.threads, device=args.device,
+    )
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="serve a checkpoint over HTTP: JSON API, request batching, and a page that shows the attention",
+        description="Serve a trained checkpoint: POST /v1/translate, POST /v1/attention, GET /v1/model, "
+        "GET /health, the OpenAPI page at /docs and the attention page at /. Needs the serve extra "
+        "(pip install -e '.[serve]'). SIGTERM or Ctrl-C finishes the requests in flight, then exits.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--checkpoint", required=True, metavar="DIR", help="checkpoint directory or run directory")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    parser.add_argument("--port", type=int, default=8000)
+    add_settings_arguments(parser)
+    parser.set_defaults(handler=serve_command)
+
+    bench = subparsers.add_parser(
+        "serve-bench",
+        help="load-test the server on loopback: 1/8/32 clients, with and without batching -> results/serve",
+        description="Start `vaswani serve` on 127.0.0.1 twice (with and without request batching), drive it with "
+        "N concurrent clients for a fixed duration each, and write sentences/s, latency percentiles and errors "
+        "to results.json, table.md and a plot. Stops by itself.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    bench.add_argument("--checkpoint", required=True, metavar="DIR")
+    bench.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32], help="concurrency levels")
+    bench.add_argument("--seconds", type=float, default=20.0, help="duration of each run")
+    bench.add_argument("--repeats", type=int, default=2, help="runs per level and mode, interleaved A, B, A, B")
+    bench.add_argument("--beam", type=int, default=4, help="beam of every request")
+    bench.add_argument("--sentences", type=int, default=500, help="test sentences cycled through by the clients")
+    bench.add_argument("--data-dir", type=Path, default=None, help="corpora (default: $VASWANI_DATA)")
+    bench.add_argument("--out", type=Path, default=Path("results/serve"))
+    bench.add_argument("--threads", type=int, default=1, help="torch threads of the server's model thread")
+    bench.set_defaults(handler=bench_command)
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+    except ModuleNotFoundError:
+        raise VaswaniError("serving needs FastAPI and uvicorn: pip install -e '.[serve]'") from None
+    from vaswani.model.serialization import resolve_checkpoint
+    from vaswani.serve.app import create_app
+
+    settings = settings_from_args(args)
+    resolve_checkpoint(args.checkpoint)  # a wrong path is a one-line error now, not a failed start-up later
+    print(f"vaswani serve: http://{args.host}:{args.port}/  (API docs at /docs)", flush=True)
+    # uvicorn handles SIGTERM/SIGINT: stop accepting, finish the requests in flight, run the shutdown, exit.
+    uvicorn.run(create_app(args.checkpoint, settings), host=args.host, port=args.port, log_level="info",
+                timeout_graceful_shutdown=30)
+    return 0
+
+
+def bench_command(args: argparse.Namespace) -> int:
+    from vaswani.serve.loadtest import run_load_test
+
+    run_load_test(args.checkpoint, args.clients, args.seconds, args.beam, args.sentences, args.out,
+                  data_dir=args.data_dir, threads=args.threads, repeats=args.repeats)
+    return 0

@@ -1,0 +1,317 @@
+"""``vaswani serve-bench``: a bounded loopback load test of ``vaswani serve``, with and without request batching.
+
+Two server processes are started on 127.0.0.1 (one batching, one searching each sentence alone) and driven in
+turn — A, B, A, B — by N concurrent clients for a fixed number of seconds per level, each client sending one
+Multi30k test sentence per request and the next as soon as the answer arrives. Nothing leaves the machine and the
+run stops by itself. Written to ``--out``: results.json (every repeat, with provenance), table.md, throughput.png,
+README.md, and screenshots of the page when Playwright and chromium are installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from vaswani.errors import VaswaniError
+from vaswani.io import atomic_write_json, atomic_write_text
+
+MODES = {"batching": [], "no batching": ["--no-batching"]}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    """`vaswani serve` in a subprocess on a free loopback port."""
+
+    def __init__(self, checkpoint: str | Path, flags: list[str], threads: int):
+        import httpx
+
+        self.url = f"http://127.0.0.1:{_free_port()}"
+        port = self.url.rsplit(":", 1)[1]
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "vaswani.cli", "serve", "--checkpoint", str(checkpoint), "--port", port,
+             "--threads", str(threads), *flags],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise VaswaniError(f"the server did not start: {self.process.stderr.read().strip()[-2000:]}")
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(0.3)
+        self.stop()
+        raise VaswaniError("the server was not ready after 120 s")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+async def _drive(url: str, clients: int, seconds: float, sentences: list[str], beam: int) -> dict[str, Any]:
+    """``clients`` closed-loop clients for ``seconds``; requests still running at the deadline are waited for."""
+    import httpx
+
+    latencies: list[float] = []
+    errors: list[str] = []
+    next_sentence = 0
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:
+        started = time.perf_counter()
+        deadline = started + seconds
+
+        async def client() -> None:
+            nonlocal next_sentence
+            while time.perf_counter() < deadline:
+                text = sentences[next_sentence % len(sentences)]
+                next_sentence += 1
+                sent = time.perf_counter()
+                try:
+                    answer = await http.post("/v1/translate", json={"text": text, "beam": beam})
+                    if answer.status_code == 200:
+                        latencies.append(time.perf_counter() - sent)
+                    else:
+                        errors.append(f"{answer.status_code} {answer.text[:200]}")
+                except httpx.HTTPError as error:
+                    errors.append(repr(error))
+
+        await asyncio.gather(*(client() for _ in range(clients)))
+        elapsed = time.perf_counter() - started
+    ordered = sorted(latencies)
+
+    def percentile(q: float) -> float | None:
+        return 1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else None
+
+    return {
+        "sentences": len(latencies), "seconds": round(elapsed, 3),
+        "sentences_per_s": round(len(latencies) / elapsed, 3),
+        "p50_ms": percentile(0.50), "p95_ms": percentile(0.95), "p99_ms": percentile(0.99),
+        "errors": len(errors), "error_examples": errors[:3],
+    }
+
+
+def run_load_test(
+    checkpoint: str | Path,
+    clients: list[int],
+    seconds: float,
+    beam: int,
+    n_sentences: int,
+    out: Path,
+    data_dir: Path | None = None,
+    threads: int = 1,
+    repeats: int = 2,
+) -> dict[str, Any]:
+    import torch
+
+    from vaswani.data.corpora import load_corpus
+    from vaswani.provenance import provenance
+
+    sentences = load_corpus("multi30k", "test2016", data_dir=data_dir).source[:n_sentences]
+    servers = {mode: Server(checkpoint, flags, threads) for mode, flags in MODES.items()}
+    runs: list[dict[str, Any]] = []
+    try:
+        for url in (s.url for s in servers.values()):  # warm-up: first calls pay for lazy initialisation
+            asyncio.run(_drive(url, 2, 2.0, sentences, beam))
+        for level in clients:
+            for repeat in range(repeats):
+                for mode, server in servers.items():  # interleaved: A, B, A, B at every level
+                    result = asyncio.run(_drive(server.url, level, seconds, sentences, beam))
+                    runs.append({"mode": mode, "clients": level, "repeat": repeat, **result})
+                    print(f"{mode:>12} {level:>3} clients, repeat {repeat}: {result['sentences_per_s']:.2f} "
+                          f"sentences/s, p95 {result['p95_ms'] or 0:.0f} ms, errors {result['errors']}", flush=True)
+        screenshots = save_screenshots(servers["batching"].url, out)
+    finally:
+        for server in servers.values():
+            server.stop()
+
+    rows = summarise(runs, clients)
+    results = {
+        "provenance": provenance("cpu"),
+        "setup": {
+            "checkpoint": str(checkpoint), "beam": beam, "seconds_per_run": seconds, "repeats": repeats,
+            "sentences": f"first {len(sentences)} sources of Multi30k test2016, cycled",
+            "server_threads": threads, "cores_visible": os.cpu_count(), "torch_threads_client": torch.get_num_threads(),
+            "note": "server and load generator run on the same machine and share its cores",
+        },
+        "rows": rows, "runs": runs, "screenshots": screenshots,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "results.json", results)
+    atomic_write_text(out / "table.md", table(results))
+    plot(rows, out / "throughput.png")
+    atomic_write_text(out / "README.md", readme(results))
+    print(f"wrote {out}/results.json, table.md, throughput.png, README.md")
+    return results
+
+
+def summarise(runs: list[dict[str, Any]], clients: list[int]) -> list[dict[str, Any]]:
+    """Per mode and level: the median over repeats, the spread (min–max), and the speed-up of batching."""
+    rows = []
+    for level in clients:
+        for mode in MODES:
+            mine = [r for r in runs if r["mode"] == mode and r["clients"] == level]
+            rate = [r["sentences_per_s"] for r in mine]
+            row = {"mode": mode, "clients": level, "sentences_per_s": statistics.median(rate),
+                   "sentences_per_s_min": min(rate), "sentences_per_s_max": max(rate),
+                   "errors": sum(r["errors"] for r in mine)}
+            for key in ("p50_ms", "p95_ms", "p99_ms"):
+                values = [r[key] for r in mine if r[key] is not None]
+                row[key] = statistics.median(values) if values else None
+            rows.append(row)
+        batched, alone = rows[-2], rows[-1]
+        ratios = sorted(
+            a["sentences_per_s"] / b["sentences_per_s"]
+            for a in runs if a["mode"] == "batching" and a["clients"] == level
+            for b in runs if b["mode"] == "no batching" and b["clients"] == level and b["repeat"] == a["repeat"]
+            if b["sentences_per_s"] > 0
+        )
+        batched["speedup"] = statistics.median(ratios) if ratios else None
+        batched["speedup_range"] = [ratios[0], ratios[-1]] if ratios else None
+    return rows
+
+
+def _ms(value: float | None) -> str:
+    return "–" if value is None else f"{value:,.0f}"
+
+
+def table(results: dict[str, Any]) -> str:
+    setup, prov = results["setup"], results["provenance"]
+    lines = [
+        "# `vaswani serve` under load (loopback)",
+        "",
+        f"Beam {setup['beam']}, one sentence per request, {setup['seconds_per_run']:.0f} s per run, "
+        f"{setup['repeats']} interleaved repeats (medians; min–max in brackets). "
+        f"**The server and the load generator share the machine's {setup['cores_visible']} cores** "
+        f"(server: {setup['server_threads']} torch thread).",
+        "",
+        "| clients | mode | sentences/s | batching speed-up | p50 ms | p95 ms | p99 ms | errors |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in results["rows"]:
+        speedup = "" if row.get("speedup") is None else (
+            f"{row['speedup']:.2f}× ({row['speedup_range'][0]:.2f}–{row['speedup_range'][1]:.2f})")
+        lines.append(
+            f"| {row['clients']} | {row['mode']} | {row['sentences_per_s']:.2f} "
+            f"({row['sentences_per_s_min']:.2f}–{row['sentences_per_s_max']:.2f}) | {speedup} | "
+            f"{_ms(row['p50_ms'])} | {_ms(row['p95_ms'])} | {_ms(row['p99_ms'])} | {row['errors']} |")
+    hardware = prov["hardware"]
+    lines += ["", f"Command: `{prov['command']}` · commit {prov['git'].get('commit', '?')[:10]}"
+              f"{' (dirty tree)' if prov['git'].get('dirty') else ''} · {hardware.get('cpu', '')}", ""]
+    return "\n".join(lines)
+
+
+def readme(results: dict[str, Any]) -> str:
+    """Findings in prose, every number read from the rows."""
+    rows = results["rows"]
+    batched = [r for r in rows if r["mode"] == "batching"]
+    alone = [r for r in rows if r["mode"] == "no batching"]
+    most = max(batched, key=lambda r: r["clients"])
+    least = min(batched, key=lambda r: r["clients"])
+    alone_most = next(r for r in alone if r["clients"] == most["clients"])
+    errors = sum(r["errors"] for r in rows)
+    text = [
+        "# Serving under load",
+        "",
+        "Written by `vaswani serve-bench` (see `table.md` for every level and `results.json` for every run).",
+        "",
+        f"- With {most['clients']} concurrent clients, request batching serves **{most['sentences_per_s']:.2f}** "
+        f"sentences/s against **{alone_most['sentences_per_s']:.2f}** one sentence at a time: "
+        f"{most['speedup']:.2f}× (per-repeat range {most['speedup_range'][0]:.2f}–{most['speedup_range'][1]:.2f}); "
+        f"p95 latency {_ms(most['p95_ms'])} ms against {_ms(alone_most['p95_ms'])} ms.",
+        f"- With {least['clients']} client(s) there is nothing to batch: {least['sentences_per_s']:.2f} against "
+        f"{next(r for r in alone if r['clients'] == least['clients'])['sentences_per_s']:.2f} sentences/s "
+        f"({least['speedup']:.2f}×); the {results['setup']['seconds_per_run']:.0f}-s runs show what the "
+        "gathering wait costs a lone client.",
+        f"- Errors over all runs: **{errors}**.",
+        "- The server and the load generator share the same cores (and, on the machine that wrote these files, "
+        "other jobs), so the absolute rates are low and noisy; the ratios were measured with the two servers "
+        "driven in turn (A, B, A, B) in one process.",
+        "",
+        "![throughput and latency](throughput.png)",
+        "",
+    ]
+    for shot in results.get("screenshots") or []:
+        text += [f"![the attention page]({shot})", ""]
+    return "\n".join(text)
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6))
+    for mode, marker in zip(MODES, ("o", "s")):
+        mine = [r for r in rows if r["mode"] == mode]
+        levels = [r["clients"] for r in mine]
+        left.plot(levels, [r["sentences_per_s"] for r in mine], marker=marker, label=mode)
+        left.fill_between(levels, [r["sentences_per_s_min"] for r in mine], [r["sentences_per_s_max"] for r in mine],
+                          alpha=0.2)
+        right.plot(levels, [(r["p95_ms"] or 0) / 1000 for r in mine], marker=marker, label=mode)
+    for axis, label in ((left, "sentences / s"), (right, "p95 latency (s)")):
+        axis.set_xscale("log", base=2)
+        axis.set_xlabel("concurrent clients")
+        axis.set_ylabel(label)
+        axis.grid(alpha=0.3)
+    left.legend()
+    fig.suptitle("vaswani serve on loopback (server and clients share the cores)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+SCREENSHOT_SENTENCE = "Ein Mann mit einem roten Hut spielt Gitarre auf der Straße."
+
+
+def save_screenshots(url: str, out: Path) -> list[str]:
+    """The page with a translation and its heatmap, at laptop and phone widths (skipped without a browser)."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ModuleNotFoundError:
+        print("no playwright: screenshots skipped", file=sys.stderr)
+        return []
+    chromium = "/usr/bin/chromium"
+    if not Path(chromium).exists():
+        print("no /usr/bin/chromium: screenshots skipped", file=sys.stderr)
+        return []
+    out.mkdir(parents=True, exist_ok=True)
+    names = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, headless=True, args=["--no-sandbox"])
+        try:
+            for name, viewport in (("page.png", {"width": 1280, "height": 900}),
+                                   ("page-phone.png", {"width": 390, "height": 844})):
+                page = browser.new_page(viewport=viewport, device_scale_factor=2 if "phone" in name else 1)
+                page.set_default_timeout(60_000)
+                page.goto(url + "/")
+                page.fill("#source", SCREENSHOT_SENTENCE)
+                page.check("#nbest")
+                page.click("#translate-button")
+                page.wait_for_selector("#attention:not([hidden])")
+                targets = page.locator("#heatmap .hm-target .hm-tgt")
+                targets.nth(min(2, targets.count() - 1)).click()  # pin one row: its source tokens light up
+                page.screenshot(path=str(out / name), full_page=True)
+                page.close()
+                names.append(name)
+        finally:
+            browser.close()
+    return names

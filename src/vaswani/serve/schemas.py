@@ -1,0 +1,31 @@
+"""Request bodies of the API. Strict: unknown fields and wrong JSON types are errors that name the field."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SearchSettings(BaseModel):
+    """Optional search settings of a request; the defaults are the server's (``vaswani translate``'s)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    beam: int = Field(4, ge=1, description="beam size; 1 = greedy (at most the server's max_beam)")
+    alpha: float = Field(0.6, ge=0.0, le=5.0, description="GNMT length-penalty exponent")
+    max_len_a: float = Field(1.5, ge=0.0, le=4.0, description="output length limit = a · source tokens + b")
+    max_len_b: int = Field(10, ge=0, le=256, description="see max_len_a")
+
+
+class TranslateRequest(SearchSettings):
+    """``{"text": "..."}`` or ``{"texts": ["...", ...]}``, plus optional search settings. The checks that depend
+    on the server's limits (and on two fields at once) are made by the endpoint, so that every error names its field."""
+
+    text: str | None = Field(None, description="one German sentence")
+    texts: list[str] | None = Field(None, description="several sentences, translated together")
+    nbest: int = Field(1, ge=1, description="hypotheses per text, best first (at most beam)")
+
+
+class AttentionRequest(SearchSettings):
+    """One sentence: its translation and the cross-attention weights behind it."""
+
+    text: str = Field(description="one German sentence")

@@ -1,0 +1,206 @@
+// The attention page: one sentence in, its translation and the decoder's cross-attention out.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+let current = null; // the last /v1/attention answer
+
+function showError(message) {
+  const box = $("error");
+  box.textContent = message;
+  box.hidden = !message;
+}
+
+async function post(path, body) {
+  let response;
+  try {
+    response = await fetch(path, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(body),
+    });
+  } catch (e) {
+    throw new Error("The server cannot be reached.");
+  }
+  let data = null;
+  try { data = await response.json(); } catch (e) { /* not JSON: handled below */ }
+  if (!response.ok) {
+    const error = data && data.error;
+    const field = error && error.field && error.field !== "body" ? `${error.field}: ` : "";
+    throw new Error(error ? `${field}${error.message}` : `The server answered ${response.status}.`);
+  }
+  return data;
+}
+
+// A subword as shown. Byte-level BPE marks a word start with a leading space; a piece that continues the word
+// before it gets a leading middle dot ("Gitarre" = "G" "·itar" "·re"); specials are greyed.
+function tokenLabel(element, token, index) {
+  if (token === "</s>") {
+    element.textContent = "</s>";
+    element.classList.add("special");
+  } else if (token.startsWith(" ") || index === 0 || !/[\p{L}\p{N}]/u.test(token)) {
+    element.textContent = token.trim() || token;
+  } else {
+    element.textContent = "\u00b7" + token;
+  }
+  element.title = JSON.stringify(token);
+}
+
+function selectedMatrix() {
+  const layer = Number($("layer").value);
+  const head = $("head").value;
+  return head === "mean" ? current.mean_over_heads[layer] : current.weights[layer][Number(head)];
+}
+
+let pinned = null; // { row, light } of the clicked target token
+
+function drawHeatmap() {
+  pinned = null;
+  const matrix = selectedMatrix();
+  const grid = $("heatmap");
+  const sources = current.source_tokens;
+  grid.replaceChildren();
+  grid.style.gridTemplateColumns = `auto repeat(${sources.length}, max-content)`;
+
+  const header = document.createElement("div");
+  header.className = "hm-row hm-header";
+  header.setAttribute("role", "row");
+  header.appendChild(Object.assign(document.createElement("div"), { className: "hm-corner" }));
+  const sourceCells = sources.map((token, s) => {
+    const cell = document.createElement("div");
+    cell.className = "hm-src";
+    cell.setAttribute("role", "columnheader");
+    tokenLabel(cell, token, s);
+    header.appendChild(cell);
+    return cell;
+  });
+  grid.appendChild(header);
+
+  current.target_tokens.forEach((token, t) => {
+    const row = document.createElement("div");
+    row.className = "hm-row hm-target";
+    row.setAttribute("role", "row");
+    const label = document.createElement("div");
+    label.className = "hm-tgt";
+    label.setAttribute("role", "rowheader");
+    tokenLabel(label, token, t);
+    row.appendChild(label);
+    matrix[t].forEach((weight, s) => {
+      const cell = document.createElement("div");
+      cell.className = "hm-cell";
+      cell.setAttribute("role", "cell");
+      cell.style.setProperty("--w", Math.sqrt(weight).toFixed(3)); // sqrt: small weights stay visible
+      cell.title = `${token.trim() || token} ← ${sources[s].trim() || sources[s]}: ${weight.toFixed(3)}`;
+      row.appendChild(cell);
+    });
+    const light = () => {
+      grid.querySelectorAll(".hm-row.active").forEach((r) => r.classList.remove("active"));
+      row.classList.add("active");
+      matrix[t].forEach((weight, s) => {
+        sourceCells[s].classList.add("lit");
+        sourceCells[s].classList.toggle("strong", weight > 0.35);
+        sourceCells[s].style.setProperty("--lit", Math.sqrt(weight).toFixed(3));
+      });
+    };
+    const unlight = () => {
+      row.classList.remove("active");
+      sourceCells.forEach((c) => c.classList.remove("lit", "strong"));
+      if (pinned) pinned.light(); // back to the row the user clicked
+    };
+    for (const part of row.children) {
+      part.addEventListener("mouseenter", light);
+      part.addEventListener("mouseleave", unlight);
+    }
+    // A click pins the row (touch screens have no hover); a second click unpins it.
+    label.addEventListener("click", () => {
+      const same = pinned && pinned.row === row;
+      if (pinned) pinned.row.classList.remove("pinned", "active");
+      sourceCells.forEach((c) => c.classList.remove("lit", "strong"));
+      pinned = same ? null : { row, light };
+      if (pinned) {
+        row.classList.add("pinned");
+        light();
+      }
+    });
+    grid.appendChild(row);
+  });
+}
+
+function fillSelectors(layers, heads) {
+  const layer = $("layer");
+  const head = $("head");
+  layer.replaceChildren(...Array.from({ length: layers }, (_, i) =>
+    new Option(`${i + 1}${i === layers - 1 ? " (last)" : ""}`, String(i))));
+  layer.value = String(layers - 1);
+  head.replaceChildren(new Option("average", "mean"),
+    ...Array.from({ length: heads }, (_, i) => new Option(String(i + 1), String(i))));
+  head.value = "mean";
+}
+
+async function translate(event) {
+  if (event) event.preventDefault();
+  const text = $("source").value;
+  const beam = Number($("beam").value);
+  const wantNbest = $("nbest").checked && beam > 1;
+  showError("");
+  if (!text.trim()) {
+    showError("Type a German sentence first.");
+    return;
+  }
+  const button = $("translate-button");
+  button.disabled = true;
+  button.textContent = "Translating…";
+  try {
+    const [attention, nbest] = await Promise.all([
+      post("/v1/attention", { text, beam }),
+      wantNbest ? post("/v1/translate", { text, beam, nbest: Math.min(beam, 4) }) : Promise.resolve(null),
+    ]);
+    current = attention;
+    $("translation").textContent = attention.translation || "(empty translation)";
+    const list = $("nbest-list");
+    list.replaceChildren();
+    if (nbest) {
+      for (const h of nbest.translations[0].nbest) {
+        const item = document.createElement("li");
+        item.textContent = h.text || "(empty)";
+        item.appendChild(Object.assign(document.createElement("span"), {
+          className: "score", textContent: h.score.toFixed(3) }));
+        list.appendChild(item);
+      }
+    }
+    list.hidden = !nbest;
+    $("timing").textContent = `${attention.time_ms.toFixed(0)} ms · beam ${beam} · ${attention.model}`;
+    if ($("layer").options.length !== attention.layers || $("head").options.length !== attention.heads + 1) {
+      fillSelectors(attention.layers, attention.heads);
+    }
+    drawHeatmap();
+    $("result").hidden = false;
+    $("attention").hidden = false;
+  } catch (error) {
+    showError(error.message);
+  } finally {
+    button.disabled = false;
+    button.textContent = "Translate";
+  }
+}
+
+async function describeModel() {
+  try {
+    const info = await (await fetch("/v1/model")).json();
+    const c = info.config;
+    const parts = [info.id, `${c.n_encoder_layers}+${c.n_decoder_layers} layers`, `d_model ${c.d_model}`,
+      `${c.n_heads} heads`];
+    if (info.step != null) parts.push(`step ${info.step}`);
+    if (info.val_bleu != null) parts.push(`val BLEU ${info.val_bleu.toFixed(1)}`);
+    $("model").textContent = parts.join(" · ");
+  } catch (e) {
+    $("model").textContent = "";
+  }
+}
+
+$("form").addEventListener("submit", translate);
+$("source").addEventListener("keydown", (e) => {
+  if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) translate(e);
+});
+$("layer").addEventListener("change", () => current && drawHeatmap());
+$("head").addEventListener("change", () => current && drawHeatmap());
+describeModel();

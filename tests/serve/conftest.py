@@ -1,0 +1,78 @@
+"""Fixtures of the server tests: a served tiny checkpoint, in process (TestClient) or as a real subprocess."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the serve extra is not installed: pip install -e '.[serve]'")
+pytest.importorskip("uvicorn", reason="the serve extra is not installed: pip install -e '.[serve]'")
+pytest.importorskip("httpx", reason="httpx (dev extra) is needed to talk to the server")
+
+import httpx  # noqa: E402
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ServerProcess:
+    """`vaswani serve` in a subprocess on a free loopback port, ready once /health answers."""
+
+    def __init__(self, checkpoint: Path, *flags: str):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "vaswani.cli", "serve", "--checkpoint", str(checkpoint), "--port", str(self.port),
+             "--threads", "1", *flags],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited at start-up:\n{self.process.stdout.read()}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError("server did not become ready in 60 s")
+
+    def stop(self) -> str:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        return self.process.stdout.read() if self.process.stdout else ""
+
+
+@pytest.fixture(scope="module")
+def server(tiny_checkpoint) -> Iterator[ServerProcess]:
+    process = ServerProcess(tiny_checkpoint)
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="session")
+def test_pairs(data_dir: Path) -> tuple[list[str], list[str]]:
+    """20 German sentences of Multi30k test2016 and their references."""
+    from vaswani.data.corpora import load_corpus
+
+    test = load_corpus("multi30k", "test2016", data_dir=data_dir)
+    return test.source[:20], test.target[:20]

@@ -1,0 +1,147 @@
+"""The HTTP contract of `vaswani serve`: every field, every error status, in process through the ASGI app."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fastapi.testclient import TestClient
+
+from vaswani.decoding import SearchConfig, Translator
+from vaswani.errors import ConfigError
+from vaswani.serve import ServeSettings, create_app
+
+SENTENCE = "Ein Mann fährt Fahrrad."
+SHORT = dict(max_len_a=0.0, max_len_b=6)  # short outputs: fast tests
+
+
+@pytest.fixture(scope="module")
+def client(tiny_checkpoint):
+    settings = ServeSettings(device="cpu", max_chars=200, max_texts=4, max_body_bytes=2000, max_beam=4)
+    with TestClient(create_app(tiny_checkpoint, settings)) as test_client:
+        yield test_client
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_checkpoint) -> Translator:
+    return Translator.load(tiny_checkpoint, SearchConfig(beam_size=2, nbest=2, **SHORT), device="cpu")
+
+
+def test_translate_one_text_equals_the_translator(client, reference) -> None:
+    answer = client.post("/v1/translate", json={"text": SENTENCE, "beam": 2, "nbest": 2, **SHORT})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    expected = reference.translate_nbest([SENTENCE])[0]
+    assert body["translation"] == body["translations"][0]["text"] == expected[0].text
+    nbest = body["translations"][0]["nbest"]
+    assert [h["text"] for h in nbest] == [h.text for h in expected]
+    assert [h["score"] for h in nbest] == pytest.approx([h.score for h in expected], abs=1e-5)
+    assert nbest[0]["score"] >= nbest[1]["score"] and all(h["log_prob"] <= 0 and h["length"] >= 1 for h in nbest)
+    assert body["model"] == client.get("/v1/model").json()["id"] and body["time_ms"] > 0
+
+
+def test_translate_several_texts_keeps_their_order(client, reference, test_pairs) -> None:
+    texts = test_pairs[0][:4]
+    body = client.post("/v1/translate", json={"texts": texts, "beam": 2, **SHORT}).json()
+    assert "translation" not in body
+    assert [t["text"] for t in body["translations"]] == reference.translate(texts)
+    assert all(len(t["nbest"]) == 1 for t in body["translations"])
+
+
+def test_health_model_page_and_openapi(client) -> None:
+    assert client.get("/health").json()["status"] == "ready"
+    info = client.get("/v1/model").json()
+    assert info["vocab_size"] == 1000 and info["config"]["d_model"] == 64 and info["parameters"] > 0
+    assert info["limits"]["max_texts"] == 4 and "step" in info and "val_bleu" in info
+    page = client.get("/")
+    assert page.status_code == 200 and 'id="heatmap"' in page.text
+    assert client.get("/static/app.js").status_code == 200
+    assert "/v1/translate" in client.get("/openapi.json").json()["paths"]
+
+
+def test_attention_has_one_row_per_target_token_and_rows_sum_to_one(client) -> None:
+    answer = client.post("/v1/attention", json={"text": SENTENCE, "beam": 2, **SHORT})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    rows, columns = len(body["target_tokens"]), len(body["source_tokens"])
+    assert body["source_tokens"][-1] == body["target_tokens"][-1] == "</s>"
+    assert "".join(body["source_tokens"][:-1]) == SENTENCE  # the subwords spell the sentence
+    assert len(body["weights"]) == body["layers"] == 2 and len(body["weights"][0]) == body["heads"] == 4
+    for layer, mean in zip(body["weights"], body["mean_over_heads"]):
+        for head in layer:
+            assert len(head) == rows and all(len(row) == columns for row in head)
+            assert all(sum(row) == pytest.approx(1.0, abs=1e-3) for row in head)
+        expected_mean = [sum(h[t][s] for h in layer) / len(layer) for t in range(rows) for s in range(columns)]
+        assert [w for row in mean for w in row] == pytest.approx(expected_mean, abs=1e-3)
+    translated = client.post("/v1/translate", json={"text": SENTENCE, "beam": 2, **SHORT}).json()
+    assert body["translation"] == translated["translation"]  # the heatmap explains the translation shown
+
+
+ERRORS = [
+    # (raw body, status, field named in the error)
+    ("{not json", 400, "body"),
+    ('["a list"]', 422, "body"),
+    ('{"text": 5}', 422, "text"),
+    ('{"texts": "not a list"}', 422, "texts"),
+    ('{"texts": ["a", 3]}', 422, "texts[1]"),
+    ('{"text": "a", "colour": "red"}', 422, "colour"),
+    ('{"text": "a", "beam": "4"}', 422, "beam"),
+    ('{"text": "a", "beam": 0}', 422, "beam"),
+    ('{"text": "a", "beam": 5}', 422, "beam"),  # over the server's max_beam
+    ('{"text": "a", "alpha": -1}', 422, "alpha"),
+    ('{"text": "a", "max_len_b": 100000}', 422, "max_len_b"),
+    ('{"text": "a", "beam": 2, "nbest": 3}', 422, "nbest"),
+    ('{"text": "a", "texts": ["b"]}', 422, "text"),
+    ("{}", 422, "text"),
+    ('{"text": "   "}', 422, "text"),
+    ('{"text": "' + "x" * 201 + '"}', 422, "text"),
+    ('{"texts": []}', 422, "texts"),
+    ('{"texts": ["a", "b", "c", "d", "e"]}', 422, "texts"),
+    ('{"texts": ["a", ""]}', 422, "texts[1]"),
+    ('{"text": "' + "x" * 2100 + '"}', 413, "body"),  # over max_body_bytes: refused before parsing
+]
+
+
+@pytest.mark.parametrize("raw, status, field", ERRORS, ids=[f"{s}-{f}-{i}" for i, (_, s, f) in enumerate(ERRORS)])
+def test_bad_requests_get_a_json_error_naming_the_field(client, raw: str, status: int, field: str) -> None:
+    answer = client.post("/v1/translate", content=raw.encode(), headers={"Content-Type": "application/json"})
+    assert answer.status_code == status, answer.text
+    error = answer.json()["error"]
+    assert error["status"] == status and error["field"] == field and error["message"]
+    assert "Traceback" not in answer.text
+
+
+def test_attention_checks_its_input_too(client) -> None:
+    for body, field in (({"text": ""}, "text"), ({"text": "a", "nbest": 2}, "nbest"), ({"text": "a", "texts": ["a"]}, "texts")):
+        answer = client.post("/v1/attention", json=body)
+        assert answer.status_code == 422 and answer.json()["error"]["field"] == field
+
+
+def test_unknown_paths_and_methods_are_json_errors(client) -> None:
+    assert client.get("/v2/nothing").json()["error"]["status"] == 404
+    assert client.get("/v1/translate").json()["error"]["status"] == 405
+
+
+def test_a_full_queue_answers_503_with_retry_after(tiny_checkpoint) -> None:
+    with TestClient(create_app(tiny_checkpoint, ServeSettings(device="cpu", max_queue=2))) as small:
+        answer = small.post("/v1/translate", json={"texts": ["eins", "zwei", "drei"], **SHORT})
+        assert answer.status_code == 503 and int(answer.headers["Retry-After"]) >= 1
+        assert answer.json()["error"]["message"].startswith("server busy")
+        assert small.post("/v1/translate", json={"texts": ["eins", "zwei"], **SHORT}).status_code == 200
+
+
+def test_an_unexpected_failure_is_a_500_without_traceback(tiny_checkpoint) -> None:
+    translator = Translator.load(tiny_checkpoint, SearchConfig(), device="cpu")
+    translator.tokenizer = None  # breaks every request inside the server, as a bug would
+    with TestClient(create_app(translator, ServeSettings(device="cpu")), raise_server_exceptions=False) as broken:
+        answer = broken.post("/v1/translate", json={"text": SENTENCE})
+    assert answer.status_code == 500
+    assert answer.json()["error"]["message"].startswith("internal error") and "Traceback" not in answer.text
+    assert json.loads(answer.text)["error"]["field"] is None
+
+
+def test_settings_out_of_range_name_their_flag() -> None:
+    with pytest.raises(ConfigError, match="--max-queue"):
+        ServeSettings(max_queue=0)
+    with pytest.raises(ConfigError, match="--batch-wait-ms"):
+        ServeSettings(batch_wait_ms=-1)
