@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "vaswani.benchmarks.commands",
     "vaswani.experiments.commands",
     "vaswani.classification.commands",
+    "vaswani.export.commands",
 ]
 
 
