@@ -22,6 +22,7 @@ length_penalty=1.0, CTranslate2's length_penalty=1), a sentence's beam stops whe
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import tempfile
 import time
@@ -226,8 +227,21 @@ def _trained(args: argparse.Namespace):
     references = list(corpus.target)[: args.sentences]
     sources = [ids + [tokenizer.eos_id] for ids in tokenizer.encode_batch(sentences)]
     info = {"checkpoint": str(directory), "parameters": model.num_parameters(), "config": model.config.to_dict(),
-            "test_set": f"{args.dataset} {args.split}, first {len(sentences)} sentences"}
+            "test_set": f"{args.dataset} {args.split}, first {len(sentences)} sentences",
+            "training": _training_record(directory)}
     return model, ct2_vocabulary(tokenizer, model.config.vocab_size), sources, references, tokenizer, info
+
+
+def _training_record(checkpoint: Path) -> dict[str, Any] | None:
+    """How the checkpoint was trained, from its run directory (command, commit, where it stopped), if there."""
+    run_dir = checkpoint.resolve().parent.parent if checkpoint.resolve().parent.name == "checkpoints" else None
+    if run_dir is None or not (run_dir / "provenance.jsonl").is_file():
+        return None
+    lines = (run_dir / "provenance.jsonl").read_text().strip().splitlines()
+    record = {"provenance": json.loads(lines[0]) if lines else None}
+    if (run_dir / "summary.json").is_file():
+        record["summary"] = json.loads((run_dir / "summary.json").read_text())
+    return record
 
 
 def _random(args: argparse.Namespace):
@@ -290,10 +304,32 @@ def render_table(report: dict[str, Any]) -> str:
             f"{row['sentences_per_s_min']:.1f}–{row['sentences_per_s_max']:.1f} | {row['tokens']} | "
             f"{'–' if row['bleu'] is None else row['bleu']} | {'–' if ratio is None else f'{ratio:.2f}×'} |"
         )
+    lines += ["", *findings(report)]
     git = report["git"]
     lines += ["", f"Command: `{report['command']}`  ", f"Commit: {git.get('commit')} "
               f"(dirty: {git.get('dirty')})  ", f"Hardware: {report['hardware']}  ", f"Model: {_model_line(report['model'])}", ""]
     return "\n".join(lines)
+
+
+def findings(report: dict[str, Any]) -> list[str]:
+    """Sentences stating what the numbers say (written from them, never typed by hand)."""
+    rows = {(r["engine"], r["search"]): r for r in report["results"]}
+    out = []
+    for (engine, search), ratio in ((tuple(k[len("ours / "):].rsplit(", ", 1)), v)
+                                    for k, v in report["speed_ratios_ours_over_peer"].items()):
+        verdict = "faster" if ratio > 1 else "slower"
+        out.append(f"- {search}: ours runs at {ratio:.2f}× the sentences/s of {engine} ({verdict}).")
+    for search in sorted({s for _, s in rows}):
+        fp32, int8 = rows.get(("ctranslate2 float32", search)), rows.get(("ctranslate2 int8", search))
+        if fp32 and int8 and fp32["bleu"] is not None:
+            out.append(f"- {search}: CTranslate2 int8 BLEU {int8['bleu']} vs float32 {fp32['bleu']} "
+                       f"(difference {int8['bleu'] - fp32['bleu']:+.2f}).")
+        ours, marian = rows.get(("ours", search)), rows.get(("marian", search))
+        if ours and marian and ours["bleu"] is not None:
+            same = "the same" if ours["bleu"] == marian["bleu"] and ours["tokens"] == marian["tokens"] else "different"
+            out.append(f"- {search}: MarianMT generate and ours give {same} outputs by BLEU and length "
+                       f"({marian['bleu']} vs {ours['bleu']}).")
+    return out
 
 
 def _model_line(info: dict[str, Any]) -> str:
@@ -302,7 +338,14 @@ def _model_line(info: dict[str, Any]) -> str:
              f"d_ff {c['d_ff']}, vocabulary {c['vocab_size']}, {c['norm']}-LN, {c['positions']} positions")
     if info.get("random_weights"):
         return f"random weights, {shape}"
-    return f"{info['checkpoint']} ({info['parameters']:,} parameters; {shape}); {info['test_set']}"
+    line = f"{info['checkpoint']} ({info['parameters']:,} parameters; {shape}); {info['test_set']}"
+    training = info.get("training") or {}
+    if training.get("provenance"):
+        summary = training.get("summary") or {}
+        line += (f"  \nTrained by: `{training['provenance']['command']}` at commit "
+                 f"{training['provenance']['git'].get('commit')} ({summary.get('step')} updates, "
+                 f"{summary.get('minutes')} minutes, stopped by {summary.get('stop_reason')})")
+    return line
 
 
 def _print(report: dict[str, Any]) -> None:
