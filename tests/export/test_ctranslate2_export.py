@@ -52,9 +52,10 @@ def test_readme_snippet_translates_like_our_greedy_search(exports: dict[str, Pat
                                                          sentences: list[str]) -> None:
     # The README's snippet, verbatim:
     translator = Ct2Translator(exports["float32"])
-    theirs = translator.translate(sentences, beam_size=1, max_decoding_length=MAX_OUTPUT - 1)
+    theirs = translator.translate(sentences + ["  "], beam_size=1, max_decoding_length=MAX_OUTPUT - 1)
     ours = Translator.load(trained_checkpoint, SearchConfig(beam_size=1, max_len_a=0.0, max_len_b=MAX_OUTPUT),
-                           device="cpu").translate(sentences)
+                           device="cpu").translate(sentences + ["  "])
+    assert theirs[-1] == ""
     assert theirs == ours
 
 

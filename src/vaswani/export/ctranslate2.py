@@ -202,9 +202,14 @@ class Ct2Translator:
                                                  intra_threads=intra_threads, inter_threads=inter_threads)
 
     def translate(self, texts: Sequence[str], beam_size: int = 4, **options: Any) -> list[str]:
-        """One translation per input; ``options`` go to ``ctranslate2.Translator.translate_batch``."""
-        results = self.translate_ids([self.tokenizer.encode(text.strip()) for text in texts], beam_size, **options)
-        return [" ".join(text.splitlines()) for text in self.tokenizer.decode_batch(results)]
+        """One translation per input (a blank line gives ""), as ``vaswani translate`` prints them; ``options`` go
+        to ``ctranslate2.Translator.translate_batch`` (e.g. max_decoding_length, length_penalty)."""
+        real = [i for i, text in enumerate(texts) if text.strip()]
+        results = self.translate_ids([self.tokenizer.encode(texts[i].strip()) for i in real], beam_size, **options)
+        out = [""] * len(texts)
+        for i, text in zip(real, self.tokenizer.decode_batch(results)):
+            out[i] = " ".join(text.splitlines())  # one line per translation, like our Translator
+        return out
 
     def translate_ids(self, sources: Sequence[list[int]], beam_size: int = 4, **options: Any) -> list[list[int]]:
         """Token ids (without </s>, which the model config appends) -> the best hypothesis' ids, no </s>."""
