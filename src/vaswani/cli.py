@@ -26,6 +26,7 @@ BUILT_ON_THE_CORE = [
     "vaswani.experiments.commands",
     "vaswani.classification.commands",
     "vaswani.serve.commands",
+    "vaswani.export.commands",
 ]
 COMMAND_MODULES = CORE_COMMANDS + BUILT_ON_THE_CORE
 

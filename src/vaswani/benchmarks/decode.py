@@ -134,10 +134,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="autocast precision (default fp32; auto = bf16 where the device computes it fast)")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (None: torch's choice)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="write the results as JSON here (with --peer: a directory for results.json + table.md)")
+    parser.add_argument("--peer", nargs="+", choices=("marian", "ctranslate2"), default=None,
+                        help="compare with MarianMT generate and/or CTranslate2 float32/int8 instead (needs "
+                        "pip install 'vaswani[export]'; see vaswani.benchmarks.decode_peers)")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.peer:
+        from vaswani.benchmarks.decode_peers import run_peers
+
+        return run_peers(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)

@@ -1,0 +1,359 @@
+"""`vaswani bench decode --peer marian|ctranslate2`: our search against the engines a user would deploy instead.
+
+The same model in every engine — ours, Hugging Face MarianMT ``generate`` (built by the HF export), CTranslate2
+float32 and int8 (built by the CTranslate2 export) — on the same length-sorted batches, greedy and beam 4, with
+every engine on the same threads (torch 2 intra-op threads; CTranslate2 intra_threads=2, inter_threads=1). The
+timed repeats are interleaved (ours, peer, peer, …, ours, peer, …) in one process, so machine noise hits all
+engines alike; each figure is the median of the repeats, with the min–max spread.
+
+Two settings:
+
+- ``--checkpoint RUN``: a trained model on the first ``--sentences`` of a real test set (Multi30k test2016), with
+  BLEU of each engine's outputs. Every engine gets the same output limit per batch, 1.5 × its longest source
+  + 10 tokens (generate and CTranslate2 take one limit per call); outputs end at </s>.
+- no checkpoint: random weights at issue 13's fixed shape (d_model 256, 3+3 layers, 8 heads, d_ff 1024,
+  vocabulary 8000), 64 random 16-token sources, and exactly ``--output-len`` decoder steps for every sentence
+  (</s> suppressed until the last step in every engine): pure decoding speed, no BLEU.
+
+Search settings that match across engines: beam scores are log P / |Y| (our length_norm=average, generate's
+length_penalty=1.0, CTranslate2's length_penalty=1), a sentence's beam stops when k hypotheses have ended.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Callable
+
+import torch
+
+from vaswani.config import ModelConfig
+from vaswani.decoding.config import SearchConfig
+from vaswani.decoding.search import generate
+from vaswani.errors import VaswaniError
+from vaswani.io import atomic_write_json, atomic_write_text
+from vaswani.model import Transformer
+from vaswani.provenance import provenance
+
+PEERS = ("marian", "ctranslate2")
+THREADS = 2
+# Issue 13's fixed shape for the random-weights comparison.
+FIXED_SHAPE = dict(vocab_size=8000, d_model=256, n_heads=8, n_encoder_layers=3, n_decoder_layers=3, d_ff=1024,
+                   max_len=128, dropout=0.0)
+FIXED_SOURCE_LEN = 16  # tokens incl. </s>
+
+
+@dataclass
+class Engine:
+    name: str
+    # decode(batch index, beam) -> output ids per sentence (no </s>); closes over prepared inputs
+    decode: Callable[[int, int], list[list[int]]]
+
+
+@dataclass
+class Row:
+    engine: str
+    search: str
+    sentences: int
+    runs: list[float] = field(default_factory=list)
+    tokens: int = 0  # output tokens of the last repeat, </s> included
+    bleu: float | None = None
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.runs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"engine": self.engine, "search": self.search, "sentences": self.sentences, "runs": self.runs,
+                "median_s": self.median, "sentences_per_s": self.sentences / self.median,
+                "sentences_per_s_min": self.sentences / max(self.runs),
+                "sentences_per_s_max": self.sentences / min(self.runs),
+                "tokens": self.tokens, "bleu": self.bleu}
+
+
+# ---- inputs ---------------------------------------------------------------------------------------------------
+def _padded_batches(sources: list[list[int]], batch_size: int) -> list[torch.Tensor]:
+    """Length-sorted (B, S) batches of ids ending in </s>, padded with 0 — what every engine decodes."""
+    ordered = sorted(sources, key=len, reverse=True)
+    out = []
+    for start in range(0, len(ordered), batch_size):
+        chunk = ordered[start : start + batch_size]
+        src = torch.zeros(len(chunk), len(chunk[0]), dtype=torch.long)
+        for row, ids in enumerate(chunk):
+            src[row, : len(ids)] = torch.tensor(ids)
+        out.append(src)
+    return out
+
+
+def _batch_limits(batches: list[torch.Tensor], fixed: int | None) -> list[int]:
+    """Output limit per batch (tokens incl. </s>): fixed, or 1.5 × the longest source + 10 (our default)."""
+    if fixed is not None:
+        return [fixed] * len(batches)
+    return [int(1.5 * int((src != 0).sum(1).max()) + 10) for src in batches]
+
+
+# ---- engines --------------------------------------------------------------------------------------------------
+def ours(model: Transformer, batches: list[torch.Tensor], limits: list[int], fixed: bool) -> Engine:
+    def decode(i: int, beam: int) -> list[list[int]]:
+        config = SearchConfig(beam_size=beam, length_norm="average", max_len_a=0.0, max_len_b=limits[i],
+                              allow_eos=not fixed)
+        return [nbest[0].tokens for nbest in generate(model, batches[i], config)]
+
+    return Engine("ours", decode)
+
+
+def marian(model: Transformer, batches: list[torch.Tensor], limits: list[int], fixed: bool) -> Engine:
+    from vaswani.export.hf import to_marian
+
+    ids = SimpleNamespace(pad_id=0, bos_id=1, eos_id=2)  # our special ids (the tokenizer's fixed convention)
+    hf_model = to_marian(model, ids)
+
+    def decode(i: int, beam: int) -> list[list[int]]:
+        src = batches[i]
+        # Lengths in generate count the decoder start token too; forced_eos_token_id (the export's generation
+        # config) makes the last allowed token </s>, as ours does.
+        settings = dict(min_length=limits[i] + 1) if fixed else {}
+        with torch.inference_mode():
+            out = hf_model.generate(input_ids=src, attention_mask=src != 0, num_beams=beam, do_sample=False,
+                                    length_penalty=1.0, early_stopping=True, max_length=limits[i] + 1, **settings)
+        rows = [row[1:].tolist() for row in out]
+        return [row[: row.index(2)] if 2 in row else row for row in rows]
+
+    return Engine("marian", decode)
+
+
+def ctranslate2_engines(model: Transformer, vocabulary: list[str], batches: list[torch.Tensor], limits: list[int],
+                        fixed: bool, workdir: Path) -> list[Engine]:
+    import ctranslate2
+
+    from vaswani.export.ctranslate2 import model_spec
+
+    index = {token: i for i, token in enumerate(vocabulary)}
+    # Token strings prepared outside the timed region, as our engine gets ready-made id tensors.
+    tokens = [[[vocabulary[t] for t in row[:-1] if t != 0] for row in src.tolist()] for src in batches]
+    engines = []
+    for quantization in ("float32", "int8"):
+        directory = workdir / quantization
+        spec = model_spec(model, vocabulary)
+        spec.validate()
+        spec.optimize(quantization=quantization)
+        directory.mkdir(parents=True)
+        spec.save(str(directory))
+        translator = ctranslate2.Translator(str(directory), device="cpu", compute_type=quantization,
+                                            intra_threads=THREADS, inter_threads=1)
+
+        def decode(i: int, beam: int, translator=translator) -> list[list[int]]:
+            # CTranslate2's lengths count tokens without </s>, ours count </s>; at a fixed length every engine
+            # runs `limit` decoder steps (ours: limit - 1 tokens, then the forced </s>).
+            length = limits[i] if fixed else limits[i] - 1
+            settings = dict(min_decoding_length=length) if fixed else {}
+            results = translator.translate_batch(tokens[i], beam_size=beam, max_decoding_length=length,
+                                                 length_penalty=1.0, **settings)
+            return [[index[t] for t in result.hypotheses[0]] for result in results]
+
+        engines.append(Engine(f"ctranslate2 {quantization}", decode))
+    return engines
+
+
+# ---- the benchmark --------------------------------------------------------------------------------------------
+def run_peers(args: argparse.Namespace) -> int:
+    torch.set_num_threads(THREADS)
+    torch.manual_seed(args.seed)
+    if args.device not in ("auto", "cpu"):
+        raise VaswaniError("--peer compares CPU engines; use --device cpu")
+    fixed = not args.checkpoint
+    if args.checkpoint:
+        model, vocabulary, sources, references, tokenizer, model_info = _trained(args)
+    else:
+        model, vocabulary, sources = _random(args)
+        references, tokenizer = None, None
+        model_info = {"random_weights": True, "config": model.config.to_dict()}
+    batches = _padded_batches(sources, args.batch_size)
+    limits = _batch_limits(batches, args.output_len if fixed else None)
+
+    engines = [ours(model, batches, limits, fixed)]
+    with tempfile.TemporaryDirectory() as workdir:
+        if "marian" in args.peer:
+            engines.append(marian(model, batches, limits, fixed))
+        if "ctranslate2" in args.peer:
+            engines += ctranslate2_engines(model, vocabulary, batches, limits, fixed, Path(workdir))
+        searches = [("greedy", 1)] + [(f"beam {k}", k) for k in args.beams]
+        rows = {(e.name, s): Row(e.name, s, len(sources)) for e in engines for s, _ in searches}
+        outputs: dict[tuple[str, str], list[list[int]]] = {}
+        for engine in engines:  # warm-up, untimed: lazy initialisation, allocator, first-call costs
+            engine.decode(len(batches) - 1, 1)
+        for repeat in range(args.repeats):
+            for search, beam in searches:
+                for engine in engines:  # interleaved: every repeat runs each engine once, back to back
+                    start = time.perf_counter()
+                    result = [engine.decode(i, beam) for i in range(len(batches))]
+                    rows[engine.name, search].runs.append(time.perf_counter() - start)
+                    outputs[engine.name, search] = [ids for batch in result for ids in batch]
+            print(f"repeat {repeat + 1}/{args.repeats} done", flush=True)
+
+    ordered_sources = [s for src in batches for s in src.tolist()]
+    for key, row in rows.items():
+        row.tokens = sum(len(ids) + 1 for ids in outputs[key])
+        if tokenizer is not None:
+            row.bleu = _bleu(tokenizer, outputs[key], ordered_sources, sources, references)
+    report = _report(args, model_info, list(rows.values()), fixed)
+    _print(report)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(out / "results.json", report)
+        atomic_write_text(out / "table.md", render_table(report))
+        print(f"wrote {out / 'results.json'} and {out / 'table.md'}")
+    return 0
+
+
+def _trained(args: argparse.Namespace):
+    from vaswani.data.corpora import load_corpus
+    from vaswani.data.tokenizer import Tokenizer
+    from vaswani.export.ctranslate2 import vocabulary as ct2_vocabulary
+    from vaswani.model.serialization import load_model, resolve_checkpoint
+
+    directory = resolve_checkpoint(args.checkpoint)
+    model = load_model(directory).eval()
+    tokenizer = Tokenizer.load(directory / "tokenizer.json")
+    corpus = load_corpus(args.dataset, args.split, data_dir=args.data_dir)
+    sentences = list(corpus.source)[: args.sentences]
+    references = list(corpus.target)[: args.sentences]
+    sources = [ids + [tokenizer.eos_id] for ids in tokenizer.encode_batch(sentences)]
+    info = {"checkpoint": str(directory), "parameters": model.num_parameters(), "config": model.config.to_dict(),
+            "test_set": f"{args.dataset} {args.split}, first {len(sentences)} sentences",
+            "training": _training_record(directory)}
+    return model, ct2_vocabulary(tokenizer, model.config.vocab_size), sources, references, tokenizer, info
+
+
+def _training_record(checkpoint: Path) -> dict[str, Any] | None:
+    """How the checkpoint was trained, from its run directory (command, commit, where it stopped), if there."""
+    run_dir = checkpoint.resolve().parent.parent if checkpoint.resolve().parent.name == "checkpoints" else None
+    if run_dir is None or not (run_dir / "provenance.jsonl").is_file():
+        return None
+    lines = (run_dir / "provenance.jsonl").read_text().strip().splitlines()
+    record = {"provenance": json.loads(lines[0]) if lines else None}
+    if (run_dir / "summary.json").is_file():
+        record["summary"] = json.loads((run_dir / "summary.json").read_text())
+    return record
+
+
+def _random(args: argparse.Namespace):
+    model = Transformer(ModelConfig(**FIXED_SHAPE)).eval()
+    generator = torch.Generator().manual_seed(args.seed)
+    sources = [torch.randint(4, FIXED_SHAPE["vocab_size"], (FIXED_SOURCE_LEN - 1,), generator=generator).tolist()
+               + [2] for _ in range(args.sentences)]
+    vocabulary = ["<pad>", "<s>", "</s>", "<unk>"] + [f"t{i}" for i in range(4, FIXED_SHAPE["vocab_size"])]
+    return model, vocabulary, sources
+
+
+def _bleu(tokenizer: Any, outputs: list[list[int]], ordered_sources: list[list[int]], sources: list[list[int]],
+          references: list[str]) -> float:
+    """Corpus BLEU of outputs given in batch order, matched back to their references by source."""
+    from vaswani.evaluation.metrics import corpus_scores
+
+    by_source: dict[tuple[int, ...], list[int]] = {}
+    for src, ids in zip(ordered_sources, outputs):
+        by_source[tuple(t for t in src if t != 0)] = ids
+    hypotheses = tokenizer.decode_batch([by_source[tuple(s)] for s in sources])
+    return round(corpus_scores([" ".join(h.splitlines()) for h in hypotheses], references).bleu, 2)
+
+
+def _report(args: argparse.Namespace, model_info: dict, rows: list[Row], fixed: bool) -> dict[str, Any]:
+    by = {(r.engine, r.search): r for r in rows}
+    ratios = {}
+    for (engine, search), row in by.items():
+        if engine != "ours":
+            ratios[f"ours / {engine}, {search}"] = round(row.median / by["ours", search].median, 3)
+    return {
+        **provenance("cpu"),
+        "setting": "random weights, fixed output length" if fixed else "trained checkpoint, outputs end at </s>",
+        "model": model_info,
+        "threads": {"torch": torch.get_num_threads(), "ctranslate2_intra": THREADS, "ctranslate2_inter": 1},
+        "sentences": args.sentences,
+        "batch_size": args.batch_size,
+        "repeats": args.repeats,
+        "output_len": args.output_len if fixed else "1.5 x longest source in the batch + 10",
+        "results": [r.to_dict() for r in rows],
+        "speed_ratios_ours_over_peer": ratios,  # > 1: ours is faster (sentences/s of ours ÷ the peer's)
+    }
+
+
+def render_table(report: dict[str, Any]) -> str:
+    lines = [
+        "# Decoding speed: ours vs MarianMT `generate` vs CTranslate2",
+        "",
+        f"Setting: {report['setting']}; {report['sentences']} sentences in batches of {report['batch_size']}; "
+        f"{report['repeats']} interleaved repeats, median (min–max) sentences/s; {report['threads']['torch']} "
+        "threads for every engine.",
+        "",
+        "| engine | search | sentences/s | spread | output tokens | BLEU | ours ÷ engine |",
+        "|---|---|---:|---|---:|---:|---:|",
+    ]
+    ratios = report["speed_ratios_ours_over_peer"]
+    for row in report["results"]:
+        ratio = ratios.get(f"ours / {row['engine']}, {row['search']}")
+        lines.append(
+            f"| {row['engine']} | {row['search']} | {row['sentences_per_s']:.1f} | "
+            f"{row['sentences_per_s_min']:.1f}–{row['sentences_per_s_max']:.1f} | {row['tokens']} | "
+            f"{'–' if row['bleu'] is None else row['bleu']} | {'–' if ratio is None else f'{ratio:.2f}×'} |"
+        )
+    lines += ["", *findings(report)]
+    git = report["git"]
+    lines += ["", f"Command: `{report['command']}`  ", f"Commit: {git.get('commit')} "
+              f"(dirty: {git.get('dirty')})  ", f"Hardware: {report['hardware']}  ", f"Model: {_model_line(report['model'])}", ""]
+    return "\n".join(lines)
+
+
+def findings(report: dict[str, Any]) -> list[str]:
+    """Sentences stating what the numbers say (written from them, never typed by hand)."""
+    rows = {(r["engine"], r["search"]): r for r in report["results"]}
+    out = []
+    for (engine, search), ratio in ((tuple(k[len("ours / "):].rsplit(", ", 1)), v)
+                                    for k, v in report["speed_ratios_ours_over_peer"].items()):
+        verdict = "faster" if ratio > 1 else "slower"
+        out.append(f"- {search}: ours runs at {ratio:.2f}× the sentences/s of {engine} ({verdict}).")
+    for search in sorted({s for _, s in rows}):
+        fp32, int8 = rows.get(("ctranslate2 float32", search)), rows.get(("ctranslate2 int8", search))
+        if fp32 and int8 and fp32["bleu"] is not None:
+            out.append(f"- {search}: CTranslate2 int8 BLEU {int8['bleu']} vs float32 {fp32['bleu']} "
+                       f"(difference {int8['bleu'] - fp32['bleu']:+.2f}).")
+        ours, marian = rows.get(("ours", search)), rows.get(("marian", search))
+        if ours and marian and ours["bleu"] is not None:
+            same = "the same" if ours["bleu"] == marian["bleu"] and ours["tokens"] == marian["tokens"] else "different"
+            out.append(f"- {search}: MarianMT generate and ours give {same} outputs by BLEU and length "
+                       f"({marian['bleu']} vs {ours['bleu']}).")
+    return out
+
+
+def _model_line(info: dict[str, Any]) -> str:
+    c = info["config"]
+    shape = (f"d_model {c['d_model']}, {c['n_encoder_layers']}+{c['n_decoder_layers']} layers, {c['n_heads']} heads, "
+             f"d_ff {c['d_ff']}, vocabulary {c['vocab_size']}, {c['norm']}-LN, {c['positions']} positions")
+    if info.get("random_weights"):
+        return f"random weights, {shape}"
+    line = f"{info['checkpoint']} ({info['parameters']:,} parameters; {shape}); {info['test_set']}"
+    training = info.get("training") or {}
+    if training.get("provenance"):
+        summary = training.get("summary") or {}
+        line += (f"  \nTrained by: `{training['provenance']['command']}` at commit "
+                 f"{training['provenance']['git'].get('commit')} ({summary.get('step')} updates, "
+                 f"{summary.get('minutes')} minutes, stopped by {summary.get('stop_reason')})")
+    return line
+
+
+def _print(report: dict[str, Any]) -> None:
+    print(f"{'engine':<22} {'search':<8} {'sent/s':>8} {'spread':>15} {'tokens':>7} {'BLEU':>6}")
+    for row in report["results"]:
+        spread = f"{row['sentences_per_s_min']:.1f}-{row['sentences_per_s_max']:.1f}"
+        bleu = "-" if row["bleu"] is None else f"{row['bleu']:.2f}"
+        print(f"{row['engine']:<22} {row['search']:<8} {row['sentences_per_s']:>8.1f} {spread:>15} "
+              f"{row['tokens']:>7} {bleu:>6}")
+    for name, ratio in report["speed_ratios_ours_over_peer"].items():
+        print(f"{name}: {ratio:.2f}x")
