@@ -17,7 +17,8 @@ from vaswani.errors import VaswaniError
 from vaswani.experiments.ablation import ABLATION_VARIANTS, findings, join_groups
 from vaswani.experiments.perturb import CONDITIONS, drop_tokens, perturb_all, repeat_tokens, shuffle_middle
 from vaswani.training.evaluate import id_batches, teacher_forced_scores
-from vaswani.experiments.variants import Variant, train_variants, training_speed
+from vaswani.experiments.variants import Variant, train_variants
+from vaswani.training.metrics import training_speed
 from vaswani.model import Transformer
 from vaswani.training.loss import translation_loss
 

@@ -9,6 +9,7 @@ import importlib
 BENCHMARKS = {
     "train": ("vaswani.benchmarks.train", "tokens/s of a training step: ours vs torch.nn.Transformer"),
     "decode": ("vaswani.benchmarks.decode", "sentences/s and tokens/s of greedy and beam search, cached vs not"),
+    "runs": ("vaswani.benchmarks.runs", "tokens/s of real training runs, from their metrics.jsonl"),
 }
 
 
@@ -16,12 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("bench", help="speed benchmarks", description=__doc__)
     benches = parser.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
     for name, (module_name, help_text) in BENCHMARKS.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as error:
-            if error.name == module_name:
-                continue
-            raise
+        module = importlib.import_module(module_name)
         sub = benches.add_parser(name, help=help_text, description=help_text,
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         module.add_arguments(sub)

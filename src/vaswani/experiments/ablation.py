@@ -19,11 +19,12 @@ import numpy as np
 import torch
 
 from vaswani.experiments.common import device_label, log, markdown_table, provenance_line, pyplot, write_results
-from vaswani.training.evaluate import greedy_scores, id_batches, teacher_forced_scores
 from vaswani.experiments.variants import (
     POSITION_LABELS, TrainedRun, add_variant_arguments, final_validation, load_final_model, load_splits, metrics,
-    setup, training_speed,
+    setup,
 )
+from vaswani.training.evaluate import greedy_scores, id_batches, teacher_forced_scores
+from vaswani.training.metrics import training_speed
 
 ABLATION_VARIANTS = ("sinusoidal", "pre-ln", "post-ln-no-warmup", "pre-ln-no-warmup", "gelu", "rope", "learned",
                      "sinusoidal-seed1")

@@ -180,28 +180,6 @@ def final_validation(records: list[dict[str, Any]]) -> dict[str, Any]:
     return valid[-1]
 
 
-def training_speed(records: list[dict[str, Any]]) -> dict[str, float | None]:
-    """Median seconds per update and tokens/s over the logging windows that contain no evaluation (the
-    trainer evaluates right after logging a step, so the window that starts there includes the evaluation)."""
-    train = [r for r in records if r["kind"] == "train"]
-    eval_steps = {r["step"] for r in records if r["kind"] == "valid"}
-    seconds = []
-    for before, after in zip(train, train[1:]):
-        if any(before["step"] <= s < after["step"] for s in eval_steps) or after["step"] <= before["step"]:
-            continue
-        seconds.append((after["elapsed_s"] - before["elapsed_s"]) / (after["step"] - before["step"]))
-    rates = [r["tokens_per_s"] for r in train if r.get("tokens_per_s")]
-    return {"seconds_per_step": _median(seconds), "tokens_per_s": _median(rates)}
-
-
-def _median(values: list[float]) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-
-
 def run_provenance(run_dir: Path) -> dict[str, Any]:
     """The first provenance record of the run (command, commit, hardware of its training)."""
     path = run_dir / "provenance.jsonl"

@@ -1,0 +1,65 @@
+"""`vaswani bench runs`: training speed of real runs, read from what their trainers logged.
+
+    vaswani bench runs runs/before runs/after --labels before after --out results/bench/multi30k-cpu-runs
+
+Each run's ``metrics.jsonl`` gives its tokens/s (median over the logging windows, evaluations left out) and its
+``provenance.jsonl`` the commit and machine it trained on, so the table says which code produced which speed. The
+runs should have trained on the same machine, one after the other (never at the same time: they would share the
+cores); the table records when each started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from vaswani.errors import VaswaniError
+from vaswani.io import atomic_write_json, atomic_write_text
+from vaswani.provenance import provenance
+from vaswani.training.metrics import read_metrics, training_speed
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run directories of `vaswani train`")
+    parser.add_argument("--labels", nargs="+", default=None, help="one name per run (default: the folder names)")
+    parser.add_argument("--out", type=Path, default=None, help="write results.json and table.md here")
+
+
+def run_speed(run_dir: Path) -> dict[str, Any]:
+    """Tokens/s, seconds per update and what trained the run, from its own files."""
+    records = read_metrics(run_dir / "metrics.jsonl")
+    if not records:
+        raise VaswaniError(f"{run_dir}: no metrics.jsonl; was it trained by `vaswani train`?")
+    starts = [json.loads(line) for line in (run_dir / "provenance.jsonl").read_text().splitlines() if line.strip()] \
+        if (run_dir / "provenance.jsonl").is_file() else []
+    train = [r for r in records if r["kind"] == "train"]
+    first = starts[0] if starts else {}
+    return {"run_dir": str(run_dir), "updates": train[-1]["step"] if train else 0, **training_speed(records),
+            "commit": (first.get("git") or {}).get("commit"), "dirty": (first.get("git") or {}).get("dirty"),
+            "command": first.get("command"), "threads": first.get("torch_threads"),
+            "processor": (first.get("hardware") or {}).get("processor")}
+
+
+def run(args: argparse.Namespace) -> int:
+    labels = args.labels or [path.name for path in args.runs]
+    if len(labels) != len(args.runs):
+        raise VaswaniError(f"--labels names {len(labels)} runs but {len(args.runs)} were given")
+    rows = [{"label": label, **run_speed(path)} for label, path in zip(labels, args.runs)]
+    base = rows[0]["tokens_per_s"]
+    lines = ["| run | commit | updates | tokens/s (median) | s/update | vs first |", "|---|---|---:|---:|---:|---:|"]
+    for row in rows:
+        ratio = row["tokens_per_s"] / base if base and row["tokens_per_s"] else None
+        lines.append(f"| {row['label']} | `{(row['commit'] or '?')[:10]}`{' + changes' if row['dirty'] else ''} | "
+                     f"{row['updates']:,} | {row['tokens_per_s'] or 0:,.0f} | {row['seconds_per_step'] or 0:.3f} | "
+                     + (f"{ratio:.2f}×" if ratio else "–") + " |")
+        print(lines[-1])
+    if args.out:
+        record = provenance("cpu")
+        atomic_write_json(args.out / "results.json", {**record, "runs": rows})
+        table = "\n".join(["# Training speed of real runs", "", f"Command: `{record['command']}`", "",
+                           "tokens/s: median over each run's logging windows without an evaluation, from its "
+                           "metrics.jsonl; commit and machine from its provenance.jsonl.", "", *lines])
+        atomic_write_text(args.out / "table.md", table + "\n")
+    return 0
