@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from vaswani.errors import VaswaniError
+from vaswani.errors import ConfigError, EnvironmentFault
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
@@ -12,10 +12,18 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     ``local_rank`` picks this process's GPU under torchrun."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"device {name!r} is not a device name; use auto, cpu, cuda or cuda:N") from None
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise VaswaniError(f"device {name!r} was asked for but no CUDA device is visible")
+            raise EnvironmentFault(f"device {name!r} was asked for but no CUDA device is visible (torch "
+                                   f"{torch.__version__}, CUDA build: {torch.version.cuda or 'no'}); "
+                                   "use --device cpu or train.device=cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise EnvironmentFault(f"device {name!r} was asked for but only {torch.cuda.device_count()} CUDA "
+                                   "device(s) are visible")
         if device.index is None:
             device = torch.device("cuda", local_rank)
     return device

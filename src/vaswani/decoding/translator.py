@@ -21,6 +21,7 @@ from tqdm import tqdm
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.decoding.config import SearchConfig
 from vaswani.decoding.search import generate
+from vaswani.devices import resolve_device
 from vaswani.errors import VaswaniError
 from vaswani.model.serialization import load_model, resolve_checkpoint
 from vaswani.model.transformer import Transformer
@@ -76,7 +77,7 @@ class Translator:
         directory = resolve_checkpoint(checkpoint)
         if not (directory / TOKENIZER_FILE).is_file():
             raise VaswaniError(f"{directory}: no {TOKENIZER_FILE} beside the weights; cannot turn text into ids")
-        device = torch.device(device) if device is not None else default_device()
+        device = resolve_device(str(device)) if device is not None else default_device()
         model = load_model(directory, device=device).eval()
         tokenizer = Tokenizer.load(directory / TOKENIZER_FILE)
         if tokenizer.vocab_size > model.config.vocab_size:

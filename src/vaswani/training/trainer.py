@@ -29,6 +29,7 @@ from vaswani.errors import VaswaniError
 from vaswani.precision import autocast, resolve_precision
 from vaswani.provenance import provenance
 from vaswani.model import Transformer
+from vaswani.model.serialization import load_weights
 from vaswani.training import data as training_data
 from vaswani.training.checkpoint import load_trainer_state, point, prune, save_checkpoint
 from vaswani.training.config import RunConfig
@@ -140,9 +141,7 @@ class Trainer:
         return RunConfig(model=saved.model, data=saved.data, train=config.train)
 
     def _restore(self, checkpoint_dir: Path, state: dict) -> None:
-        from safetensors.torch import load_model
-
-        load_model(self.model, checkpoint_dir / "model.safetensors", strict=True, device=str(self.device))
+        load_weights(self.model, checkpoint_dir / "model.safetensors", self.device)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])  # restores the step count, keeps this run's schedule
         # Recompute the current lr from *this* run's schedule: identical when unchanged (bit-exact resume), and an
