@@ -239,6 +239,8 @@ class Trainer:
         for group_index in range(self.progress.group_in_epoch, len(groups)):
             if self._stop_requested:
                 return "interrupted"
+            if tc.max_steps is not None and self.progress.step >= tc.max_steps:  # resumed after its last update
+                return "max_steps"
             group = groups[group_index]
             stats = self._update(group)
             self.progress.group_in_epoch = group_index + 1
