@@ -3,11 +3,18 @@
 Each area of the package owns its subcommands in a ``commands.py`` with a ``register(subparsers)`` function,
 so this file only lists the areas. It is the one module that knows every area: the core's (data, training,
 decoding, evaluation) and those built on the core (benchmarks, experiments, classification, …). Nothing imports it.
+
+What a user sees when something goes wrong: one line naming the file, setting or device and what to do, and the
+exit status says whose fault it was: 2 for the input (a setting, a file's content, a wrong path), 1 for the
+environment (no CUDA device, a directory that cannot be written, a full disk, out of memory). Any other exception
+is a bug in vaswani and keeps its traceback. ``--debug`` (or ``VASWANI_DEBUG=1``) shows the traceback of every
+error.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import sys
@@ -37,10 +44,16 @@ def build_parser() -> argparse.ArgumentParser:
         description="A from-scratch Transformer for German-English translation: prepare data, train, translate, "
         "evaluate, benchmark and run the experiments.",
     )
+    parser.add_argument("--debug", action="store_true",
+                        help="show the traceback of every error (also: VASWANI_DEBUG=1)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
     return parser
+
+
+# An OSError naming a path the user gave wrongly is the input's fault; the others are the machine's.
+_USER_ERRNOS = {errno.ENOENT, errno.EISDIR, errno.ENOTDIR, errno.ENAMETOOLONG, errno.ELOOP}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     record_command(argv)
+    debug = args.debug or os.environ.get("VASWANI_DEBUG", "") not in ("", "0")
     try:
         return int(args.handler(args) or 0)
     except BrokenPipeError:  # output piped into `head` and closed early: not an error
@@ -59,8 +73,24 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except VaswaniError as error:
-        print(f"vaswani {args.command}: error: {error}", file=sys.stderr)
-        return 2
+        if debug:
+            raise
+        return _report(args.command, str(error), error.exit_code)
+    except OSError as error:  # a file vanished, a directory cannot be written, the disk is full
+        if debug:
+            raise
+        where = f"{error.filename}: " if error.filename else ""
+        return _report(args.command, f"{where}{error.strerror or error}", 2 if error.errno in _USER_ERRNOS else 1)
+    except RuntimeError as error:
+        if type(error).__name__ != "OutOfMemoryError" or debug:  # torch.OutOfMemoryError; anything else is a bug
+            raise
+        return _report(args.command, "out of device memory; use smaller batches (--max-tokens, --batch-size or "
+                       "train.max_tokens) or a smaller model", 1)
+
+
+def _report(command: str, message: str, code: int) -> int:
+    print(f"vaswani {command}: error: {' '.join(message.split())}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

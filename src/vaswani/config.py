@@ -8,6 +8,7 @@ does on the command line.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, fields
 from typing import Any, Literal, get_args, get_type_hints
 
@@ -22,6 +23,27 @@ EmbeddingTying = Literal["none", "decoder-output", "all-three"]
 # command. "auto" is resolved against the device by vaswani.precision.
 Precision = Literal["auto", "bf16", "fp16", "fp32"]
 PRECISIONS: tuple[str, ...] = get_args(Precision)
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The range a numeric setting must lie in (bounds left as None are open). A config dataclass declares its
+    ranges in one ``LIMITS = {field: Limit(...)}`` table; :func:`validate_settings` checks them. ``None`` values
+    (an unset optional setting) and each element of a tuple are checked."""
+
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+
+    def allows(self, value: float) -> bool:
+        return ((self.ge is None or value >= self.ge) and (self.gt is None or value > self.gt)
+                and (self.le is None or value <= self.le) and (self.lt is None or value < self.lt))
+
+    def describe(self) -> str:
+        low = f">= {self.ge:g}" if self.ge is not None else f"> {self.gt:g}" if self.gt is not None else None
+        high = f"<= {self.le:g}" if self.le is not None else f"< {self.lt:g}" if self.lt is not None else None
+        return " and ".join(part for part in (low, high) if part)
 
 
 @dataclass
@@ -44,16 +66,23 @@ class ModelConfig:
     pad_id: int = 0
     rope_base: float = 10_000.0
 
+    LIMITS = {
+        "vocab_size": Limit(ge=1), "d_model": Limit(ge=1), "n_heads": Limit(ge=1), "n_encoder_layers": Limit(ge=1),
+        "n_decoder_layers": Limit(ge=1), "d_ff": Limit(ge=1), "dropout": Limit(ge=0, lt=1), "max_len": Limit(ge=1),
+        "sliding_window": Limit(ge=1), "pad_id": Limit(ge=0), "rope_base": Limit(gt=0),
+    }
+
     def __post_init__(self) -> None:
-        validate_literals(self)
+        validate_settings(self)
         if self.d_model % self.n_heads:
-            raise ConfigError(f"model.d_model={self.d_model} must be divisible by model.n_heads={self.n_heads}")
+            raise ConfigError(f"model.d_model={self.d_model} must be divisible by model.n_heads={self.n_heads}",
+                              field="model.n_heads")
         if self.positions == "rope" and (self.d_model // self.n_heads) % 2:
-            raise ConfigError("model.positions=rope needs an even head dimension (d_model / n_heads)")
-        if self.sliding_window is not None and self.sliding_window < 1:
-            raise ConfigError(f"model.sliding_window must be >= 1 or None, got {self.sliding_window}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
+            raise ConfigError("model.positions=rope needs an even head dimension (d_model / n_heads)",
+                              field="model.positions")
+        if self.pad_id >= self.vocab_size:
+            raise ConfigError(f"model.pad_id={self.pad_id} must be below model.vocab_size={self.vocab_size}",
+                              field="model.pad_id")
 
     @property
     def head_dim(self) -> int:
@@ -63,14 +92,15 @@ class ModelConfig:
     def preset(cls, name: str, **overrides: Any) -> "ModelConfig":
         if name not in MODEL_PRESETS:
             raise ConfigError(f"unknown model preset {name!r}; choose from {sorted(MODEL_PRESETS)}")
-        values = {**MODEL_PRESETS[name], **overrides}
-        return cls(**values)
+        return cls.from_dict({**MODEL_PRESETS[name], **overrides})
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "ModelConfig":
+        if not isinstance(values, dict):
+            raise ConfigError(f"model settings must be a mapping of name: value, got {type(values).__name__}")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
@@ -92,24 +122,45 @@ MODEL_PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def validate_literals(obj: Any) -> None:
-    """Coerce every field of a config dataclass to its declared type and check ``Literal`` choices.
+def validate_settings(obj: Any) -> None:
+    """Coerce every field of a config dataclass to its declared type, then check it: ``Literal`` choices, finite
+    floats, and the ranges the class declares in ``LIMITS``. Relations between fields stay in the class's
+    ``__post_init__``, after this call.
 
     YAML and the command line give strings ("3e-4", "none", "true"); this turns them into the declared
-    float/int/bool/None/tuple or raises a ConfigError that names ``section.field``.
+    float/int/bool/None/tuple or raises a ConfigError that names ``section.field``. Every way a config is made
+    (a preset, ``--set``, a resumed run's saved config, ``dataclasses.replace``) runs ``__post_init__``, so every
+    way is checked.
     """
     hints = get_type_hints(type(obj))
     section = getattr(type(obj), "SECTION", "model")
+    limits: dict[str, Limit] = getattr(type(obj), "LIMITS", {})
     for f in fields(obj):
-        value = getattr(obj, f.name)
+        value, name = getattr(obj, f.name), f"{section}.{f.name}"
         try:
             coerced = _coerce(value, hints[f.name])
-        except (TypeError, ValueError):
-            raise ConfigError(f"{section}.{f.name}={value!r} is not a valid {_type_name(hints[f.name])}") from None
+        except (TypeError, ValueError, OverflowError):
+            raise ConfigError(f"{name}={_short(value)} is not a valid {_type_name(hints[f.name])}",
+                              field=name) from None
         object.__setattr__(obj, f.name, coerced)
         allowed = _literal_choices(hints[f.name])
         if allowed and coerced not in allowed:
-            raise ConfigError(f"{section}.{f.name}={coerced!r} is not one of {list(allowed)}")
+            raise ConfigError(f"{name}={_short(coerced)} is not one of {list(allowed)}", field=name)
+        numbers = coerced if isinstance(coerced, tuple) else (coerced,)
+        for number in numbers:
+            if isinstance(number, float) and not math.isfinite(number):
+                raise ConfigError(f"{name}={_short(coerced)} must be a finite number", field=name)
+            limit = limits.get(f.name)
+            if limit is not None and isinstance(number, (int, float)) and not limit.allows(number):
+                raise ConfigError(f"{name}={_short(coerced)} must be {limit.describe()}", field=name)
+
+
+validate_literals = validate_settings  # the earlier name, kept for callers that still use it
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _literal_choices(tp: Any) -> tuple[Any, ...]:
@@ -182,12 +233,13 @@ def apply_model_settings(config: ModelConfig, items: list[str]) -> ModelConfig:
 
 def apply_overrides(obj: Any, overrides: dict[str, str], section: str) -> Any:
     """Return a copy of dataclass ``obj`` with string overrides; its __post_init__ coerces them to each field's
-    declared type (see :func:`validate_literals`)."""
+    declared type and checks it (see :func:`validate_settings`)."""
     names = {f.name for f in fields(obj)}
     changes = {}
     for key, raw in overrides.items():
         if key not in names:
-            raise ConfigError(f"unknown setting {section}.{key}; known: {', '.join(sorted(names))}")
+            raise ConfigError(f"unknown setting {section}.{key}; known: {', '.join(sorted(names))}",
+                              field=f"{section}.{key}")
         changes[key] = raw
     return dataclasses.replace(obj, **changes)
 
@@ -199,9 +251,11 @@ __all__ = [
     "DEFAULT_SLIDING_WINDOW",
     "Precision",
     "PRECISIONS",
+    "Limit",
     "add_settings_argument",
     "apply_model_settings",
     "apply_overrides",
     "parse_settings",
     "validate_literals",
+    "validate_settings",
 ]

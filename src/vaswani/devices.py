@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from vaswani.errors import VaswaniError
+from vaswani.errors import ConfigError, EnvironmentFault
 
 
 def device_type(name: str) -> str:
@@ -23,10 +23,15 @@ def resolve_device(name: str | torch.device | None = "auto", local_rank: int = 0
     try:
         device = torch.device(device_type(name) if name == "auto" else name)
     except RuntimeError:
-        raise VaswaniError(f"unknown device {name!r}; use auto, cpu or cuda") from None
+        raise ConfigError(f"device {name!r} is not a device name; use auto, cpu, cuda or cuda:N") from None
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise VaswaniError(f"device {name!r} was asked for but no CUDA device is visible")
+            raise EnvironmentFault(f"device {name!r} was asked for but no CUDA device is visible (torch "
+                                   f"{torch.__version__}, CUDA build: {torch.version.cuda or 'no'}); "
+                                   "use --device cpu or train.device=cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise EnvironmentFault(f"device {name!r} was asked for but only {torch.cuda.device_count()} CUDA "
+                                   "device(s) are visible")
         if device.index is None:
             device = torch.device("cuda", local_rank)
     return device

@@ -1,13 +1,30 @@
-"""User-facing errors: raised for bad input (a file, a line, a setting) and printed by the CLI as one clear line."""
+"""User-facing errors: raised for bad input (a file, a line, a setting) and printed by the CLI as one clear line.
+
+The command line exits with ``exit_code``: 2 for a problem with what the user gave (a setting, a file's content),
+1 for an environment fault the input cannot be blamed for (no CUDA device, a read-only directory, a full disk).
+Any other exception is a bug and keeps its traceback.
+"""
 
 
 class VaswaniError(Exception):
     """A problem with the user's input; the message names the file/line/field and what to do."""
 
+    exit_code = 2
+
 
 class ConfigError(VaswaniError, ValueError):
-    """A setting that does not exist or has an invalid value."""
+    """A setting that does not exist or has an invalid value. ``field`` is ``section.name`` when one is to blame."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
 
 
 class DataError(VaswaniError, ValueError):
     """Bad corpus/CSV/cache data: the message names the file, the line and the problem."""
+
+
+class EnvironmentFault(VaswaniError):
+    """The machine, not the input: a missing device, a directory that cannot be written, a full disk."""
+
+    exit_code = 1

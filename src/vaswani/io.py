@@ -51,3 +51,22 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 def atomic_write_json(path: str | Path, payload: Any) -> None:
     """Replace ``path`` with ``payload`` as indented JSON (non-JSON values, e.g. paths, written as strings)."""
     atomic_write_text(path, json.dumps(payload, indent=2, default=str) + "\n")
+
+
+def ensure_writable_directory(path: str | Path, what: str = "output directory") -> Path:
+    """Create ``path`` if needed and prove it can be written by creating and removing a file in it, so a command
+    fails before its work, not after. Raises EnvironmentFault naming the directory and the reason."""
+    from vaswani.errors import EnvironmentFault
+
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".write-test-")
+        os.close(fd)
+        os.unlink(probe)
+    except FileExistsError:
+        raise EnvironmentFault(f"{path}: the {what} exists and is not a directory") from None
+    except OSError as error:
+        raise EnvironmentFault(f"{path}: the {what} cannot be written ({error.strerror or error}); "
+                               "pick a directory you can write to") from None
+    return path

@@ -14,13 +14,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from safetensors.torch import load_model as load_safetensors_into
 from safetensors.torch import save as safetensors_bytes
 
 from vaswani.classification.encoding import TOKENIZER_FILES, TextTokenizer, load_tokenizer
 from vaswani.config import ModelConfig
 from vaswani.errors import VaswaniError
 from vaswani.classification.model import TransformerClassifier
+from vaswani.model.serialization import load_weights
 from vaswani.io import atomic_write_bytes
 from vaswani.model.serialization import WEIGHTS_FILE
 
@@ -90,12 +90,7 @@ def load_classifier(directory: str | Path) -> tuple[TransformerClassifier, TextT
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
         raise VaswaniError(f"{info_path}: unreadable classifier description ({error})") from None
     model = TransformerClassifier(info.model, info.n_classes, info.pooling)
-    missing, unexpected = load_safetensors_into(model, directory / WEIGHTS_FILE, strict=False)
-    if missing or unexpected:
-        raise VaswaniError(
-            f"{directory / WEIGHTS_FILE}: weights do not match {INFO_FILE} (missing {missing[:3]}, "
-            f"unexpected {unexpected[:3]})"
-        )
+    load_weights(model, directory / WEIGHTS_FILE, described_by=INFO_FILE)
     tokenizer = load_tokenizer(info.tokenizer, directory / info.tokenizer_file)
     return model.eval(), tokenizer, info
 

@@ -25,8 +25,9 @@ from vaswani.data.corpora import (
     parse_direction,
 )
 from vaswani.data.preprocess import DEFAULT_MAX_LEN, EncodedCorpus, prepare
-from vaswani.data.tokenizer import Tokenizer
+from vaswani.data.tokenizer import MIN_VOCAB_SIZE, Tokenizer
 from vaswani.errors import ConfigError
+from vaswani.io import ensure_writable_directory
 
 logger = logging.getLogger(__name__)
 
@@ -85,8 +86,17 @@ def prepare_dataset(
             raise ConfigError("a local corpus needs both a source file and a target file (or one TSV file)")
         dataset = "local"
         splits = ["train"]
-    vocab_size = vocab_size or default_vocab_size(dataset)
+    # Settings are checked before any work (a tokenizer trained for nothing, files written for nothing).
+    if vocab_size is not None and vocab_size < MIN_VOCAB_SIZE:
+        raise ConfigError(f"vocab_size={vocab_size} is too small: a byte-level BPE needs at least {MIN_VOCAB_SIZE}")
+    if max_len < 2:
+        raise ConfigError(f"max_len={max_len} is too small: it counts <s> or </s>, so 2 is the least that holds a "
+                          "token")
+    if min_frequency < 1:
+        raise ConfigError(f"min_frequency={min_frequency} must be >= 1")
+    vocab_size = vocab_size if vocab_size is not None else default_vocab_size(dataset)
     out = Path(out_dir) if out_dir is not None else default_out_dir(dataset, direction, vocab_size)
+    ensure_writable_directory(out, "output directory")
 
     def load(split: str) -> ParallelCorpus:
         if tsv_file is not None:

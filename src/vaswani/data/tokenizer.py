@@ -23,6 +23,7 @@ from vaswani.errors import ConfigError, DataError
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIAL_TOKENS = [PAD, BOS, EOS, UNK]  # ids 0, 1, 2, 3 in this order
 N_BYTES = 256
+MIN_VOCAB_SIZE = N_BYTES + len(SPECIAL_TOKENS)  # every byte plus the special tokens, before any merge
 
 
 def _tokenizers():
@@ -59,9 +60,8 @@ class Tokenizer:
     def train(cls, texts: Iterable[str], vocab_size: int = 50_000, min_frequency: int = 2) -> "Tokenizer":
         """Learn a byte-level BPE of ``vocab_size`` tokens (specials included) from ``texts``."""
         tk = _tokenizers()
-        minimum = N_BYTES + len(SPECIAL_TOKENS)
-        if vocab_size < minimum:
-            raise ConfigError(f"vocab_size={vocab_size} is too small: a byte-level BPE needs at least {minimum}")
+        if vocab_size < MIN_VOCAB_SIZE:
+            raise ConfigError(f"vocab_size={vocab_size} is too small: a byte-level BPE needs at least {MIN_VOCAB_SIZE}")
         hf = tk.Tokenizer(tk.models.BPE(unk_token=UNK))
         hf.normalizer = tk.normalizers.NFKC()
         hf.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)

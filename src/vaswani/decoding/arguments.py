@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from vaswani.config import PRECISIONS
 from vaswani.decoding.config import SearchConfig
+from vaswani.errors import ConfigError
 
 if TYPE_CHECKING:
     from vaswani.decoding.translator import Translator
@@ -45,18 +46,35 @@ def add_search_arguments(
                        "fp32, fp32 on CPUs without bf16 units (where bf16 is emulated and many times slower)")
 
 
+# The option that sets each SearchConfig field, so an invalid value is reported under the name the user typed.
+FLAGS = {"beam_size": "--beam", "nbest": "--nbest", "alpha": "--alpha", "length_norm": "--length-norm",
+         "max_len_a": "--max-len-a", "max_len_b": "--max-len-b", "repetition_penalty": "--repetition-penalty",
+         "no_repeat_ngram": "--no-repeat-ngram"}
+
+
 def search_config_from_args(args: argparse.Namespace) -> SearchConfig:
-    return SearchConfig(
-        beam_size=args.beam,
-        nbest=getattr(args, "nbest", 1),
-        alpha=args.alpha,
-        length_norm=args.length_norm,
-        max_len_a=args.max_len_a,
-        max_len_b=args.max_len_b,
-        repetition_penalty=args.repetition_penalty,
-        no_repeat_ngram=args.no_repeat_ngram,
-        precision=args.precision,
-    )
+    """The SearchConfig the options describe; an invalid option (or batching limit) is a ConfigError naming it."""
+    for flag, value in (("--batch-size", args.batch_size), ("--max-tokens", args.max_tokens)):
+        if value < 1:
+            raise ConfigError(f"{flag} {value}: must be >= 1")
+    try:
+        return SearchConfig(
+            beam_size=args.beam,
+            nbest=getattr(args, "nbest", 1),
+            alpha=args.alpha,
+            length_norm=args.length_norm,
+            max_len_a=args.max_len_a,
+            max_len_b=args.max_len_b,
+            repetition_penalty=args.repetition_penalty,
+            no_repeat_ngram=args.no_repeat_ngram,
+            precision=args.precision,
+        )
+    except ConfigError as error:
+        name = (error.field or "").removeprefix("search.")
+        if name not in FLAGS:
+            raise
+        value = getattr(args, {"beam_size": "beam"}.get(name, name))
+        raise ConfigError(f"{FLAGS[name]} {value}: {error}", field=error.field) from None
 
 
 def translator_from_args(args: argparse.Namespace) -> Translator:

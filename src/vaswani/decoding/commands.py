@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from vaswani.decoding.arguments import add_search_arguments, translator_from_args
+from vaswani.decoding.arguments import add_search_arguments, search_config_from_args, translator_from_args
 from vaswani.errors import VaswaniError
+from vaswani.io import atomic_write_text, ensure_writable_directory
 
 if TYPE_CHECKING:  # the translator imports torch; the parser is built without it
     from vaswani.decoding.translator import Translation, Translator
@@ -29,31 +31,40 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def translate_command(args: argparse.Namespace) -> int:
-    if args.nbest > args.beam:
-        raise VaswaniError(f"--nbest {args.nbest} needs a beam at least as wide (--beam {args.beam})")
+    # Everything the user gave is checked before the model is loaded and the input translated.
+    search_config_from_args(args)
+    if args.output is not None:
+        if args.output.is_dir():
+            raise VaswaniError(f"--output {args.output}: is a directory; name a file")
+        ensure_writable_directory(args.output.parent, "--output directory")
     interactive = args.input is None and sys.stdin.isatty()
+    lines = None if interactive else _read_lines(args.input)
     translator = translator_from_args(args)
     if interactive:
         return _interactive(translator, args.nbest)
-    lines = _read_lines(args.input)
     nbest = translator.translate_nbest(lines, progress=args.input is not None)
     if args.output is None:
         _write(sys.stdout, nbest, args.nbest)
     else:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        with open(args.output, "w", encoding="utf-8") as handle:
-            _write(handle, nbest, args.nbest)
+        buffer = io.StringIO()
+        _write(buffer, nbest, args.nbest)
+        atomic_write_text(args.output, buffer.getvalue())
     return 0
 
 
 def _read_lines(path: Path | None) -> list[str]:
     if path is None:
-        return [line.rstrip("\r\n") for line in sys.stdin]
+        try:
+            return [line.rstrip("\r\n") for line in sys.stdin]
+        except UnicodeDecodeError as error:
+            raise VaswaniError(f"standard input is not UTF-8 text ({error.reason} at byte {error.start})") from None
     try:
         with open(path, encoding="utf-8") as handle:
             return [line.rstrip("\r\n") for line in handle]
     except FileNotFoundError:
         raise VaswaniError(f"{path}: no such input file") from None
+    except IsADirectoryError:
+        raise VaswaniError(f"--input {path}: is a directory; name a file with one sentence per line") from None
     except UnicodeDecodeError as error:
         raise VaswaniError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from vaswani.config import Limit, Precision, validate_settings
 from vaswani.errors import ConfigError
-from vaswani.config import PRECISIONS, Precision
 
 LengthNorm = Literal["gnmt", "average", "none"]
 
@@ -29,20 +29,15 @@ class SearchConfig:
     eos_id: int = 2
     pad_id: int = 0
 
+    SECTION = "search"
+    LIMITS = {
+        "beam_size": Limit(ge=1), "nbest": Limit(ge=1), "alpha": Limit(ge=0), "max_len_a": Limit(ge=0),
+        "max_len_b": Limit(ge=0), "repetition_penalty": Limit(gt=0), "no_repeat_ngram": Limit(ge=0),
+        "bos_id": Limit(ge=0), "eos_id": Limit(ge=0), "pad_id": Limit(ge=0),
+    }
+
     def __post_init__(self) -> None:
-        if self.beam_size < 1:
-            raise ConfigError(f"search.beam_size must be >= 1, got {self.beam_size}")
-        if not 1 <= self.nbest <= self.beam_size:
-            raise ConfigError(f"search.nbest must be between 1 and beam_size={self.beam_size}, got {self.nbest}")
-        if self.length_norm not in ("gnmt", "average", "none"):
-            raise ConfigError(f"search.length_norm must be gnmt, average or none, got {self.length_norm!r}")
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"search.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
-        if self.alpha < 0:
-            raise ConfigError(f"search.alpha must be >= 0, got {self.alpha}")
-        if self.repetition_penalty <= 0:
-            raise ConfigError(f"search.repetition_penalty must be > 0, got {self.repetition_penalty}")
-        if self.no_repeat_ngram < 0:
-            raise ConfigError(f"search.no_repeat_ngram must be >= 0, got {self.no_repeat_ngram}")
-        if self.max_len_a < 0 or self.max_len_b < 0:
-            raise ConfigError(f"search.max_len_a and max_len_b must be >= 0, got {self.max_len_a}, {self.max_len_b}")
+        validate_settings(self)  # types, length_norm choices, finite numbers, LIMITS
+        if self.nbest > self.beam_size:
+            raise ConfigError(f"search.nbest={self.nbest} must be at most search.beam_size={self.beam_size}",
+                              field="search.nbest")

@@ -16,7 +16,7 @@ from typing import Sequence
 import torch
 
 from vaswani.errors import VaswaniError
-from vaswani.model.serialization import CONFIG_FILE, load_model, resolve_checkpoint, save_model
+from vaswani.model.serialization import CONFIG_FILE, load_model, read_model_config, resolve_checkpoint, save_model
 
 TOKENIZER_FILE = "tokenizer.json"
 STEP_DIR = re.compile(r"step_(\d+)$")
@@ -71,10 +71,10 @@ def average_checkpoints(checkpoints: Sequence[str | Path], out: str | Path) -> P
 def _check_same_setup(directories: list[Path]) -> None:
     """Averaging weights of different shapes, or of models reading different vocabularies, is meaningless."""
     first = directories[0]
-    config = json.loads((first / CONFIG_FILE).read_text())
+    config = read_model_config(first / CONFIG_FILE)
     tokenizer = (first / TOKENIZER_FILE).read_bytes() if (first / TOKENIZER_FILE).is_file() else None
     for other in directories[1:]:
-        if json.loads((other / CONFIG_FILE).read_text()) != config:
+        if read_model_config(other / CONFIG_FILE) != config:
             raise VaswaniError(f"{other / CONFIG_FILE}: architecture differs from {first / CONFIG_FILE}")
         other_tokenizer = (other / TOKENIZER_FILE).read_bytes() if (other / TOKENIZER_FILE).is_file() else None
         if other_tokenizer != tokenizer:

@@ -7,8 +7,9 @@ import json
 from pathlib import Path
 
 from vaswani.data.commands import add_data_dir_argument
-from vaswani.decoding.arguments import add_search_arguments, translator_from_args
+from vaswani.decoding.arguments import add_search_arguments, search_config_from_args, translator_from_args
 from vaswani.errors import VaswaniError
+from vaswani.io import ensure_writable_directory
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -62,8 +63,10 @@ def evaluate_command(args: argparse.Namespace) -> int:
 
     if (args.dataset is None) == (args.src is None and args.ref is None):
         raise VaswaniError("give either --dataset NAME --split NAME, or --src FILE --ref FILE")
+    search_config_from_args(args)  # option errors before any work
     test_set = load_test_set(args.dataset, args.split, args.src, args.ref, args.data_dir)
     out = args.out or Path(args.checkpoint) / "eval" / f"{test_set.name}-beam{args.beam}"
+    ensure_writable_directory(out, "--out directory")
     translator = translator_from_args(args)
     results, examples = evaluate(
         translator, test_set, out, checkpoint=args.checkpoint, seed=args.seed,
@@ -87,6 +90,7 @@ def average_command(args: argparse.Namespace) -> int:
     from vaswani.evaluation.average import average_checkpoints, last_checkpoints
 
     checkpoints = args.checkpoints or last_checkpoints(args.run, args.last)
+    ensure_writable_directory(args.out, "--out directory")
     out = average_checkpoints(checkpoints, args.out)
     print(f"averaged {len(checkpoints)} checkpoints into {out}")
     for path in checkpoints:
@@ -97,5 +101,6 @@ def average_command(args: argparse.Namespace) -> int:
 def compare_command(args: argparse.Namespace) -> int:
     from vaswani.evaluation.compare import write_comparison
 
+    ensure_writable_directory(args.out, "--out directory")
     print(write_comparison(args.results, args.out), end="")
     return 0

@@ -10,15 +10,42 @@ from typing import Any
 from vaswani.errors import VaswaniError
 
 
+# What `vaswani evaluate` writes and the comparison reads: (key, type, keys of a nested dict).
+REQUIRED = (("test_set", str, ()), ("sentences", int, ()), ("checkpoint", str, ()), ("signature", str, ()),
+            ("command", str, ()), ("bleu", (int, float), ()), ("chrf", (int, float), ()),
+            ("length_ratio", (int, float), ()),
+            ("search", dict, ("beam_size", "length_norm", "alpha")),
+            ("speed", dict, ("sentences_per_second", "target_tokens_per_second")),
+            ("hardware", dict, ("device_name", "device", "torch_threads")))
+
+
 def load_results(paths: list[Path]) -> list[dict[str, Any]]:
     results = []
     for path in paths:
         file = path / "results.json" if path.is_dir() else path
         try:
-            results.append({**json.loads(file.read_text(encoding="utf-8")), "_path": str(file)})
-        except (OSError, json.JSONDecodeError) as error:
-            raise VaswaniError(f"{file}: not a readable evaluation results.json ({error})") from None
+            result = json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:  # ValueError: bad JSON or bad UTF-8
+            reason = getattr(error, "strerror", None) or str(error)
+            raise VaswaniError(f"{file}: not a readable evaluation results.json ({reason})") from None
+        problem = _missing(result)
+        if problem:
+            raise VaswaniError(f"{file}: not a `vaswani evaluate` results.json ({problem}); give the folder or "
+                               "results.json that `vaswani evaluate` wrote")
+        results.append({**result, "_path": str(file)})
     return results
+
+
+def _missing(result: Any) -> str | None:
+    if not isinstance(result, dict):
+        return f"a JSON {type(result).__name__}, not an object"
+    for key, kind, inner in REQUIRED:
+        if not isinstance(result.get(key), kind) or isinstance(result.get(key), bool):
+            return f"no {key!r} of the right type"
+        missing = [k for k in inner if k not in result[key]]
+        if missing:
+            return f"{key!r} lacks {missing}"
+    return None
 
 
 def describe_search(search: dict[str, Any]) -> str:

@@ -48,15 +48,36 @@ def resolve_checkpoint(path: str | Path) -> Path:
 def load_model(path: str | Path, device: torch.device | str = "cpu") -> Transformer:
     """Build the model from ``model.json`` and load its weights from safetensors (no pickle anywhere)."""
     directory = resolve_checkpoint(path)
+    model = Transformer(read_model_config(directory / CONFIG_FILE))
+    load_weights(model, directory / WEIGHTS_FILE, device)
+    return model.to(device)
+
+
+def read_model_config(file: Path) -> ModelConfig:
+    """The ModelConfig in ``model.json``; any fault in the file is a VaswaniError that names it."""
     try:
-        config = ModelConfig.from_dict(json.loads((directory / CONFIG_FILE).read_text()))
-    except json.JSONDecodeError as error:
-        raise VaswaniError(f"{directory / CONFIG_FILE}: not valid JSON ({error})") from None
-    model = Transformer(config)
-    missing, unexpected = load_safetensors_into(model, directory / WEIGHTS_FILE, strict=False, device=str(device))
+        return ModelConfig.from_dict(json.loads(file.read_text(encoding="utf-8")))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise VaswaniError(f"{file}: not valid JSON ({error})") from None
+    except VaswaniError as error:
+        raise VaswaniError(f"{file}: {error}") from None
+    except OSError as error:
+        raise VaswaniError(f"{file}: cannot be read ({error.strerror or error})") from None
+
+
+def load_weights(model: torch.nn.Module, file: Path, device: torch.device | str = "cpu",
+                 described_by: str = CONFIG_FILE) -> None:
+    """Load safetensors ``file`` into ``model``, every tensor present and of the right shape, or raise a
+    VaswaniError saying what is wrong (truncated file, or weights of another architecture)."""
+    try:
+        missing, unexpected = load_safetensors_into(model, file, strict=False, device=str(device))
+    except RuntimeError as error:  # load_state_dict: shapes differ from the ones model.json builds
+        detail = next((line.strip() for line in str(error).splitlines() if "size mismatch" in line), "")
+        raise VaswaniError(f"{file}: weights do not match {described_by} ({detail or 'shapes differ'})") from None
+    except Exception as error:  # safetensors' own error type: truncated or not a safetensors file
+        raise VaswaniError(f"{file}: cannot be read as safetensors weights; the file is truncated or corrupt "
+                           f"({str(error).splitlines()[0] if str(error) else type(error).__name__})") from None
     if missing or unexpected:
         raise VaswaniError(
-            f"{directory / WEIGHTS_FILE}: weights do not match model.json (missing {missing[:3]}, "
-            f"unexpected {unexpected[:3]})"
+            f"{file}: weights do not match {described_by} (missing {missing[:3]}, unexpected {unexpected[:3]})"
         )
-    return model.to(device)

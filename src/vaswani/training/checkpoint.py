@@ -7,8 +7,8 @@ Layout of a run directory::
     checkpoints/best -> step_000400
 
 A checkpoint directory is assembled under a temporary name, every file fsynced, and then renamed into place;
-only after that does ``last`` move. A process killed at any instant leaves ``last`` pointing at a complete
-checkpoint. ``trainer_state.pt`` holds only tensors and plain containers and is read with
+only after that does ``last`` move. A process killed at any instant leaves every ``step_*`` directory complete,
+and :func:`latest_checkpoint` finds the newest one even if ``last`` was left dangling. ``trainer_state.pt`` holds only tensors and plain containers and is read with
 ``torch.load(weights_only=True)``, which refuses to execute code.
 """
 
@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,8 @@ from vaswani.model.serialization import resolve_checkpoint, save_model
 
 STATE_FILE = "trainer_state.pt"
 META_FILE = "meta.json"
+CHECKPOINT_FILES = ("model.safetensors", "model.json", "tokenizer.json", STATE_FILE, META_FILE)
+STEP_NAME = re.compile(r"(?:\.replaced-)?step_(\d+)$")
 
 
 def _fsync_dir(path: Path) -> None:
@@ -64,10 +68,15 @@ def save_checkpoint(
     for file in staging.iterdir():
         _fsync_file(file)
     _fsync_dir(staging)
-    if final.exists():  # re-saving the same step (e.g. an interrupt right after a periodic save)
-        shutil.rmtree(final)
+    replaced = checkpoints_dir / f".replaced-{name}"
+    if final.exists():  # re-saving the same step (an evaluation right after a periodic save, an interrupt)
+        # Deleting it in place could leave a half-deleted checkpoint that `last` points to; renaming is atomic,
+        # and until the new one is in place latest_checkpoint() still finds the old one under this name.
+        shutil.rmtree(replaced, ignore_errors=True)
+        os.replace(final, replaced)
     os.replace(staging, final)
     _fsync_dir(checkpoints_dir)
+    shutil.rmtree(replaced, ignore_errors=True)
     return final
 
 
@@ -87,20 +96,48 @@ def prune(checkpoints_dir: Path, keep: int) -> None:
     for old in steps[: max(len(steps) - keep, 0)]:
         if old.resolve() not in protected:
             shutil.rmtree(old, ignore_errors=True)
-    for stale in checkpoints_dir.glob(".tmp-*"):  # left by a process killed mid-save
+    for stale in [*checkpoints_dir.glob(".tmp-*"), *checkpoints_dir.glob(".replaced-*")]:  # a kill mid-save
         shutil.rmtree(stale, ignore_errors=True)
+
+
+def is_complete(directory: Path) -> bool:
+    """Does ``directory`` hold every file of a resumable checkpoint?"""
+    return directory.is_dir() and all((directory / name).is_file() for name in CHECKPOINT_FILES)
+
+
+def latest_checkpoint(checkpoints_dir: Path) -> Path | None:
+    """The checkpoint a resume continues from: ``last`` when it points at a complete checkpoint, else the
+    highest-step complete ``step_*`` (a run killed between two renames may leave ``last`` dangling)."""
+    last = checkpoints_dir / "last"
+    if last.is_symlink() and is_complete(last):
+        return last.resolve()
+    candidates = []
+    for directory in checkpoints_dir.glob("*step_*") if checkpoints_dir.is_dir() else ():
+        match = STEP_NAME.match(directory.name)
+        if match and is_complete(directory):
+            candidates.append((int(match.group(1)), not directory.name.startswith("."), directory))
+    return max(candidates)[2] if candidates else None
 
 
 def load_trainer_state(path: str | Path) -> tuple[Path, dict[str, Any]]:
     """The checkpoint directory and its trainer state; ``path`` may be a run dir (uses ``last``) or a checkpoint."""
     path = Path(path)
-    directory = path / "checkpoints" / "last" if (path / "checkpoints" / "last").exists() else path
-    directory = resolve_checkpoint(directory)
+    latest = latest_checkpoint(path / "checkpoints")
+    directory = resolve_checkpoint(latest if latest is not None else path)
     state_file = directory / STATE_FILE
     if not state_file.is_file():
         raise VaswaniError(f"{directory}: no {STATE_FILE}; this checkpoint holds weights only and cannot be resumed")
     try:
         state = torch.load(state_file, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        if "weights_only" in str(error):
+            # torch's own message suggests weights_only=False, i.e. running whatever the file contains: never.
+            raise VaswaniError(f"{state_file}: refused: it holds objects other than tensors and plain containers, "
+                               "and loading those could run code; it was not written by vaswani") from None
+        raise VaswaniError(f"{state_file}: cannot be read as a trainer state (corrupt, or not a torch file)") from None
     except Exception as error:  # a truncated or foreign file: say which, not a pickle traceback
-        raise VaswaniError(f"{state_file}: cannot be read as a trainer state ({error})") from None
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise VaswaniError(f"{state_file}: cannot be read as a trainer state ({reason})") from None
+    if not isinstance(state, dict) or not {"optimizer", "scheduler", "progress", "rng", "config_yaml"} <= set(state):
+        raise VaswaniError(f"{state_file}: not a vaswani trainer state (keys missing)")
     return directory, state

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from vaswani.config import add_settings_argument
 from vaswani.data.commands import add_data_dir_argument
 
 
@@ -22,11 +23,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--preset", default="multi30k-cpu",
                         help="named preset (multi30k-cpu, multi30k-gpu, wmt17-base, smoke) or a YAML file")
     parser.add_argument("--run-dir", type=Path, default=None, help="where the run is written (default runs/PRESET)")
-    parser.add_argument("--set", dest="settings", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="override any setting, e.g. --set model.positions=rope --set train.max_steps=100")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue the run in --run-dir from its last checkpoint; --set may change training "
-                        "settings such as the learning rate, and each change is printed")
+    add_settings_argument(parser, ("model", "data", "train"), "model.positions=rope")
+    start = parser.add_mutually_exclusive_group()
+    start.add_argument("--resume", action="store_true",
+                       help="continue the run in --run-dir from its last checkpoint; --set may change training "
+                       "settings such as the learning rate, and each change is printed")
+    start.add_argument("--start-over", action="store_true",
+                       help="start a new run in a --run-dir that holds one: the earlier run's files are moved into "
+                       "RUN_DIR/superseded-<time>/ (nothing is deleted)")
     add_data_dir_argument(parser)
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     parser.set_defaults(handler=run_train)
@@ -45,7 +49,7 @@ def run_train(args: argparse.Namespace) -> int:
 
     from vaswani.training.trainer import train
 
-    summary = train(config, run_dir, resume=args.resume)
+    summary = train(config, run_dir, resume=args.resume, start_over=args.start_over)
     if summary is not None:  # rank 0 of a distributed run, or a single process
         print(json.dumps(summary), file=sys.stdout)
     return 0 if summary is None or summary["stop_reason"] != "interrupted" else 130

@@ -11,6 +11,7 @@ preset that the other ``model`` keys then override::
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -18,7 +19,8 @@ from typing import Any, Literal
 
 import yaml
 
-from vaswani.config import ModelConfig, Precision, apply_overrides, parse_settings, validate_literals
+from vaswani.config import Limit, ModelConfig, Precision, apply_overrides, parse_settings, validate_settings
+from vaswani.data.tokenizer import MIN_VOCAB_SIZE
 from vaswani.errors import ConfigError
 
 
@@ -34,8 +36,11 @@ class DataConfig:
     max_len: int = 64  # pairs with a longer side (in tokens incl. <s>/</s>) are dropped, as in the reference setups
     data_dir: str | None = None  # default: $VASWANI_DATA, then the download cache
 
+    # max_len counts <s> or </s>: 2 is the shortest sequence that still holds a token
+    LIMITS = {"vocab_size": Limit(ge=MIN_VOCAB_SIZE), "max_len": Limit(ge=2)}
+
     def __post_init__(self) -> None:
-        validate_literals(self)
+        validate_settings(self)
 
 
 @dataclass
@@ -81,12 +86,28 @@ class TrainConfig:
     deterministic: bool = False
     progress: bool = True
 
+    LIMITS = {
+        "seed": Limit(ge=0), "max_tokens": Limit(ge=1), "grad_accum": Limit(ge=1), "num_workers": Limit(ge=0),
+        "max_epochs": Limit(ge=1), "max_steps": Limit(ge=1), "max_minutes": Limit(gt=0),
+        "label_smoothing": Limit(ge=0, lt=1), "betas": Limit(ge=0, lt=1), "eps": Limit(gt=0),
+        "weight_decay": Limit(ge=0), "lr_factor": Limit(gt=0), "lr": Limit(gt=0), "warmup_steps": Limit(ge=0),
+        "min_lr_ratio": Limit(ge=0, le=1), "clip_grad_norm": Limit(ge=0), "num_threads": Limit(ge=1),
+        "eval_every_steps": Limit(ge=1), "bleu_subset": Limit(ge=0), "patience": Limit(ge=1),
+        "save_every_steps": Limit(ge=1), "keep_checkpoints": Limit(ge=0), "log_every_steps": Limit(ge=1),
+        "max_consecutive_nonfinite": Limit(ge=1),
+    }
+
     def __post_init__(self) -> None:
-        validate_literals(self)
+        validate_settings(self)
         if self.max_epochs is None and self.max_steps is None:
-            raise ConfigError("train.max_epochs and train.max_steps are both unset: the run would never end")
-        if self.grad_accum < 1:
-            raise ConfigError(f"train.grad_accum must be >= 1, got {self.grad_accum}")
+            raise ConfigError("train.max_epochs and train.max_steps are both unset: the run would never end",
+                              field="train.max_steps")
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", self.device):
+            raise ConfigError(f"train.device={self.device!r} is not one of auto, cpu, cuda, cuda:N, mps",
+                              field="train.device")
+        if self.schedule == "noam" and self.warmup_steps < 1:
+            raise ConfigError("train.schedule=noam needs train.warmup_steps >= 1 (its peak is at the warmup's end)",
+                              field="train.warmup_steps")
 
 
 @dataclass
@@ -107,17 +128,28 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], source: str = "config") -> "RunConfig":
-        unknown = sorted(set(values) - {"model", "data", "train"})
+        if not isinstance(values, dict):
+            raise ConfigError(f"{source}: expected sections model, data, train; got {type(values).__name__}")
+        unknown = sorted(set(map(str, values)) - {"model", "data", "train"})
         if unknown:
             raise ConfigError(f"{source}: unknown section(s) {unknown}; expected model, data, train")
-        model_values = dict(values.get("model") or {})
+        sections = {}
+        for name in ("model", "data", "train"):
+            section = values.get(name) or {}
+            if not isinstance(section, dict):
+                raise ConfigError(f"{source}: section {name} must be a mapping of key: value, "
+                                  f"got {type(section).__name__} {section!r:.40}", field=name)
+            sections[name] = {str(key): value for key, value in section.items()}
+        model_values = sections["model"]
         preset = model_values.pop("preset", None)
-        model = ModelConfig.preset(preset, **model_values) if preset else ModelConfig.from_dict(model_values)
-        return cls(
-            model=model,
-            data=_build(DataConfig, values.get("data") or {}, source),
-            train=_build(TrainConfig, values.get("train") or {}, source),
-        )
+        try:
+            model = ModelConfig.preset(str(preset), **model_values) if preset else ModelConfig.from_dict(model_values)
+            return cls(model=model, data=_build(DataConfig, sections["data"], source),
+                       train=_build(TrainConfig, sections["train"], source))
+        except ConfigError as error:
+            if str(error).startswith(source):
+                raise
+            raise ConfigError(f"{source}: {error}", field=error.field) from None
 
 
 def _plain(values: dict[str, Any]) -> dict[str, Any]:
@@ -140,8 +172,8 @@ def preset_names() -> list[str]:
 def load_preset(name_or_path: str) -> RunConfig:
     """A preset name (``multi30k-cpu``) or the path of a YAML file of the same shape."""
     path = Path(name_or_path)
-    if path.suffix in {".yaml", ".yml"} and path.is_file():
-        text, source = path.read_text(), str(path)
+    if path.suffix in {".yaml", ".yml"} and path.exists():
+        text, source = read_text_file(path, "preset"), str(path)
     else:
         candidate = resources.files("vaswani.configs") / f"{name_or_path}.yaml"
         if not candidate.is_file():
@@ -150,8 +182,20 @@ def load_preset(name_or_path: str) -> RunConfig:
     try:
         values = yaml.safe_load(text) or {}
     except yaml.YAMLError as error:
-        raise ConfigError(f"{source}: invalid YAML ({error})") from None
+        raise ConfigError(f"{source}: invalid YAML ({' '.join(str(error).split())})") from None
     return RunConfig.from_dict(values, source)
+
+
+def read_text_file(path: Path, what: str) -> str:
+    """A UTF-8 text file's content, or a ConfigError naming the file and what is wrong with it."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: {what} is not UTF-8 text ({error.reason} at byte {error.start})") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a {what} file") from None
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read the {what} ({error.strerror})") from None
 
 
 def apply_settings(config: RunConfig, settings: list[str]) -> RunConfig:

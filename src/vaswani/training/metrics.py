@@ -6,6 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from vaswani.errors import VaswaniError
+from vaswani.io import atomic_write_text
+
 METRICS_FILE = "metrics.jsonl"
 
 
@@ -26,7 +29,7 @@ class MetricsLog:
     def truncate_after(self, step: int) -> None:
         """On resume, drop records written after the checkpoint we continue from: they will be redone."""
         records = [r for r in read_metrics(self.path) if r.get("step", 0) <= step]
-        self.path.write_text("".join(json.dumps(r) + "\n" for r in records))
+        atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in records))
 
     def write(self, kind: str, step: int, **values: Any) -> None:
         record = {"kind": kind, "step": step, **values}
@@ -44,9 +47,18 @@ class MetricsLog:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The records of ``metrics.jsonl``; a torn last line (the process was killed while appending it) is dropped."""
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+    records = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number < len(lines):
+                raise VaswaniError(f"{path}:{number}: not a JSON record; the metrics log is damaged") from None
+    return records
 
 
 def training_speed(records: list[dict[str, Any]]) -> dict[str, float | None]:

@@ -8,8 +8,10 @@ on N ranks computes the same update as one process with grad_accum × N.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
 import math
 import random
 import signal
@@ -25,8 +27,9 @@ from tqdm import tqdm
 
 from vaswani.devices import device_type, resolve_device
 from vaswani.errors import VaswaniError
-from vaswani.io import atomic_write_text
+from vaswani.io import atomic_write_json
 from vaswani.model import Transformer
+from vaswani.model.serialization import load_weights
 from vaswani.precision import resolve_precision
 from vaswani.provenance import provenance
 from vaswani.training import data as training_data
@@ -37,6 +40,7 @@ from vaswani.training.flops import peak_flops, training_flops
 from vaswani.training.loss import TranslationLoss
 from vaswani.training.metrics import MetricsLog, plot_run
 from vaswani.training.optim import build_optimizer
+from vaswani.training.rundir import check_start, claim
 from vaswani.training.schedule import build_scheduler
 from vaswani.training.step import StepResult, train_step
 
@@ -65,8 +69,17 @@ class Callback:
     def on_update_end(self, trainer: Trainer, result: StepResult) -> None:
         """After the optimizer step (or the skip of a non-finite update)."""
 
+    def on_evaluation_start(self, trainer: Trainer) -> None:
+        """Before a validation pass."""
+
     def on_evaluation(self, trainer: Trainer, metrics: dict[str, Any]) -> None:
         """After a validation pass, before its checkpoint is written."""
+
+    def on_checkpoint_start(self, trainer: Trainer, reason: str) -> None:
+        """Before a checkpoint is written (reason: best, eval, periodic, interrupt)."""
+
+    def on_checkpoint_end(self, trainer: Trainer, reason: str) -> None:
+        """After the checkpoint is complete and ``last`` points at it."""
 
 
 class Trainer:
@@ -156,9 +169,7 @@ class Trainer:
         return RunConfig(model=saved.model, data=saved.data, train=config.train)
 
     def _restore(self, checkpoint_dir: Path, state: dict) -> None:
-        from safetensors.torch import load_model
-
-        load_model(self.model, checkpoint_dir / "model.safetensors", strict=True, device=str(self.device))
+        load_weights(self.model, checkpoint_dir / "model.safetensors", self.device)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])  # restores the step count, keeps this run's schedule
         # Recompute the current lr from *this* run's schedule: identical when unchanged (bit-exact resume), and an
@@ -255,6 +266,8 @@ class Trainer:
         for group_index in range(self.progress.group_in_epoch, len(groups)):
             if self._stop_requested:
                 return "interrupted"
+            if tc.max_steps is not None and self.progress.step >= tc.max_steps:  # resumed after its last update
+                return "max_steps"
             group = groups[group_index]
             for callback in self.callbacks:
                 callback.on_update_start(self)
@@ -361,6 +374,8 @@ class Trainer:
         from vaswani.training.evaluate import validate
 
         tc = self.config.train
+        for callback in self.callbacks:
+            callback.on_evaluation_start(self)
         result = validate(self.model, self.data, self.device, self.precision,
                           bleu_subset=tc.bleu_subset, label_smoothing=tc.label_smoothing)
         for callback in self.callbacks:
@@ -391,6 +406,13 @@ class Trainer:
         return "finished"
 
     def _save(self, reason: str) -> None:
+        for callback in self.callbacks:
+            callback.on_checkpoint_start(self, reason)
+        self._write_checkpoint(reason)
+        for callback in self.callbacks:
+            callback.on_checkpoint_end(self, reason)
+
+    def _write_checkpoint(self, reason: str) -> None:
         if not self.world.is_main:
             self.world.barrier()
             return
@@ -420,22 +442,23 @@ class Trainer:
         return last.exists() and last.resolve().name == f"step_{self.progress.step:07d}"
 
 
-def train(config: RunConfig, run_dir: str | Path, resume: bool = False,
+def train(config: RunConfig, run_dir: str | Path, resume: bool = False, start_over: bool = False,
           callbacks: Sequence[Callback] = ()) -> dict[str, Any] | None:
     """Train a new run in ``run_dir`` (or continue it with ``resume``) and write its ``summary.json``: what
-    ``vaswani train`` does. Returns the summary on the main process (None on the other ranks)."""
+    ``vaswani train`` does. The directory is locked for the whole run, and a start that would mix two runs is
+    refused (``start_over`` moves the earlier run aside). Returns the summary on the main process (None on the
+    other ranks)."""
     run_dir = Path(run_dir)
-    has_checkpoints = (run_dir / "checkpoints" / "last").exists()
-    if resume and not has_checkpoints:
-        raise VaswaniError(f"{run_dir}: nothing to resume (no checkpoints/last); drop --resume to start")
-    if has_checkpoints and not resume:
-        raise VaswaniError(f"{run_dir} already holds a run: add --resume to continue it, or pick another --run-dir")
-    trainer = Trainer(config, run_dir, resume=resume, callbacks=callbacks)
-    summary = trainer.fit()
-    if not trainer.world.is_main:
-        return None
-    atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
-    return summary
+    is_main = int(os.environ.get("RANK", "0")) == 0  # under torchrun, rank 0 owns the directory
+    with claim(run_dir) if is_main else contextlib.nullcontext():
+        if is_main:
+            check_start(run_dir, resume=resume, start_over=start_over)
+        trainer = Trainer(config, run_dir, resume=resume, callbacks=callbacks)
+        summary = trainer.fit()
+        if not trainer.world.is_main:
+            return None
+        atomic_write_json(run_dir / "summary.json", summary)
+        return summary
 
 
 def updates_within_budget(step: int, planned: int | None, seconds_left: float,

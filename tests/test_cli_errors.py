@@ -1,0 +1,281 @@
+"""Every user error and environment fault the command line can meet ends in one line on stderr and an exit status
+(2: the input, 1: the environment), never a traceback; a real bug still raises. The CLI runs in-process."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import torch
+
+from vaswani.cli import main
+from vaswani.errors import VaswaniError
+
+
+@pytest.fixture
+def run(capsys) -> Callable[..., tuple[int, str]]:
+    """Run ``vaswani ARGS`` in this process; return (exit status, stderr). An exception escaping main() is a
+    traceback the user would have seen, so the test fails with it."""
+
+    def call(*args: str) -> tuple[int, str]:
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as exit:  # argparse's own usage errors
+            code = exit.code
+        err = capsys.readouterr().err
+        return code, err
+
+    return call
+
+
+def unwritable_directory(tmp_path: Path) -> Path:
+    """A directory this process cannot create files in (as root, chmod does not stop us: use /proc)."""
+    if os.geteuid() != 0:
+        path = tmp_path / "read-only"
+        path.mkdir()
+        path.chmod(0o555)
+        return path
+    path = Path("/proc/driver")
+    try:
+        tempfile.mkstemp(dir=path)
+    except OSError:
+        return path
+    pytest.skip("no unwritable directory available to root here")
+
+
+@pytest.fixture
+def checkpoint(tmp_path, tiny_checkpoint: Path) -> Path:
+    """A private copy of the session's tiny checkpoint, free to damage."""
+    return Path(shutil.copytree(tiny_checkpoint, tmp_path / "checkpoint"))
+
+
+@pytest.fixture
+def sentences(tmp_path) -> Path:
+    path = tmp_path / "in.de"
+    path.write_text("Ein Mann fährt Fahrrad.\nZwei Hunde spielen.\n", encoding="utf-8")
+    return path
+
+
+def assert_clean(code: int, err: str, expected_code: int, *fragments: str) -> None:
+    assert code == expected_code, err
+    lines = [line for line in err.splitlines() if "error:" in line]
+    assert len(lines) == 1, err  # one line, naming what is wrong
+    assert "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in lines[0], err
+
+
+# ---- settings -----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("setting, field", [
+    ("model.n_encoder_layers=-2", "model.n_encoder_layers"),  # trained a model without an encoder
+    ("model.n_heads=0", "model.n_heads"),  # ZeroDivisionError
+    ("train.label_smoothing=2", "train.label_smoothing"),  # traceback
+    ("train.max_steps=-1", "train.max_steps"),  # trained one step
+    ("train.lr=nan", "train.lr"),
+    ("model.dropout=1", "model.dropout"),
+    ("train.betas=(0.9,1.5)", "train.betas"),
+    ("data.vocab_size=0", "data.vocab_size"),
+    ("train.log_every_steps=0", "train.log_every_steps"),  # modulo by zero in the loop
+    ("train.warmup_steps=0", "train.warmup_steps"),  # noam divides by it
+    ("train.device=gpu", "train.device"),
+])
+def test_invalid_settings_are_refused_naming_the_field(run, setting: str, field: str) -> None:
+    assert_clean(*run("train", "--preset", "smoke", "--set", setting, "--print-config"), 2, field)
+
+
+@pytest.mark.parametrize("content, fragment", [
+    (b"model: tiny\n", "section model must be a mapping"),  # AttributeError/ValueError
+    (b"train: [1, 2]\n", "section train must be a mapping"),
+    (b"- model\n- data\n", "expected sections model, data, train"),
+    (b"model: {preset: tiny}\ntrain: {max_steps: \xff\xfe}\n", "not UTF-8"),  # UnicodeDecodeError
+    (b"model: {preset: tiny, colour: blue}\n", "colour"),  # TypeError from the preset
+    (b"model: {preset: tiny}\ndata: {vocab_size: 100}\n", "data.vocab_size"),
+    (b"model: {preset: tiny\n", "invalid YAML"),
+])
+def test_malformed_preset_files_are_refused(run, tmp_path, content: bytes, fragment: str) -> None:
+    preset = tmp_path / "preset.yaml"
+    preset.write_bytes(content)
+    assert_clean(*run("train", "--preset", preset, "--print-config"), 2, str(preset), fragment)
+
+
+def test_a_preset_path_naming_a_directory_is_refused(run, tmp_path) -> None:
+    (tmp_path / "dir.yaml").mkdir()
+    assert_clean(*run("train", "--preset", tmp_path / "dir.yaml", "--print-config"), 2, "is a directory")
+
+
+# ---- run directories ---------------------------------------------------------------------------------------------
+
+def fake_run(run_dir: Path, link: str | None) -> dict[str, bytes]:
+    """A run directory as an earlier run left it; returns its files' contents to check nothing was touched."""
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "config.yaml").write_text("model: {preset: tiny}\n")
+    (run_dir / "metrics.jsonl").write_text('{"kind": "train", "step": 1, "loss": 9.0}\n')
+    if link is not None:
+        os.symlink(link, run_dir / "checkpoints" / "last")
+    return {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
+
+
+@pytest.mark.parametrize("link", [
+    "step_0000009",  # dangling: its checkpoint was deleted (Path.exists() is False for it)
+    "last",  # a loop
+    None,  # the earlier run stopped before its first checkpoint
+])
+def test_a_run_directory_holding_a_run_is_never_overwritten(run, tmp_path, link: str | None) -> None:
+    run_dir = tmp_path / "run"
+    before = fake_run(run_dir, link)
+    assert_clean(*run("train", "--preset", "smoke", "--run-dir", run_dir), 2, "already holds a run", "--resume")
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file() and p.name != ".lock"} == before
+    # nor resumed from nothing
+    assert_clean(*run("train", "--preset", "smoke", "--run-dir", run_dir, "--resume"), 2, "nothing to resume")
+
+
+def test_start_over_moves_the_earlier_run_aside_and_deletes_nothing(tmp_path) -> None:
+    from vaswani.training.rundir import check_start, claim, run_evidence
+
+    run_dir = tmp_path / "run"
+    before = fake_run(run_dir, "step_0000009")
+    with claim(run_dir):
+        check_start(run_dir, resume=False, start_over=True)
+    assert run_evidence(run_dir) == []
+    aside = next(run_dir.glob("superseded-*"))
+    assert {p.name: p.read_bytes() for p in aside.iterdir() if p.is_file()} == before
+    assert os.readlink(aside / "checkpoints" / "last") == "step_0000009"
+
+
+def test_a_second_trainer_on_the_same_directory_is_refused_with_the_holders_pid(run, tmp_path) -> None:
+    from vaswani.training.rundir import claim
+
+    run_dir = tmp_path / "run"
+    with claim(run_dir):  # flock conflicts between two open files even inside one process
+        assert_clean(*run("train", "--preset", "smoke", "--run-dir", run_dir), 2, "in use", f"pid {os.getpid()}")
+    with claim(run_dir):  # released when the holder is done
+        pass
+
+
+def test_an_unwritable_run_directory_is_refused_before_any_work(run, tmp_path) -> None:
+    assert_clean(*run("train", "--preset", "smoke", "--run-dir", unwritable_directory(tmp_path)), 1,
+                 "cannot be written")
+
+
+# ---- checkpoints --------------------------------------------------------------------------------------------------
+
+def test_truncated_weights_are_reported_not_raised(run, checkpoint: Path, sentences: Path, tmp_path) -> None:
+    weights = checkpoint / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:5000])
+    assert_clean(*run("translate", "--checkpoint", checkpoint, "--input", sentences, "--device", "cpu"), 2,
+                 "model.safetensors", "truncated or corrupt")
+    other = Path(shutil.copytree(checkpoint, tmp_path / "other"))
+    assert_clean(*run("average", "--checkpoints", checkpoint, other, "--out", tmp_path / "avg"), 2,
+                 "truncated or corrupt")
+
+
+def test_weights_that_do_not_match_model_json_are_reported(run, checkpoint: Path, sentences: Path) -> None:
+    config = json.loads((checkpoint / "model.json").read_text())
+    (checkpoint / "model.json").write_text(json.dumps({**config, "d_ff": config["d_ff"] * 2}))
+    assert_clean(*run("translate", "--checkpoint", checkpoint, "--input", sentences, "--device", "cpu"), 2,
+                 "do not match model.json")
+
+
+def test_an_invalid_model_json_is_reported_with_its_file(run, checkpoint: Path, sentences: Path) -> None:
+    config = json.loads((checkpoint / "model.json").read_text())
+    (checkpoint / "model.json").write_text(json.dumps({**config, "n_heads": 0}))
+    assert_clean(*run("translate", "--checkpoint", checkpoint, "--input", sentences, "--device", "cpu"), 2,
+                 "model.json", "model.n_heads")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize("command", ["translate", "evaluate"])
+def test_asking_for_cuda_without_one_names_the_device(run, checkpoint: Path, sentences: Path,
+                                                      command: str) -> None:
+    data = ["--input", sentences] if command == "translate" else ["--src", sentences, "--ref", sentences]
+    assert_clean(*run(command, "--checkpoint", checkpoint, *data, "--device", "cuda"), 1, "'cuda'",
+                 "no CUDA device")
+
+
+# ---- translate / evaluate options and paths ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("options, fragment", [
+    (["--beam", "0"], "--beam 0: search.beam_size=0 must be >= 1"),  # was reported as an --nbest problem
+    (["--beam", "2", "--nbest", "3"], "--nbest 3"),
+    (["--alpha", "nan"], "--alpha nan"),  # returned empty hypotheses scored -inf
+    (["--max-tokens", "0"], "--max-tokens 0"),  # accepted
+    (["--batch-size", "0"], "--batch-size 0"),
+    (["--repetition-penalty", "0"], "--repetition-penalty 0"),
+])
+def test_invalid_search_options_name_the_option(run, sentences: Path, options: list[str], fragment: str) -> None:
+    # checked before anything is loaded: the checkpoint does not even exist
+    assert_clean(*run("translate", "--checkpoint", "missing", "--input", sentences, *options), 2, fragment)
+
+
+def test_input_naming_a_directory_is_refused(run, checkpoint: Path, tmp_path) -> None:
+    assert_clean(*run("translate", "--checkpoint", checkpoint, "--input", tmp_path, "--device", "cpu"), 2,
+                 "is a directory")
+
+
+def test_an_unwritable_output_is_refused_before_translating(run, sentences: Path, tmp_path) -> None:
+    # the checkpoint does not exist: refusing the output first proves the check comes before the work
+    out = unwritable_directory(tmp_path) / "out.en"
+    assert_clean(*run("translate", "--checkpoint", "missing", "--input", sentences, "--output", out), 1,
+                 "cannot be written")
+    code, err = run("evaluate", "--checkpoint", "missing", "--src", sentences, "--ref", sentences,
+                    "--out", unwritable_directory(tmp_path))
+    assert_clean(code, err, 1, "cannot be written")
+
+
+def test_translate_writes_its_output_whole(run, checkpoint: Path, sentences: Path, tmp_path) -> None:
+    out = tmp_path / "new" / "out.en"
+    code, err = run("translate", "--checkpoint", checkpoint, "--input", sentences, "--output", out,
+                    "--device", "cpu", "--beam", "1")
+    assert code == 0, err
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 2
+
+
+# ---- compare, prepare ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("content", [
+    '{"bleu": 30}',  # KeyError
+    '[1, 2, 3]',  # TypeError
+    '{"test_set": "x", "sentences": 1}',
+    '"a string"',
+    b"\xff\xfe\x00",  # not UTF-8
+])
+def test_compare_refuses_a_json_that_is_not_an_evaluate_result(run, tmp_path, content) -> None:
+    path = tmp_path / "results.json"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    assert_clean(*run("compare", path, "--out", tmp_path / "cmp"), 2, str(path))
+
+
+@pytest.mark.parametrize("options, fragment", [
+    (["--vocab-size", "0"], "vocab_size=0"),  # was silently the default
+    (["--vocab-size", "100"], "vocab_size=100"),
+    (["--max-len", "0"], "max_len=0"),  # refused only after the tokenizer was trained and written
+    (["--min-frequency", "0"], "min_frequency=0"),
+])
+def test_prepare_refuses_bad_sizes_before_any_work(run, tmp_path, options: list[str], fragment: str) -> None:
+    out = tmp_path / "prepared"
+    assert_clean(*run("prepare", "--data-dir", tmp_path / "no-corpus-here", "--out", out, *options), 2, fragment)
+    assert not out.exists()
+
+
+# ---- bugs keep their traceback --------------------------------------------------------------------------------------
+
+def test_a_real_bug_still_raises_and_debug_shows_every_traceback(run, monkeypatch, sentences: Path) -> None:
+    import vaswani.decoding.commands as commands
+
+    def bug(args):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(commands, "translator_from_args", bug)
+    with pytest.raises(ZeroDivisionError):
+        main(["translate", "--checkpoint", "x", "--input", str(sentences)])
+    with pytest.raises(VaswaniError):
+        main(["--debug", "translate", "--checkpoint", "x", "--input", str(sentences), "--beam", "0"])
+    monkeypatch.setenv("VASWANI_DEBUG", "1")
+    with pytest.raises(VaswaniError):
+        main(["translate", "--checkpoint", "x", "--input", str(sentences), "--beam", "0"])

@@ -1,0 +1,75 @@
+"""Checkpoints a kill can leave behind: a dangling `last`, a re-saved step, a torn metrics line."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from vaswani.config import ModelConfig
+from vaswani.errors import VaswaniError
+from vaswani.model import Transformer
+from vaswani.training.checkpoint import latest_checkpoint, load_trainer_state, point, save_checkpoint
+from vaswani.training.metrics import read_metrics
+
+
+@pytest.fixture
+def checkpoints(tmp_path) -> tuple[Path, Transformer, Path]:
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=300))
+    tokenizer = tmp_path / "tokenizer.json"
+    tokenizer.write_text("{}")
+    return tmp_path / "checkpoints", model, tokenizer
+
+
+def _state(step: int) -> dict:
+    return {"optimizer": {}, "scheduler": {}, "progress": {"step": step}, "rng": {}, "config_yaml": ""}
+
+
+def test_resume_finds_the_newest_complete_checkpoint_when_last_dangles(checkpoints) -> None:
+    directory, model, tokenizer = checkpoints
+    for step in (2, 4):
+        point(directory, "last", save_checkpoint(directory, f"step_{step:07d}", model, tokenizer, _state(step), {}))
+    (directory / "step_0000006").mkdir()  # a step the kill left without its files
+    os.remove(directory / "last")
+    os.symlink("step_0000009", directory / "last")  # dangling: Path.exists() is False
+    assert latest_checkpoint(directory) == directory / "step_0000004"
+    found, state = load_trainer_state(directory.parent)
+    assert found == directory / "step_0000004" and state["progress"]["step"] == 4
+
+
+def test_a_step_saved_twice_is_replaced_by_renames_and_never_half_deleted(checkpoints, monkeypatch) -> None:
+    directory, model, tokenizer = checkpoints
+    first = save_checkpoint(directory, "step_0000002", model, tokenizer, _state(2), {"reason": "periodic"})
+    point(directory, "last", first)
+
+    # killed between the two renames: the old copy is aside under a name resume still finds
+    real_replace = os.replace
+    calls = []
+
+    def replace_then_die(source, target):
+        real_replace(source, target)
+        if Path(source).name == "step_0000002":  # the old checkpoint moved aside, the new one not yet in place
+            calls.append((Path(source).name, Path(target).name))
+            raise KeyboardInterrupt  # stands in for SIGKILL between the two renames
+
+    monkeypatch.setattr(os, "replace", replace_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(directory, "step_0000002", model, tokenizer, _state(2), {"reason": "eval"})
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert calls == [("step_0000002", ".replaced-step_0000002")]
+    assert latest_checkpoint(directory) == directory / ".replaced-step_0000002"
+    # the save done again completes and removes the copy
+    save_checkpoint(directory, "step_0000002", model, tokenizer, _state(2), {"reason": "eval"})
+    assert latest_checkpoint(directory) == directory / "step_0000002"
+    assert not (directory / ".replaced-step_0000002").exists()
+
+
+def test_a_torn_last_metrics_line_is_dropped_and_a_torn_middle_one_named(tmp_path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"kind": "train", "step": 1}\n{"kind": "train", "st')
+    assert read_metrics(path) == [{"kind": "train", "step": 1}]
+    path.write_text('{"kind": "train", "st\n{"kind": "train", "step": 2}\n')
+    with pytest.raises(VaswaniError, match="metrics.jsonl:1"):
+        read_metrics(path)
