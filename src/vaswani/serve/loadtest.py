@@ -138,6 +138,9 @@ def run_load_test(
                     print(f"{mode:>12} {level:>3} clients, repeat {repeat}: {result['sentences_per_s']:.2f} "
                           f"sentences/s, p95 {result['p95_ms'] or 0:.0f} ms, errors {result['errors']}", flush=True)
         screenshots = save_screenshots(servers["batching"].url, out)
+        import httpx
+
+        model = httpx.get(servers["batching"].url + "/v1/model", timeout=30).json()
     finally:
         for server in servers.values():
             server.stop()
@@ -151,7 +154,7 @@ def run_load_test(
             "server_threads": threads, "cores_visible": os.cpu_count(), "torch_threads_client": torch.get_num_threads(),
             "note": "server and load generator run on the same machine and share its cores",
         },
-        "rows": rows, "runs": runs, "screenshots": screenshots,
+        "model": model, "rows": rows, "runs": runs, "screenshots": screenshots,
     }
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "results.json", results)
@@ -214,7 +217,7 @@ def table(results: dict[str, Any]) -> str:
             f"{_ms(row['p50_ms'])} | {_ms(row['p95_ms'])} | {_ms(row['p99_ms'])} | {row['errors']} |")
     hardware = prov["hardware"]
     lines += ["", f"Command: `{prov['command']}` · commit {prov['git'].get('commit', '?')[:10]}"
-              f"{' (dirty tree)' if prov['git'].get('dirty') else ''} · {hardware.get('cpu', '')}", ""]
+              f"{' (dirty tree)' if prov['git'].get('dirty') else ''} · {hardware.get('processor', '')}, {hardware.get('cpu_count', '?')} cores", ""]
     return "\n".join(lines)
 
 
@@ -237,9 +240,8 @@ def readme(results: dict[str, Any]) -> str:
         f"{most['speedup']:.2f}× (per-repeat range {most['speedup_range'][0]:.2f}–{most['speedup_range'][1]:.2f}); "
         f"p95 latency {_ms(most['p95_ms'])} ms against {_ms(alone_most['p95_ms'])} ms.",
         f"- With {least['clients']} client(s) there is nothing to batch: {least['sentences_per_s']:.2f} against "
-        f"{next(r for r in alone if r['clients'] == least['clients'])['sentences_per_s']:.2f} sentences/s "
-        f"({least['speedup']:.2f}×); the {results['setup']['seconds_per_run']:.0f}-s runs show what the "
-        "gathering wait costs a lone client.",
+        f"{next(r for r in alone if r['clients'] == least['clients'])['sentences_per_s']:.2f} sentences/s, "
+        f"{least['speedup']:.2f}× ({_lone_client_verdict(least['speedup_range'])}).",
         f"- Errors over all runs: **{errors}**.",
         "- The server and the load generator share the same cores (and, on the machine that wrote these files, "
         "other jobs), so the absolute rates are low and noisy; the ratios were measured with the two servers "
@@ -248,9 +250,28 @@ def readme(results: dict[str, Any]) -> str:
         "![throughput and latency](throughput.png)",
         "",
     ]
-    for shot in results.get("screenshots") or []:
-        text += [f"![the attention page]({shot})", ""]
+    model = results.get("model") or {}
+    if results.get("screenshots"):
+        bleu = model.get("val_bleu")
+        text += [
+            f"The screenshots show the page serving `{model.get('id')}` (step {model.get('step')}, validation BLEU "
+            f"{'unknown' if bleu is None else f'{bleu:.1f}'} on the run's 100-sentence subset) and the beam-4 "
+            "translation of the sentence typed; one target row is clicked, which lights up its source tokens.",
+            "",
+        ]
+        text += [f"![the attention page]({shot})" for shot in results["screenshots"]] + [""]
     return "\n".join(text)
+
+
+def _lone_client_verdict(ratio_range: list[float] | None) -> str:
+    if not ratio_range:
+        return "no ratio"
+    low, high = ratio_range
+    if low <= 1.0 <= high:
+        return f"per-repeat ratios {low:.2f}–{high:.2f} straddle 1: no difference beyond the noise"
+    if high < 1.0:
+        return f"per-repeat ratios {low:.2f}–{high:.2f}: the gathering wait costs a lone client"
+    return f"per-repeat ratios {low:.2f}–{high:.2f}, above 1 although a lone client has nothing to batch: noise"
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
@@ -267,8 +288,10 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         left.fill_between(levels, [r["sentences_per_s_min"] for r in mine], [r["sentences_per_s_max"] for r in mine],
                           alpha=0.2)
         right.plot(levels, [(r["p95_ms"] or 0) / 1000 for r in mine], marker=marker, label=mode)
+    levels = sorted({r["clients"] for r in rows})
     for axis, label in ((left, "sentences / s"), (right, "p95 latency (s)")):
         axis.set_xscale("log", base=2)
+        axis.set_xticks(levels, [str(level) for level in levels])
         axis.set_xlabel("concurrent clients")
         axis.set_ylabel(label)
         axis.grid(alpha=0.3)
