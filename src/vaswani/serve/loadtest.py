@@ -1,7 +1,7 @@
 """``vaswani serve-bench``: a bounded loopback load test of ``vaswani serve``, with and without request batching.
 
 Two server processes are started on 127.0.0.1 (one batching, one searching each sentence alone) and driven in
-turn — A, B, A, B — by N concurrent clients for a fixed number of seconds per level, each client sending one
+turn — A B, then B A, … — by N concurrent clients for a fixed number of seconds per level, each client sending one
 Multi30k test sentence per request and the next as soon as the answer arrives. Nothing leaves the machine and the
 run stops by itself. Written to ``--out``: results.json (every repeat, with provenance), table.md, throughput.png,
 README.md, and screenshots of the page when Playwright and chromium are installed.
@@ -132,7 +132,10 @@ def run_load_test(
             asyncio.run(_drive(url, 2, 2.0, sentences, beam))
         for level in clients:
             for repeat in range(repeats):
-                for mode, server in servers.items():  # interleaved: A, B, A, B at every level
+                order = list(servers.items())
+                if repeat % 2:  # A B, then B A: a drift in the machine's load favours neither mode
+                    order.reverse()
+                for mode, server in order:
                     result = asyncio.run(_drive(server.url, level, seconds, sentences, beam))
                     runs.append({"mode": mode, "clients": level, "repeat": repeat, **result})
                     print(f"{mode:>12} {level:>3} clients, repeat {repeat}: {result['sentences_per_s']:.2f} "
@@ -201,7 +204,7 @@ def table(results: dict[str, Any]) -> str:
         "# `vaswani serve` under load (loopback)",
         "",
         f"Beam {setup['beam']}, one sentence per request, {setup['seconds_per_run']:.0f} s per run, "
-        f"{setup['repeats']} interleaved repeats (medians; min–max in brackets). "
+        f"{setup['repeats']} repeats interleaved A B, B A (medians; min–max in brackets). "
         f"**The server and the load generator share the machine's {setup['cores_visible']} cores** "
         f"(server: {setup['server_threads']} torch thread).",
         "",
@@ -245,7 +248,7 @@ def readme(results: dict[str, Any]) -> str:
         f"- Errors over all runs: **{errors}**.",
         "- The server and the load generator share the same cores (and, on the machine that wrote these files, "
         "other jobs), so the absolute rates are low and noisy; the ratios were measured with the two servers "
-        "driven in turn (A, B, A, B) in one process.",
+        "driven in turn (A B, B A, …) in one process.",
         "",
         "![throughput and latency](throughput.png)",
         "",
