@@ -124,6 +124,7 @@ def run_load_test(
     from vaswani.data.corpora import load_corpus
     from vaswani.provenance import provenance
 
+    stamp = provenance("cpu")  # before anything is written: the tree is still the committed one
     sentences = load_corpus("multi30k", "test2016", data_dir=data_dir).source[:n_sentences]
     servers = {mode: Server(checkpoint, flags, threads) for mode, flags in MODES.items()}
     runs: list[dict[str, Any]] = []
@@ -150,7 +151,7 @@ def run_load_test(
 
     rows = summarise(runs, clients)
     results = {
-        "provenance": provenance("cpu"),
+        "provenance": stamp,
         "setup": {
             "checkpoint": str(checkpoint), "beam": beam, "seconds_per_run": seconds, "repeats": repeats,
             "sentences": f"first {len(sentences)} sources of Multi30k test2016, cycled",
