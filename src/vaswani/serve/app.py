@@ -120,7 +120,8 @@ def create_app(checkpoint: str | Path | Translator, settings: ServeSettings | No
         else:
             directory = resolve_checkpoint(checkpoint)
             translator = Translator.load(directory, SearchConfig(), device=settings.device)
-        info = checkpoint_info(directory) if directory else {"id": "in-process", "step": None}
+        info = checkpoint_info(directory) if directory else {"id": "in-process", "step": None, "val_bleu": None,
+                                                             "val_loss": None}
         batcher = Batcher(translator, settings)
         batcher.start()
         service.update(translator=translator, batcher=batcher, info=info)

@@ -68,7 +68,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--checkpoint", required=True, metavar="DIR")
     bench.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32], help="concurrency levels")
     bench.add_argument("--seconds", type=float, default=20.0, help="duration of each run")
-    bench.add_argument("--repeats", type=int, default=2, help="runs per level and mode, interleaved A, B, A, B")
+    bench.add_argument("--repeats", type=int, default=2, help="runs per level and mode, interleaved A B, B A, …")
     bench.add_argument("--beam", type=int, default=4, help="beam of every request")
     bench.add_argument("--sentences", type=int, default=500, help="test sentences cycled through by the clients")
     bench.add_argument("--data-dir", type=Path, default=None, help="corpora (default: $VASWANI_DATA)")

@@ -1,7 +1,7 @@
 """``vaswani serve-bench``: a bounded loopback load test of ``vaswani serve``, with and without request batching.
 
 Two server processes are started on 127.0.0.1 (one batching, one searching each sentence alone) and driven in
-turn — A, B, A, B — by N concurrent clients for a fixed number of seconds per level, each client sending one
+turn — A B, then B A, … — by N concurrent clients for a fixed number of seconds per level, each client sending one
 Multi30k test sentence per request and the next as soon as the answer arrives. Nothing leaves the machine and the
 run stops by itself. Written to ``--out``: results.json (every repeat, with provenance), table.md, throughput.png,
 README.md, and screenshots of the page when Playwright and chromium are installed.
@@ -124,6 +124,7 @@ def run_load_test(
     from vaswani.data.corpora import load_corpus
     from vaswani.provenance import provenance
 
+    stamp = provenance("cpu")  # before anything is written: the tree is still the committed one
     sentences = load_corpus("multi30k", "test2016", data_dir=data_dir).source[:n_sentences]
     servers = {mode: Server(checkpoint, flags, threads) for mode, flags in MODES.items()}
     runs: list[dict[str, Any]] = []
@@ -132,26 +133,32 @@ def run_load_test(
             asyncio.run(_drive(url, 2, 2.0, sentences, beam))
         for level in clients:
             for repeat in range(repeats):
-                for mode, server in servers.items():  # interleaved: A, B, A, B at every level
+                order = list(servers.items())
+                if repeat % 2:  # A B, then B A: a drift in the machine's load favours neither mode
+                    order.reverse()
+                for mode, server in order:
                     result = asyncio.run(_drive(server.url, level, seconds, sentences, beam))
                     runs.append({"mode": mode, "clients": level, "repeat": repeat, **result})
                     print(f"{mode:>12} {level:>3} clients, repeat {repeat}: {result['sentences_per_s']:.2f} "
                           f"sentences/s, p95 {result['p95_ms'] or 0:.0f} ms, errors {result['errors']}", flush=True)
         screenshots = save_screenshots(servers["batching"].url, out)
+        import httpx
+
+        model = httpx.get(servers["batching"].url + "/v1/model", timeout=30).json()
     finally:
         for server in servers.values():
             server.stop()
 
     rows = summarise(runs, clients)
     results = {
-        "provenance": provenance("cpu"),
+        "provenance": stamp,
         "setup": {
             "checkpoint": str(checkpoint), "beam": beam, "seconds_per_run": seconds, "repeats": repeats,
             "sentences": f"first {len(sentences)} sources of Multi30k test2016, cycled",
             "server_threads": threads, "cores_visible": os.cpu_count(), "torch_threads_client": torch.get_num_threads(),
             "note": "server and load generator run on the same machine and share its cores",
         },
-        "rows": rows, "runs": runs, "screenshots": screenshots,
+        "model": model, "rows": rows, "runs": runs, "screenshots": screenshots,
     }
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "results.json", results)
@@ -198,7 +205,7 @@ def table(results: dict[str, Any]) -> str:
         "# `vaswani serve` under load (loopback)",
         "",
         f"Beam {setup['beam']}, one sentence per request, {setup['seconds_per_run']:.0f} s per run, "
-        f"{setup['repeats']} interleaved repeats (medians; min–max in brackets). "
+        f"{setup['repeats']} repeats interleaved A B, B A (medians; min–max in brackets). "
         f"**The server and the load generator share the machine's {setup['cores_visible']} cores** "
         f"(server: {setup['server_threads']} torch thread).",
         "",
@@ -214,7 +221,7 @@ def table(results: dict[str, Any]) -> str:
             f"{_ms(row['p50_ms'])} | {_ms(row['p95_ms'])} | {_ms(row['p99_ms'])} | {row['errors']} |")
     hardware = prov["hardware"]
     lines += ["", f"Command: `{prov['command']}` · commit {prov['git'].get('commit', '?')[:10]}"
-              f"{' (dirty tree)' if prov['git'].get('dirty') else ''} · {hardware.get('cpu', '')}", ""]
+              f"{' (dirty tree)' if prov['git'].get('dirty') else ''} · {hardware.get('processor', '')}, {hardware.get('cpu_count', '?')} cores", ""]
     return "\n".join(lines)
 
 
@@ -237,20 +244,38 @@ def readme(results: dict[str, Any]) -> str:
         f"{most['speedup']:.2f}× (per-repeat range {most['speedup_range'][0]:.2f}–{most['speedup_range'][1]:.2f}); "
         f"p95 latency {_ms(most['p95_ms'])} ms against {_ms(alone_most['p95_ms'])} ms.",
         f"- With {least['clients']} client(s) there is nothing to batch: {least['sentences_per_s']:.2f} against "
-        f"{next(r for r in alone if r['clients'] == least['clients'])['sentences_per_s']:.2f} sentences/s "
-        f"({least['speedup']:.2f}×); the {results['setup']['seconds_per_run']:.0f}-s runs show what the "
-        "gathering wait costs a lone client.",
+        f"{next(r for r in alone if r['clients'] == least['clients'])['sentences_per_s']:.2f} sentences/s, "
+        f"{least['speedup']:.2f}× ({_lone_client_verdict(least['speedup_range'])}).",
         f"- Errors over all runs: **{errors}**.",
         "- The server and the load generator share the same cores (and, on the machine that wrote these files, "
         "other jobs), so the absolute rates are low and noisy; the ratios were measured with the two servers "
-        "driven in turn (A, B, A, B) in one process.",
+        "driven in turn (A B, B A, …) in one process.",
         "",
         "![throughput and latency](throughput.png)",
         "",
     ]
-    for shot in results.get("screenshots") or []:
-        text += [f"![the attention page]({shot})", ""]
+    model = results.get("model") or {}
+    if results.get("screenshots"):
+        bleu = model.get("val_bleu")
+        text += [
+            f"The screenshots show the page serving `{model.get('id')}` (step {model.get('step')}, validation BLEU "
+            f"{'unknown' if bleu is None else f'{bleu:.1f}'} on the run's 100-sentence subset) and the beam-4 "
+            "translation of the sentence typed; one target row is clicked, which lights up its source tokens.",
+            "",
+        ]
+        text += [f"![the attention page]({shot})" for shot in results["screenshots"]] + [""]
     return "\n".join(text)
+
+
+def _lone_client_verdict(ratio_range: list[float] | None) -> str:
+    if not ratio_range:
+        return "no ratio"
+    low, high = ratio_range
+    if low <= 1.0 <= high:
+        return f"per-repeat ratios {low:.2f}–{high:.2f} straddle 1: no difference beyond the noise"
+    if high < 1.0:
+        return f"per-repeat ratios {low:.2f}–{high:.2f}: the gathering wait costs a lone client"
+    return f"per-repeat ratios {low:.2f}–{high:.2f}, above 1 although a lone client has nothing to batch: noise"
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
@@ -267,8 +292,10 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         left.fill_between(levels, [r["sentences_per_s_min"] for r in mine], [r["sentences_per_s_max"] for r in mine],
                           alpha=0.2)
         right.plot(levels, [(r["p95_ms"] or 0) / 1000 for r in mine], marker=marker, label=mode)
+    levels = sorted({r["clients"] for r in rows})
     for axis, label in ((left, "sentences / s"), (right, "p95 latency (s)")):
         axis.set_xscale("log", base=2)
+        axis.set_xticks(levels, [str(level) for level in levels])
         axis.set_xlabel("concurrent clients")
         axis.set_ylabel(label)
         axis.grid(alpha=0.3)

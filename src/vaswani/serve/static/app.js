@@ -92,13 +92,15 @@ function drawHeatmap() {
       cell.title = `${token.trim() || token} ← ${sources[s].trim() || sources[s]}: ${weight.toFixed(3)}`;
       row.appendChild(cell);
     });
+    const rowMax = Math.max(...matrix[t]);
     const light = () => {
       grid.querySelectorAll(".hm-row.active").forEach((r) => r.classList.remove("active"));
       row.classList.add("active");
       matrix[t].forEach((weight, s) => {
+        const share = weight / rowMax; // relative to the row's strongest source token, which gets full colour
         sourceCells[s].classList.add("lit");
-        sourceCells[s].classList.toggle("strong", weight > 0.35);
-        sourceCells[s].style.setProperty("--lit", Math.sqrt(weight).toFixed(3));
+        sourceCells[s].classList.toggle("strong", share > 0.6);
+        sourceCells[s].style.setProperty("--lit", share.toFixed(3));
       });
     };
     const unlight = () => {
