@@ -183,7 +183,7 @@ def summarise(runs: list[dict[str, Any]], clients: list[int]) -> list[dict[str, 
                 values = [r[key] for r in mine if r[key] is not None]
                 row[key] = statistics.median(values) if values else None
             rows.append(row)
-        batched, alone = rows[-2], rows[-1]
+        batched = rows[-2]
         ratios = sorted(
             a["sentences_per_s"] / b["sentences_per_s"]
             for a in runs if a["mode"] == "batching" and a["clients"] == level
