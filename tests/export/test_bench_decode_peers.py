@@ -26,6 +26,9 @@ def test_peer_decode_benchmark_writes_results(trained_checkpoint: Path, tmp_path
     for search in ("greedy", "beam 2"):  # the same model and search rules: the same outputs
         assert rows["marian", search]["tokens"] == rows["ours", search]["tokens"]
         assert rows["marian", search]["bleu"] == rows["ours", search]["bleu"]
+    # CTranslate2 float32 greedy decodes the same sources (each up to its </s>) with the same rules
+    assert rows["ctranslate2 float32", "greedy"]["tokens"] == rows["ours", "greedy"]["tokens"]
+    assert rows["ctranslate2 float32", "greedy"]["bleu"] == rows["ours", "greedy"]["bleu"]
     assert all(r["sentences"] == 4 and len(r["runs"]) == 1 and r["bleu"] is not None for r in rows.values())
     assert set(report["speed_ratios_ours_over_peer"]) == {f"ours / {e}, {s}" for e in engines - {"ours"}
                                                           for s in ("greedy", "beam 2")}

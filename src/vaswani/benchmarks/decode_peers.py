@@ -136,7 +136,8 @@ def ctranslate2_engines(model: Transformer, vocabulary: list[str], batches: list
 
     index = {token: i for i, token in enumerate(vocabulary)}
     # Token strings prepared outside the timed region, as our engine gets ready-made id tensors.
-    tokens = [[[vocabulary[t] for t in row[:-1] if t != 0] for row in src.tolist()] for src in batches]
+    # The model config appends </s> itself, so each source is given up to its </s> (then padding).
+    tokens = [[[vocabulary[t] for t in row[: row.index(2)]] for row in src.tolist()] for src in batches]
     engines = []
     for quantization in ("float32", "int8"):
         directory = workdir / quantization

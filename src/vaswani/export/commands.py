@@ -18,7 +18,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "export",
         help="write a checkpoint as a Hugging Face (MarianMT) or CTranslate2 model",
         description="Export a checkpoint for other tools: --format hf gives a directory that "
-        "transformers.MarianMTModel / AutoTokenizer / pipeline('translation') load; --format ctranslate2 gives a "
+        "transformers.MarianMTModel and AutoTokenizer load (and, on transformers 4, pipeline('translation')); "
+        "--format ctranslate2 gives a "
         "CTranslate2 model (optionally int8) with our tokenizer.json beside it. Needs pip install 'vaswani[export]'.",
     )
     parser.add_argument("--checkpoint", required=True, metavar="RUN", help="checkpoint directory or run directory")
