@@ -1,0 +1,38 @@
+"""The hand-written label-smoothed cross-entropy is F.cross_entropy: same loss, same gradient."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from vaswani.training.loss import smoothed_cross_entropy
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.3])
+def test_matches_torch_cross_entropy_and_its_gradient(smoothing: float) -> None:
+    torch.manual_seed(0)
+    logits = (3 * torch.randn(37, 101)).requires_grad_()
+    targets = torch.randint(0, 101, (37,))
+    loss, nll, correct = smoothed_cross_entropy(logits, targets, smoothing)
+    (grad,) = torch.autograd.grad(2.5 * loss, logits)
+
+    reference_logits = logits.detach().clone().requires_grad_()
+    reference = F.cross_entropy(reference_logits, targets, label_smoothing=smoothing, reduction="sum")
+    (2.5 * reference).backward()
+    torch.testing.assert_close(loss, reference)
+    torch.testing.assert_close(grad, reference_logits.grad)
+    torch.testing.assert_close(nll, F.cross_entropy(logits.detach(), targets, reduction="sum"))
+    assert correct == (logits.argmax(-1) == targets).sum() and not nll.requires_grad
+
+
+def test_gradcheck_in_double_precision() -> None:
+    logits = torch.randn(5, 7, dtype=torch.float64, requires_grad=True)
+    targets = torch.tensor([0, 3, 6, 6, 2])
+    assert torch.autograd.gradcheck(lambda x: smoothed_cross_entropy(x, targets, 0.1)[0], (logits,))
+
+
+def test_no_rows_give_zero_loss() -> None:
+    loss, nll, correct = smoothed_cross_entropy(torch.zeros(0, 9, requires_grad=True), torch.zeros(0, dtype=torch.long),
+                                                0.1)
+    assert loss.item() == 0.0 and nll.item() == 0.0 and correct.item() == 0
