@@ -139,6 +139,31 @@ def _full_logits_loss(logits: torch.Tensor, tgt_out: torch.Tensor, pad: int,
     return loss, loss.detach(), loss.new_zeros(())
 
 
+class TwoCrossEntropiesLoss(nn.Module):
+    """Our model with the loss as it was before ``smoothed_cross_entropy``: F.cross_entropy with label smoothing,
+    then a second, unsmoothed one (and an argmax over the logits) for the logged NLL and accuracy."""
+
+    def __init__(self, model: Transformer, label_smoothing: float):
+        super().__init__()
+        self.model, self.label_smoothing = model, label_smoothing
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        memory, memory_mask = self.model.encode(src)
+        hidden = self.model.decode(tgt_in, memory, memory_mask)
+        real = tgt_out != self.model.config.pad_id
+        logits, targets = self.model.project(hidden[real]).float(), tgt_out[real]
+        loss = F.cross_entropy(logits, targets, label_smoothing=self.label_smoothing, reduction="sum")
+        with torch.no_grad():
+            nll = F.cross_entropy(logits, targets, reduction="sum") if self.label_smoothing else loss.detach()
+            correct = (logits.argmax(-1) == targets).sum()
+        return loss, nll, correct
+
+
+# Each speed-up of the training step, undone one at a time: (name, what changes). Raced against ours as it is.
+SPEEDUPS = ("attention dropout 0.1 (before: = dropout)", "loss: two cross-entropies (before)",
+            "AdamW for-each (before: fused on GPU only)", "torch.compile (train.compile=true)")
+
+
 PEERS: dict[str, tuple[str, Callable[[ModelConfig, float], nn.Module]]] = {
     "torch": ("torch.nn.Transformer", TorchTransformerBaseline),
     "marian": ("MarianMT", MarianPeer),
@@ -217,9 +242,9 @@ def multi30k_batches(vocab_size: int, max_tokens: int, n_batches: int, data_dir:
 class Contender:
     """One model, its optimizer and its step over the benchmark's batches."""
 
-    def __init__(self, name: str, module: nn.Module, precision: str):
+    def __init__(self, name: str, module: nn.Module, precision: str, fused: bool = True):
         self.name, self.module, self.precision = name, module, precision
-        self.optimizer = torch.optim.AdamW(module.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+        self.optimizer = torch.optim.AdamW(module.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=fused)
         self.rates: list[float] = []
         self.parameters = sum(p.numel() for p in module.parameters() if p.requires_grad)
 
@@ -288,6 +313,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto")
     parser.add_argument("--data-dir", default=None, help="folder with multi30k/ (default $VASWANI_DATA)")
+    parser.add_argument("--speedups", action="store_true",
+                        help="also race ours with each training speed-up undone (and with torch.compile)")
+    parser.add_argument("--foreach", action="store_true",
+                        help="AdamW's for-each implementation for every model (default: fused, as training uses)")
     parser.add_argument("--profile", type=int, nargs="*", default=None, metavar="THREADS",
                         help="also write torch.profiler tables of each model's step at these thread counts")
     parser.add_argument("--out", type=Path, default=None,
@@ -309,12 +338,15 @@ def run(args: argparse.Namespace) -> int:
             smoothing = 0.1 if loss == "smoothed" else 0.0
             for precision in args.precision:
                 contenders = []
-                for name, build in [("vaswani", lambda c=config: TranslationLoss(Transformer(c), smoothing))] + [
+                builds = [("vaswani", lambda c=config: TranslationLoss(Transformer(c), smoothing))] + [
                     (f"vaswani {label}", lambda c=c: TranslationLoss(Transformer(c), smoothing))
                     for label, c in variants
-                ] + [(PEERS[p][0], lambda p=p: PEERS[p][1](config, smoothing)) for p in args.peer]:
+                ] + [(PEERS[p][0], lambda p=p: PEERS[p][1](config, smoothing)) for p in args.peer]
+                for name, build in builds:
                     torch.manual_seed(0)
-                    contenders.append(Contender(name, build().to(device), precision))
+                    contenders.append(Contender(name, build().to(device), precision, fused=not args.foreach))
+                if args.speedups:
+                    contenders += _speedup_contenders(config, smoothing, precision, device)
                 device_batches = [b.to(device) for b in batches]
                 race(contenders, device_batches, device, args.warmup, args.repeats)
                 row = {"batches": kind, "loss": loss, "precision": precision,
@@ -344,6 +376,23 @@ def run(args: argparse.Namespace) -> int:
                               "".join(f"## {key}\n{table}\n\n" for key, table in profiles.items()))
         print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
     return 0
+
+
+def _speedup_contenders(config: ModelConfig, smoothing: float, precision: str,
+                        device: torch.device) -> list[Contender]:
+    def ours(c: ModelConfig = config) -> nn.Module:
+        torch.manual_seed(0)
+        return TranslationLoss(Transformer(c), smoothing).to(device)
+
+    dropout, loss, adamw, compiled = SPEEDUPS
+    torch.manual_seed(0)
+    return [
+        Contender(f"vaswani, {dropout}", ours(ModelConfig(**{**config.to_dict(), "attention_dropout": 0.1})),
+                  precision),
+        Contender(f"vaswani, {loss}", TwoCrossEntropiesLoss(Transformer(config), smoothing).to(device), precision),
+        Contender(f"vaswani, {adamw}", ours(), precision, fused=False),
+        Contender(f"vaswani, {compiled}", torch.compile(ours()), precision),
+    ]
 
 
 def _variants(specs: list[str], config: ModelConfig) -> list[tuple[str, ModelConfig]]:
