@@ -63,7 +63,8 @@ class TrainBatch:
 
 # ---- peers ------------------------------------------------------------------------------------------------------
 class TorchTransformerBaseline(nn.Module):
-    """Same size as ours with all-three tying: one embedding matrix, sinusoidal positions, post-LN, ReLU."""
+    """Same size as ours with all-three tying: one embedding matrix, sinusoidal positions, post-LN, ReLU.
+    (nn.Transformer has one dropout rate for everything, attention weights included.)"""
 
     def __init__(self, config: ModelConfig, label_smoothing: float = 0.1):
         super().__init__()
@@ -410,8 +411,6 @@ def _speedup_contenders(config: ModelConfig, smoothing: float, precision: str,
 
 
 def _variants(specs: list[str], config: ModelConfig) -> list[tuple[str, ModelConfig]]:
-    from vaswani.config import apply_overrides
-
     out = []
     for spec in specs:
         label, _, assignments = spec.partition(":")
@@ -442,7 +441,7 @@ def markdown_table(report: dict) -> str:
     """The results as a markdown table, with the provenance the numbers need."""
     m = report["model"]
     lines = [
-        f"# `vaswani bench train`: training tokens/s, same batches, steps alternated between models",
+        "# `vaswani bench train`: training tokens/s, same batches, steps alternated between models",
         "",
         f"Model: d_model {m['d_model']}, {m['n_encoder_layers']}+{m['n_decoder_layers']} layers, {m['n_heads']} "
         f"heads, d_ff {m['d_ff']}, vocabulary {m['vocab_size']}, {m['norm']}-LN, {m['activation']}, "
