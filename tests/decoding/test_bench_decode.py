@@ -24,5 +24,7 @@ def test_decode_benchmark_smoke(tmp_path, capsys) -> None:
         assert row["tokens"] == row["sentences"] * 6  # random model: </s> disabled, fixed output length
         assert row["sentences_per_s"] > 0 and row["tokens_per_s"] > 0
     assert set(report["comparisons"]) == {"cache_speedup", "cache_speedup_decoder_only",
-                                          "batched_beam_speedup_per_sentence"}
+                                          "batched_beam_speedup_per_sentence", "preallocated_cache_speedup"}
+    assert set(report["comparisons"]["preallocated_cache_speedup"]) == {"greedy", "beam 2"}
+    assert "caches grown per step (before)" in out.with_suffix(".md").read_text()
     assert {"platform", "cpu_count", "torch", "device_name"} <= set(report["hardware"])

@@ -7,6 +7,7 @@ import torch
 
 from vaswani.config import ModelConfig
 from vaswani.decoding import SearchConfig, UncachedModel, beam_search, generate, greedy_search, max_output_lengths
+from vaswani.decoding.reference import GrowingCacheModel
 from vaswani.model import Transformer
 
 VOCAB = 40
@@ -35,10 +36,16 @@ def _config(**overrides) -> SearchConfig:
     return SearchConfig(**{**dict(max_len_a=1.0, max_len_b=4), **overrides})
 
 
-@pytest.mark.parametrize(
-    "variant",
-    [dict(), dict(positions="rope", norm="pre"), dict(positions="learned", attention="standard", sliding_window=3)],
-)
+VARIANTS = [
+    dict(),  # sinusoidal, post-LN, sdpa
+    dict(positions="rope", norm="pre"),
+    dict(positions="learned", attention="standard", sliding_window=3),
+    dict(positions="rope", sliding_window=2),  # the ring-buffer cache wraps many times
+    dict(positions="none", norm="pre", attention="standard"),
+]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("beam", [1, 3])
 def test_cached_search_equals_uncached_search_token_for_token(variant: dict, beam: int, device) -> None:
     model = _model(device, **variant)
@@ -49,6 +56,19 @@ def test_cached_search_equals_uncached_search_token_for_token(variant: dict, bea
     assert _tokens(cached) == _tokens(uncached)
     for a, b in zip(cached, uncached):
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("beam", [1, 3])
+def test_preallocated_cache_equals_a_cache_grown_step_by_step(variant: dict, beam: int, device) -> None:
+    """The search's preallocated, in-place caches give the tokens and scores of caches grown by a copy per step."""
+    model = _model(device, **variant)
+    src = _sources(device)
+    config = _config(beam_size=beam, nbest=beam, max_len_b=9)
+    preallocated, grown = generate(model, src, config), generate(GrowingCacheModel(model), src, config)
+    assert _tokens(preallocated) == _tokens(grown)
+    for a, b in zip(preallocated, grown):
+        assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-5)
 
 
 def test_uncached_reference_with_a_kept_encoder_agrees(device) -> None:

@@ -38,7 +38,7 @@ class TableModel:
         self.table = table
         self.steps = 0  # decode_step calls, to see early stopping
 
-    def start_decoding(self, src: torch.Tensor) -> TableState:
+    def start_decoding(self, src: torch.Tensor, capacity: int | None = None) -> TableState:
         return TableState(src.new_empty(src.size(0), 0))
 
     def decode_step(self, tokens: torch.Tensor, state: TableState) -> torch.Tensor:

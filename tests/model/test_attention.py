@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vaswani.model.attention import MultiHeadAttention, sdpa_attention, standard_attention
+from vaswani.model.attention import KVCache, MultiHeadAttention, sdpa_attention, standard_attention
 from vaswani.model.masks import causal_mask, padding_mask, sliding_window_mask
 
 B, H, D = 3, 4, 16
@@ -178,3 +178,27 @@ def test_sdpa_dispatches_to_flash_in_bf16_and_matches_standard() -> None:
         flash = sdpa_attention(q, k, v, is_causal=True)
     reference = standard_attention(q.float(), k.float(), v.float(), is_causal=True)
     torch.testing.assert_close(flash.float(), reference, rtol=2e-2, atol=2e-2)
+
+
+def test_kv_cache_writes_in_place_and_doubles_when_full() -> None:
+    cache = KVCache.empty(capacity=3)
+    steps = [torch.randn(2, 4, 1, 8) for _ in range(5)]
+    for t, k in enumerate(steps):
+        cache.append(k, -k)
+        torch.testing.assert_close(cache.k, torch.cat(steps[: t + 1], dim=2), rtol=0, atol=0)
+        torch.testing.assert_close(cache.v, -cache.k, rtol=0, atol=0)
+    assert cache._k.size(2) == 6  # 3 slots, then doubled once
+    buffer = cache._k.data_ptr()
+    cache.append(torch.randn(2, 4, 1, 8), torch.randn(2, 4, 1, 8))
+    assert cache._k.data_ptr() == buffer  # the sixth position was written in place
+    reordered = cache.reorder(torch.tensor([1, 1, 0]))
+    torch.testing.assert_close(reordered.k, cache.k[[1, 1, 0]], rtol=0, atol=0)
+    assert reordered.length == 6
+
+
+def test_windowed_kv_cache_keeps_the_last_window_keys_as_a_ring() -> None:
+    cache = KVCache.empty(capacity=10, window=3)
+    steps = [torch.full((1, 1, 1, 2), float(t)) for t in range(7)]
+    for k in steps:
+        cache.append(k, k)
+    assert cache.k.size(2) == 3 and sorted(cache.k[0, 0, :, 0].tolist()) == [4.0, 5.0, 6.0]

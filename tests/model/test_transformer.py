@@ -299,3 +299,15 @@ def test_presets_are_reachable_from_python() -> None:
 
     assert set(vaswani.MODEL_PRESETS) >= {"base", "small", "tiny"}
     assert isinstance(vaswani.Transformer(vaswani.ModelConfig.preset("tiny")), torch.nn.Module)
+
+
+def test_attention_dropout_is_its_own_setting() -> None:
+    """Residual dropout 0 with attention dropout > 0 still randomises training passes; both 0 do not."""
+    src, tgt = torch.randint(3, 50, (2, 7)), torch.randint(3, 50, (2, 5))
+    for attention_dropout, stochastic in ((0.0, False), (0.5, True)):
+        torch.manual_seed(0)
+        model = Transformer(ModelConfig.preset("tiny", vocab_size=50, dropout=0.0,
+                                               attention_dropout=attention_dropout)).train()
+        assert (not torch.equal(model(src, tgt), model(src, tgt))) == stochastic
+    with pytest.raises(ConfigError, match="attention_dropout"):
+        ModelConfig(attention_dropout=1.0)

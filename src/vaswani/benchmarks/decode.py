@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -30,9 +31,10 @@ from vaswani.config import PRECISIONS, ModelConfig
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.devices import resolve_device, synchronize
 from vaswani.decoding.config import SearchConfig
-from vaswani.decoding.reference import UncachedModel
+from vaswani.decoding.reference import GrowingCacheModel, UncachedModel
 from vaswani.decoding.search import generate
 from vaswani.errors import VaswaniError
+from vaswani.io import atomic_write_json, atomic_write_text
 from vaswani.precision import resolve_precision
 from vaswani.provenance import provenance
 from vaswani.model import Transformer
@@ -113,6 +115,27 @@ def time_search(name: str, model: Any, src_batches: list[torch.Tensor], config: 
 
 
 
+def time_interleaved(models: dict[str, Any], src_batches: list[torch.Tensor], config: SearchConfig,
+                     repeats: int) -> list[Timing]:
+    """Like :func:`time_search` for several models, their repeats interleaved (A, B, A, B, …) so that a change of
+    load on the machine hits all of them alike."""
+    for model in models.values():
+        generate(model, src_batches[-1][:2], config)  # warm-up
+    runs: dict[str, list[float]] = {name: [] for name in models}
+    tokens: dict[str, int] = {}
+    for _ in range(repeats):
+        for name, model in models.items():
+            synchronize(src_batches[0].device)
+            start, count = time.perf_counter(), 0
+            for src in src_batches:
+                count += sum(len(nbest[0].tokens) + 1 for nbest in generate(model, src, config))
+            synchronize(src_batches[0].device)
+            runs[name].append(time.perf_counter() - start)
+            tokens[name] = count
+    n = sum(b.size(0) for b in src_batches)
+    return [Timing(name, n, tokens[name], runs[name]) for name in models]
+
+
 # ---- command --------------------------------------------------------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", metavar="DIR", help="trained checkpoint (omitted: random weights)")
@@ -181,14 +204,26 @@ def run(args: argparse.Namespace) -> int:
                                        replace(natural, beam_size=k), args.repeats))
     rows += [cached, uncached, decoder_only, one_by_one]
 
+    # What preallocating the self-attention caches buys: the same searches with caches grown by a copy per step.
+    preallocation = {}
+    for label, search in [("greedy", natural)] + [(f"beam {b}", replace(natural, beam_size=b)) for b in args.beams]:
+        now, before = time_interleaved({f"{label}, preallocated caches": model,
+                                        f"{label}, caches grown per step (before)": GrowingCacheModel(model)},
+                                       all_batches, search, args.repeats)
+        rows += [table.add(now), table.add(before)]
+        preallocation[label] = statistics.median(b / a for a, b in zip(now.runs, before.runs))
+
     comparisons = {
         "cache_speedup": uncached.seconds / cached.seconds,
         "cache_speedup_decoder_only": decoder_only.seconds / cached.seconds,
         "batched_beam_speedup_per_sentence": (one_by_one.seconds / one_by_one.sentences)
         / (batched_beam.seconds / batched_beam.sentences),
+        "preallocated_cache_speedup": preallocation,  # median over interleaved repeats of before / now
     }
     print(f"KV cache: {comparisons['cache_speedup']:.1f}x faster than model(src, prefix) "
           f"({comparisons['cache_speedup_decoder_only']:.1f}x than recomputing the decoder only)")
+    print("preallocated caches: " + ", ".join(f"{label} {x:.2f}x" for label, x in preallocation.items())
+          + " faster than caches grown per step")
     print(f"batched beam {k}: {comparisons['batched_beam_speedup_per_sentence']:.1f}x faster per sentence than one "
           "sentence at a time")
     if args.out:
@@ -204,8 +239,17 @@ def run(args: argparse.Namespace) -> int:
             "results": [row.to_dict() for row in rows],
             "comparisons": comparisons,
         }
-        args.out.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {args.out}")
+        atomic_write_json(args.out, report)
+        git = report["git"]
+        speedups = ", ".join(f"{label} {x:.2f}×" for label, x in preallocation.items())
+        atomic_write_text(args.out.with_suffix(".md"), "\n".join([
+            f"# `vaswani bench decode`: {table.title}", "", *table.markdown, "",
+            f"Preallocated caches vs caches grown per step (median of interleaved repeats): {speedups}.  ",
+            f"KV cache vs model(src, prefix): {comparisons['cache_speedup']:.1f}×.", "",
+            f"Command: `{report['command']}`  ",
+            f"Commit: {git.get('commit')}{' (uncommitted changes)' if git.get('dirty') else ''}  ",
+            f"Hardware: {json.dumps(report['hardware'])}", ""]))
+        print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
     return 0
 
 
@@ -231,10 +275,15 @@ class _Table:
     def __init__(self, args: argparse.Namespace, device: torch.device):
         precision = resolve_precision(args.precision, device)
         model = f"checkpoint {args.checkpoint}" if args.checkpoint else f"random {args.preset} model"
-        print(f"decoding speed on {device} ({torch.get_num_threads()} threads, {precision}), {model}")
+        self.title = f"decoding speed on {device} ({torch.get_num_threads()} threads, {precision}), {model}"
+        print(self.title)
         print(f"{'search':<{self.WIDTH}}  {'sentences':>9}  {'seconds':>8}  {'sent/s':>8}  {'tokens/s':>9}")
+        self.markdown = ["| search | sentences | seconds (fastest repeat) | sentences/s | tokens/s |",
+                         "|---|---:|---:|---:|---:|"]
 
     def add(self, row: Timing) -> Timing:
         print(f"{row.name:<{self.WIDTH}}  {row.sentences:>9}  {row.seconds:>8.2f}  {row.sentences_per_s:>8.1f}  "
               f"{row.tokens_per_s:>9.0f}", flush=True)
+        self.markdown.append(f"| {row.name} | {row.sentences} | {row.seconds:.2f} | {row.sentences_per_s:.1f} | "
+                             f"{row.tokens_per_s:.0f} |")
         return row

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from vaswani.model.transformer import Transformer
+from vaswani.model.transformer import DecoderState, Transformer
 
 
 @dataclass
@@ -54,7 +54,7 @@ class UncachedModel:
         self.model.train(mode)
         return self
 
-    def start_decoding(self, src: torch.Tensor) -> PrefixState:
+    def start_decoding(self, src: torch.Tensor, capacity: int | None = None) -> PrefixState:
         prefix = src.new_empty(src.size(0), 0)
         if self.reencode:
             return PrefixState(src, prefix, None, None)
@@ -70,3 +70,31 @@ class UncachedModel:
         hidden = self.model.decode(state.prefix, memory, memory_mask)  # (N, t + 1, D)
         state.step += 1
         return self.model.project(hidden[:, -1])
+
+
+class GrowingCacheModel:
+    """Wrap a Transformer so that its self-attention caches are not preallocated: every decoding step copies the
+    whole cache into a tensor one position longer (what ``torch.cat`` per step did before the caches were
+    preallocated). Same tokens and scores as the model itself; ``vaswani bench decode`` times the difference."""
+
+    def __init__(self, model: Transformer):
+        self.model = model
+        self.config = model.config
+
+    @property
+    def training(self) -> bool:
+        return self.model.training
+
+    def eval(self) -> "GrowingCacheModel":
+        self.model.eval()
+        return self
+
+    def train(self, mode: bool = True) -> "GrowingCacheModel":
+        self.model.train(mode)
+        return self
+
+    def start_decoding(self, src: torch.Tensor, capacity: int | None = None) -> DecoderState:
+        return self.model.start_decoding(src)  # no capacity: grow by one position (one copy) per step
+
+    def decode_step(self, tokens: torch.Tensor, state: DecoderState) -> torch.Tensor:
+        return self.model.decode_step(tokens, state)

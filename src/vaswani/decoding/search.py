@@ -2,9 +2,12 @@
 
 Any model with the incremental-decoding interface of :class:`vaswani.model.Transformer` can be searched::
 
-    state = model.start_decoding(src)          # src (B, S): encoder + cross-attention K/V, once
-    logits = model.decode_step(tokens, state)  # tokens (N,) -> (N, V); the self-attention cache grows by one
-    state = state.reorder(index)               # keep / duplicate rows (beams that survive, sentences not done)
+    state = model.start_decoding(src, capacity)  # src (B, S): encoder + cross-attention K/V, once
+    logits = model.decode_step(tokens, state)    # tokens (N,) -> (N, V); the self-attention cache grows by one
+    state = state.reorder(index)                 # keep / duplicate rows (beams that survive, sentences not done)
+
+``capacity`` is the search's longest output: the model may allocate its caches for that many positions up front
+and write each step in place (the Transformer does).
 
 Rows of the decoding batch are always *live* hypotheses: a sentence (greedy) or a sentence's beams (beam search)
 that are done are dropped from the batch with ``state.reorder``, so no step computes anything for them and no
@@ -116,7 +119,7 @@ def greedy_search(model: Any, src: torch.Tensor, config: SearchConfig) -> list[l
     limits = max_output_lengths(src, model, config)  # (B,)
     longest, shortest = int(limits.max()), int(limits.min())
 
-    state = model.start_decoding(src)
+    state = model.start_decoding(src, capacity=longest)  # caches sized once, written in place
     rows = torch.arange(batch, device=device)  # (N,) sentence of each live row
     tokens = torch.full((batch,), config.bos_id, dtype=torch.long, device=device)  # (N,) last token
     generated = tokens.new_empty(batch, 0)  # (N, t)
@@ -204,7 +207,8 @@ def beam_search(model: Any, src: torch.Tensor, config: SearchConfig) -> list[lis
     longest, shortest = int(limits.max()), int(limits.min())
 
     # Row a·k + j of the decoding batch is beam j of active sentence a.
-    state = model.start_decoding(src).reorder(torch.arange(batch, device=device).repeat_interleave(k))
+    state = model.start_decoding(src, capacity=longest)
+    state = state.reorder(torch.arange(batch, device=device).repeat_interleave(k))
     sentences = torch.arange(batch, device=device)  # (A,) original index of each active sentence
     tokens = torch.full((batch * k,), config.bos_id, dtype=torch.long, device=device)  # (A·k,)
     generated = tokens.new_empty(batch * k, 0)  # (A·k, t)

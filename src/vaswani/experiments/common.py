@@ -39,6 +39,7 @@ from vaswani.data.batching import Batch
 from vaswani.devices import synchronize as sync
 from vaswani.io import atomic_write_text
 from vaswani.provenance import git_state, hardware, provenance
+from vaswani.training.step import TeacherForcedBatch
 MiB = 2**20
 GiB = 2**30
 
@@ -336,7 +337,7 @@ class TrainingStep:
             group["lr"] = 1e-4
         self.loss = TranslationLoss(self.model, self.train_config.label_smoothing).train()
 
-    def __call__(self, batch: Batch, marks: list[float] | None = None) -> int:
+    def __call__(self, batch: TeacherForcedBatch, marks: list[float] | None = None) -> int:
         from vaswani.training.step import train_step
 
         def mark(phase: str) -> None:
@@ -344,15 +345,16 @@ class TrainingStep:
                 sync(self.device)
                 marks.append(time.perf_counter())
 
-        train_step(self.loss, self.optimizer, [batch], tokens=batch.n_tgt_tokens, precision=self.precision,
+        tokens = int((batch.tgt_out != self.config.pad_id).sum())  # real target tokens: the loss's normaliser
+        train_step(self.loss, self.optimizer, [batch], tokens=tokens, precision=self.precision,
                    clip_grad_norm=self.train_config.clip_grad_norm, on_phase=mark)
-        return batch.n_tgt_tokens
+        return tokens
 
-    def live_bytes(self, batch: Batch) -> int:
+    def live_bytes(self, batch: TeacherForcedBatch) -> int:
         """What is live before a step: parameters, optimizer state, the batch."""
         return training_state_bytes(self.model, self.optimizer) + tensor_bytes(batch.src, batch.tgt_in, batch.tgt_out)
 
-    def peak_memory(self, batch: Batch) -> PeakMemory:
+    def peak_memory(self, batch: TeacherForcedBatch) -> PeakMemory:
         """Peak tensor memory of one step on ``batch`` (call after a warm-up step: AdamW creates its moments in
         the first step, and every later step starts from parameters + moments, without gradients)."""
         free_memory(self.device)

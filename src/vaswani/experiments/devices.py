@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from vaswani.config import PRECISIONS, ModelConfig, add_settings_argument
-from vaswani.data.batching import Batch
+from vaswani.training.step import TeacherForcedBatch
 from vaswani.experiments.common import (
     MiB,
     TrainingStep,
@@ -98,7 +98,7 @@ def epoch_steps(max_tokens: int, n_pairs: int = MULTI30K_TRAIN_PAIRS) -> int:
     return steps + (1 if size else 0)
 
 
-def time_training_phases(config: ModelConfig, batches: list[Batch], device: torch.device,
+def time_training_phases(config: ModelConfig, batches: list[TeacherForcedBatch], device: torch.device,
                          precision: str, warmup: int) -> dict[str, Any]:
     """Per-step seconds of forward, backward, optimizer and the whole step, after ``warmup`` untimed steps;
     then the peak memory of one more step on the largest batch."""

@@ -207,7 +207,7 @@ def encoder_layer_activations(c: ModelConfig, dt: _Dtypes, batch: int, src_len: 
     window = c.sliding_window is not None
     mask_elements = batch * src_len * (src_len if window else 1)  # (B,1,1,S) padding, or (B,1,S,S) & window
     _residual(t, c, dt, tokens, p)
-    _sublayer_attention(t, c, dt, batch, src_len, src_len, False, mask_elements, device_type, p)
+    _sublayer_attention(t, c, dt, batch, src_len, src_len, False, mask_elements, device_type, c.attention_dropout)
     _residual(t, c, dt, tokens, p)
     _feed_forward(t, c, dt, tokens, p)
     return t
@@ -219,9 +219,10 @@ def decoder_layer_activations(c: ModelConfig, dt: _Dtypes, batch: int, src_len: 
     p, tokens = c.dropout, batch * tgt_len
     self_mask = tgt_len * tgt_len  # causal (1,1,T,T), also with a window
     _residual(t, c, dt, tokens, p)
-    _sublayer_attention(t, c, dt, batch, tgt_len, tgt_len, False, self_mask, device_type, p)
+    _sublayer_attention(t, c, dt, batch, tgt_len, tgt_len, False, self_mask, device_type, c.attention_dropout)
     _residual(t, c, dt, tokens, p)
-    _sublayer_attention(t, c, dt, batch, tgt_len, src_len, True, batch * src_len, device_type, p)
+    _sublayer_attention(t, c, dt, batch, tgt_len, src_len, True, batch * src_len, device_type,
+                        c.attention_dropout)
     if dt.act != 4:  # autocast casts the (fp32) encoder output to bf16 again in every layer's kv projection
         t.add("linear-layer inputs", batch * src_len * c.d_model, dt.act)
     _residual(t, c, dt, tokens, p)

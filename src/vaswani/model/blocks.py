@@ -46,8 +46,8 @@ class Residual(nn.Module):
 class EncoderLayer(nn.Module):
     def __init__(self, config: ModelConfig, rotary: RotaryEmbedding | None):
         super().__init__()
-        d, p = config.d_model, config.dropout
-        self.self_attn = MultiHeadAttention(d, config.n_heads, p, config.attention, rotary=rotary)
+        d, p, attn_p = config.d_model, config.dropout, config.attention_dropout
+        self.self_attn = MultiHeadAttention(d, config.n_heads, attn_p, config.attention, rotary=rotary)
         self.ffn = FeedForward(d, config.d_ff, p, config.activation)
         self.attn_block = Residual(d, p, config.norm)
         self.ffn_block = Residual(d, p, config.norm)
@@ -62,11 +62,11 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, config: ModelConfig, rotary: RotaryEmbedding | None):
         super().__init__()
-        d, p = config.d_model, config.dropout
+        d, p, attn_p = config.d_model, config.dropout, config.attention_dropout
         self.self_attn = MultiHeadAttention(
-            d, config.n_heads, p, config.attention, rotary=rotary, window=config.sliding_window
+            d, config.n_heads, attn_p, config.attention, rotary=rotary, window=config.sliding_window
         )
-        self.cross_attn = MultiHeadAttention(d, config.n_heads, p, config.attention, cross=True)
+        self.cross_attn = MultiHeadAttention(d, config.n_heads, attn_p, config.attention, cross=True)
         self.ffn = FeedForward(d, config.d_ff, p, config.activation)
         self.self_block = Residual(d, p, config.norm)
         self.cross_block = Residual(d, p, config.norm)

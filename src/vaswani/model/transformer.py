@@ -117,7 +117,7 @@ class DecoderState:
 
     memory_mask: torch.Tensor  # (B, 1, 1, S)
     cross_kv: list[KVCache]  # per layer, computed once from the encoder output
-    self_kv: list[KVCache]  # per layer, grows by one position per step
+    self_kv: list[KVCache]  # per layer, grows by one position per step (in place, see KVCache)
     step: int = 0  # absolute position of the next token
 
     def reorder(self, index: torch.Tensor) -> "DecoderState":
@@ -197,14 +197,17 @@ class Transformer(nn.Module):
             self.train(was_training)
 
     # ---- incremental decoding (search) ---------------------------------------------------------------------
-    def start_decoding(self, src: torch.Tensor) -> DecoderState:
-        """Run the encoder once and precompute every layer's cross-attention keys/values."""
+    def start_decoding(self, src: torch.Tensor, capacity: int | None = None) -> DecoderState:
+        """Run the encoder once and precompute every layer's cross-attention keys/values.
+
+        ``capacity``: the most positions the search will decode (its length limit); the self-attention caches
+        are allocated for that many up front and written in place. Without it they grow by a copy per step.
+        """
         memory, memory_mask = self.encode(src)
-        empty = memory.new_empty(src.size(0), self.config.n_heads, 0, self.config.head_dim)
         return DecoderState(
             memory_mask=memory_mask,
             cross_kv=[layer.cross_attn.project_context(memory) for layer in self.decoder.layers],
-            self_kv=[KVCache(empty, empty) for _ in self.decoder.layers],
+            self_kv=[KVCache.empty(capacity, self.config.sliding_window) for _ in self.decoder.layers],
         )
 
     def decode_step(self, tokens: torch.Tensor, state: DecoderState) -> torch.Tensor:

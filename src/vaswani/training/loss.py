@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from vaswani.model import Transformer
 
@@ -20,6 +19,49 @@ class LossOutput:
     hits: torch.Tensor  # (n_tokens,) bool: argmax == target, real positions in row-major order
 
 
+class _SmoothedCrossEntropy(torch.autograd.Function):
+    """Label-smoothed cross-entropy summed over rows, with the gradient written out by hand.
+
+    The smoothed target puts 1 - ε on the reference token and ε/V on every token (F.cross_entropy's
+    convention), so with p = softmax(logits) the loss of a row is (1 - ε)·(-log p_y) + ε·mean_v(-log p_v) and its
+    gradient is simply p - target. Autograd through log_softmax, gather and mean would allocate three (N, V)
+    tensors in backward; this keeps one (the log-probs, saved from forward) and writes the gradient into one more.
+    The same log-probs give the unsmoothed NLL and the argmax for free (no second cross-entropy).
+    """
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, targets: torch.Tensor, smoothing: float):
+        log_probs = torch.log_softmax(logits, dim=-1)  # (N, V)
+        nll_sum = -log_probs.gather(1, targets[:, None]).sum()
+        loss = nll_sum * (1.0 - smoothing)
+        if smoothing:
+            loss = loss - log_probs.sum() * (smoothing / log_probs.size(-1))
+        hits = log_probs.argmax(-1) == targets  # (N,) per-token, for per-position accuracy
+        ctx.save_for_backward(log_probs, targets)
+        ctx.smoothing = smoothing
+        ctx.mark_non_differentiable(nll_sum, hits)
+        return loss, nll_sum, hits
+
+    @staticmethod
+    def backward(ctx, grad_loss: torch.Tensor, _grad_nll: torch.Tensor, _grad_correct: torch.Tensor):
+        log_probs, targets = ctx.saved_tensors
+        smoothing = ctx.smoothing
+        grad = log_probs.exp()  # p
+        if smoothing:
+            grad -= smoothing / log_probs.size(-1)
+        grad[torch.arange(grad.size(0), device=grad.device), targets] -= 1.0 - smoothing
+        return grad * grad_loss, None, None
+
+
+def smoothed_cross_entropy(
+    logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """logits (N, V), targets (N,) -> (loss_sum, nll_sum, hits (N,) bool); loss_sum equals
+    ``F.cross_entropy(logits, targets, label_smoothing=label_smoothing, reduction="sum")`` and so does its gradient.
+    nll_sum and hits carry no gradient."""
+    return _SmoothedCrossEntropy.apply(logits, targets, label_smoothing)
+
+
 def translation_loss(
     model: Transformer, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor, label_smoothing: float
 ) -> LossOutput:
@@ -30,10 +72,7 @@ def translation_loss(
     real = tgt_out != model.config.pad_id
     logits = model.project(hidden[real]).float()  # (N, V)
     targets = tgt_out[real]
-    loss_sum = F.cross_entropy(logits, targets, label_smoothing=label_smoothing, reduction="sum")
-    with torch.no_grad():
-        nll_sum = F.cross_entropy(logits, targets, reduction="sum") if label_smoothing else loss_sum.detach()
-        hits = logits.argmax(-1) == targets
+    loss_sum, nll_sum, hits = smoothed_cross_entropy(logits, targets, label_smoothing)
     return LossOutput(loss_sum, nll_sum, int(targets.numel()), hits.sum(), hits)
 
 

@@ -34,7 +34,9 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 
 def build_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
-    fused = device.type == "cuda"  # one kernel for the whole update on GPU
+    # One fused kernel for the whole update instead of a for-each loop of elementwise ops; on CPU it is faster too
+    # (`vaswani bench train --speedups`).
+    fused = device.type in ("cuda", "cpu")
     if config.optimizer == "adamw":
         return torch.optim.AdamW(
             parameter_groups(model, config.weight_decay), lr=1.0, betas=config.betas, eps=config.eps, fused=fused

@@ -82,7 +82,7 @@ def train_step(
     batches = list(micro_batches)
     weights = list(weights) if weights is not None else [1.0] * len(batches)
     loss_model.train()
-    loss_sum = nll_sum = correct = 0.0
+    sums = []  # per micro-batch (loss, nll, correct) tensors, read back in one host sync after the last backward
     for i, (batch, weight) in enumerate(zip(batches, weights)):
         # DDP all-reduces gradients in backward; only the last micro-batch of the update needs to.
         last = i == len(batches) - 1
@@ -94,10 +94,8 @@ def train_step(
             scaled = batch_loss * (weight * world.size / tokens)
             (scaler.scale(scaled) if scaler is not None else scaled).backward()
             _notify(on_phase, "backward")
-        loss_sum += float(batch_loss.detach()) * weight
-        nll_sum += float(batch_nll) * weight
-        correct += float(batch_correct) * weight
-    loss_sum, nll_sum, correct = (world.sum(v) for v in (loss_sum, nll_sum, correct))
+        sums.append(torch.stack([batch_loss.detach().float(), batch_nll.float(), batch_correct.float()]) * weight)
+    loss_sum, nll_sum, correct = (world.sum(v) for v in torch.stack(sums).sum(0).tolist())
 
     finite = math.isfinite(loss_sum)
     grad_norm = float("nan")
