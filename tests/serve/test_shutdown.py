@@ -17,8 +17,8 @@ def test_sigterm_finishes_the_requests_in_flight(server, test_pairs) -> None:
 
     def client(text: str) -> None:
         started.set()
-        try:  # beam 4 up to 40 tokens of a random model: long enough to be in flight when SIGTERM comes
-            body = {"texts": [text, text[::-1]], "beam": 4, "max_len_a": 0.0, "max_len_b": 40}
+        try:  # beam 4 up to 40 tokens, 8 texts: long enough to be in flight when SIGTERM comes
+            body = {"texts": [text, text[::-1]] * 4, "beam": 4, "max_len_a": 0.0, "max_len_b": 40}
             answers.append(httpx.post(f"{server.url}/v1/translate", json=body, timeout=60))
         except Exception as error:  # noqa: BLE001 - recorded and asserted below
             answers.append(error)
@@ -27,19 +27,23 @@ def test_sigterm_finishes_the_requests_in_flight(server, test_pairs) -> None:
     for thread in threads:
         thread.start()
     started.wait()
-    time.sleep(0.5)  # the requests reach the server
-    in_flight = httpx.get(f"{server.url}/health", timeout=5).json()["in_flight"]
+    # SIGTERM once every request has reached the server (a request not yet accepted would rightly be refused):
+    # 6 requests x 8 texts, far more search than the few milliseconds the requests take to arrive.
+    deadline, in_flight = time.monotonic() + 10, 0
+    while in_flight < 6 * 8 and time.monotonic() < deadline:
+        in_flight = httpx.get(f"{server.url}/health", timeout=5).json()["in_flight"]
+        time.sleep(0.002)
     server.process.send_signal(signal.SIGTERM)
     for thread in threads:
         thread.join(timeout=90)
     log = server.stop()
 
-    assert in_flight > 0, "no request was in flight when SIGTERM was sent; the test proves nothing"
+    assert in_flight == 6 * 8, f"only {in_flight} of 48 sentences were in flight at SIGTERM; the test proves little"
     # uvicorn re-raises the SIGTERM it caught once shutdown is complete, so the exit status says "terminated".
     assert server.process.returncode in (0, -signal.SIGTERM), log
     assert len(answers) == 6
     assert all(isinstance(a, httpx.Response) and a.status_code == 200 for a in answers), answers
-    assert all(len(a.json()["translations"]) == 2 for a in answers)
+    assert all(len(a.json()["translations"]) == 8 for a in answers)
     assert "Finished server process" in log
     with pytest.raises(httpx.TransportError):  # and it is gone
         httpx.get(f"{server.url}/health", timeout=2)
