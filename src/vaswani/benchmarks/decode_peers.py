@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 import torch
 
+from vaswani.benchmarks.decode import batches as padded_batches
 from vaswani.config import ModelConfig
 from vaswani.decoding.config import SearchConfig
 from vaswani.decoding.search import generate
@@ -78,17 +79,10 @@ class Row:
 
 
 # ---- inputs ---------------------------------------------------------------------------------------------------
-def _padded_batches(sources: list[list[int]], batch_size: int) -> list[torch.Tensor]:
-    """Length-sorted (B, S) batches of ids ending in </s>, padded with 0 — what every engine decodes."""
-    ordered = sorted(sources, key=len, reverse=True)
-    out = []
-    for start in range(0, len(ordered), batch_size):
-        chunk = ordered[start : start + batch_size]
-        src = torch.zeros(len(chunk), len(chunk[0]), dtype=torch.long)
-        for row, ids in enumerate(chunk):
-            src[row, : len(ids)] = torch.tensor(ids)
-        out.append(src)
-    return out
+def _cpu_batches(sources: list[list[int]], batch_size: int) -> list[torch.Tensor]:
+    """Length-sorted (B, S) batches of ids ending in </s>, padded with 0 — what every engine decodes: the ones
+    ``vaswani bench decode`` times ours on."""
+    return padded_batches(sources, batch_size, torch.device("cpu"))
 
 
 def _batch_limits(batches: list[torch.Tensor], fixed: int | None) -> list[int]:
@@ -175,7 +169,7 @@ def run_peers(args: argparse.Namespace) -> int:
         model, vocabulary, sources = _random(args)
         references, tokenizer = None, None
         model_info = {"random_weights": True, "config": model.config.to_dict()}
-    batches = _padded_batches(sources, args.batch_size)
+    batches = _cpu_batches(sources, args.batch_size)
     limits = _batch_limits(batches, args.output_len if fixed else None)
 
     engines = [ours(model, batches, limits, fixed)]
