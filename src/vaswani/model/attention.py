@@ -21,6 +21,17 @@ from vaswani.model.masks import causal_mask, guard_fully_masked_rows
 from vaswani.model.positions import RotaryEmbedding
 
 
+def attention_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """softmax(q kᵀ / √d) over the allowed keys: the (B, H, Q, K) weights the standard backend multiplies v by
+    (also what the server's heatmap shows; the fused backend never materialises them)."""
+    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))  # (B, H, Q, K)
+    if mask is not None:
+        # The most negative *finite* value of the score dtype: -inf would turn a fully masked row into NaN,
+        # and a fixed constant like -1e9 overflows in fp16.
+        scores = scores.masked_fill(~guard_fully_masked_rows(mask), torch.finfo(scores.dtype).min)
+    return torch.softmax(scores, dim=-1, dtype=torch.float32)
+
+
 def standard_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -30,15 +41,10 @@ def standard_attention(
     dropout_p: float = 0.0,
 ) -> torch.Tensor:
     """softmax(q kᵀ / √d) v. q: (B, H, Q, d), k/v: (B, H, K, d), mask broadcastable to (B, H, Q, K)."""
-    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))  # (B, H, Q, K)
     if is_causal:
         causal = causal_mask(k.size(-2), device=q.device)[..., -q.size(-2) :, :]
         mask = causal if mask is None else mask & causal
-    if mask is not None:
-        # The most negative *finite* value of the score dtype: -inf would turn a fully masked row into NaN,
-        # and a fixed constant like -1e9 overflows in fp16.
-        scores = scores.masked_fill(~guard_fully_masked_rows(mask), torch.finfo(scores.dtype).min)
-    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype)
+    weights = attention_weights(q, k, mask).to(v.dtype)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
     return weights @ v  # (B, H, Q, d)
@@ -65,18 +71,6 @@ def sdpa_attention(
 
 
 BACKENDS = {"standard": standard_attention, "sdpa": sdpa_attention}
-
-
-def attention_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """softmax(q kᵀ / √d) masked as in :func:`standard_attention`: the (B, H, Q, K) weights it multiplies v by.
-
-    For looking at attention (the server's heatmap), never on the training path: the fused backend does not
-    materialise these weights at all.
-    """
-    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))
-    if mask is not None:
-        scores = scores.masked_fill(~guard_fully_masked_rows(mask), torch.finfo(scores.dtype).min)
-    return torch.softmax(scores, dim=-1, dtype=torch.float32)
 
 
 class KVCache:
