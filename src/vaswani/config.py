@@ -207,6 +207,8 @@ def _coerce(value: Any, tp: Any) -> Any:
     if getattr(tp, "__origin__", None) is tuple:
         if isinstance(value, str):
             value = [v for v in value.strip("()[] ").split(",") if v.strip()]
+        if len(args) == 2 and args[1] is Ellipsis:  # tuple[X, ...]: any number of X
+            return tuple(_coerce(v, args[0]) for v in value)
         return tuple(_coerce(v, t) for v, t in zip(value, args, strict=True))
     return value
 

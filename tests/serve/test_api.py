@@ -145,3 +145,24 @@ def test_settings_out_of_range_name_their_flag() -> None:
         ServeSettings(max_queue=0)
     with pytest.raises(ConfigError, match="--batch-wait-ms"):
         ServeSettings(batch_wait_ms=-1)
+
+
+def test_a_request_without_search_settings_gets_the_models_stored_search(tiny_checkpoint, tmp_path) -> None:
+    import shutil
+
+    from vaswani.decoding.config import write_stored_search
+
+    checkpoint = tmp_path / "checkpoint"
+    shutil.copytree(tiny_checkpoint, checkpoint)
+    stored = SearchConfig(beam_size=2, alpha=1.5, max_len_b=4)
+    write_stored_search(stored, checkpoint)
+    with TestClient(create_app(checkpoint, ServeSettings(device="cpu"))) as stored_client:
+        assert stored_client.get("/v1/model").json()["search"]["beam_size"] == 2
+        text = "Ein Mann fährt Fahrrad."
+        expected = Translator.load(checkpoint, stored, device="cpu").translate([text])[0]
+        assert stored_client.post("/v1/translate", json={"text": text}).json()["translations"][0]["text"] == expected
+        greedy = Translator.load(checkpoint, SearchConfig(beam_size=1, max_len_b=4), device="cpu").translate([text])
+        answer = stored_client.post("/v1/translate", json={"text": text, "beam": 1}).json()
+        assert answer["translations"][0]["text"] == greedy[0]  # a setting in the request wins; the others stay stored
+        too_many = stored_client.post("/v1/translate", json={"text": text, "nbest": 3})  # the stored beam is 2
+        assert too_many.status_code == 422 and too_many.json()["error"]["field"] == "nbest"

@@ -6,7 +6,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from vaswani.config import PRECISIONS
-from vaswani.decoding.config import SearchConfig
+from vaswani.decoding.config import SearchConfig, read_stored_search
 from vaswani.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -16,23 +16,28 @@ if TYPE_CHECKING:
 DEFAULTS = SearchConfig()
 
 
-def add_search_arguments(
-    parser: argparse.ArgumentParser, beam: int = DEFAULTS.beam_size, nbest: bool = True
-) -> None:
-    """--beam, --alpha, penalties, length limits, batching, device and precision (and --nbest if ``nbest``)."""
+def add_search_arguments(parser: argparse.ArgumentParser, nbest: bool = True) -> None:
+    """--beam, --alpha, penalties, length limits, batching, device and precision (and --nbest if ``nbest``).
+
+    The search options default to the settings stored with the checkpoint (``search.json``, chosen on validation
+    data at the end of a training run), else to SearchConfig's defaults; an option given on the command line wins.
+    """
     d = DEFAULTS
+    stored = "the checkpoint's search.json, else"
     group = parser.add_argument_group("search")
-    group.add_argument("--beam", type=int, default=beam, metavar="N", help=f"beam size; 1 = greedy (default {beam})")
+    group.add_argument("--beam", type=int, default=None, metavar="N",
+                       help=f"beam size; 1 = greedy (default: {stored} {d.beam_size})")
     if nbest:
         group.add_argument("--nbest", type=int, default=1, metavar="N", help="hypotheses per sentence (<= beam)")
-    group.add_argument("--alpha", type=float, default=d.alpha, metavar="A",
-                       help=f"GNMT length-penalty exponent: lp = ((5 + |Y|) / 6)^A (default {d.alpha})")
-    group.add_argument("--length-norm", choices=["gnmt", "average", "none"], default=d.length_norm,
-                       help="rank finished hypotheses by log P / lp (gnmt), by mean log-prob, or by log P")
-    group.add_argument("--max-len-a", type=float, default=d.max_len_a, metavar="A",
-                       help=f"output length limit = A * source tokens + B (default {d.max_len_a})")
-    group.add_argument("--max-len-b", type=int, default=d.max_len_b, metavar="B",
-                       help=f"see --max-len-a (default {d.max_len_b})")
+    group.add_argument("--alpha", type=float, default=None, metavar="A",
+                       help=f"GNMT length-penalty exponent: lp = ((5 + |Y|) / 6)^A (default: {stored} {d.alpha})")
+    group.add_argument("--length-norm", choices=["gnmt", "average", "none"], default=None,
+                       help="rank finished hypotheses by log P / lp (gnmt), by mean log-prob, or by log P "
+                       f"(default: {stored} {d.length_norm})")
+    group.add_argument("--max-len-a", type=float, default=None, metavar="A",
+                       help=f"output length limit = A * source tokens + B (default: {stored} {d.max_len_a})")
+    group.add_argument("--max-len-b", type=int, default=None, metavar="B",
+                       help=f"see --max-len-a (default: {stored} {d.max_len_b})")
     group.add_argument("--repetition-penalty", type=float, default=1.0, metavar="X",
                        help="CTRL penalty for tokens already generated; 1 = off (default)")
     group.add_argument("--no-repeat-ngram", type=int, default=0, metavar="N",
@@ -52,19 +57,28 @@ FLAGS = {"beam_size": "--beam", "nbest": "--nbest", "alpha": "--alpha", "length_
          "no_repeat_ngram": "--no-repeat-ngram"}
 
 
-def search_config_from_args(args: argparse.Namespace) -> SearchConfig:
-    """The SearchConfig the options describe; an invalid option (or batching limit) is a ConfigError naming it."""
+# The search options whose default comes from the checkpoint's search.json, by SearchConfig field.
+STORED_OPTIONS = {"beam_size": "beam", "length_norm": "length_norm", "alpha": "alpha", "max_len_a": "max_len_a",
+                  "max_len_b": "max_len_b"}
+
+
+def search_config_from_args(args: argparse.Namespace, stored: dict | None = None) -> SearchConfig:
+    """The SearchConfig the options describe, on top of ``stored`` settings (a checkpoint's search.json) or the
+    defaults; an invalid option (or batching limit) is a ConfigError naming it. Reads no file, so commands call it
+    first to report option errors before any work."""
     for flag, value in (("--batch-size", args.batch_size), ("--max-tokens", args.max_tokens)):
         if value < 1:
             raise ConfigError(f"{flag} {value}: must be >= 1")
+    given = {name: getattr(args, option) for name, option in STORED_OPTIONS.items() if getattr(args, option) is not None}
+    config = _search_config(args, given)
+    return _search_config(args, {**stored, **given}) if stored else config
+
+
+def _search_config(args: argparse.Namespace, values: dict) -> SearchConfig:
     try:
         return SearchConfig(
-            beam_size=args.beam,
+            **values,
             nbest=getattr(args, "nbest", 1),
-            alpha=args.alpha,
-            length_norm=args.length_norm,
-            max_len_a=args.max_len_a,
-            max_len_b=args.max_len_b,
             repetition_penalty=args.repetition_penalty,
             no_repeat_ngram=args.no_repeat_ngram,
             precision=args.precision,
@@ -73,8 +87,15 @@ def search_config_from_args(args: argparse.Namespace) -> SearchConfig:
         name = (error.field or "").removeprefix("search.")
         if name not in FLAGS:
             raise
-        value = getattr(args, {"beam_size": "beam"}.get(name, name))
+        value = values.get(name, getattr(args, name, None))
         raise ConfigError(f"{FLAGS[name]} {value}: {error}", field=error.field) from None
+
+
+def stored_search(checkpoint: str) -> dict:
+    """The search settings stored with a checkpoint (or a run directory's final/best/last checkpoint)."""
+    from vaswani.model.serialization import resolve_checkpoint  # imports torch: only once a checkpoint is named
+
+    return read_stored_search(resolve_checkpoint(checkpoint))
 
 
 def translator_from_args(args: argparse.Namespace) -> Translator:
@@ -83,7 +104,7 @@ def translator_from_args(args: argparse.Namespace) -> Translator:
 
     return Translator.load(
         args.checkpoint,
-        search_config_from_args(args),
+        search_config_from_args(args, stored_search(args.checkpoint)),
         device=args.device,
         batch_size=args.batch_size,
         max_tokens=args.max_tokens,

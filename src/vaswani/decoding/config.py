@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import dataclass
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 from vaswani.config import Limit, Precision, validate_settings
 from vaswani.errors import ConfigError
+from vaswani.io import atomic_write_json
 
 LengthNorm = Literal["gnmt", "average", "none"]
 
@@ -41,3 +45,42 @@ class SearchConfig:
         if self.nbest > self.beam_size:
             raise ConfigError(f"search.nbest={self.nbest} must be at most search.beam_size={self.beam_size}",
                               field="search.nbest")
+
+
+# A checkpoint may carry the search chosen for it on validation data (the end of a training run writes it): what
+# `translate`, `evaluate` and `serve` use unless told otherwise. Only what describes the search is stored; batching,
+# device and precision belong to the machine that decodes.
+SEARCH_FILE = "search.json"
+STORED_FIELDS = ("beam_size", "length_norm", "alpha", "max_len_a", "max_len_b")
+
+
+def stored_settings(config: SearchConfig) -> dict[str, Any]:
+    """The part of ``config`` a checkpoint stores: what describes the search."""
+    values = dataclasses.asdict(config)
+    return {name: values[name] for name in STORED_FIELDS}
+
+
+def write_stored_search(config: SearchConfig, directory: str | Path) -> None:
+    """Store ``config``'s search settings with the checkpoint in ``directory``."""
+    atomic_write_json(Path(directory) / SEARCH_FILE, stored_settings(config))
+
+
+def read_stored_search(directory: str | Path) -> dict[str, Any]:
+    """The search settings stored with the checkpoint in ``directory`` (``{}`` when it has none), checked as a
+    SearchConfig would check them; a damaged file is a ConfigError naming it."""
+    file = Path(directory) / SEARCH_FILE
+    if not file.is_file():
+        return {}
+    try:
+        values = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{file}: not valid JSON ({error}); delete it to use the default search") from None
+    if not isinstance(values, dict) or not set(values) <= set(STORED_FIELDS):
+        raise ConfigError(f"{file}: expected an object with keys among {list(STORED_FIELDS)}; delete it to use the "
+                          "default search")
+    try:
+        config = SearchConfig(**values)
+    except ConfigError as error:
+        raise ConfigError(f"{file}: {error}", field=error.field) from None
+    checked = dataclasses.asdict(config)
+    return {name: checked[name] for name in values}

@@ -65,9 +65,11 @@ def evaluate_command(args: argparse.Namespace) -> int:
         raise VaswaniError("give either --dataset NAME --split NAME, or --src FILE --ref FILE")
     search_config_from_args(args)  # option errors before any work
     test_set = load_test_set(args.dataset, args.split, args.src, args.ref, args.data_dir)
-    out = args.out or Path(args.checkpoint) / "eval" / f"{test_set.name}-beam{args.beam}"
+    if args.out is not None:
+        ensure_writable_directory(args.out, "--out directory")
+    translator = translator_from_args(args)  # the checkpoint's stored search, then the options
+    out = args.out or Path(args.checkpoint) / "eval" / f"{test_set.name}-beam{translator.config.beam_size}"
     ensure_writable_directory(out, "--out directory")
-    translator = translator_from_args(args)
     results, examples = evaluate(
         translator, test_set, out, checkpoint=args.checkpoint, seed=args.seed,
         progress=not args.json,

@@ -35,13 +35,14 @@ def save_model(model: Transformer, directory: str | Path) -> None:
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
-    """A checkpoint directory, or a run directory (its ``checkpoints/best``, else ``checkpoints/last``)."""
+    """A checkpoint directory, or a run directory: its ``checkpoints/final`` (the model chosen at the end of the
+    run), else ``checkpoints/best``, else ``checkpoints/last``."""
     path = Path(path)
-    for candidate in (path, path / "checkpoints" / "best", path / "checkpoints" / "last"):
+    for candidate in (path, *(path / "checkpoints" / name for name in ("final", "best", "last"))):
         if (candidate / WEIGHTS_FILE).is_file() and (candidate / CONFIG_FILE).is_file():
             return candidate
     raise VaswaniError(
-        f"{path}: no checkpoint found (expected {WEIGHTS_FILE} + {CONFIG_FILE} in it or in checkpoints/best|last)"
+        f"{path}: no checkpoint found (expected {WEIGHTS_FILE} + {CONFIG_FILE} in it or in checkpoints/final|best|last)"
     )
 
 

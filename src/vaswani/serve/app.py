@@ -24,6 +24,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from vaswani.decoding import SearchConfig, Translator, generate
+from vaswani.decoding.config import read_stored_search, stored_settings
 from vaswani.model.serialization import resolve_checkpoint
 from vaswani.serve.batcher import Batcher, QueueFull
 from vaswani.serve.schemas import AttentionRequest, SearchSettings, TranslateRequest
@@ -118,7 +119,8 @@ def create_app(checkpoint: str | Path | Translator, settings: ServeSettings | No
             translator, directory = checkpoint, None
         else:
             directory = resolve_checkpoint(checkpoint)
-            translator = Translator.load(directory, SearchConfig(), device=settings.device)
+            translator = Translator.load(directory, SearchConfig(**read_stored_search(directory)),
+                                         device=settings.device)
         info = checkpoint_info(directory) if directory else {"id": "in-process", "step": None, "val_bleu": None,
                                                              "val_loss": None}
         batcher = Batcher(translator, settings)
@@ -164,11 +166,17 @@ def create_app(checkpoint: str | Path | Translator, settings: ServeSettings | No
 
     # ---- helpers ----
     def search_config(body: SearchSettings, nbest: int = 1) -> SearchConfig:
-        if body.beam > settings.max_beam:
-            raise ApiError(422, "beam", f"must be <= {settings.max_beam} (the server's max_beam)")
+        """The model's search with the request's settings on top; nbest is checked by the caller."""
         base: SearchConfig = service["translator"].config
-        return dataclasses.replace(base, beam_size=body.beam, nbest=nbest, alpha=body.alpha,
-                                   max_len_a=body.max_len_a, max_len_b=body.max_len_b)
+        given = {"beam_size": body.beam, "alpha": body.alpha, "max_len_a": body.max_len_a,
+                 "max_len_b": body.max_len_b}
+        config = dataclasses.replace(base, nbest=1, **{k: v for k, v in given.items() if v is not None})
+        if config.beam_size > settings.max_beam:
+            raise ApiError(422, "beam", f"must be <= {settings.max_beam} (the server's max_beam)")
+        if nbest > config.beam_size:
+            raise ApiError(422, "nbest",
+                           f"{nbest} hypotheses need a beam at least as wide (beam is {config.beam_size})")
+        return dataclasses.replace(config, nbest=nbest)
 
     def check_text(text: str, field: str) -> None:
         if not text.strip():
@@ -199,6 +207,7 @@ def create_app(checkpoint: str | Path | Translator, settings: ServeSettings | No
             "device": str(translator.device),
             "config": translator.model.config.to_dict(),
             "limits": dataclasses.asdict(settings),
+            "search": stored_settings(translator.config),  # what a request that gives no search settings gets
         }
 
     @app.post("/v1/translate")
@@ -206,8 +215,6 @@ def create_app(checkpoint: str | Path | Translator, settings: ServeSettings | No
         started = time.perf_counter()
         if (body.text is None) == (body.texts is None):
             raise ApiError(422, "text", "give exactly one of 'text' and 'texts'")
-        if body.nbest > body.beam:
-            raise ApiError(422, "nbest", f"{body.nbest} hypotheses need a beam at least as wide (beam is {body.beam})")
         if body.text is not None:
             texts = [body.text]
             check_text(body.text, "text")

@@ -6,14 +6,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class SearchSettings(BaseModel):
-    """Optional search settings of a request; the defaults are the server's (``vaswani translate``'s)."""
+    """Optional search settings of a request; an omitted one is the model's stored search (``search.json``, chosen
+    on validation data at the end of its training run), else ``vaswani translate``'s default."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    beam: int = Field(4, ge=1, description="beam size; 1 = greedy (at most the server's max_beam)")
-    alpha: float = Field(0.6, ge=0.0, le=5.0, description="GNMT length-penalty exponent")
-    max_len_a: float = Field(1.5, ge=0.0, le=4.0, description="output length limit = a · source tokens + b")
-    max_len_b: int = Field(10, ge=0, le=256, description="see max_len_a")
+    beam: int | None = Field(None, ge=1, description="beam size; 1 = greedy (at most the server's max_beam)")
+    alpha: float | None = Field(None, ge=0.0, le=5.0, description="GNMT length-penalty exponent")
+    max_len_a: float | None = Field(None, ge=0.0, le=4.0,
+                                    description="output length limit = a · source tokens + b")
+    max_len_b: int | None = Field(None, ge=0, le=256, description="see max_len_a")
 
 
 class TranslateRequest(SearchSettings):

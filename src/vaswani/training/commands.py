@@ -9,7 +9,7 @@ from pathlib import Path
 
 from vaswani.config import add_settings_argument
 from vaswani.data.commands import add_data_dir_argument
-
+from vaswani.errors import VaswaniError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -35,6 +35,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     parser.set_defaults(handler=run_train)
 
+    final = subparsers.add_parser(
+        "finalize",
+        help="choose a finished run's final weights and search on validation data, then score its test sets",
+        description="What a run with train.final_model=true does after its last update: score best, last and the "
+        "averages of the last 2..train.average_last checkpoints by greedy BLEU on the whole validation split, tune "
+        "the beam's length penalty on it, write RUN/checkpoints/final/ (with search.json, used by translate and "
+        "evaluate by default) and score train.final_test_splits.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    final.add_argument("--run-dir", type=Path, required=True, help="a trained run directory")
+    add_settings_argument(final, ("train",), "train.average_last=5")
+    add_data_dir_argument(final)
+    final.set_defaults(handler=run_finalize)
+
 
 def run_train(args: argparse.Namespace) -> int:
     from vaswani.training.config import apply_settings, load_preset
@@ -53,3 +67,25 @@ def run_train(args: argparse.Namespace) -> int:
     if summary is not None:  # rank 0 of a distributed run, or a single process
         print(json.dumps(summary), file=sys.stdout)
     return 0 if summary is None or summary["stop_reason"] != "interrupted" else 130
+
+
+def run_finalize(args: argparse.Namespace) -> int:
+    from vaswani.training.config import RunConfig, apply_settings, load_preset
+
+    config_file = args.run_dir / "config.yaml"
+    if not config_file.is_file():
+        raise VaswaniError(f"{args.run_dir}: no config.yaml; is it a run directory written by `vaswani train`?")
+    config = apply_settings(load_preset(str(config_file)), args.settings)
+    if args.data_dir is not None:
+        config.data.data_dir = str(args.data_dir)
+
+    from vaswani.devices import resolve_device
+    from vaswani.precision import resolve_precision
+    from vaswani.training.finalize import finalize, summarize
+    from vaswani.training.rundir import claim
+
+    device = resolve_device(config.train.device)
+    with claim(args.run_dir):  # never beside a trainer still writing checkpoints there
+        selection = finalize(args.run_dir, config, device, resolve_precision(config.train.precision, device))
+    print(json.dumps(summarize(selection)))
+    return 0

@@ -85,6 +85,15 @@ class TrainConfig:
     max_consecutive_nonfinite: int = 5
     deterministic: bool = False
     progress: bool = True
+    # the final model (training/finalize.py): after the last update, choose the weights (best, last, or the
+    # average of the last 2..average_last step checkpoints) and the search (greedy, or beam final_beam with each
+    # length penalty in final_alphas) by BLEU on the whole validation split, then score final_test_splits
+    final_model: bool = False
+    average_last: int = 0
+    final_beam: int = 5
+    final_alphas: tuple[float, ...] = (0.6, 1.0, 1.5)
+    final_test_splits: tuple[str, ...] = ()
+    final_valid_sentences: int | None = None  # None: the whole validation split (fewer: cheaper, noisier choice)
 
     LIMITS = {
         "seed": Limit(ge=0), "max_tokens": Limit(ge=1), "grad_accum": Limit(ge=1), "num_workers": Limit(ge=0),
@@ -94,7 +103,8 @@ class TrainConfig:
         "min_lr_ratio": Limit(ge=0, le=1), "clip_grad_norm": Limit(ge=0), "num_threads": Limit(ge=1),
         "eval_every_steps": Limit(ge=1), "bleu_subset": Limit(ge=0), "patience": Limit(ge=1),
         "save_every_steps": Limit(ge=1), "keep_checkpoints": Limit(ge=0), "log_every_steps": Limit(ge=1),
-        "max_consecutive_nonfinite": Limit(ge=1),
+        "max_consecutive_nonfinite": Limit(ge=1), "average_last": Limit(ge=0), "final_beam": Limit(ge=1),
+        "final_alphas": Limit(ge=0), "final_valid_sentences": Limit(ge=1),
     }
 
     def __post_init__(self) -> None:

@@ -444,10 +444,12 @@ class Trainer:
 
 def train(config: RunConfig, run_dir: str | Path, resume: bool = False, start_over: bool = False,
           callbacks: Sequence[Callback] = ()) -> dict[str, Any] | None:
-    """Train a new run in ``run_dir`` (or continue it with ``resume``) and write its ``summary.json``: what
-    ``vaswani train`` does. The directory is locked for the whole run, and a start that would mix two runs is
+    """Train a new run in ``run_dir`` (or continue it with ``resume``), choose its final model when
+    ``train.final_model`` is set (see training/finalize.py), and write its ``summary.json``: what ``vaswani train``
+    does. The directory is locked for the whole run, and a start that would mix two runs is
     refused (``start_over`` moves the earlier run aside). Returns the summary on the main process (None on the
     other ranks)."""
+    started = time.perf_counter()
     run_dir = Path(run_dir)
     is_main = int(os.environ.get("RANK", "0")) == 0  # under torchrun, rank 0 owns the directory
     with claim(run_dir) if is_main else contextlib.nullcontext():
@@ -457,6 +459,14 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False, start_ov
         summary = trainer.fit()
         if not trainer.world.is_main:
             return None
+        if trainer.config.train.final_model and summary["stop_reason"] != "interrupted":
+            from vaswani.training.finalize import finalize, summarize
+
+            finalizing = time.perf_counter()
+            summary["final"] = summarize(finalize(run_dir, trainer.config, trainer.device, trainer.precision))
+            summary["final_minutes"] = round((time.perf_counter() - finalizing) / 60, 2)
+        # what the user waited for: data preparation, training and the final model (not Python's start-up)
+        summary["wall_minutes"] = round((time.perf_counter() - started) / 60, 2)
         atomic_write_json(run_dir / "summary.json", summary)
         return summary
 

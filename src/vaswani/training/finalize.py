@@ -1,0 +1,168 @@
+"""The final model of a run: which weights and which search, chosen on the whole validation split, then scored
+once on the test sets.
+
+The trainer keeps ``best`` (lowest validation loss) and the last few ``step_*`` checkpoints. Neither is reliably
+the best translator: BLEU keeps moving after the loss flattens, and the mean of the last checkpoints
+(Vaswani et al. §6.1) often beats each of them. The search matters as much: the GNMT length penalty decides how
+short translations come out, and BLEU's brevity penalty punishes short ones. So at the end of a run with
+``train.final_model`` this module
+
+1. scores each candidate — ``best``, ``last``, and the average of the last k step checkpoints for
+   k = 2 … ``average_last`` — by greedy BLEU on the whole validation split, and keeps the highest;
+2. tunes the search on the same split: greedy, and beam ``final_beam`` with each α in ``final_alphas``;
+3. writes the winner as ``checkpoints/final/`` (weights, model.json, tokenizer.json), the chosen search as its
+   ``search.json`` (``translate``, ``evaluate`` and ``serve`` use it by default) and every candidate's scores as its
+   ``selection.json``;
+4. scores it on each of ``final_test_splits``, writing ``checkpoints/final/eval/<test set>/``.
+
+Nothing is chosen on a test split. ``vaswani finalize --run-dir RUN`` runs the same step on a finished run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vaswani.data.corpora import load_corpus
+from vaswani.decoding.config import SearchConfig, stored_settings, write_stored_search
+from vaswani.decoding.translator import Translator
+from vaswani.errors import VaswaniError
+from vaswani.evaluation.average import average_checkpoints, last_checkpoints
+from vaswani.evaluation.evaluate import TestSet, evaluate
+from vaswani.evaluation.metrics import CorpusScores, corpus_scores
+from vaswani.io import atomic_write_json
+from vaswani.training.checkpoint import STEP_NAME
+from vaswani.training.config import RunConfig
+
+FINAL = "final"
+SELECTION_FILE = "selection.json"
+MODEL_FILES = ("model.safetensors", "model.json", "tokenizer.json")
+
+
+def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, precision: str) -> dict[str, Any]:
+    """Choose the final weights and search of the run in ``run_dir`` on its validation split, write
+    ``checkpoints/final/`` and score the test splits; returns what was chosen and every score (also in
+    ``checkpoints/final/selection.json``)."""
+    started = time.perf_counter()
+    checkpoints = Path(run_dir) / "checkpoints"
+    dc, tc = config.data, config.train
+    valid = load_corpus(dc.dataset, dc.valid_split, dc.direction, data_dir=dc.data_dir)
+    sources, references = valid.source[: tc.final_valid_sentences], valid.target[: tc.final_valid_sentences]
+    staging = checkpoints / f".tmp-{FINAL}-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        weights = []
+        for name, (directory, steps) in _candidates(checkpoints, tc.average_last, staging).items():
+            scores = _score(Translator.load(directory, SearchConfig(beam_size=1, precision=precision), device=device),
+                            sources, references)
+            weights.append({"weights": name, "checkpoints": steps, "directory": directory,
+                            "greedy_valid": scores.to_dict()})
+            _say(f"final model: {name:<22} greedy val BLEU {scores.bleu:5.2f}  length ratio {scores.length_ratio:.3f}")
+        chosen = max(weights, key=lambda row: row["greedy_valid"]["bleu"])  # ties: the earlier, simpler candidate
+
+        searches = [SearchConfig(beam_size=1, precision=precision)] + [
+            SearchConfig(beam_size=tc.final_beam, alpha=alpha, precision=precision) for alpha in tc.final_alphas]
+        tried = []
+        for search in searches:
+            translator = Translator.load(chosen["directory"], search, device=device)
+            scores = _score(translator, sources, references)
+            tried.append({"search": _describe(search), "settings": stored_settings(search), "valid": scores.to_dict()})
+            _say(f"final search: {_describe(search):<22} val BLEU {scores.bleu:5.2f}  "
+                 f"length ratio {scores.length_ratio:.3f}")
+        best_search = max(tried, key=lambda row: row["valid"]["bleu"])
+        search = dataclasses.replace(SearchConfig(precision=precision), **best_search["settings"])
+
+        final = _publish(chosen["directory"], staging, checkpoints, search)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+    translator = Translator.load(final, search, device=device)
+    tests = {}
+    for split in tc.final_test_splits:
+        corpus = load_corpus(dc.dataset, split, dc.direction, data_dir=dc.data_dir)
+        test_set = TestSet(f"{dc.dataset}-{split}", corpus.source, corpus.target)
+        results, _ = evaluate(translator, test_set, final / "eval" / test_set.name, checkpoint=str(final))
+        tests[test_set.name] = {key: results[key] for key in ("bleu", "chrf", "length_ratio", "signature",
+                                                              "chrf_signature", "sentences")}
+    selection = {
+        "weights": chosen["weights"],
+        "search": best_search["search"],
+        "search_settings": best_search["settings"],
+        "valid_split": dc.valid_split,
+        "valid_sentences": len(sources),
+        "valid": best_search["valid"],
+        "test": tests,
+        "candidates": [{k: v for k, v in row.items() if k != "directory"} for row in weights],
+        "searches": tried,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    atomic_write_json(final / SELECTION_FILE, selection)
+    _say(f"final model: {chosen['weights']}, {best_search['search']} (chosen on {dc.valid_split}: BLEU "
+         f"{best_search['valid']['bleu']:.2f}) -> {final}")
+    for name, scores in tests.items():
+        _say(f"{name}: BLEU {scores['bleu']:.2f}  chrF {scores['chrf']:.2f}  length ratio "
+             f"{scores['length_ratio']:.3f}  ({scores['sentences']} sentences; {scores['signature']})")
+    return selection
+
+
+def summarize(selection: dict[str, Any]) -> dict[str, Any]:
+    """The headline of a selection: what was chosen, its validation BLEU and each test set's scores."""
+    return {"weights": selection["weights"], "search": selection["search"],
+            "valid_bleu": round(selection["valid"]["bleu"], 2),
+            "test": {name: {key: round(scores[key], 3) for key in ("bleu", "chrf", "length_ratio")}
+                     for name, scores in selection["test"].items()}}
+
+
+def _candidates(checkpoints: Path, average_last: int, staging: Path) -> dict[str, tuple[Path, list[str]]]:
+    """best, last and the averages of the last k step checkpoints, each once (best is often last), with the step
+    checkpoints each is made of."""
+    found: dict[str, tuple[Path, list[str]]] = {}
+    for link in ("best", "last"):
+        target = (checkpoints / link).resolve()
+        if (checkpoints / link).exists() and all(target != directory for directory, _ in found.values()):
+            found[link] = (target, [target.name])
+    if not found:
+        raise VaswaniError(f"{checkpoints}: no best or last checkpoint; train the run first")
+    steps = [p for p in checkpoints.glob("step_*") if p.is_dir() and STEP_NAME.match(p.name)]
+    for k in range(2, min(average_last, len(steps)) + 1):
+        averaged = last_checkpoints(checkpoints.parent, k)
+        found[f"average of last {k}"] = (average_checkpoints(averaged, staging / f"average-{k}"),
+                                         [p.name for p in averaged])
+    return found
+
+
+def _score(translator: Translator, sources: list[str], references: list[str]) -> CorpusScores:
+    return corpus_scores(translator.translate(sources), references)
+
+
+def _describe(search: SearchConfig) -> str:
+    return "greedy" if search.beam_size == 1 else f"beam {search.beam_size}, alpha {search.alpha:g}"
+
+
+def _publish(source: Path, staging: Path, checkpoints: Path, search: SearchConfig) -> Path:
+    """Assemble ``checkpoints/final`` from ``source``'s model files and ``search``, and swap it in by renames: a
+    kill at any instant leaves either the earlier final model or the new one, never half of one."""
+    assembled = staging / FINAL
+    assembled.mkdir()
+    for name in MODEL_FILES:
+        shutil.copyfile(source / name, assembled / name)
+    write_stored_search(search, assembled)
+    final, replaced = checkpoints / FINAL, checkpoints / f".replaced-{FINAL}"
+    if final.exists():
+        shutil.rmtree(replaced, ignore_errors=True)
+        os.replace(final, replaced)
+    os.replace(assembled, final)
+    shutil.rmtree(replaced, ignore_errors=True)
+    return final
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)

@@ -1,0 +1,131 @@
+"""The end of a run: the final weights and search are the ones that score best on validation data, they are what
+translate/evaluate load by default, and the test sets are scored once with them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from vaswani.cli import build_parser
+from vaswani.decoding.arguments import search_config_from_args, translator_from_args
+from vaswani.decoding.config import SEARCH_FILE, SearchConfig, read_stored_search, write_stored_search
+from vaswani.errors import ConfigError
+from vaswani.model.serialization import resolve_checkpoint
+from vaswani.training.config import apply_settings, load_preset
+from vaswani.training.trainer import train
+
+FINAL_RUN = [
+    "train.max_epochs=null", "train.max_steps=12", "train.eval_every_steps=4", "train.bleu_subset=0",
+    "train.precision=fp32", "train.progress=false", "train.patience=null", "train.max_tokens=600",
+    "data.vocab_size=400", "train.final_model=true", "train.average_last=3", "train.final_beam=2",
+    "train.final_alphas=0.6,1.5", "train.final_valid_sentences=24", "train.final_test_splits=test2016",
+]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, data_dir: Path) -> tuple[Path, dict]:
+    root = tmp_path_factory.mktemp("final")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("VASWANI_CACHE", str(root / "cache"))
+        config = apply_settings(load_preset("smoke"), FINAL_RUN)
+        config.data.data_dir = str(data_dir)
+        summary = train(config, root / "run")
+    return root / "run", summary
+
+
+def test_the_final_weights_and_search_score_best_on_validation(finished_run) -> None:
+    run_dir, summary = finished_run
+    final = run_dir / "checkpoints" / "final"
+    selection = json.loads((final / "selection.json").read_text())
+    candidates = {row["weights"]: row for row in selection["candidates"]}
+    # best and last (one candidate when they are the same step), then the averages of the last 2 and 3
+    assert {"average of last 2", "average of last 3"} <= set(candidates)
+    assert candidates["average of last 3"]["checkpoints"] == ["step_0000004", "step_0000008", "step_0000012"]
+    chosen_bleu = candidates[selection["weights"]]["greedy_valid"]["bleu"]
+    assert chosen_bleu == max(row["greedy_valid"]["bleu"] for row in candidates.values())
+    assert [row["search"] for row in selection["searches"]] == ["greedy", "beam 2, alpha 0.6", "beam 2, alpha 1.5"]
+    assert selection["valid"]["bleu"] == max(row["valid"]["bleu"] for row in selection["searches"])
+    assert selection["valid_sentences"] == 24
+
+    # the final weights are exactly the chosen candidate's
+    weights = load_file(final / "model.safetensors")
+    steps = [load_file(run_dir / "checkpoints" / name / "model.safetensors")
+             for name in candidates[selection["weights"]]["checkpoints"]]
+    for name, tensor in weights.items():
+        expected = torch.stack([step[name].double() for step in steps]).mean(0).to(tensor.dtype)
+        torch.testing.assert_close(tensor, expected, rtol=0, atol=1e-7)
+
+    # and the search chosen on validation is stored with them
+    chosen = next(row for row in selection["searches"] if row["search"] == selection["search"])
+    assert read_stored_search(final) == chosen["settings"]
+    assert summary["final"]["search"] == selection["search"]
+    assert not list((run_dir / "checkpoints").glob(".tmp-*")) and not list((run_dir / "checkpoints").glob(".repl*"))
+
+
+def test_the_test_sets_are_scored_once_with_the_final_model(finished_run) -> None:
+    run_dir, summary = finished_run
+    final = run_dir / "checkpoints" / "final"
+    results = json.loads((final / "eval" / "multi30k-test2016" / "results.json").read_text())
+    assert results["sentences"] == 1000
+    stored = read_stored_search(final)
+    assert {key: results["search"][key] for key in stored} == stored
+    assert summary["final"]["test"]["multi30k-test2016"]["bleu"] == round(results["bleu"], 3)
+    assert json.loads((run_dir / "summary.json").read_text())["final"] == summary["final"]
+
+
+def test_a_run_directory_means_its_final_model_and_its_search(finished_run) -> None:
+    run_dir, _ = finished_run
+    assert resolve_checkpoint(run_dir) == run_dir / "checkpoints" / "final"
+    stored = read_stored_search(run_dir / "checkpoints" / "final")
+    translator = translator_from_args(build_parser().parse_args(["translate", "--checkpoint", str(run_dir)]))
+    assert (translator.config.beam_size, translator.config.alpha) == (stored["beam_size"], stored["alpha"])
+
+
+def test_options_given_on_the_command_line_win_over_the_stored_search(tiny_checkpoint: Path, tmp_path) -> None:
+    checkpoint = tmp_path / "checkpoint"
+    shutil.copytree(tiny_checkpoint, checkpoint)
+
+    def search(*options: str) -> SearchConfig:
+        args = build_parser().parse_args([*options, "--checkpoint", str(checkpoint), "--device", "cpu"])
+        return translator_from_args(args).config
+
+    assert search("translate").beam_size == SearchConfig().beam_size  # no search.json: the defaults
+    write_stored_search(SearchConfig(beam_size=3, alpha=1.2, max_len_b=7), checkpoint)
+    stored = search("evaluate")
+    assert (stored.beam_size, stored.alpha, stored.max_len_b, stored.max_len_a) == (3, 1.2, 7, 1.5)
+    mixed = search("translate", "--beam", "1")
+    assert (mixed.beam_size, mixed.alpha) == (1, 1.2)
+
+
+@pytest.mark.parametrize("content, fragment", [
+    ("{not json", "not valid JSON"),
+    ('{"beam_size": 0}', "search.beam_size"),
+    ('{"temperature": 2}', "expected an object with keys"),
+])
+def test_a_damaged_search_file_is_refused_naming_it(tiny_checkpoint: Path, tmp_path, content: str,
+                                                     fragment: str) -> None:
+    checkpoint = tmp_path / "checkpoint"
+    shutil.copytree(tiny_checkpoint, checkpoint)
+    (checkpoint / SEARCH_FILE).write_text(content)
+    with pytest.raises(ConfigError, match=fragment) as error:
+        translator_from_args(build_parser().parse_args(["translate", "--checkpoint", str(checkpoint)]))
+    assert str(checkpoint / SEARCH_FILE) in str(error.value)
+
+
+def test_the_cpu_preset_ends_with_a_final_model_scored_on_both_test_sets() -> None:
+    config = load_preset("multi30k-cpu")
+    assert config.train.final_model and config.train.average_last >= 2
+    assert config.train.final_test_splits == ("test2016", "test2017")
+    assert config.train.final_alphas == tuple(sorted(config.train.final_alphas))
+
+
+def test_a_list_setting_reads_any_number_of_values() -> None:
+    config = apply_settings(load_preset("smoke"), ["train.final_alphas=0.5,1,2", "train.final_test_splits=val"])
+    assert config.train.final_alphas == (0.5, 1.0, 2.0) and config.train.final_test_splits == ("val",)
+    with pytest.raises(ConfigError, match="train.final_alphas"):
+        apply_settings(load_preset("smoke"), ["train.final_alphas=0.5,-1"])
