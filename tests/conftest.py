@@ -69,3 +69,29 @@ def tiny_checkpoint(tmp_path_factory, data_dir: Path) -> Path:
     save_model(Transformer(ModelConfig.preset("tiny", dropout=0.0, vocab_size=tokenizer.vocab_size)), directory)
     tokenizer.save(directory / "tokenizer.json")
     return directory
+
+
+# A finished tiny run whose end chose its final model: 3 evaluations (so averages of 2 and 3 checkpoints), a short
+# validation subset and beam 2, so the whole end of the run takes seconds.
+FINAL_MODEL_RUN = [
+    "train.max_epochs=null", "train.max_steps=12", "train.eval_every_steps=4", "train.bleu_subset=0",
+    "train.precision=fp32", "train.progress=false", "train.patience=null", "train.max_tokens=600",
+    "data.vocab_size=400", "train.final_model=true", "train.average_last=3", "train.final_beam=2",
+    "train.final_alphas=0.6,1.5", "train.final_valid_sentences=24", "train.final_test_splits=test2016",
+]
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory, data_dir: Path) -> tuple[Path, dict]:
+    """(run directory, summary) of a tiny smoke run trained to its final model."""
+    from vaswani.training.config import apply_settings, load_preset
+    from vaswani.training.trainer import train
+
+    root = tmp_path_factory.mktemp("final")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("VASWANI_CACHE", str(root / "cache"))
+        patch.chdir(root)
+        config = apply_settings(load_preset("smoke"), FINAL_MODEL_RUN)
+        config.data.data_dir = str(data_dir)
+        summary = train(config, root / "run")
+    return root / "run", summary

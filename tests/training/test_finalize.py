@@ -12,30 +12,11 @@ import torch
 from safetensors.torch import load_file
 
 from vaswani.cli import build_parser
-from vaswani.decoding.arguments import search_config_from_args, translator_from_args
+from vaswani.decoding.arguments import translator_from_args
 from vaswani.decoding.config import SEARCH_FILE, SearchConfig, read_stored_search, write_stored_search
 from vaswani.errors import ConfigError
 from vaswani.model.serialization import resolve_checkpoint
 from vaswani.training.config import apply_settings, load_preset
-from vaswani.training.trainer import train
-
-FINAL_RUN = [
-    "train.max_epochs=null", "train.max_steps=12", "train.eval_every_steps=4", "train.bleu_subset=0",
-    "train.precision=fp32", "train.progress=false", "train.patience=null", "train.max_tokens=600",
-    "data.vocab_size=400", "train.final_model=true", "train.average_last=3", "train.final_beam=2",
-    "train.final_alphas=0.6,1.5", "train.final_valid_sentences=24", "train.final_test_splits=test2016",
-]
-
-
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory, data_dir: Path) -> tuple[Path, dict]:
-    root = tmp_path_factory.mktemp("final")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("VASWANI_CACHE", str(root / "cache"))
-        config = apply_settings(load_preset("smoke"), FINAL_RUN)
-        config.data.data_dir = str(data_dir)
-        summary = train(config, root / "run")
-    return root / "run", summary
 
 
 def test_the_final_weights_and_search_score_best_on_validation(finished_run) -> None:

@@ -1,0 +1,187 @@
+"""`vaswani experiment final-models --runs RUN …`: one table of finished runs' final models — wall time, what the
+end of the run chose on validation data and what each choice bought, and the test scores — with each run's files
+(config, metrics, plots, summary, the selection and the test translations; not the weights) copied beside it.
+
+It reads what ``vaswani train`` wrote and trains nothing: the numbers are the runs' own. A run without a final
+model (``train.final_model=false``) is refused with the command that makes one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vaswani.errors import VaswaniError
+from vaswani.experiments.common import log, markdown_table, pyplot, write_results
+from vaswani.experiments.variants import metrics, run_provenance
+from vaswani.training.config import RunConfig, load_preset
+from vaswani.training.finalize import FINAL, SELECTION_FILE
+
+# What a run directory holds that a reader of the results needs (weights stay in the run: they are not results).
+RUN_FILES = ("config.yaml", "summary.json", "metrics.jsonl", "provenance.jsonl")
+FINAL_FILES = ("model.json", "search.json", SELECTION_FILE)
+EVAL_FILES = ("results.json", "report.md", "hypotheses.txt")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runs", type=Path, nargs="+", required=True, metavar="RUN",
+                        help="finished run directories whose final model was chosen (train.final_model=true, or "
+                        "`vaswani finalize --run-dir RUN`)")
+
+
+def run(args: argparse.Namespace) -> int:
+    rows = [final_model_row(run_dir) for run_dir in args.runs]
+    names = [row["run"] for row in rows]
+    if len(set(names)) != len(names):
+        raise VaswaniError(f"--runs: two runs share a directory name ({names}); each is copied to OUT/<name>/")
+    for run_dir, row in zip(args.runs, rows):
+        copy_run_files(run_dir, args.out / row["run"])
+    table = _table(rows, args.command_line)
+    # The runs' hardware is in each row; the device here is only the machine that wrote the table.
+    write_results(args.out, "final-models", args.command_line, torch.device("cpu"),
+                  {"runs": [str(r) for r in args.runs]}, {"rows": rows}, table, {"final_models": _plot(rows)},
+                  readme=findings(rows))
+    log(f"final-models: wrote {args.out}/table.md, results.json, README.md, final_models.png")
+    return 0
+
+
+def final_model_row(run_dir: Path) -> dict[str, Any]:
+    """The numbers of one finished run's final model, read from its files."""
+    summary_file, selection_file = run_dir / "summary.json", run_dir / "checkpoints" / FINAL / SELECTION_FILE
+    if not summary_file.is_file():
+        raise VaswaniError(f"{run_dir}: no summary.json; the run has not finished (continue it with --resume)")
+    if not selection_file.is_file():
+        raise VaswaniError(f"{run_dir}: no final model ({selection_file} is missing); choose it with "
+                           f"`vaswani finalize --run-dir {run_dir}`")
+    summary = json.loads(summary_file.read_text())
+    selection = json.loads(selection_file.read_text())
+    config: RunConfig = load_preset(str(run_dir / "config.yaml"))
+    provenance = run_provenance(run_dir)
+    valid = [r for r in metrics(run_dir) if r.get("kind") == "valid"]
+    candidates = {c["weights"]: c["greedy_valid"]["bleu"] for c in selection["candidates"]}
+    chosen_greedy = next(s["valid"]["bleu"] for s in selection["searches"] if s["search"] == "greedy")
+    m = config.model
+    return {
+        "run": run_dir.resolve().name,
+        "device": provenance.get("hardware", {}).get("device_name"),
+        "precision": provenance.get("precision"),
+        "threads": provenance.get("torch_threads"),
+        "commit": (provenance.get("git") or {}).get("commit"),
+        "command": provenance.get("command"),
+        "model": f"d{m.d_model}, {m.n_encoder_layers}+{m.n_decoder_layers} layers, {m.n_heads} heads, "
+                 f"d_ff {m.d_ff}, vocab {m.vocab_size}",
+        "wall_minutes": summary.get("wall_minutes"),
+        "training_minutes": summary["minutes"],
+        "final_minutes": summary.get("final_minutes"),
+        "updates": summary["step"],
+        "epochs": valid[-1]["epoch"] if valid else None,
+        "val_nll": valid[-1]["nll"] if valid else None,
+        "val_bleu_best_checkpoint_greedy": candidates.get("best", candidates.get("last")),
+        "final_weights": selection["weights"],
+        "val_bleu_final_weights_greedy": chosen_greedy,
+        "final_search": selection["search"],
+        "val_bleu_final": selection["valid"]["bleu"],
+        "valid_sentences": selection["valid_sentences"],
+        "test": selection["test"],
+    }
+
+
+def copy_run_files(run_dir: Path, out: Path) -> None:
+    """The run's files a reader of the results needs, under ``out`` (same layout as the run directory)."""
+    final = run_dir / "checkpoints" / FINAL
+    wanted = [run_dir / name for name in RUN_FILES] + sorted((run_dir / "plots").glob("*.png"))
+    wanted += [final / name for name in FINAL_FILES]
+    wanted += [path for test in sorted((final / "eval").glob("*")) for path in (test / n for n in EVAL_FILES)]
+    for source in wanted:
+        if source.is_file():
+            target = out / source.relative_to(run_dir)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+
+
+def findings(rows: list[dict[str, Any]]) -> str:
+    """What the numbers say, run by run, in sentences chosen by comparing them."""
+    lines = ["# Final models", "",
+             "Written by `vaswani experiment final-models` from the runs' own files (see `table.md` for the command "
+             "and every number). Everything below was chosen on the validation split; the test sets were translated "
+             "once, with the final choice.", ""]
+    for row in rows:
+        weights_gain = row["val_bleu_final_weights_greedy"] - row["val_bleu_best_checkpoint_greedy"]
+        search_gain = row["val_bleu_final"] - row["val_bleu_final_weights_greedy"]
+        lines.append(f"## {row['run']}")
+        lines.append("")
+        if row["final_weights"] == "best":
+            lines.append(f"- The lowest-loss checkpoint was also the best translator on validation; no average of "
+                         f"the last checkpoints beat its greedy BLEU ({row['val_bleu_best_checkpoint_greedy']:.2f}).")
+        else:
+            lines.append(f"- The {row['final_weights']} checkpoints translate validation {_signed(weights_gain)} "
+                         f"BLEU {'better' if weights_gain >= 0 else 'worse'} (greedy) than the lowest-loss checkpoint.")
+        if row["final_search"] == "greedy":
+            lines.append("- Greedy search beat every beam setting tried on validation.")
+        else:
+            lines.append(f"- {row['final_search'].capitalize()} adds {_signed(search_gain)} BLEU over greedy on "
+                         "validation.")
+        for name, scores in row["test"].items():
+            lines.append(f"- {name}: BLEU {scores['bleu']:.2f}, chrF {scores['chrf']:.2f}, length ratio "
+                         f"{scores['length_ratio']:.3f}.")
+        if row["wall_minutes"] is not None:
+            within = "inside" if row["wall_minutes"] <= 60 else "over"
+            lines.append(f"- Preparation, training and the final model took {row['wall_minutes']:.1f} minutes of "
+                         f"wall time ({within} the hour) on {row['device']} ({row['threads']} threads, "
+                         f"{row['precision']}).")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _signed(value: float) -> str:
+    return f"{value:+.2f}"
+
+
+def _table(rows: list[dict[str, Any]], command: str) -> str:
+    tests = sorted({name for row in rows for name in row["test"]})
+    headers = ["run", "device", "model", "wall min", "updates", "epochs", "val NLL", "val BLEU best ckpt (greedy)",
+               "final weights", "val BLEU (greedy)", "final search", "val BLEU"]
+    headers += [f"{name} {metric}" for name in tests for metric in ("BLEU", "chrF", "len ratio")]
+    body = []
+    for row in rows:
+        cells = [row["run"], f"{row['device']} ({row['threads']} threads, {row['precision']})", row["model"],
+                 row["wall_minutes"], row["updates"], row["epochs"], row["val_nll"],
+                 row["val_bleu_best_checkpoint_greedy"], row["final_weights"], row["val_bleu_final_weights_greedy"],
+                 row["final_search"], row["val_bleu_final"]]
+        for name in tests:
+            scores = row["test"].get(name, {})
+            cells += [scores.get("bleu"), scores.get("chrf"), scores.get("length_ratio")]
+        body.append(cells)
+    signatures = sorted({s["signature"] for row in rows for s in row["test"].values()})
+    commands = "\n".join(f"- `{row['run']}`: `{row['command']}` (commit `{row['commit']}`)" for row in rows)
+    return (f"# Final models\n\n{markdown_table(headers, body)}\n\n"
+            f"BLEU signature: {', '.join(f'`{s}`' for s in signatures)}. Validation BLEU is on the whole "
+            f"validation split; `wall min` covers data preparation, training and the final model.\n\n"
+            f"Training commands:\n\n{commands}\n\nThis table: `{command}`\n")
+
+
+def _plot(rows: list[dict[str, Any]]):
+    plt = pyplot()
+    figure, axis = plt.subplots(figsize=(7, 0.9 + 1.1 * len(rows)))
+    steps = [("best checkpoint, greedy", "val_bleu_best_checkpoint_greedy"),
+             ("final weights, greedy", "val_bleu_final_weights_greedy"), ("final weights + search", "val_bleu_final")]
+    height = 0.8 / (len(steps) + 1)
+    for i, (label, key) in enumerate(steps):
+        axis.barh([r + i * height for r in range(len(rows))], [row[key] for row in rows], height, label=f"val: {label}")
+    tests = sorted({name for row in rows for name in row["test"]})
+    for name in tests[:1]:
+        axis.barh([r + len(steps) * height for r in range(len(rows))],
+                  [row["test"].get(name, {}).get("bleu", 0.0) for row in rows], height, label=f"{name}, final")
+    axis.set_yticks([r + 0.4 - height / 2 for r in range(len(rows))], [row["run"] for row in rows])
+    axis.set_xlabel("BLEU (sacreBLEU)")
+    axis.legend(loc="lower right", fontsize=8)
+    axis.set_title("What the end of the run chose, and what it bought")
+    return figure
+
+
+__all__ = ["add_arguments", "copy_run_files", "final_model_row", "findings", "run"]
