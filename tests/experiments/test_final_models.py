@@ -11,7 +11,7 @@ import pytest
 
 from vaswani.cli import main
 from vaswani.errors import VaswaniError
-from vaswani.experiments.final_models import final_model_row, findings
+from vaswani.experiments.final_models import PROBES, final_model_row, findings
 
 
 def test_the_table_holds_the_runs_own_numbers_and_files(finished_run, tmp_path) -> None:
@@ -31,7 +31,10 @@ def test_the_table_holds_the_runs_own_numbers_and_files(finished_run, tmp_path) 
         (run_dir / "checkpoints" / "final" / "search.json").read_text()
     assert (copied / "checkpoints" / "final" / "eval" / "multi30k-test2016" / "hypotheses.txt").is_file()
     assert not list(copied.rglob("*.safetensors"))  # weights stay in the run
-    assert (out / "final_models.png").stat().st_size > 0 and (out / "README.md").is_file()
+    assert (out / "final_models.png").stat().st_size > 0
+    assert [p["source"] for p in row["probes"]] == [source for _, source in PROBES]
+    readme = (out / "README.md").read_text()
+    assert "Multi30k holds image captions only" in readme and row["probes"][1]["translation"] in readme
 
 
 def test_the_findings_follow_the_numbers(finished_run) -> None:

@@ -22,6 +22,8 @@ EXPERIMENTS = {
                  "post-LN vs pre-LN, warmup, ReLU vs GELU, sinusoidal vs RoPE vs learned: one budget, one seed"),
     "robustness": ("vaswani.experiments.robustness",
                    "sinusoidal vs learned vs rotary positions under shuffled, dropped and repeated source tokens"),
+    "recipe": ("vaswani.experiments.recipe",
+               "what buys BLEU per CPU-minute: proxy runs of multi30k-cpu changing one thing each, seed noise shown"),
     "final-models": ("vaswani.experiments.final_models",
                      "one table of finished runs' final models: wall time, what the end of the run chose, test BLEU"),
 }

@@ -26,6 +26,12 @@ from vaswani.training.finalize import FINAL, SELECTION_FILE
 RUN_FILES = ("config.yaml", "summary.json", "metrics.jsonl", "provenance.jsonl")
 FINAL_FILES = ("model.json", "search.json", SELECTION_FILE)
 EVAL_FILES = ("results.json", "report.md", "hypotheses.txt")
+# What a Multi30k model is for: an image caption translates; a sentence from anywhere else shows the domain's limit.
+PROBES = (
+    ("in domain (an image caption)", "Zwei Hunde spielen im Schnee neben einem roten Auto."),
+    ("everyday speech", "Ich habe heute keine Zeit, weil ich arbeiten muss."),
+    ("news", "Die Regierung will die Steuern im nächsten Jahr deutlich senken."),
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,6 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     rows = [final_model_row(run_dir) for run_dir in args.runs]
+    for run_dir, row in zip(args.runs, rows):
+        row["probes"] = probe_translations(run_dir, args.device)
     names = [row["run"] for row in rows]
     if len(set(names)) != len(names):
         raise VaswaniError(f"--runs: two runs share a directory name ({names}); each is copied to OUT/<name>/")
@@ -68,6 +76,7 @@ def final_model_row(run_dir: Path) -> dict[str, Any]:
     m = config.model
     return {
         "run": run_dir.resolve().name,
+        "dataset": config.data.dataset,
         "device": provenance.get("hardware", {}).get("device_name"),
         "precision": provenance.get("precision"),
         "threads": provenance.get("torch_threads"),
@@ -89,6 +98,18 @@ def final_model_row(run_dir: Path) -> dict[str, Any]:
         "valid_sentences": selection["valid_sentences"],
         "test": selection["test"],
     }
+
+
+def probe_translations(run_dir: Path, device: str = "auto") -> list[dict[str, str]]:
+    """The final model's translations of :data:`PROBES`, with its stored search."""
+    from vaswani.decoding.config import SearchConfig, read_stored_search
+    from vaswani.decoding.translator import Translator
+
+    final = run_dir / "checkpoints" / FINAL
+    translator = Translator.load(final, SearchConfig(**read_stored_search(final)), device=device)
+    outputs = translator.translate([source for _, source in PROBES])
+    return [{"kind": kind, "source": source, "translation": output}
+            for (kind, source), output in zip(PROBES, outputs)]
 
 
 def copy_run_files(run_dir: Path, out: Path) -> None:
@@ -129,6 +150,11 @@ def findings(rows: list[dict[str, Any]]) -> str:
         for name, scores in row["test"].items():
             lines.append(f"- {name}: BLEU {scores['bleu']:.2f}, chrF {scores['chrf']:.2f}, length ratio "
                          f"{scores['length_ratio']:.3f}.")
+        if row.get("probes"):
+            lines.append("- What it is for: Multi30k holds image captions only, so the model translates captions; "
+                         "the other sentences show where that ends." if row["dataset"] == "multi30k" else
+                         f"- The final model on sentences of several kinds (trained on {row['dataset']}):")
+            lines += [f"  - {p['kind']}: *{p['source']}* → *{p['translation']}*" for p in row["probes"]]
         if row["wall_minutes"] is not None:
             within = "inside" if row["wall_minutes"] <= 60 else "over"
             lines.append(f"- Preparation, training and the final model took {row['wall_minutes']:.1f} minutes of "

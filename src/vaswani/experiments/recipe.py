@@ -1,0 +1,235 @@
+"""`vaswani experiment recipe`: what buys the most BLEU per CPU-minute for the default CPU preset.
+
+Proxy runs of the ``multi30k-cpu`` recipe, each changing one thing (vocabulary, width, depth, dropout, learning
+rate, batch, label smoothing, optimizer, norm placement), all with the same wall-clock budget and seed, plus the
+recipe again from another seed: the difference between those two is the scale every other difference is read
+against. Each run is scored on the *whole validation split* (greedy BLEU, chrF, length ratio) and by its
+validation NLL; the test sets are never touched. Reported: a table, BLEU against minutes for every run, and a
+README whose sentences compare the numbers.
+
+A proxy of N minutes ranks settings for N minutes of training. What helps early (little regularisation, a high
+learning rate) need not help at the 50-minute budget of the real run, and the README says which side of the seed
+noise each change landed on, nothing more.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vaswani.config import add_settings_argument
+from vaswani.data.commands import add_data_dir_argument
+from vaswani.errors import ConfigError
+from vaswani.experiments.common import device_label, log, markdown_table, pyplot, write_results
+from vaswani.experiments.variants import (
+    TrainedRun, Variant, final_validation, load_final_model, metrics, train_variants, variant_config,
+)
+from vaswani.training.config import load_preset
+from vaswani.training.evaluate import greedy_scores
+
+RECIPE = "multi30k-cpu"
+SMOKE_RECIPE = "smoke"
+BASELINE, NOISE = "baseline", "baseline-seed1"
+# Every proxy: the budget, no early stop, no final-model step (the final model is the real run's business), and
+# the quick BLEU on the preset's validation subset at every epoch for the BLEU-vs-minutes curve.
+PROXY_SETTINGS = ("train.final_model=false", "train.patience=null", "train.progress=false")
+
+VARIANTS: dict[str, Variant] = {v.name: v for v in (
+    Variant(BASELINE, "multi30k-cpu as it is"),
+    Variant(NOISE, "the same, seed 1 (noise reference)", ("train.seed=1",)),
+    Variant("vocab-6000", "joint BPE vocabulary 6,000", ("data.vocab_size=6000",)),
+    Variant("vocab-10000", "joint BPE vocabulary 10,000", ("data.vocab_size=10000",)),
+    Variant("wider", "d_model 192, d_ff 768", ("model.d_model=192", "model.d_ff=768")),
+    Variant("deeper", "4+4 layers", ("model.n_encoder_layers=4", "model.n_decoder_layers=4")),
+    Variant("dropout-0.2", "dropout 0.2", ("model.dropout=0.2",)),
+    Variant("lr-high", "peak learning rate ×1.43 (lr_factor 0.5)", ("train.lr_factor=0.5",)),
+    Variant("batch-2000", "2,000 tokens per batch", ("train.max_tokens=2000",)),
+    Variant("smoothing-0.2", "label smoothing 0.2", ("train.label_smoothing=0.2",)),
+    Variant("adam-l2", "the paper's Adam + L2 instead of AdamW", ("train.optimizer=adam-l2",)),
+    Variant("pre-ln", "pre-LN", ("model.norm=pre",)),
+)}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="wall-clock budget of every proxy run (default 7; --smoke: a few updates instead)")
+    parser.add_argument("--variants", nargs="+", default=None, metavar="NAME",
+                        help=f"which of the built-in variants (default all: {' '.join(VARIANTS)})")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME:SECTION.KEY=VALUE,…",
+                        help="an extra variant, e.g. wide-ff:model.d_ff=1024 (repeatable)")
+    parser.add_argument("--runs-dir", type=Path, default=None,
+                        help="where the proxy runs live; finished runs with the same config are reused "
+                        "(default runs/experiments/recipe)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="proxies trained at the same time, one thread each when > 1 (default %(default)s)")
+    add_settings_argument(parser, ("model", "data", "train"), "train.seed=2 (applied to every variant)")
+    add_data_dir_argument(parser)
+
+
+def parse_variant(spec: str) -> Variant:
+    """``NAME:section.key=value,section.key=value`` → a Variant; a malformed spec is a ConfigError naming it."""
+    name, sep, settings = spec.partition(":")
+    items = tuple(item.strip() for item in settings.split(",") if item.strip())
+    if not sep or not name.strip() or not items or any("=" not in item or "." not in item.split("=")[0]
+                                                       for item in items):
+        raise ConfigError(f"--variant {spec!r}: expected NAME:section.key=value[,section.key=value…], "
+                          "e.g. wide-ff:model.d_ff=1024")
+    return Variant(name.strip(), ", ".join(items), items)
+
+
+def run(args: argparse.Namespace) -> int:
+    from vaswani.devices import resolve_device
+    from vaswani.precision import resolve_precision
+
+    device = resolve_device(args.device)
+    precision = resolve_precision("auto", device)
+    variants = _chosen_variants(args)
+    recipe = SMOKE_RECIPE if args.smoke else RECIPE
+    extra = [*PROXY_SETTINGS, *args.settings]
+    if args.smoke:
+        extra += ["train.max_steps=4", "train.max_epochs=null", "train.eval_every_steps=4", "train.bleu_subset=0"]
+    else:
+        extra += [f"train.max_minutes={args.minutes or 7}", "train.max_epochs=null"]
+    if args.jobs > 1:
+        extra.append("train.num_threads=1")  # two single-threaded runs share 2 cores better than they take turns
+    for variant in variants:  # every setting is checked before the first run starts
+        variant_config(recipe, variant, extra)
+    runs_dir = args.runs_dir or Path("runs") / "experiments" / "recipe"
+    runs = train_variants(variants, recipe, runs_dir, args.data_dir, extra, args.jobs)
+
+    from vaswani.data.corpora import load_corpus
+
+    config = load_preset(recipe)
+    valid = load_corpus(config.data.dataset, config.data.valid_split, config.data.direction,
+                        data_dir=args.data_dir or config.data.data_dir)
+    sources, references = (valid.source[:16], valid.target[:16]) if args.smoke else (valid.source, valid.target)
+    rows, curves = [], {}
+    for trained in runs:
+        row, curves[trained.variant.name] = _score(trained, sources, references, device, precision)
+        rows.append(row)
+        log(f"  {trained.variant.name:>14}: {row['updates']} updates, val NLL {row['val_nll']:.3f}, "
+            f"val BLEU {row['val_bleu']:.2f}")
+    noise = _seed_noise(rows)
+    baseline = next((r for r in rows if r["variant"] == BASELINE), None)
+    for row in rows:
+        row["delta_bleu"] = None if baseline is None else row["val_bleu"] - baseline["val_bleu"]
+        row["delta_in_noise_units"] = (None if row["delta_bleu"] is None or not noise
+                                       else row["delta_bleu"] / noise)
+    settings = {"recipe": recipe, "proxy_settings": extra, "valid_sentences": len(sources),
+                "precision": precision, "runs_dir": str(runs_dir),
+                "variants": {r.variant.name: list(r.variant.settings) for r in runs}}
+    results = {"device": device_label(device), "seed_noise_bleu": noise, "rows": rows, "curves": curves}
+    write_results(args.out, "recipe", args.command_line, device, settings, results,
+                  _table(rows, noise, settings, args.command_line), {"bleu_vs_minutes": _plot(curves, rows)},
+                  readme=findings(rows, noise, args.minutes or 7))
+    log(f"recipe: wrote {args.out}/results.json, table.md, README.md, bleu_vs_minutes.png")
+    return 0
+
+
+def _chosen_variants(args: argparse.Namespace) -> list[Variant]:
+    names = args.variants or ([BASELINE, NOISE, "dropout-0.2"] if args.smoke else list(VARIANTS))
+    unknown = [name for name in names if name not in VARIANTS]
+    if unknown:
+        raise ConfigError(f"--variants: unknown {unknown}; choose from {list(VARIANTS)} or add --variant NAME:…")
+    chosen = [VARIANTS[name] for name in names] + [parse_variant(spec) for spec in args.variant]
+    seen = [v.name for v in chosen]
+    if len(set(seen)) != len(seen):
+        raise ConfigError(f"--variant: a name is used twice ({seen})")
+    return chosen
+
+
+def _score(trained: TrainedRun, sources: list[str], references: list[str], device, precision: str
+           ) -> tuple[dict[str, Any], list[dict[str, float]]]:
+    records = metrics(trained.run_dir)
+    model, tokenizer = load_final_model(trained.run_dir, device)
+    scores, _ = greedy_scores(model, tokenizer, sources, references, device, precision)
+    train_records = [r for r in records if r["kind"] == "train"]
+    steps = np.array([r["step"] for r in train_records]) if train_records else np.zeros(0)
+    seconds = np.array([r["elapsed_s"] for r in train_records]) if train_records else np.zeros(0)
+
+    def minutes_at(step: int) -> float:
+        return float(np.interp(step, steps, seconds) / 60) if len(steps) else 0.0
+
+    valid = [r for r in records if r["kind"] == "valid"]
+    curve = [{"minutes": minutes_at(r["step"]), "step": r["step"], "bleu": r.get("bleu"), "nll": r["nll"]}
+             for r in valid]
+    last = final_validation(records)
+    speeds = [r["tokens_per_s"] for r in train_records if "tokens_per_s" in r]
+    row = {"variant": trained.variant.name, "label": trained.variant.label,
+           "settings": list(trained.variant.settings), "updates": last["step"], "epochs": last["epoch"],
+           "minutes": minutes_at(last["step"]), "tokens_per_s": float(np.median(speeds)) if speeds else None,
+           "parameters": model.num_parameters(), "val_nll": last["nll"], "val_bleu": scores.bleu,
+           "val_chrf": scores.chrf, "length_ratio": scores.length_ratio, "reused": trained.reused}
+    return row, curve
+
+
+def _seed_noise(rows: list[dict[str, Any]]) -> float | None:
+    """|BLEU(baseline) − BLEU(baseline, seed 1)|: how far two runs land when only the seed changes."""
+    by_name = {row["variant"]: row for row in rows}
+    if BASELINE in by_name and NOISE in by_name:
+        return abs(by_name[BASELINE]["val_bleu"] - by_name[NOISE]["val_bleu"])
+    return None
+
+
+def findings(rows: list[dict[str, Any]], noise: float | None, minutes: float) -> str:
+    """The README: which changes beat the baseline by more than the seed noise, which are within it, which hurt."""
+    lines = ["# Recipe study: what buys BLEU per CPU-minute", "",
+             f"Written by `vaswani experiment recipe` (command, commit and hardware in `results.json` and "
+             f"`table.md`). Every proxy trained for the same {minutes:g} minutes of wall time from the same seed; "
+             "BLEU is greedy on the whole validation split. A proxy ranks settings for its own budget: what helps "
+             "in a few minutes need not help at the real run's 50.", ""]
+    baseline = next((r for r in rows if r["variant"] == BASELINE), None)
+    if baseline is None or noise is None:
+        lines.append("The baseline or its second seed is missing, so no difference can be read against noise.")
+        return "\n".join(lines)
+    lines.append(f"Seed noise: the baseline from seeds 0 and 1 differs by **{noise:.2f} BLEU**. A change counts "
+                 "as a gain or a loss only beyond that.")
+    lines.append("")
+    others = sorted((r for r in rows if r["variant"] not in (BASELINE, NOISE)), key=lambda r: -r["delta_bleu"])
+    gains = [r for r in others if r["delta_bleu"] > noise]
+    losses = [r for r in others if r["delta_bleu"] < -noise]
+    within = [r for r in others if abs(r["delta_bleu"]) <= noise]
+
+    def describe(row: dict[str, Any]) -> str:
+        return (f"{row['label']} ({row['delta_bleu']:+.2f} BLEU, {row['updates']} updates vs "
+                f"{baseline['updates']}, val NLL {row['val_nll']:.3f} vs {baseline['val_nll']:.3f})")
+
+    lines.append("- **Gains beyond the noise:** " + ("; ".join(map(describe, gains)) if gains else "none."))
+    lines.append("- **Within the noise:** " + ("; ".join(map(describe, within)) if within else "none."))
+    lines.append("- **Losses beyond the noise:** " + ("; ".join(map(describe, losses)) if losses else "none."))
+    return "\n".join(lines)
+
+
+def _table(rows: list[dict[str, Any]], noise: float | None, settings: dict[str, Any], command: str) -> str:
+    headers = ["variant", "what changed", "parameters", "updates", "epochs", "tokens/s", "val NLL", "val BLEU",
+               "chrF", "length ratio", "Δ BLEU", "Δ / seed noise"]
+    body = [[r["variant"], r["label"], f"{r['parameters'] / 1e6:.2f}M", r["updates"], r["epochs"],
+             r["tokens_per_s"], r["val_nll"], r["val_bleu"], r["val_chrf"], r["length_ratio"], r["delta_bleu"],
+             r["delta_in_noise_units"]] for r in rows]
+    noise_text = f"{noise:.2f}" if noise is not None else "not measured"
+    return (f"# Recipe study ({settings['recipe']}, {settings['valid_sentences']} validation sentences)\n\n"
+            f"{markdown_table(headers, body)}\n\nSeed noise (|baseline − baseline-seed1| val BLEU): {noise_text}. "
+            f"Proxy settings: `{' '.join(settings['proxy_settings'])}`.\n\nCommand: `{command}`\n")
+
+
+def _plot(curves: dict[str, list[dict[str, float]]], rows: list[dict[str, Any]]):
+    plt = pyplot()
+    figure, axis = plt.subplots(figsize=(8, 5))
+    for row in rows:
+        points = [p for p in curves[row["variant"]] if p["bleu"] is not None]
+        if points:
+            style = "-" if row["variant"] not in (BASELINE, NOISE) else "--"
+            axis.plot([p["minutes"] for p in points], [p["bleu"] for p in points], style, marker=".",
+                      label=row["variant"], linewidth=2.2 if row["variant"] == BASELINE else 1.2)
+    axis.set_xlabel("minutes of training (wall time)")
+    axis.set_ylabel("greedy BLEU, validation subset")
+    axis.set_title("BLEU against minutes, one change per run")
+    axis.legend(fontsize=7, ncol=2)
+    axis.grid(alpha=0.3)
+    return figure
+
+
+__all__ = ["VARIANTS", "add_arguments", "findings", "parse_variant", "run"]
