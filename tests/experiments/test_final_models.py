@@ -25,7 +25,7 @@ def test_the_table_holds_the_runs_own_numbers_and_files(finished_run, tmp_path) 
     assert row["test"]["multi30k-test2016"]["bleu"] == selection["test"]["multi30k-test2016"]["bleu"]
     assert row["updates"] == summary["step"] == 12 and row["wall_minutes"] == summary["wall_minutes"]
     table = (out / "table.md").read_text()
-    assert f"{selection['test']['multi30k-test2016']['bleu']:.2f}".rstrip("0") in table
+    assert f"| {selection['test']['multi30k-test2016']['bleu']:.2f} |" in table
     copied = out / run_dir.name
     assert (copied / "checkpoints" / "final" / "search.json").read_text() == \
         (run_dir / "checkpoints" / "final" / "search.json").read_text()
@@ -43,7 +43,7 @@ def test_the_findings_follow_the_numbers(finished_run) -> None:
                 "val_bleu_final_weights_greedy": 31.25, "final_search": "beam 5, alpha 1", "val_bleu_final": 33.0,
                 "wall_minutes": 57.0}
     text = findings([averaged])
-    assert "average of last 3 checkpoints translate validation +1.25 BLEU better" in text
+    assert "the average of the last 3 checkpoints, translate validation +1.25 BLEU better" in text
     assert "Beam 5, alpha 1 adds +1.75 BLEU over greedy" in text and "inside the hour" in text
     text = findings([{**averaged, "final_weights": "best", "final_search": "greedy", "wall_minutes": 61.0}])
     assert "also the best translator" in text and "Greedy search beat every beam" in text and "over the hour" in text

@@ -140,8 +140,9 @@ def findings(rows: list[dict[str, Any]]) -> str:
             lines.append(f"- The lowest-loss checkpoint was also the best translator on validation; no average of "
                          f"the last checkpoints beat its greedy BLEU ({row['val_bleu_best_checkpoint_greedy']:.2f}).")
         else:
-            lines.append(f"- The {row['final_weights']} checkpoints translate validation {_signed(weights_gain)} "
-                         f"BLEU {'better' if weights_gain >= 0 else 'worse'} (greedy) than the lowest-loss checkpoint.")
+            lines.append(f"- The final weights, the {row['final_weights'].replace('of last', 'of the last')} "
+                         f"checkpoints, translate validation {_signed(weights_gain)} BLEU "
+                         f"{'better' if weights_gain >= 0 else 'worse'} (greedy) than the lowest-loss checkpoint.")
         if row["final_search"] == "greedy":
             lines.append("- Greedy search beat every beam setting tried on validation.")
         else:
@@ -164,6 +165,11 @@ def findings(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _fixed(value: float | None, digits: int = 2) -> str:
+    """BLEU to two decimals, as sacreBLEU prints it (the table's default rounding would hide the second one)."""
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
 def _signed(value: float) -> str:
     return f"{value:+.2f}"
 
@@ -176,12 +182,12 @@ def _table(rows: list[dict[str, Any]], command: str) -> str:
     body = []
     for row in rows:
         cells = [row["run"], f"{row['device']} ({row['threads']} threads, {row['precision']})", row["model"],
-                 row["wall_minutes"], row["updates"], row["epochs"], row["val_nll"],
-                 row["val_bleu_best_checkpoint_greedy"], row["final_weights"], row["val_bleu_final_weights_greedy"],
-                 row["final_search"], row["val_bleu_final"]]
+                 _fixed(row["wall_minutes"], 1), row["updates"], _fixed(row["epochs"], 1), _fixed(row["val_nll"], 3),
+                 _fixed(row["val_bleu_best_checkpoint_greedy"]), row["final_weights"],
+                 _fixed(row["val_bleu_final_weights_greedy"]), row["final_search"], _fixed(row["val_bleu_final"])]
         for name in tests:
             scores = row["test"].get(name, {})
-            cells += [scores.get("bleu"), scores.get("chrf"), scores.get("length_ratio")]
+            cells += [_fixed(scores.get("bleu")), _fixed(scores.get("chrf")), _fixed(scores.get("length_ratio"), 3)]
         body.append(cells)
     signatures = sorted({s["signature"] for row in rows for s in row["test"].values()})
     commands = "\n".join(f"- `{row['run']}`: `{row['command']}` (commit `{row['commit']}`)" for row in rows)
@@ -197,15 +203,20 @@ def _plot(rows: list[dict[str, Any]]):
     steps = [("best checkpoint, greedy", "val_bleu_best_checkpoint_greedy"),
              ("final weights, greedy", "val_bleu_final_weights_greedy"), ("final weights + search", "val_bleu_final")]
     height = 0.8 / (len(steps) + 1)
+    bars = []
     for i, (label, key) in enumerate(steps):
-        axis.barh([r + i * height for r in range(len(rows))], [row[key] for row in rows], height, label=f"val: {label}")
+        bars.append(axis.barh([r + i * height for r in range(len(rows))], [row[key] for row in rows], height,
+                              label=f"val: {label}"))
     tests = sorted({name for row in rows for name in row["test"]})
     for name in tests[:1]:
-        axis.barh([r + len(steps) * height for r in range(len(rows))],
-                  [row["test"].get(name, {}).get("bleu", 0.0) for row in rows], height, label=f"{name}, final")
+        bars.append(axis.barh([r + len(steps) * height for r in range(len(rows))],
+                              [row["test"].get(name, {}).get("bleu", 0.0) for row in rows], height,
+                              label=f"{name}, final"))
+    for container in bars:
+        axis.bar_label(container, fmt="%.2f", padding=2, fontsize=8)
     axis.set_yticks([r + 0.4 - height / 2 for r in range(len(rows))], [row["run"] for row in rows])
     axis.set_xlabel("BLEU (sacreBLEU)")
-    axis.legend(loc="lower right", fontsize=8)
+    axis.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     axis.set_title("What the end of the run chose, and what it bought")
     return figure
 
