@@ -227,6 +227,26 @@ def parse_settings(items: list[str], sections: tuple[str, ...]) -> dict[str, dic
     return grouped
 
 
+def parse_variant(spec: str, sections: tuple[str, ...]) -> tuple[str, list[str]]:
+    """``NAME:section.key=value,section.key=value`` (a command's ``--variant``) as the name and its ``--set``
+    items. A comma starts a new item only where ``section.key=`` follows, so tuple values keep theirs:
+    ``adam:train.betas=0.9,0.995,train.eps=1e-8``."""
+    name, _, assignments = spec.partition(":")
+    expected = f"expected NAME:{sections[0]}.KEY=VALUE[,{sections[0]}.KEY=VALUE] with section {' or '.join(sections)}"
+    items: list[str] = []
+    for piece in assignments.split(",") if assignments.strip() else []:
+        section, dot, key = piece.partition("=")[0].strip().partition(".")
+        if "=" in piece and dot and key and section in sections:
+            items.append(piece.strip())
+        elif items:  # a tuple value's next element
+            items[-1] += "," + piece.strip()
+        else:
+            raise ConfigError(f"--variant {spec!r}: {piece.strip()!r} is not section.key=value; {expected}")
+    if not name.strip() or not items:
+        raise ConfigError(f"--variant {spec!r}: {expected}")
+    return name.strip(), items
+
+
 def add_settings_argument(parser: Any, sections: tuple[str, ...], example: str) -> None:
     """The ``--set section.key=value`` option (repeatable), read back with :func:`parse_settings`."""
     parser.add_argument("--set", dest="settings", action="append", default=[], metavar="SECTION.KEY=VALUE",
@@ -263,6 +283,7 @@ __all__ = [
     "apply_model_settings",
     "apply_overrides",
     "parse_settings",
+    "parse_variant",
     "validate_literals",
     "validate_settings",
 ]

@@ -35,7 +35,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from vaswani.config import PRECISIONS, ModelConfig, add_settings_argument, apply_model_settings
+from vaswani.config import PRECISIONS, ModelConfig, add_settings_argument, apply_model_settings, parse_variant
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.devices import resolve_device, synchronize
 from vaswani.errors import VaswaniError
@@ -413,10 +413,8 @@ def _speedup_contenders(config: ModelConfig, smoothing: float, precision: str,
 def _variants(specs: list[str], config: ModelConfig) -> list[tuple[str, ModelConfig]]:
     out = []
     for spec in specs:
-        label, _, assignments = spec.partition(":")
-        if not assignments:
-            raise VaswaniError(f"--variant {spec!r}: expected NAME:model.KEY=VALUE[,model.KEY=VALUE]")
-        out.append((label, apply_model_settings(config, assignments.split(","))))
+        label, items = parse_variant(spec, ("model",))
+        out.append((label, apply_model_settings(config, items)))
     return out
 
 
