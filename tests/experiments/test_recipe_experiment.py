@@ -11,7 +11,8 @@ import yaml
 
 from vaswani.cli import main
 from vaswani.errors import ConfigError
-from vaswani.experiments.recipe import BASELINE, NOISE, findings, parse_variant
+from vaswani.experiments.recipe import BASELINE, NOISE, RECIPE, VARIANTS, findings, parse_variant, proxy_settings
+from vaswani.experiments.variants import variant_config
 
 
 def test_a_smoke_study_writes_one_row_per_variant_and_a_custom_variant_reaches_its_run(tmp_path, data_dir,
@@ -33,9 +34,9 @@ def test_a_smoke_study_writes_one_row_per_variant_and_a_custom_variant_reaches_i
     assert (out / "bleu_vs_minutes.png").stat().st_size > 0 and (out / "README.md").is_file()
 
 
-def _row(name: str, bleu: float) -> dict:
+def _row(name: str, bleu: float, tokens_per_s: float = 2000.0) -> dict:
     return {"variant": name, "label": name, "val_bleu": bleu, "delta_bleu": bleu - 30.0, "updates": 100,
-            "val_nll": 2.0}
+            "val_nll": 2.0, "parameters": 1000, "tokens_per_s": tokens_per_s, "warmup_steps": 400}
 
 
 def test_the_findings_read_each_difference_against_the_seed_noise() -> None:
@@ -47,6 +48,19 @@ def test_the_findings_read_each_difference_against_the_seed_noise() -> None:
     assert "worse" in losses and "+1.00 BLEU" in gains and "-2.00 BLEU" in losses
     assert "0.50 BLEU" in text and "7 minutes" in text
     assert "no difference can be read" in findings([_row("better", 31.0)], noise=None, minutes=7)
+    assert "inside its 400-update warmup" in text  # 100 updates < 400
+    assert "Same model size" not in text
+    slowed = findings([*rows[:4], _row("worse", 28.0, tokens_per_s=1500.0)], noise=0.5, minutes=7)
+    assert "worse (1,500 vs 2,000)" in slowed
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_every_built_in_variant_is_a_valid_run_of_the_real_recipe(jobs: int) -> None:
+    extra = proxy_settings(6, smoke=False, jobs=jobs, settings=[])
+    for variant in VARIANTS.values():
+        train = variant_config(RECIPE, variant, extra)["train"]
+        assert train["max_minutes"] == 6 and train["final_model"] is False
+        assert train["num_threads"] == (1 if jobs > 1 else None)
 
 
 @pytest.mark.parametrize("spec", ["nocolon", "name:", ":model.d_ff=3", "name:d_ff=3", "name:model.d_ff"])
@@ -55,6 +69,7 @@ def test_a_malformed_variant_is_refused_naming_it(spec: str) -> None:
         parse_variant(spec)
     assert parse_variant("wide:model.d_ff=1024,model.dropout=0.2").settings == ("model.d_ff=1024",
                                                                                  "model.dropout=0.2")
+    assert parse_variant("adam:train.betas=0.9,0.995").settings == ("train.betas=0.9,0.995",)
 
 
 def test_an_invalid_setting_in_a_variant_is_refused_before_any_run(tmp_path, data_dir) -> None:

@@ -140,6 +140,12 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def fixed(value: float | None, digits: int = 2) -> str:
+    """A number to ``digits`` decimals for a table (BLEU to two, as sacreBLEU prints it; markdown_table's default
+    rounding to significant figures would show 13.97 as 14); ``–`` for a missing one."""
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
 def provenance_line(device: torch.device, command: str) -> str:
     git = git_state()
     commit = (git["commit"] or "unknown")[:12] + (" + uncommitted changes" if git["dirty"] else "")

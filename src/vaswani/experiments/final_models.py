@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from vaswani.errors import VaswaniError
-from vaswani.experiments.common import log, markdown_table, pyplot, write_results
+from vaswani.experiments.common import fixed, log, markdown_table, pyplot, write_results
 from vaswani.experiments.variants import metrics, run_provenance
 from vaswani.training.config import RunConfig, load_preset
 from vaswani.training.finalize import FINAL, SELECTION_FILE
@@ -165,11 +165,6 @@ def findings(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _fixed(value: float | None, digits: int = 2) -> str:
-    """BLEU to two decimals, as sacreBLEU prints it (the table's default rounding would hide the second one)."""
-    return "–" if value is None else f"{value:.{digits}f}"
-
-
 def _signed(value: float) -> str:
     return f"{value:+.2f}"
 
@@ -182,12 +177,12 @@ def _table(rows: list[dict[str, Any]], command: str) -> str:
     body = []
     for row in rows:
         cells = [row["run"], f"{row['device']} ({row['threads']} threads, {row['precision']})", row["model"],
-                 _fixed(row["wall_minutes"], 1), row["updates"], _fixed(row["epochs"], 1), _fixed(row["val_nll"], 3),
-                 _fixed(row["val_bleu_best_checkpoint_greedy"]), row["final_weights"],
-                 _fixed(row["val_bleu_final_weights_greedy"]), row["final_search"], _fixed(row["val_bleu_final"])]
+                 fixed(row["wall_minutes"], 1), row["updates"], fixed(row["epochs"], 1), fixed(row["val_nll"], 3),
+                 fixed(row["val_bleu_best_checkpoint_greedy"]), row["final_weights"],
+                 fixed(row["val_bleu_final_weights_greedy"]), row["final_search"], fixed(row["val_bleu_final"])]
         for name in tests:
             scores = row["test"].get(name, {})
-            cells += [_fixed(scores.get("bleu")), _fixed(scores.get("chrf")), _fixed(scores.get("length_ratio"), 3)]
+            cells += [fixed(scores.get("bleu")), fixed(scores.get("chrf")), fixed(scores.get("length_ratio"), 3)]
         body.append(cells)
     signatures = sorted({s["signature"] for row in rows for s in row["test"].values()})
     commands = "\n".join(f"- `{row['run']}`: `{row['command']}` (commit `{row['commit']}`)" for row in rows)

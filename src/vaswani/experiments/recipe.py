@@ -21,9 +21,10 @@ from typing import Any
 import numpy as np
 
 from vaswani.config import add_settings_argument
+from vaswani.config import parse_variant as config_parse_variant
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.errors import ConfigError
-from vaswani.experiments.common import device_label, log, markdown_table, pyplot, write_results
+from vaswani.experiments.common import device_label, fixed, log, markdown_table, pyplot, write_results
 from vaswani.experiments.variants import (
     TrainedRun, Variant, final_validation, load_final_model, metrics, train_variants, variant_config,
 )
@@ -71,13 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def parse_variant(spec: str) -> Variant:
     """``NAME:section.key=value,section.key=value`` → a Variant; a malformed spec is a ConfigError naming it."""
-    name, sep, settings = spec.partition(":")
-    items = tuple(item.strip() for item in settings.split(",") if item.strip())
-    if not sep or not name.strip() or not items or any("=" not in item or "." not in item.split("=")[0]
-                                                       for item in items):
-        raise ConfigError(f"--variant {spec!r}: expected NAME:section.key=value[,section.key=value…], "
-                          "e.g. wide-ff:model.d_ff=1024")
-    return Variant(name.strip(), ", ".join(items), items)
+    name, items = config_parse_variant(spec, ("model", "data", "train"))
+    return Variant(name, ", ".join(items), tuple(items))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -88,13 +84,7 @@ def run(args: argparse.Namespace) -> int:
     precision = resolve_precision("auto", device)
     variants = _chosen_variants(args)
     recipe = SMOKE_RECIPE if args.smoke else RECIPE
-    extra = [*PROXY_SETTINGS, *args.settings]
-    if args.smoke:
-        extra += ["train.max_steps=4", "train.max_epochs=null", "train.eval_every_steps=4", "train.bleu_subset=0"]
-    else:
-        extra.append(f"train.max_minutes={args.minutes or 7}")  # the preset's max_epochs is never reached
-    if args.jobs > 1:
-        extra.append("train.num_threads=1")  # two single-threaded runs share 2 cores better than they take turns
+    extra = proxy_settings(args.minutes or 7, args.smoke, args.jobs, args.settings)
     for variant in variants:  # every setting is checked before the first run starts
         variant_config(recipe, variant, extra)
     runs_dir = args.runs_dir or Path("runs") / "experiments" / "recipe"
@@ -129,6 +119,18 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def proxy_settings(minutes: float, smoke: bool, jobs: int, settings: list[str]) -> list[str]:
+    """The settings every proxy run adds to its variant's: the budget, and one thread each when runs share."""
+    extra = [*PROXY_SETTINGS, *settings]
+    if smoke:
+        extra += ["train.max_steps=4", "train.max_epochs=null", "train.eval_every_steps=4", "train.bleu_subset=0"]
+    else:
+        extra.append(f"train.max_minutes={minutes}")  # the preset's max_epochs is never reached first
+    if jobs > 1:
+        extra.append("train.num_threads=1")  # two single-threaded runs share 2 cores better than they take turns
+    return extra
+
+
 def _chosen_variants(args: argparse.Namespace) -> list[Variant]:
     names = args.variants or ([BASELINE, NOISE, "dropout-0.2"] if args.smoke else list(VARIANTS))
     unknown = [name for name in names if name not in VARIANTS]
@@ -161,9 +163,13 @@ def _score(trained: TrainedRun, sources: list[str], references: list[str], devic
     row = {"variant": trained.variant.name, "label": trained.variant.label,
            "settings": list(trained.variant.settings), "updates": last["step"], "epochs": last["epoch"],
            "minutes": minutes_at(last["step"]), "tokens_per_s": float(np.median(speeds)) if speeds else None,
-           "parameters": model.num_parameters(), "val_nll": last["nll"], "val_bleu": scores.bleu,
+           "parameters": model.num_parameters(), "warmup_steps": _warmup(trained.run_dir), "val_nll": last["nll"], "val_bleu": scores.bleu,
            "val_chrf": scores.chrf, "length_ratio": scores.length_ratio, "reused": trained.reused}
     return row, curve
+
+
+def _warmup(run_dir: Path) -> int:
+    return load_preset(str(run_dir / "config.yaml")).train.warmup_steps
 
 
 def _seed_noise(rows: list[dict[str, Any]]) -> float | None:
@@ -197,6 +203,21 @@ def findings(rows: list[dict[str, Any]], noise: float | None, minutes: float) ->
         return (f"{row['label']} ({row['delta_bleu']:+.2f} BLEU, {row['updates']} updates vs "
                 f"{baseline['updates']}, val NLL {row['val_nll']:.3f} vs {baseline['val_nll']:.3f})")
 
+    if baseline.get("warmup_steps") and baseline["updates"] < baseline["warmup_steps"]:
+        lines.append(f"The baseline ended after {baseline['updates']} updates, inside its "
+                     f"{baseline['warmup_steps']}-update warmup: the learning rate was still rising, so these "
+                     "proxies rank how fast a setting starts, and a change that reaches a high learning rate "
+                     "sooner (more, smaller batches) is favoured by the budget itself.")
+        lines.append("")
+    slowed = [r for r in rows if r["parameters"] == baseline["parameters"] and r["tokens_per_s"]
+              and baseline["tokens_per_s"] and r["tokens_per_s"] < 0.9 * baseline["tokens_per_s"]]
+    if slowed:
+        lines.append("Same model size, yet under 90 % of the baseline's tokens/s: "
+                     + ", ".join(f"{r['variant']} ({r['tokens_per_s']:,.0f} vs {baseline['tokens_per_s']:,.0f})"
+                                 for r in slowed)
+                     + ". The machine, not the setting, slowed these runs (it is shared), so they had fewer "
+                     "updates in the same minutes; read their BLEU with that in mind.")
+        lines.append("")
     lines.append("- **Gains beyond the noise:** " + ("; ".join(map(describe, gains)) if gains else "none."))
     lines.append("- **Within the noise:** " + ("; ".join(map(describe, within)) if within else "none."))
     lines.append("- **Losses beyond the noise:** " + ("; ".join(map(describe, losses)) if losses else "none."))
@@ -206,9 +227,10 @@ def findings(rows: list[dict[str, Any]], noise: float | None, minutes: float) ->
 def _table(rows: list[dict[str, Any]], noise: float | None, settings: dict[str, Any], command: str) -> str:
     headers = ["variant", "what changed", "parameters", "updates", "epochs", "tokens/s", "val NLL", "val BLEU",
                "chrF", "length ratio", "Δ BLEU", "Δ / seed noise"]
-    body = [[r["variant"], r["label"], f"{r['parameters'] / 1e6:.2f}M", r["updates"], r["epochs"],
-             r["tokens_per_s"], r["val_nll"], r["val_bleu"], r["val_chrf"], r["length_ratio"], r["delta_bleu"],
-             r["delta_in_noise_units"]] for r in rows]
+    body = [[r["variant"], r["label"], f"{r['parameters'] / 1e6:.2f}M", r["updates"], fixed(r["epochs"]),
+             r["tokens_per_s"], fixed(r["val_nll"], 3), fixed(r["val_bleu"]), fixed(r["val_chrf"]),
+             fixed(r["length_ratio"], 3), fixed(r["delta_bleu"]), fixed(r["delta_in_noise_units"], 1)]
+            for r in rows]
     noise_text = f"{noise:.2f}" if noise is not None else "not measured"
     return (f"# Recipe study ({settings['recipe']}, {settings['valid_sentences']} validation sentences)\n\n"
             f"{markdown_table(headers, body)}\n\nSeed noise (|baseline − baseline-seed1| val BLEU): {noise_text}. "
@@ -232,4 +254,4 @@ def _plot(curves: dict[str, list[dict[str, float]]], rows: list[dict[str, Any]])
     return figure
 
 
-__all__ = ["VARIANTS", "add_arguments", "findings", "parse_variant", "run"]
+__all__ = ["VARIANTS", "add_arguments", "findings", "parse_variant", "proxy_settings", "run"]
