@@ -70,7 +70,7 @@ def search_config_from_args(args: argparse.Namespace, stored: dict | None = None
         if value < 1:
             raise ConfigError(f"{flag} {value}: must be >= 1")
     given = {name: getattr(args, option) for name, option in STORED_OPTIONS.items() if getattr(args, option) is not None}
-    config = _search_config(args, given)
+    config = _search_config(args, given)  # an invalid option is reported under its flag, stored file or not
     return _search_config(args, {**stored, **given}) if stored else config
 
 

@@ -166,7 +166,7 @@ def create_app(checkpoint: str | Path | Translator, settings: ServeSettings | No
 
     # ---- helpers ----
     def search_config(body: SearchSettings, nbest: int = 1) -> SearchConfig:
-        """The model's search with the request's settings on top; nbest is checked by the caller."""
+        """The model's search with the request's settings on top, checked against the server's limits."""
         base: SearchConfig = service["translator"].config
         given = {"beam_size": body.beam, "alpha": body.alpha, "max_len_a": body.max_len_a,
                  "max_len_b": body.max_len_b}

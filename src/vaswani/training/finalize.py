@@ -8,7 +8,8 @@ short translations come out, and BLEU's brevity penalty punishes short ones. So 
 ``train.final_model`` this module
 
 1. scores each candidate — ``best``, ``last``, and the average of the last k step checkpoints for
-   k = 2 … ``average_last`` — by greedy BLEU on the whole validation split, and keeps the highest;
+   k = 2 … ``average_last`` — by greedy BLEU on the whole validation split (or its first
+   ``final_valid_sentences``), and keeps the highest;
 2. tunes the search on the same split: greedy, and beam ``final_beam`` with each α in ``final_alphas``;
 3. writes the winner as ``checkpoints/final/`` (weights, model.json, tokenizer.json), the chosen search as its
    ``search.json`` (``translate``, ``evaluate`` and ``serve`` use it by default) and every candidate's scores as its
@@ -71,8 +72,9 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
         searches = [SearchConfig(beam_size=1, precision=precision)] + [
             SearchConfig(beam_size=tc.final_beam, alpha=alpha, precision=precision) for alpha in tc.final_alphas]
         tried = []
+        chosen_model = Translator.load(chosen["directory"], searches[0], device=device)  # loaded once, searched often
         for search in searches:
-            translator = Translator.load(chosen["directory"], search, device=device)
+            translator = Translator(chosen_model.model, chosen_model.tokenizer, search, device=device)
             scores = _score(translator, sources, references)
             tried.append({"search": _describe(search), "settings": stored_settings(search), "valid": scores.to_dict()})
             _say(f"final search: {_describe(search):<22} val BLEU {scores.bleu:5.2f}  "
