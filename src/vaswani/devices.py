@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
+import sys
+
 import torch
 
 from vaswani.errors import ConfigError, EnvironmentFault
@@ -41,3 +44,26 @@ def synchronize(device: torch.device) -> None:
     """Wait for queued GPU work: without it a GPU timer measures the kernel launches, not the computation."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+# glibc's mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+
+
+def reuse_freed_memory() -> bool:
+    """Make this process keep the memory it frees for its next allocations (glibc only); True when applied.
+
+    A CPU training step allocates and frees the same tensors every update, the largest being the (tokens ×
+    vocabulary) logits and their gradient: 33-48 MB for the Multi30k preset. glibc serves a block that large with
+    a fresh ``mmap`` and unmaps it on free, so every update pays page faults and the kernel's zeroing for each of
+    them again (an elementwise op on such a fresh tensor took 26 ms instead of 2 ms). Raising the mmap and trim
+    thresholds makes freed blocks stay in the heap and be reused, as PyTorch's caching allocator does on GPU. The
+    price is that the process keeps its peak memory until it exits. Process-wide, and idempotent.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:  # not glibc (musl, ...): keep the system's behaviour
+        return False
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, 1 << 30)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, (1 << 31) - 1))

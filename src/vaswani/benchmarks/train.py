@@ -37,10 +37,10 @@ import torch.nn.functional as F
 
 from vaswani.config import PRECISIONS, ModelConfig, add_settings_argument, apply_model_settings, parse_variant
 from vaswani.data.commands import add_data_dir_argument
-from vaswani.devices import resolve_device, synchronize
+from vaswani.devices import resolve_device, reuse_freed_memory, synchronize
 from vaswani.errors import VaswaniError
 from vaswani.io import atomic_write_json, atomic_write_text
-from vaswani.model import Transformer, sinusoidal_table
+from vaswani.model import Dropout, Transformer, sinusoidal_table
 from vaswani.provenance import provenance
 from vaswani.training.loss import TranslationLoss
 from vaswani.training.step import train_step
@@ -163,7 +163,17 @@ class TwoCrossEntropiesLoss(nn.Module):
 
 # Each speed-up of the training step, undone one at a time: (name, what changes). Raced against ours as it is.
 SPEEDUPS = ("attention dropout 0.1 (before: = dropout)", "loss: two cross-entropies (before)",
-            "AdamW for-each (before: fused on GPU only)", "torch.compile (train.compile=true)")
+            "AdamW for-each (before: fused on GPU only)", "dropout: nn.Dropout (before)",
+            "torch.compile (train.compile=true)")
+
+
+def with_torch_dropout(model: nn.Module) -> nn.Module:
+    """``model`` with every :class:`vaswani.model.Dropout` swapped for ``nn.Dropout`` of the same rate."""
+    for module in list(model.modules()):
+        for name, child in module.named_children():
+            if isinstance(child, Dropout):
+                setattr(module, name, nn.Dropout(child.p))
+    return model
 
 
 PEERS: dict[str, tuple[str, Callable[[ModelConfig, float], nn.Module]]] = {
@@ -327,6 +337,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also race ours with each training speed-up undone (and with torch.compile)")
     parser.add_argument("--foreach", action="store_true",
                         help="AdamW's for-each implementation for every model (default: fused, as training uses)")
+    parser.add_argument("--allocator", choices=["reuse", "system"], default="reuse",
+                        help="reuse: keep freed memory for reuse, as CPU training does (train.reuse_freed_memory, "
+                             "for every model in this process); system: the C library's default")
     parser.add_argument("--profile", type=int, nargs="*", default=None, metavar="THREADS",
                         help="also write torch.profiler tables of each model's step at these thread counts")
     parser.add_argument("--out", type=Path, default=None,
@@ -337,6 +350,7 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
+    allocator = "reuse" if args.allocator == "reuse" and reuse_freed_memory() else "system"
     config = apply_model_settings(ModelConfig.preset(args.preset, dropout=0.1), args.settings)
     variants = _variants(args.variant, config)
     n_batches = args.warmup + args.steps
@@ -383,6 +397,7 @@ def run(args: argparse.Namespace) -> int:
                   "torch_threads": torch.get_num_threads(), "max_tokens": args.max_tokens, "steps": args.steps,
                   "warmup": args.warmup, "repeats": args.repeats,
                   "optimizer": f"AdamW(lr=1e-4, betas=(0.9, 0.98), {'for-each' if args.foreach else 'fused'})",
+                  "allocator": allocator,
                   "results": results}
         atomic_write_json(args.out, report)
         atomic_write_text(args.out.with_suffix(".md"), markdown_table(report))
@@ -399,13 +414,14 @@ def _speedup_contenders(config: ModelConfig, smoothing: float, precision: str,
         torch.manual_seed(0)
         return TranslationLoss(Transformer(c), smoothing).to(device)
 
-    dropout, loss, adamw, compiled = SPEEDUPS
+    dropout, loss, adamw, torch_dropout, compiled = SPEEDUPS
     torch.manual_seed(0)
     return [
         Contender(f"vaswani, {dropout}", ours(ModelConfig(**{**config.to_dict(), "attention_dropout": 0.1})),
                   precision),
         Contender(f"vaswani, {loss}", TwoCrossEntropiesLoss(Transformer(config), smoothing).to(device), precision),
         Contender(f"vaswani, {adamw}", ours(), precision, fused=False),
+        Contender(f"vaswani, {torch_dropout}", with_torch_dropout(ours()), precision),
         Contender(f"vaswani, {compiled}", torch.compile(ours()), precision),
     ]
 
@@ -434,6 +450,10 @@ def _print_row(row: dict) -> None:
           flush=True)
 
 
+_ALLOCATORS = {"reuse": "kept for reuse by every model (`--allocator reuse`, as CPU training does)",
+               "system": "returned to the system (`--allocator system`)"}
+
+
 def markdown_table(report: dict) -> str:
     """The results as a markdown table, with the provenance the numbers need."""
     m = report["model"]
@@ -444,7 +464,8 @@ def markdown_table(report: dict) -> str:
         f"heads, d_ff {m['d_ff']}, vocabulary {m['vocab_size']}, {m['norm']}-LN, {m['activation']}, "
         f"{m['positions']} positions, dropout {m['dropout']}, attention dropout {m['attention_dropout']}. "
         f"{report['torch_threads']} threads, {report['steps']} timed steps × {report['repeats']} repeats "
-        f"after {report['warmup']} warm-up steps; {report['optimizer']}. Each repeat alternates single steps of "
+        f"after {report['warmup']} warm-up steps; {report['optimizer']}; freed memory "
+        f"{_ALLOCATORS[report.get('allocator', 'system')]}. Each repeat alternates single steps of "
         "the models; tokens/s is the median (and range) over repeats, *ours / model* the median over repeats of "
         "the ratio within a repeat.",
         "",

@@ -9,8 +9,8 @@ The estimate names every byte a training step holds:
   :func:`_sublayer_attention` and friends): Linear inputs, Q/K/V, the B·H·T² attention probabilities (with
   their dropout mask and dropped copy) of the standard backend, the FFN hidden layer, dropout masks, LayerNorm
   inputs;
-- the logits: the N×V fp32 log-probabilities saved by the loss plus two N×V transients (the logits and the
-  no-grad NLL at the end of forward, or the gradients at the start of backward).
+- the logits: the N×V fp32 logits and the log-probabilities the loss saves from them (backward turns those
+  into the gradient in place, so no third N×V tensor appears).
 
 The *peak* is not the sum of all of them: the trainer frees gradients to None after every update, so when
 backward starts every activation is live and no gradient exists yet, and by the optimizer step the activations
@@ -120,7 +120,7 @@ class _Dtypes:
     """Bytes per element of what a training step stores, for one precision on one device type."""
 
     act: int  # outputs of matmuls (autocast dtype)
-    mask_cuda: bool  # CUDA's fused dropout saves a 1-byte bool mask; the CPU path saves a noise tensor
+    mask_cuda: bool  # F.dropout on CUDA saves a 1-byte bool mask, on the CPU a noise tensor (attention weights)
     stream: int = 4  # residual stream, LayerNorm inputs/outputs, softmax of the standard backend: fp32 always
 
     def dropout_mask(self, input_bytes: int) -> int:
@@ -185,7 +185,7 @@ def _residual(t: _Tally, c: ModelConfig, dt: _Dtypes, tokens: int, dropout: floa
     d = c.d_model
     t.add("linear-layer inputs", tokens * d, dt.act)
     if dropout > 0:
-        t.add("dropout masks", tokens * d, dt.dropout_mask(dt.act))
+        t.add("dropout masks", tokens * d, 1)  # vaswani.model.dropout keeps a bool mask on every device
     t.add("layernorm inputs", tokens * d, dt.stream)
     t.add("layernorm inputs", 2 * tokens, 4)  # mean and 1/std per position
 
@@ -195,7 +195,7 @@ def _feed_forward(t: _Tally, c: ModelConfig, dt: _Dtypes, tokens: int, dropout: 
     # ReLU saves its output, GELU its input: one hidden tensor either way.
     t.add("ffn hidden", hidden, dt.act)
     if dropout > 0:
-        t.add("dropout masks", hidden, dt.dropout_mask(dt.act))
+        t.add("dropout masks", hidden, 1)
         t.add("ffn hidden", hidden, dt.act)  # the dropped hidden layer, saved by the down projection
     elif c.activation == "gelu":
         t.add("ffn hidden", hidden, dt.act)  # GELU's output is a second tensor, saved by the down projection
@@ -267,14 +267,14 @@ def estimate_training_memory(config: ModelConfig, shape: BatchShape, precision: 
     for tokens in (b * s, b * tgt):  # embeddings: ids saved by the lookup, dropout mask of the sum
         t.add("masks and indices", tokens, 8)
         if config.dropout > 0:
-            t.add("dropout masks", tokens * d, dt.dropout_mask(dt.stream))
+            t.add("dropout masks", tokens * d, 1)
     if config.norm == "pre":  # final LayerNorms of encoder and decoder
         t.add("layernorm inputs", b * (s + tgt) * d, dt.stream)
     if dt.act == 4:  # the encoder output, saved once by the (fp32) kv projections of all decoder layers
         t.add("linear-layer inputs", b * s * d, dt.act)
     t.add("masks and indices", n * 2, 8)  # indices of the real target positions (hidden[real])
     t.add("linear-layer inputs", n * d, dt.act)  # gathered decoder states, saved by the output projection
-    t.add("logits", 3 * n * v, 4)  # saved fp32 log-probs + two N×V transients (logits/no-grad NLL or grads)
+    t.add("logits", 2 * n * v, 4)  # the logits and the log-probs saved from them (which become the gradient)
     for category, value in t.parts.items():
         parts[category] += value
     return estimate

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from vaswani.config import ModelConfig
 from vaswani.model.attention import KVCache, MultiHeadAttention
+from vaswani.model.dropout import Dropout
 from vaswani.model.positions import RotaryEmbedding
 
 
@@ -21,7 +22,7 @@ class FeedForward(nn.Module):
         self.up = nn.Linear(d_model, d_ff)
         self.down = nn.Linear(d_ff, d_model)
         self.activation = {"relu": F.relu, "gelu": F.gelu}[activation]
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(self.dropout(self.activation(self.up(x))))
@@ -34,7 +35,7 @@ class Residual(nn.Module):
     def __init__(self, d_model: int, dropout: float, norm: str):
         super().__init__()
         self.norm = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.pre_norm = norm == "pre"
 
     def forward(self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:

@@ -19,6 +19,7 @@ import torch.nn as nn
 from vaswani.config import ModelConfig
 from vaswani.model.attention import KVCache
 from vaswani.model.blocks import DecoderLayer, EncoderLayer
+from vaswani.model.dropout import Dropout
 from vaswani.model.masks import padding_mask, sliding_window_mask
 from vaswani.model.positions import LearnedPositions, RotaryEmbedding, SinusoidalPositions
 
@@ -36,7 +37,7 @@ class Embeddings(nn.Module):
             self.positions = LearnedPositions(config.d_model, config.max_len)
         else:  # rope lives inside attention; none has no positions at all
             self.positions = None
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
 
     def forward(self, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:  # (B, L) -> (B, L, D)
         x = self.tokens(ids) * self.scale

@@ -74,6 +74,9 @@ class TrainConfig:
     compile: bool = False
     device: str = "auto"
     num_threads: int | None = None  # CPU threads for intra-op parallelism (None: PyTorch's default, one per core)
+    # CPU: keep freed memory for reuse instead of unmapping it (devices.reuse_freed_memory): the logits of every
+    # update otherwise come back as fresh pages to fault in; the process keeps its peak memory until it exits
+    reuse_freed_memory: bool = True
     # evaluation, early stopping, checkpoints
     eval_every_steps: int | None = None  # None: at the end of each epoch
     bleu_subset: int = 200  # validation sentences greedily decoded for the quick BLEU (0 = off)

@@ -25,7 +25,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from vaswani.devices import device_type, resolve_device
+from vaswani.devices import device_type, resolve_device, reuse_freed_memory
 from vaswani.errors import VaswaniError
 from vaswani.io import atomic_write_json
 from vaswani.model import Transformer
@@ -93,6 +93,8 @@ class Trainer:
         self.precision = resolve_precision(tc.precision, self.device)
         if tc.num_threads:
             torch.set_num_threads(tc.num_threads)
+        if self.device.type == "cpu" and tc.reuse_freed_memory:
+            reuse_freed_memory()
         if tc.deterministic:
             torch.use_deterministic_algorithms(True)
         resume_state = None
