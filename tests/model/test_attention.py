@@ -202,4 +202,3 @@ def test_windowed_kv_cache_keeps_the_last_window_keys_as_a_ring() -> None:
     for k in steps:
         cache.append(k, k)
     assert cache.k.size(2) == 3 and sorted(cache.k[0, 0, :, 0].tolist()) == [4.0, 5.0, 6.0]
-
