@@ -65,6 +65,35 @@ def test_decay_schedules_warm_up_then_reach_the_floor(shape: str) -> None:
     assert midpoint == pytest.approx(5e-4, rel=1e-6)  # both shapes cross half the peak half-way
 
 
+@pytest.mark.parametrize("shape", ["linear", "cosine"])
+def test_a_decay_on_the_clock_ends_with_the_time_budget(shape: str) -> None:
+    """train.decay_on_clock: on a machine where only 40 of 100 planned updates fit in train.max_minutes, the rate
+    still reaches its floor when the budget runs out; where all of them fit, the steps lead as without it."""
+    config = TrainConfig(schedule=shape, lr=1e-3, warmup_steps=10, max_minutes=10, decay_on_clock=True)
+    clock = {"seconds": 0.0}
+    optimizer = torch.optim.SGD(nn.Linear(2, 2).parameters())
+    scheduler = build_scheduler(optimizer, config, d_model=64, total_steps=100,
+                                elapsed_seconds=lambda: clock["seconds"])
+    rates = []
+    for step in range(1, 41):  # 15 s per update: update 40 ends at the 600 s budget
+        rates.append(optimizer.param_groups[0]["lr"])
+        clock["seconds"] = 15.0 * step
+        optimizer.step()
+        scheduler.step()
+    assert rates[9] == pytest.approx(1e-3)  # the warmup is the steps' business
+    assert rates[24] == pytest.approx(decay_lr(25, 1e-3, 10, 100, shape, clock=24 * 15 / 600))
+    assert rates[24] < decay_lr(25, 1e-3, 10, 100, shape)  # behind on the steps: the clock leads
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.0, abs=1e-12)  # the budget is spent
+    assert decay_lr(60, 1e-3, 10, 100, shape, clock=0.1) == decay_lr(60, 1e-3, 10, 100, shape)  # steps lead
+
+
+def test_decay_on_the_clock_needs_a_decay_and_a_clock() -> None:
+    with pytest.raises(ConfigError, match="train.decay_on_clock"):
+        TrainConfig(schedule="noam", max_minutes=10, decay_on_clock=True)
+    with pytest.raises(ConfigError, match="train.decay_on_clock"):
+        TrainConfig(schedule="cosine", decay_on_clock=True)
+
+
 def test_weight_decay_skips_biases_norms_and_embeddings() -> None:
     model = Transformer(ModelConfig.preset("tiny", positions="learned"))
     decay, no_decay = parameter_groups(model, 0.1)

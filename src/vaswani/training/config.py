@@ -68,6 +68,9 @@ class TrainConfig:
     warmup_steps: int = 4000
     warmup_ramp: bool = True  # False: start at the peak rate (same peak and decay): the "no warmup" ablation
     min_lr_ratio: float = 0.0  # linear/cosine decay to lr · min_lr_ratio at the last step
+    # linear/cosine: the decay also follows the clock, so that it ends when train.max_minutes does if that comes
+    # before the last planned step (on a slower machine); its progress is the larger of the steps' and the clock's
+    decay_on_clock: bool = False
     clip_grad_norm: float | None = 1.0
     # precision and speed
     precision: Precision = "auto"  # auto: bf16 where supported, else fp16/fp32
@@ -118,6 +121,9 @@ class TrainConfig:
         if not re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", self.device):
             raise ConfigError(f"train.device={self.device!r} is not one of auto, cpu, cuda, cuda:N, mps",
                               field="train.device")
+        if self.decay_on_clock and (self.schedule not in ("linear", "cosine") or self.max_minutes is None):
+            raise ConfigError("train.decay_on_clock needs a decaying schedule (train.schedule=linear or cosine) and "
+                              "a clock to follow (train.max_minutes)", field="train.decay_on_clock")
         if self.schedule == "noam" and self.warmup_steps < 1:
             raise ConfigError("train.schedule=noam needs train.warmup_steps >= 1 (its peak is at the warmup's end)",
                               field="train.warmup_steps")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 
@@ -22,15 +23,17 @@ def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0, ramp: boo
 
 
 def decay_lr(step: int, peak: float, warmup: int, total: int, shape: str, min_ratio: float = 0.0,
-             ramp: bool = True) -> float:
+             ramp: bool = True, clock: float = 0.0) -> float:
     """Linear warmup to ``peak``, then linear or cosine decay to ``peak · min_ratio`` at ``total`` steps.
-    ``ramp=False``: hold ``peak`` for the warmup steps instead of climbing to it (same decay afterwards)."""
+    ``ramp=False``: hold ``peak`` for the warmup steps instead of climbing to it (same decay afterwards).
+    ``clock``: the share of the run's time budget already used; the decay is at least that far along, so it
+    reaches its end when the budget does even if fewer than ``total`` steps fit."""
     step = max(step, 1)
     if step <= warmup:
         return peak * (step / max(warmup, 1) if ramp else 1.0)
     if shape == "constant":
         return peak
-    progress = min((step - warmup) / max(total - warmup, 1), 1.0)
+    progress = min(max((step - warmup) / max(total - warmup, 1), clock), 1.0)
     if shape == "linear":
         scale = 1.0 - progress
     else:
@@ -38,23 +41,28 @@ def decay_lr(step: int, peak: float, warmup: int, total: int, shape: str, min_ra
     return peak * (min_ratio + (1.0 - min_ratio) * scale)
 
 
-def learning_rate(step: int, config: TrainConfig, d_model: int, total_steps: int | None) -> float:
+def learning_rate(step: int, config: TrainConfig, d_model: int, total_steps: int | None,
+                  elapsed_seconds: float = 0.0) -> float:
+    """The rate of update ``step``; ``elapsed_seconds`` of the run so far matter only with train.decay_on_clock."""
     if config.schedule == "noam":
         return noam_lr(step, d_model, config.warmup_steps, config.lr_factor, config.warmup_ramp)
     if config.schedule in {"linear", "cosine"} and total_steps is None:
         raise ValueError(f"train.schedule={config.schedule} needs a known length: set train.max_steps")
+    clock = elapsed_seconds / (60 * config.max_minutes) if config.decay_on_clock and config.max_minutes else 0.0
     return decay_lr(step, config.lr, config.warmup_steps, total_steps or 0, config.schedule, config.min_lr_ratio,
-                    config.warmup_ramp)
+                    config.warmup_ramp, clock)
 
 
 def build_scheduler(
-    optimizer: torch.optim.Optimizer, config: TrainConfig, d_model: int, total_steps: int | None
+    optimizer: torch.optim.Optimizer, config: TrainConfig, d_model: int, total_steps: int | None,
+    elapsed_seconds: Callable[[], float] = lambda: 0.0,
 ) -> torch.optim.lr_scheduler.LambdaLR:
     """Optimizer lrs are set to 1.0 so the lambda *is* the learning rate: LambdaLR multiplies base_lr by it.
-    LambdaLR counts from 0; the schedule's step t is LambdaLR's t-1, so the first update uses step 1."""
+    LambdaLR counts from 0; the schedule's step t is LambdaLR's t-1, so the first update uses step 1.
+    ``elapsed_seconds`` reads the run's clock when the rate of the next update is set (train.decay_on_clock)."""
     for group in optimizer.param_groups:
         group["lr"] = 1.0
         group["initial_lr"] = 1.0
     return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda index: learning_rate(index + 1, config, d_model, total_steps)
+        optimizer, lambda index: learning_rate(index + 1, config, d_model, total_steps, elapsed_seconds())
     )

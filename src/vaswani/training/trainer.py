@@ -119,9 +119,10 @@ class Trainer:
         self.model = Transformer(self.config.model).to(self.device)
         self.optimizer = build_optimizer(self.model, tc, self.device)
         self.total_steps = self._planned_steps()
-        self.scheduler = build_scheduler(self.optimizer, tc, self.config.model.d_model, self.total_steps)
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
         self.progress = Progress()
+        self.scheduler = build_scheduler(self.optimizer, tc, self.config.model.d_model, self.total_steps,
+                                         elapsed_seconds=lambda: self.progress.elapsed_seconds)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
         if resume_state is not None:
             self._restore(checkpoint_dir, resume_state)
         if self.world.rank > 0:  # dropout masks differ per rank, as they would across one process's micro-batches
@@ -172,6 +173,7 @@ class Trainer:
 
     def _restore(self, checkpoint_dir: Path, state: dict) -> None:
         load_weights(self.model, checkpoint_dir / "model.safetensors", self.device)
+        self.progress = Progress(**state["progress"])  # first: a schedule on the clock reads its elapsed time
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])  # restores the step count, keeps this run's schedule
         # Recompute the current lr from *this* run's schedule: identical when unchanged (bit-exact resume), and an
@@ -180,7 +182,6 @@ class Trainer:
                                          self.scheduler.lr_lambdas):
             group["lr"] = base * schedule(self.scheduler.last_epoch)
         self.scaler.load_state_dict(state["scaler"])
-        self.progress = Progress(**state["progress"])
         torch.set_rng_state(state["rng"]["torch"])
         if self.device.type == "cuda" and state["rng"].get("cuda") is not None:
             torch.cuda.set_rng_state(state["rng"]["cuda"][min(self.world.rank, len(state["rng"]["cuda"]) - 1)])
