@@ -10,7 +10,8 @@ The estimate names every byte a training step holds:
   their dropout mask and dropped copy) of the standard backend, the FFN hidden layer, dropout masks, LayerNorm
   inputs;
 - the logits: the N×V fp32 logits and the log-probabilities the loss saves from them (backward turns those
-  into the gradient in place, so no third N×V tensor appears).
+  into the gradient in place, so no third N×V tensor appears), and the N×d gradient of the decoder states that
+  the output projection's backward allocates while that gradient is still alive: the peak is there.
 
 The *peak* is not the sum of all of them: the trainer frees gradients to None after every update, so when
 backward starts every activation is live and no gradient exists yet, and by the optimizer step the activations
@@ -275,6 +276,9 @@ def estimate_training_memory(config: ModelConfig, shape: BatchShape, precision: 
     t.add("masks and indices", n * 2, 8)  # indices of the real target positions (hidden[real])
     t.add("linear-layer inputs", n * d, dt.act)  # gathered decoder states, saved by the output projection
     t.add("logits", 2 * n * v, 4)  # the logits and the log-probs saved from them (which become the gradient)
+    # The peak comes in backward, at the output projection: its input gradient (N × d) is allocated while the
+    # logits' gradient is still alive.
+    t.add("logits", n * d, dt.act)
     for category, value in t.parts.items():
         parts[category] += value
     return estimate
