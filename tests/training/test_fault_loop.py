@@ -23,3 +23,20 @@ def test_sigkill_anywhere_then_resume_is_bit_identical(tmp_path_factory, data_di
     assert result["metrics_hold_each_update_once"]
     assert result["tensors_compared"] > 0 and result["differing_tensors"] == []
     assert result["bit_identical"]
+
+
+def test_a_life_that_fails_on_its_own_ends_the_loop_with_its_error_in_one_line(tmp_path, monkeypatch, capsys) -> None:
+    from vaswani.training.faults import main
+
+    empty = tmp_path / "no-corpora"
+    empty.mkdir()
+    monkeypatch.setenv("VASWANI_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("VASWANI_MIRROR", "http://127.0.0.1:9/")  # nothing listens there: the download fails at once
+    code = main(["--kills", "1", "--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "out"),
+                 "--data-dir", str(empty)])
+
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 2
+    assert error.startswith("error: a training life failed with exit status 1: ")
+    assert "train.de" in error and "reference.log" in error  # the life's own message, and where its log is
+    assert not (tmp_path / "out" / "results.json").exists()  # no result is written for a loop that did not run

@@ -94,6 +94,8 @@ def _life(channel, workdir: str, environment: dict[str, str], log: str, *argumen
     descriptor = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(descriptor, 1)
     os.dup2(descriptor, 2)
+    # Python's own streams too: the parent's may be replaced objects (pytest's capture), which the fork inherits.
+    sys.stdout = sys.stderr = os.fdopen(descriptor, "w", buffering=1)
     import torch
 
     torch.set_num_threads(1)
@@ -184,12 +186,21 @@ def _weights(run_dir: Path) -> dict[str, Any]:
     return load_file(run_dir / "checkpoints" / "last" / "model.safetensors")
 
 
+class LifeFailed(RuntimeError):
+    """A training life ended on an error of its own (not a kill of ours): the loop cannot go on."""
+
+    def __init__(self, what: str, exitcode: int | None, log: Path):
+        lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()] if log.exists() else []
+        cause = f": {lines[-1].strip()}" if lines else ""
+        super().__init__(f"{what} failed with exit status {exitcode}{cause} (whole log: {log})")
+
+
 def _run_to_end(context, preset: str, run_dir: Path, settings: list[str], workdir: Path, log: Path,
                 timeout: float) -> list[tuple[str, int]]:
     life = Life(context, preset, run_dir, settings, workdir, log)
     life.drain(timeout)
     if life.process.exitcode != 0:
-        raise RuntimeError(f"a training life failed with exit status {life.process.exitcode}; see {log}")
+        raise LifeFailed("a training life", life.process.exitcode, log)
     return life.phases
 
 
@@ -241,8 +252,7 @@ def fault_loop(workdir: Path, kills: int = 20, seed: int = 0, max_steps: int | N
             log(f"kill {index}: the run finished before the kill; the loop stops here")
             break
         if life.process.exitcode != -signal.SIGKILL:
-            raise RuntimeError(f"training life {index} failed with exit status {life.process.exitcode}; "
-                               f"see {workdir / 'faulty.log'}")
+            raise LifeFailed(f"training life {index}", life.process.exitcode, workdir / "faulty.log")
         landed, step = phases[-1] if phases else ("start-up", 0)
         staging = sorted(p.name for p in (faulty_dir / "checkpoints").glob(".*-step_*")) \
             if (faulty_dir / "checkpoints").is_dir() else []
@@ -337,8 +347,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.data_dir:
         os.environ["VASWANI_DATA"] = str(Path(args.data_dir).resolve())
-    result = fault_loop(args.workdir, kills=args.kills, seed=args.seed, max_steps=args.max_steps,
-                        log=lambda message: print(message, file=sys.stderr, flush=True))
+    try:
+        result = fault_loop(args.workdir, kills=args.kills, seed=args.seed, max_steps=args.max_steps,
+                            log=lambda message: print(message, file=sys.stderr, flush=True))
+    except LifeFailed as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     write_results(result, args.out, command=shlex.join(["python", "-m", "vaswani.training.faults", *sys.argv[1:]]))
     print(f"bit_identical: {result['bit_identical']}; every checkpoint loaded: {result['every_checkpoint_loaded']}; "
           f"wrote {args.out}/results.json and table.md")
