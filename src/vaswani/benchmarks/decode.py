@@ -162,6 +162,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--peer", nargs="+", choices=("marian", "ctranslate2"), default=None,
                         help="compare with MarianMT generate and/or CTranslate2 float32/int8 instead (needs "
                         "pip install 'vaswani[export]'; see vaswani.benchmarks.decode_peers)")
+    parser.add_argument("--peer-threads", type=int, nargs="+", default=None, metavar="N",
+                        help="with --peer: thread counts every engine runs at, interleaved (default: 2)")
+    parser.add_argument("--profile", action="store_true",
+                        help="with --peer: also profile the torch engines by operator kind (profile.md)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -2,9 +2,16 @@
 
 The same model in every engine — ours, Hugging Face MarianMT ``generate`` (built by the HF export), CTranslate2
 float32 and int8 (built by the CTranslate2 export) — on the same length-sorted batches, greedy and beam 4, with
-every engine on the same threads (torch 2 intra-op threads; CTranslate2 intra_threads=2, inter_threads=1). The
-timed repeats are interleaved (ours, peer, peer, …, ours, peer, …) in one process, so machine noise hits all
-engines alike; each figure is the median of the repeats, with the min–max spread.
+every engine on the same threads (``--peer-threads``, default 2: torch intra-op threads; CTranslate2
+intra_threads, inter_threads=1). The timed repeats are interleaved (ours, peer, peer, …, ours, peer, …) in one
+process, so machine noise hits all engines alike; each figure is the median of the repeats, with the min–max
+spread. With several thread counts every repeat runs each of them too, so the scaling from 1 to 2 threads is
+measured under the same load.
+
+``--profile`` adds where the time goes: one more pass of each torch engine (ours, MarianMT) under
+``torch.profiler``, its operators' self CPU time summed by kind (matrix products, the attention kernel, softmax,
+search reductions, copies, …), written to ``profile.md`` next to the timings. CTranslate2 is compiled code the
+profiler cannot see into; its share is only its total.
 
 Two settings:
 
@@ -43,7 +50,7 @@ from vaswani.model import Transformer
 from vaswani.provenance import provenance
 
 PEERS = ("marian", "ctranslate2")
-THREADS = 2
+DEFAULT_THREADS = [2]
 # Issue 13's fixed shape for the random-weights comparison.
 FIXED_SHAPE = dict(vocab_size=8000, d_model=256, n_heads=8, n_encoder_layers=3, n_decoder_layers=3, d_ff=1024,
                    max_len=128, dropout=0.0)
@@ -53,14 +60,16 @@ FIXED_SOURCE_LEN = 16  # tokens incl. </s>
 @dataclass
 class Engine:
     name: str
-    # decode(batch index, beam) -> output ids per sentence (no </s>); closes over prepared inputs
-    decode: Callable[[int, int], list[list[int]]]
+    # decode(batch index, beam, threads) -> output ids per sentence (no </s>); closes over prepared inputs
+    decode: Callable[[int, int, int], list[list[int]]]
+    profiled: bool = True  # runs torch operators that torch.profiler can see
 
 
 @dataclass
 class Row:
     engine: str
     search: str
+    threads: int
     sentences: int
     runs: list[float] = field(default_factory=list)
     tokens: int = 0  # output tokens of the last repeat, </s> included
@@ -71,7 +80,8 @@ class Row:
         return statistics.median(self.runs)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"engine": self.engine, "search": self.search, "sentences": self.sentences, "runs": self.runs,
+        return {"engine": self.engine, "search": self.search, "threads": self.threads,
+                "sentences": self.sentences, "runs": self.runs,
                 "median_s": self.median, "sentences_per_s": self.sentences / self.median,
                 "sentences_per_s_min": self.sentences / max(self.runs),
                 "sentences_per_s_max": self.sentences / min(self.runs),
@@ -94,7 +104,8 @@ def _batch_limits(batches: list[torch.Tensor], fixed: int | None) -> list[int]:
 
 # ---- engines --------------------------------------------------------------------------------------------------
 def ours(model: Transformer, batches: list[torch.Tensor], limits: list[int], fixed: bool) -> Engine:
-    def decode(i: int, beam: int) -> list[list[int]]:
+    def decode(i: int, beam: int, threads: int) -> list[list[int]]:
+        torch.set_num_threads(threads)
         config = SearchConfig(beam_size=beam, length_norm="average", max_len_a=0.0, max_len_b=limits[i],
                               allow_eos=not fixed)
         return [nbest[0].tokens for nbest in generate(model, batches[i], config)]
@@ -108,7 +119,8 @@ def marian(model: Transformer, batches: list[torch.Tensor], limits: list[int], f
     ids = SimpleNamespace(pad_id=0, bos_id=1, eos_id=2)  # our special ids (the tokenizer's fixed convention)
     hf_model = to_marian(model, ids)
 
-    def decode(i: int, beam: int) -> list[list[int]]:
+    def decode(i: int, beam: int, threads: int) -> list[list[int]]:
+        torch.set_num_threads(threads)
         src = batches[i]
         # Lengths in generate count the decoder start token too; forced_eos_token_id (the export's generation
         # config) makes the last allowed token </s>, as ours does.
@@ -123,7 +135,7 @@ def marian(model: Transformer, batches: list[torch.Tensor], limits: list[int], f
 
 
 def ctranslate2_engines(model: Transformer, vocabulary: list[str], batches: list[torch.Tensor], limits: list[int],
-                        fixed: bool, workdir: Path) -> list[Engine]:
+                        fixed: bool, workdir: Path, thread_counts: list[int]) -> list[Engine]:
     import ctranslate2
 
     from vaswani.export.ctranslate2 import model_spec
@@ -140,25 +152,25 @@ def ctranslate2_engines(model: Transformer, vocabulary: list[str], batches: list
         spec.optimize(quantization=quantization)
         directory.mkdir(parents=True)
         spec.save(str(directory))
-        translator = ctranslate2.Translator(str(directory), device="cpu", compute_type=quantization,
-                                            intra_threads=THREADS, inter_threads=1)
+        translators = {n: ctranslate2.Translator(str(directory), device="cpu", compute_type=quantization,
+                                                 intra_threads=n, inter_threads=1) for n in thread_counts}
 
-        def decode(i: int, beam: int, translator=translator) -> list[list[int]]:
+        def decode(i: int, beam: int, threads: int, translators=translators) -> list[list[int]]:
             # CTranslate2's lengths count tokens without </s>, ours count </s>; at a fixed length every engine
             # runs `limit` decoder steps (ours: limit - 1 tokens, then the forced </s>).
             length = limits[i] if fixed else limits[i] - 1
             settings = dict(min_decoding_length=length) if fixed else {}
-            results = translator.translate_batch(tokens[i], beam_size=beam, max_decoding_length=length,
+            results = translators[threads].translate_batch(tokens[i], beam_size=beam, max_decoding_length=length,
                                                  length_penalty=1.0, **settings)
             return [[index[t] for t in result.hypotheses[0]] for result in results]
 
-        engines.append(Engine(f"ctranslate2 {quantization}", decode))
+        engines.append(Engine(f"ctranslate2 {quantization}", decode, profiled=False))
     return engines
 
 
 # ---- the benchmark --------------------------------------------------------------------------------------------
 def run_peers(args: argparse.Namespace) -> int:
-    torch.set_num_threads(THREADS)
+    thread_counts = args.peer_threads or DEFAULT_THREADS
     torch.manual_seed(args.seed)
     if args.device not in ("auto", "cpu"):
         raise VaswaniError("--peer compares CPU engines; use --device cpu")
@@ -177,34 +189,42 @@ def run_peers(args: argparse.Namespace) -> int:
         if "marian" in args.peer:
             engines.append(marian(model, batches, limits, fixed))
         if "ctranslate2" in args.peer:
-            engines += ctranslate2_engines(model, vocabulary, batches, limits, fixed, Path(workdir))
+            engines += ctranslate2_engines(model, vocabulary, batches, limits, fixed, Path(workdir), thread_counts)
         searches = [("greedy", 1)] + [(f"beam {k}", k) for k in args.beams]
-        rows = {(e.name, s): Row(e.name, s, len(sources)) for e in engines for s, _ in searches}
-        outputs: dict[tuple[str, str], list[list[int]]] = {}
+        rows = {(e.name, s, n): Row(e.name, s, n, len(sources)) for e in engines for s, _ in searches
+                for n in thread_counts}
+        outputs: dict[tuple[str, str, int], list[list[int]]] = {}
         for engine in engines:  # warm-up, untimed: lazy initialisation, allocator, first-call costs
-            engine.decode(len(batches) - 1, 1)
+            for threads in thread_counts:
+                engine.decode(len(batches) - 1, 1, threads)
         for repeat in range(args.repeats):
             for search, beam in searches:
-                for engine in engines:  # interleaved: every repeat runs each engine once, back to back
-                    start = time.perf_counter()
-                    result = [engine.decode(i, beam) for i in range(len(batches))]
-                    rows[engine.name, search].runs.append(time.perf_counter() - start)
-                    outputs[engine.name, search] = [ids for batch in result for ids in batch]
+                for threads in thread_counts:
+                    for engine in engines:  # interleaved: every repeat runs each engine once, back to back
+                        start = time.perf_counter()
+                        result = [engine.decode(i, beam, threads) for i in range(len(batches))]
+                        rows[engine.name, search, threads].runs.append(time.perf_counter() - start)
+                        outputs[engine.name, search, threads] = [ids for batch in result for ids in batch]
             print(f"repeat {repeat + 1}/{args.repeats} done", flush=True)
+        profiles = ([profile_engine(engine, search, beam, threads, len(batches))
+                     for search, beam in searches for threads in thread_counts for engine in engines
+                     if engine.profiled] if args.profile else [])
 
     ordered_sources = [s for src in batches for s in src.tolist()]
     for key, row in rows.items():
         row.tokens = sum(len(ids) + 1 for ids in outputs[key])
         if tokenizer is not None:
             row.bleu = _bleu(tokenizer, outputs[key], ordered_sources, sources, references)
-    report = _report(args, model_info, list(rows.values()), fixed)
+    report = _report(args, model_info, list(rows.values()), fixed, thread_counts, profiles)
     _print(report)
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_json(out / "results.json", report)
         atomic_write_text(out / "table.md", render_table(report))
-        print(f"wrote {out / 'results.json'} and {out / 'table.md'}")
+        if profiles:
+            atomic_write_text(out / "profile.md", render_profile(report))
+        print(f"wrote {out / 'results.json'} and {out / 'table.md'}" + (" and profile.md" if profiles else ""))
     return 0
 
 
@@ -260,42 +280,49 @@ def _bleu(tokenizer: Any, outputs: list[list[int]], ordered_sources: list[list[i
     return round(corpus_scores([" ".join(h.splitlines()) for h in hypotheses], references).bleu, 2)
 
 
-def _report(args: argparse.Namespace, model_info: dict, rows: list[Row], fixed: bool) -> dict[str, Any]:
-    by = {(r.engine, r.search): r for r in rows}
-    ratios = {}
-    for (engine, search), row in by.items():
-        if engine != "ours":
-            ratios[f"ours / {engine}, {search}"] = round(row.median / by["ours", search].median, 3)
+def _report(args: argparse.Namespace, model_info: dict, rows: list[Row], fixed: bool, thread_counts: list[int],
+            profiles: list[dict[str, Any]]) -> dict[str, Any]:
+    by = {(r.engine, r.search, r.threads): r for r in rows}
+    # > 1: ours is faster (sentences/s of ours ÷ the peer's, same search and threads)
+    ratios = [{"engine": engine, "search": search, "threads": threads,
+               "ours_over_peer": round(row.median / by["ours", search, threads].median, 3)}
+              for (engine, search, threads), row in by.items() if engine != "ours"]
+    scaling = [{"engine": engine, "search": search, "threads": threads,
+                "over_one_thread": round(by[engine, search, 1].median / row.median, 3)}
+               for (engine, search, threads), row in by.items() if threads != 1 and (engine, search, 1) in by]
     return {
         **provenance("cpu"),
         "setting": "random weights, fixed output length" if fixed else "trained checkpoint, outputs end at </s>",
         "model": model_info,
-        "threads": {"torch": torch.get_num_threads(), "ctranslate2_intra": THREADS, "ctranslate2_inter": 1},
+        "threads": {"counts": thread_counts, "ctranslate2_inter": 1},
         "sentences": args.sentences,
         "batch_size": args.batch_size,
         "repeats": args.repeats,
         "output_len": args.output_len if fixed else "1.5 x longest source in the batch + 10",
         "results": [r.to_dict() for r in rows],
-        "speed_ratios_ours_over_peer": ratios,  # > 1: ours is faster (sentences/s of ours ÷ the peer's)
+        "speed_ratios": ratios,
+        "thread_scaling": scaling,  # sentences/s at n threads ÷ at 1 thread, per engine
+        "profile": profiles,
     }
 
 
 def render_table(report: dict[str, Any]) -> str:
+    counts = report["threads"]["counts"]
     lines = [
         "# Decoding speed: ours vs MarianMT `generate` vs CTranslate2",
         "",
         f"Setting: {report['setting']}; {report['sentences']} sentences in batches of {report['batch_size']}; "
-        f"{report['repeats']} interleaved repeats, median (min–max) sentences/s; {report['threads']['torch']} "
-        "threads for every engine.",
+        f"{report['repeats']} interleaved repeats, median (min–max) sentences/s; every engine on "
+        f"{' and on '.join(str(n) for n in counts)} thread{'s' if counts != [1] else ''}.",
         "",
-        "| engine | search | sentences/s | spread | output tokens | BLEU | ours ÷ engine |",
-        "|---|---|---:|---|---:|---:|---:|",
+        "| engine | search | threads | sentences/s | spread | output tokens | BLEU | ours ÷ engine |",
+        "|---|---|---:|---:|---|---:|---:|---:|",
     ]
-    ratios = report["speed_ratios_ours_over_peer"]
+    ratios = {(r["engine"], r["search"], r["threads"]): r["ours_over_peer"] for r in report["speed_ratios"]}
     for row in report["results"]:
-        ratio = ratios.get(f"ours / {row['engine']}, {row['search']}")
+        ratio = ratios.get((row["engine"], row["search"], row["threads"]))
         lines.append(
-            f"| {row['engine']} | {row['search']} | {row['sentences_per_s']:.1f} | "
+            f"| {row['engine']} | {row['search']} | {row['threads']} | {row['sentences_per_s']:.1f} | "
             f"{row['sentences_per_s_min']:.1f}–{row['sentences_per_s_max']:.1f} | {row['tokens']} | "
             f"{'–' if row['bleu'] is None else row['bleu']} | {'–' if ratio is None else f'{ratio:.2f}×'} |"
         )
@@ -308,23 +335,112 @@ def render_table(report: dict[str, Any]) -> str:
 
 def findings(report: dict[str, Any]) -> list[str]:
     """Sentences stating what the numbers say (written from them, never typed by hand)."""
-    rows = {(r["engine"], r["search"]): r for r in report["results"]}
+    rows = {(r["engine"], r["search"], r["threads"]): r for r in report["results"]}
     out = []
-    for (engine, search), ratio in ((tuple(k[len("ours / "):].rsplit(", ", 1)), v)
-                                    for k, v in report["speed_ratios_ours_over_peer"].items()):
-        verdict = "faster" if ratio > 1 else "slower"
-        out.append(f"- {search}: ours runs at {ratio:.2f}× the sentences/s of {engine} ({verdict}).")
-    for search in sorted({s for _, s in rows}):
-        fp32, int8 = rows.get(("ctranslate2 float32", search)), rows.get(("ctranslate2 int8", search))
+    for r in report["speed_ratios"]:
+        verdict = "faster" if r["ours_over_peer"] > 1 else "slower"
+        out.append(f"- {r['search']}, {r['threads']} thread{'s' if r['threads'] > 1 else ''}: ours runs at "
+                   f"{r['ours_over_peer']:.2f}× the sentences/s of {r['engine']} ({verdict}).")
+    for r in report["thread_scaling"]:
+        out.append(f"- {r['engine']}, {r['search']}: {r['threads']} threads give {r['over_one_thread']:.2f}× "
+                   "its sentences/s on 1 thread.")
+    for search, threads in sorted({(s, n) for _, s, n in rows}):
+        if threads != min(n for *_, n in rows):  # outputs do not depend on threads: state them once
+            continue
+        fp32, int8 = rows.get(("ctranslate2 float32", search, threads)), rows.get(("ctranslate2 int8", search, threads))
         if fp32 and int8 and fp32["bleu"] is not None:
             out.append(f"- {search}: CTranslate2 int8 BLEU {int8['bleu']} vs float32 {fp32['bleu']} "
                        f"(difference {int8['bleu'] - fp32['bleu']:+.2f}).")
-        ours, marian = rows.get(("ours", search)), rows.get(("marian", search))
+        ours, marian = rows.get(("ours", search, threads)), rows.get(("marian", search, threads))
         if ours and marian and ours["bleu"] is not None:
             same = "the same" if ours["bleu"] == marian["bleu"] and ours["tokens"] == marian["tokens"] else "different"
             out.append(f"- {search}: MarianMT generate and ours give {same} outputs by BLEU and length "
                        f"({marian['bleu']} vs {ours['bleu']}).")
     return out
+
+
+# ---- where the time goes ----------------------------------------------------------------------------------------
+# torch operators by kind; an operator's *self* time excludes the operators it calls, so the kinds add up.
+OPERATOR_KINDS = {
+    "matrix products": ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::dot"),
+    "attention kernel": ("aten::_scaled_dot_product_flash_attention_for_cpu",
+                         "aten::_scaled_dot_product_attention_math"),
+    "softmax": ("aten::_log_softmax", "aten::_softmax", "aten::log_softmax", "aten::softmax"),
+    "max / top-k / sort": ("aten::max", "aten::topk", "aten::sort", "aten::argmax", "aten::amax", "aten::min"),
+    "copies, gathers, reorders": ("aten::copy_", "aten::index_select", "aten::index", "aten::cat", "aten::gather",
+                                  "aten::index_copy_", "aten::clone", "aten::index_put_", "aten::_index_put_impl_",
+                                  "aten::masked_select", "aten::repeat_interleave", "aten::fill_"),
+    "layer norm": ("aten::native_layer_norm",),
+    "element-wise": ("aten::add", "aten::add_", "aten::mul", "aten::mul_", "aten::sub", "aten::div", "aten::div_",
+                     "aten::clamp_min", "aten::relu", "aten::gelu", "aten::where", "aten::masked_fill",
+                     "aten::masked_fill_", "aten::exp", "aten::eq", "aten::ne", "aten::lt", "aten::le", "aten::gt",
+                     "aten::ge", "aten::bitwise_or", "aten::bitwise_and", "aten::bitwise_not", "aten::logical_not",
+                     "aten::pow", "aten::log", "aten::neg", "aten::remainder", "aten::floor_divide", "aten::any",
+                     "aten::all", "aten::sum", "aten::embedding"),
+}
+
+
+def operator_kind(name: str) -> str:
+    for kind, names in OPERATOR_KINDS.items():
+        if name in names:
+            return kind
+    return "other (views, allocation, dispatch, Python)"
+
+
+def profile_engine(engine: Engine, search: str, beam: int, threads: int, n_batches: int) -> dict[str, Any]:
+    """One untimed pass of ``engine`` over every batch under torch.profiler: self CPU ms by operator kind."""
+    from torch.profiler import ProfilerActivity, profile
+
+    start = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for i in range(n_batches):
+            engine.decode(i, beam, threads)
+    wall_ms = (time.perf_counter() - start) * 1e3
+    kinds: dict[str, float] = {}
+    operators = []
+    for event in prof.key_averages():
+        if not event.key.startswith("aten::"):
+            continue
+        ms = event.self_cpu_time_total / 1e3
+        kinds[operator_kind(event.key)] = kinds.get(operator_kind(event.key), 0.0) + ms
+        operators.append({"name": event.key, "self_ms": round(ms, 2), "calls": event.count})
+    operators.sort(key=lambda o: -o["self_ms"])
+    # Time outside any aten operator (Python, the profiler itself) is what the wall clock saw beyond them.
+    kinds["outside operators (Python, profiler)"] = max(wall_ms - sum(kinds.values()), 0.0)
+    return {"engine": engine.name, "search": search, "threads": threads, "wall_ms": round(wall_ms, 1),
+            "kinds_ms": {k: round(v, 2) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])},
+            "top_operators": operators[:15]}
+
+
+def render_profile(report: dict[str, Any]) -> str:
+    profiles = report["profile"]
+    lines = ["# Where decoding time goes: torch operators by kind", "",
+             "One pass over the same batches per engine under `torch.profiler` (self CPU time of each operator, "
+             "summed by kind; the profiler itself slows the pass, so shares matter, not totals). CTranslate2 runs "
+             "compiled code the profiler cannot see into.", ""]
+    for search, threads in dict.fromkeys((p["search"], p["threads"]) for p in profiles):
+        group = [p for p in profiles if p["search"] == search and p["threads"] == threads]
+        kinds = list(dict.fromkeys(k for p in group for k in p["kinds_ms"]))
+        lines += [f"## {search}, {threads} thread{'s' if threads > 1 else ''}", "",
+                  "| kind | " + " | ".join(f"{p['engine']} ms | share" for p in group) + " |",
+                  "|---|" + "---:|---:|" * len(group)]
+        for kind in kinds:
+            cells = []
+            for p in group:
+                ms = p["kinds_ms"].get(kind, 0.0)
+                cells.append(f"{ms:.0f} | {100 * ms / p['wall_ms']:.0f} %")
+            lines.append(f"| {kind} | " + " | ".join(cells) + " |")
+        lines.append("| **wall clock of the pass** | " + " | ".join(f"**{p['wall_ms']:.0f}** | 100 %" for p in group)
+                     + " |")
+        for p in group:
+            top = ", ".join(f"`{o['name'][6:]}` {o['self_ms']:.0f} ms ({o['calls']} calls)"
+                            for o in p["top_operators"][:6])
+            lines.append(f"\n{p['engine']}'s largest operators: {top}.")
+        lines.append("")
+    git = report["git"]
+    lines += [f"Command: `{report['command']}`  ", f"Commit: {git.get('commit')} (dirty: {git.get('dirty')})  ",
+              f"Hardware: {report['hardware']}  ", f"Model: {_model_line(report['model'])}", ""]
+    return "\n".join(lines)
 
 
 def _model_line(info: dict[str, Any]) -> str:
@@ -344,11 +460,11 @@ def _model_line(info: dict[str, Any]) -> str:
 
 
 def _print(report: dict[str, Any]) -> None:
-    print(f"{'engine':<22} {'search':<8} {'sent/s':>8} {'spread':>15} {'tokens':>7} {'BLEU':>6}")
+    print(f"{'engine':<22} {'search':<8} {'thr':>3} {'sent/s':>8} {'spread':>15} {'tokens':>7} {'BLEU':>6}")
     for row in report["results"]:
         spread = f"{row['sentences_per_s_min']:.1f}-{row['sentences_per_s_max']:.1f}"
         bleu = "-" if row["bleu"] is None else f"{row['bleu']:.2f}"
-        print(f"{row['engine']:<22} {row['search']:<8} {row['sentences_per_s']:>8.1f} {spread:>15} "
-              f"{row['tokens']:>7} {bleu:>6}")
-    for name, ratio in report["speed_ratios_ours_over_peer"].items():
-        print(f"{name}: {ratio:.2f}x")
+        print(f"{row['engine']:<22} {row['search']:<8} {row['threads']:>3} {row['sentences_per_s']:>8.1f} "
+              f"{spread:>15} {row['tokens']:>7} {bleu:>6}")
+    for line in findings(report):
+        print(line)
