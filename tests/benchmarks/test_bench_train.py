@@ -54,3 +54,18 @@ def test_bench_train_smoke_writes_json_and_table(tmp_path, capsys) -> None:
     assert row["models"]["vaswani"]["tokens_per_s"] > 0 and row["ours_over"]["torch.nn.Transformer"] > 0
     assert report["command"].startswith("vaswani") and "git" in report and "hardware" in report
     assert "| vaswani |" in out.with_suffix(".md").read_text()
+
+
+def test_bench_train_profile_puts_every_model_side_by_side(tmp_path) -> None:
+    out = tmp_path / "bench.json"
+    assert main(["bench", "train", "--preset", "tiny", "--precision", "fp32", "--steps", "1", "--warmup", "1",
+                 "--repeats", "1", "--max-tokens", "256", "--device", "cpu", "--profile", "1",
+                 "--out", str(out)]) == 0
+    profile = json.loads(out.read_text())["profile"]
+    (key, models), = profile.items()
+    assert key == "random batches, smoothed loss, fp32, 1 thread"
+    assert set(models) == {"vaswani", "torch.nn.Transformer"}
+    for step in models.values():  # a training step: forward and backward products, and the optimizer
+        assert step["kinds_ms"]["matrix products"] > 0 and step["kinds_ms"]["optimizer (AdamW)"] > 0
+    text = out.with_suffix(".profile.md").read_text()
+    assert f"## {key}" in text and "| kind | vaswani ms | share | torch.nn.Transformer ms | share |" in text

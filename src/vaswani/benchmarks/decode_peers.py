@@ -41,6 +41,7 @@ from typing import Any, Callable
 import torch
 
 from vaswani.benchmarks.decode import batches as padded_batches
+from vaswani.benchmarks.profiling import kind_table, largest_operators, profile_by_kind
 from vaswani.config import ModelConfig
 from vaswani.decoding.config import SearchConfig
 from vaswani.decoding.search import generate
@@ -360,54 +361,10 @@ def findings(report: dict[str, Any]) -> list[str]:
 
 
 # ---- where the time goes ----------------------------------------------------------------------------------------
-# torch operators by kind; an operator's *self* time excludes the operators it calls, so the kinds add up.
-OPERATOR_KINDS = {
-    "matrix products": ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::dot"),
-    "attention kernel": ("aten::_scaled_dot_product_flash_attention_for_cpu",
-                         "aten::_scaled_dot_product_attention_math"),
-    "softmax": ("aten::_log_softmax", "aten::_softmax", "aten::log_softmax", "aten::softmax"),
-    "max / top-k / sort": ("aten::max", "aten::topk", "aten::sort", "aten::argmax", "aten::amax", "aten::min"),
-    "copies, gathers, reorders": ("aten::copy_", "aten::index_select", "aten::index", "aten::cat", "aten::gather",
-                                  "aten::index_copy_", "aten::clone", "aten::index_put_", "aten::_index_put_impl_",
-                                  "aten::masked_select", "aten::repeat_interleave", "aten::fill_"),
-    "layer norm": ("aten::native_layer_norm",),
-    "element-wise": ("aten::add", "aten::add_", "aten::mul", "aten::mul_", "aten::sub", "aten::div", "aten::div_",
-                     "aten::clamp_min", "aten::relu", "aten::gelu", "aten::where", "aten::masked_fill",
-                     "aten::masked_fill_", "aten::exp", "aten::eq", "aten::ne", "aten::lt", "aten::le", "aten::gt",
-                     "aten::ge", "aten::bitwise_or", "aten::bitwise_and", "aten::bitwise_not", "aten::logical_not",
-                     "aten::pow", "aten::log", "aten::neg", "aten::remainder", "aten::floor_divide", "aten::any",
-                     "aten::all", "aten::sum", "aten::embedding"),
-}
-
-
-def operator_kind(name: str) -> str:
-    for kind, names in OPERATOR_KINDS.items():
-        if name in names:
-            return kind
-    return "other (views, allocation, dispatch, Python)"
-
-
 def profile_engine(engine: Engine, search: str, beam: int, threads: int, n_batches: int) -> dict[str, Any]:
     """One untimed pass of ``engine`` over every batch under torch.profiler: self CPU ms by operator kind."""
-    from torch.profiler import ProfilerActivity, profile
-
-    start = time.perf_counter()
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        for i in range(n_batches):
-            engine.decode(i, beam, threads)
-    wall_ms = (time.perf_counter() - start) * 1e3
-    kinds: dict[str, float] = {}
-    operators = []
-    for event in prof.key_averages():
-        if not event.key.startswith("aten::"):
-            continue
-        ms = event.self_cpu_time_total / 1e3
-        kinds[operator_kind(event.key)] = kinds.get(operator_kind(event.key), 0.0) + ms
-        operators.append({"name": event.key, "self_ms": round(ms, 2), "calls": event.count})
-    operators.sort(key=lambda o: -o["self_ms"])
-    return {"engine": engine.name, "search": search, "threads": threads, "wall_ms": round(wall_ms, 1),
-            "kinds_ms": {k: round(v, 2) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])},
-            "top_operators": operators[:15]}
+    profile = profile_by_kind(lambda: [engine.decode(i, beam, threads) for i in range(n_batches)])
+    return {"engine": engine.name, "search": search, "threads": threads, **profile}
 
 
 def render_profile(report: dict[str, Any]) -> str:
@@ -421,25 +378,11 @@ def render_profile(report: dict[str, Any]) -> str:
              "unprofiled total is known.", ""]
     for search, threads in dict.fromkeys((p["search"], p["threads"]) for p in profiles):
         group = [p for p in profiles if p["search"] == search and p["threads"] == threads]
-        totals = {p["engine"]: sum(p["kinds_ms"].values()) for p in group}
-        kinds = list(dict.fromkeys(k for p in group for k in p["kinds_ms"]))
         lines += [f"## {search}, {threads} thread{'s' if threads > 1 else ''}", "",
-                  "| kind | " + " | ".join(f"{p['engine']} ms | share" for p in group) + " |",
-                  "|---|" + "---:|---:|" * len(group)]
-        for kind in kinds:
-            spent = [p["kinds_ms"].get(kind, 0.0) for p in group]
-            cells = [f"{ms:.0f} | {100 * ms / totals[p['engine']]:.0f} %" for ms, p in zip(spent, group)]
-            lines.append(f"| {kind} | " + " | ".join(cells) + " |")
-        lines.append("| **all operators** | " + " | ".join(f"**{totals[p['engine']]:.0f}** | 100 %" for p in group)
-                     + " |")
-        lines.append("| profiled pass, wall clock | " + " | ".join(f"{p['wall_ms']:.0f} | " for p in group) + " |")
-        lines.append("| unprofiled pass (median) | "
-                     + " | ".join(f"{medians[p['engine'], search, threads]:.0f} | " for p in group) + " |")
-        lines.append("")
-        for p in group:
-            top = ", ".join(f"`{o['name'][6:]}` {o['self_ms']:.0f} ms ({o['calls']} calls)"
-                            for o in p["top_operators"][:6])
-            lines.append(f"- {p['engine']}'s largest operators: {top}.")
+                  *kind_table([(p["engine"], p) for p in group]),
+                  "| unprofiled pass (median) | "
+                  + " | ".join(f"{medians[p['engine'], search, threads]:.0f} | " for p in group) + " |", ""]
+        lines += [largest_operators(p["engine"], p) for p in group]
         ours = next((p for p in group if p["engine"] == "ours"), None)
         for engine in ("ctranslate2 float32", "ctranslate2 int8"):
             if ours is not None and (engine, search, threads) in medians:

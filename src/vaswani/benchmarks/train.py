@@ -16,8 +16,8 @@ Every model is trained by the same code: :func:`vaswani.training.train_step` wit
 - ``random``: random ids with Multi30k-like lengths, padded per batch (no data needed).
 
 Timed steps alternate between the models (A, B, A, B, …) in one process, so a load change on the machine hits
-every model alike; the median of the repeats is reported with the spread. ``--profile`` also writes a ``torch.profiler``
-table of each model's step (the operators that take the time).
+every model alike; the median of the repeats is reported with the spread. ``--profile`` also writes where each
+model's step spends its time, by kind of operator (``vaswani.benchmarks.profiling``), next to the table.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from vaswani.benchmarks.profiling import kind_table, largest_operators, profile_by_kind
 from vaswani.config import PRECISIONS, ModelConfig, add_settings_argument, apply_model_settings, parse_variant
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.devices import resolve_device, reuse_freed_memory, synchronize
@@ -297,19 +298,14 @@ def race(contenders: list[Contender], batches: list[TrainBatch], device: torch.d
             contender.rates.append(tokens / seconds)
 
 
-def profile_table(contender: Contender, batches: list[TrainBatch], threads: int, rows: int = 25) -> str:
-    """torch.profiler's operator table (self CPU time) of a few steps at ``threads`` intra-op threads."""
-    from torch.profiler import ProfilerActivity, profile
-
+def profile_steps(contender: Contender, batches: list[TrainBatch], threads: int) -> dict:
+    """A few steps of ``contender`` under torch.profiler at ``threads`` intra-op threads, by operator kind."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            for batch in batches:
-                contender.step(batch)
+        return profile_by_kind(lambda: [contender.step(batch) for batch in batches])
     finally:
         torch.set_num_threads(before)
-    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows, max_name_column_width=48)
 
 
 # ---- command ----------------------------------------------------------------------------------------------------
@@ -387,10 +383,9 @@ def run(args: argparse.Namespace) -> int:
                 results.append(row)
                 _print_row(row)
                 for threads in args.profile or []:
-                    for contender in contenders:
-                        key = f"{kind} {loss} {precision} {contender.name} {threads} threads"
-                        profiles[key] = profile_table(contender, device_batches[: min(3, len(device_batches))],
-                                                      threads)
+                    key = f"{kind} batches, {loss} loss, {precision}, {threads} thread{'s' if threads > 1 else ''}"
+                    first = device_batches[: min(3, len(device_batches))]
+                    profiles[key] = [(c.name, profile_steps(c, first, threads)) for c in contenders]
     if args.out:
         report = {**provenance(device), "preset": args.preset, "settings": args.settings,
                   "model": config.to_dict(), "variants": {label: c.to_dict() for label, c in variants},
@@ -398,12 +393,12 @@ def run(args: argparse.Namespace) -> int:
                   "warmup": args.warmup, "repeats": args.repeats,
                   "optimizer": f"AdamW(lr=1e-4, betas=(0.9, 0.98), {'for-each' if args.foreach else 'fused'})",
                   "allocator": allocator,
-                  "results": results}
+                  "results": results,
+                  "profile": {key: dict(group) for key, group in profiles.items()}}
         atomic_write_json(args.out, report)
         atomic_write_text(args.out.with_suffix(".md"), markdown_table(report))
         if profiles:
-            atomic_write_text(args.out.with_suffix(".profile.txt"),
-                              "".join(f"## {key}\n{table}\n\n" for key, table in profiles.items()))
+            atomic_write_text(args.out.with_suffix(".profile.md"), profile_markdown(report, profiles))
         print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
     return 0
 
@@ -452,6 +447,20 @@ def _print_row(row: dict) -> None:
 
 _ALLOCATORS = {"reuse": "kept for reuse by every model (`--allocator reuse`, as CPU training does)",
                "system": "returned to the system (`--allocator system`)"}
+
+
+def profile_markdown(report: dict, profiles: dict[str, list[tuple[str, dict]]]) -> str:
+    """Each model's training step by operator kind, side by side, with the provenance the numbers need."""
+    lines = ["# Where a training step's time goes: torch operators by kind", "",
+             "The first three batches of each setting, once per model under `torch.profiler` (forward, backward "
+             "and the AdamW update): each operator's self CPU time, summed by kind, as a share of all operator "
+             "time.", ""]
+    for key, group in profiles.items():
+        lines += [f"## {key}", "", *kind_table(group), "", *(largest_operators(name, p) for name, p in group), ""]
+    git = report["git"]
+    lines += [f"Command: `{report['command']}`  ", f"Commit: {git.get('commit')} (dirty: {git.get('dirty')})  ",
+              f"Hardware: {report['hardware']}", ""]
+    return "\n".join(lines)
 
 
 def markdown_table(report: dict) -> str:
