@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from vaswani.benchmarks.profiling import profile_by_kind
 from vaswani.benchmarks.train import TorchTransformerBaseline, fixed_batches, make_batches
 from vaswani.cli import main
 from vaswani.config import ModelConfig
@@ -30,6 +31,20 @@ def test_marian_peer_has_exactly_our_trainable_parameters() -> None:
     batch = fixed_batches(1000, 1)[0]
     loss, _, _ = peer(batch.src[:2], batch.tgt_in[:2], batch.tgt_out[:2])
     assert torch.isfinite(loss) and loss > 0
+
+
+def test_marian_peers_use_the_attention_implementation_they_name() -> None:
+    pytest.importorskip("transformers", reason="the MarianMT peer needs the bench extra (transformers)")
+    from vaswani.benchmarks.train import PEERS
+
+    config = ModelConfig.preset("tiny")
+    batch = fixed_batches(1000, 1)[0]
+    for peer_name, fused in (("marian", True), ("marian-eager", False)):
+        torch.manual_seed(0)
+        peer = PEERS[peer_name][1](config, 0.1)
+        profile = profile_by_kind(lambda: peer(batch.src[:2], batch.tgt_in[:2], batch.tgt_out[:2]))
+        operators = {o["name"] for o in profile["top_operators"]}
+        assert ("attention kernel" in profile["kinds_ms"]) == fused and ("aten::bmm" in operators) != fused
 
 
 def test_batches_respect_the_budget_and_shift_the_target() -> None:

@@ -7,6 +7,8 @@ Peers (``--peer``, any of):
 - ``marian``: Hugging Face ``MarianMTModel`` — what a user who wants a small de→en Transformer picks instead —
   built with our dimensions: d_model, layers, heads, d_ff, vocabulary, shared embeddings (all three), post-LN,
   ReLU, sinusoidal positions, the same residual, feed-forward and attention dropout. Needs ``pip install .[bench]``.
+  Its attention runs through PyTorch's fused kernel (``sdpa``, as our default backend);
+- ``marian-eager``: the same with Hugging Face's written-out attention (``eager``, as our ``standard`` backend).
 
 Every model is trained by the same code: :func:`vaswani.training.train_step` with AdamW and the same loss
 (cross-entropy summed over real target tokens, plain or label-smoothed), in the same precision. Batches:
@@ -117,16 +119,20 @@ def marian_config(config: ModelConfig, max_positions: int = 512):
 
 class MarianPeer(nn.Module):
     """``MarianMTModel`` trained the way a Hugging Face user trains it: encoder padding mask, decoder inputs given,
-    logits for every target position, cross-entropy ignoring padding."""
+    logits for every target position, cross-entropy ignoring padding.
 
-    def __init__(self, config: ModelConfig, label_smoothing: float = 0.1):
+    ``attention``: Hugging Face's attention implementation, "sdpa" (the fused kernel, as our default backend) or
+    "eager" (softmax(QKᵀ)V written out, as our ``standard`` backend).
+    """
+
+    def __init__(self, config: ModelConfig, label_smoothing: float = 0.1, attention: str = "sdpa"):
         super().__init__()
         from transformers import MarianMTModel
 
         self.config = config
         self.label_smoothing = label_smoothing
         self.model = MarianMTModel(marian_config(config))
-        self.model.config._attn_implementation = "sdpa"  # the fused kernel, as ours uses
+        self.model.set_attn_implementation(attention)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor) -> tuple[torch.Tensor, ...]:
         logits = self.model(input_ids=src, attention_mask=src != PAD, decoder_input_ids=tgt_in).logits
@@ -180,6 +186,7 @@ def with_torch_dropout(model: nn.Module) -> nn.Module:
 PEERS: dict[str, tuple[str, Callable[[ModelConfig, float], nn.Module]]] = {
     "torch": ("torch.nn.Transformer", TorchTransformerBaseline),
     "marian": ("MarianMT", MarianPeer),
+    "marian-eager": ("MarianMT eager", lambda config, smoothing: MarianPeer(config, smoothing, attention="eager")),
 }
 
 
