@@ -11,7 +11,7 @@ measured under the same load.
 ``--profile`` adds where the time goes: one more pass of each torch engine (ours, MarianMT) under
 ``torch.profiler``, its operators' self CPU time summed by kind (matrix products, the attention kernel, softmax,
 search reductions, copies, …), written to ``profile.md`` next to the timings. CTranslate2 is compiled code the
-profiler cannot see into; its share is only its total.
+profiler cannot see into: only its unprofiled total is known, set beside our matrix products' time.
 
 Two settings:
 
@@ -162,7 +162,7 @@ def ctranslate2_engines(model: Transformer, vocabulary: list[str], batches: list
             length = limits[i] if fixed else limits[i] - 1
             settings = dict(min_decoding_length=length) if fixed else {}
             results = translators[threads].translate_batch(tokens[i], beam_size=beam, max_decoding_length=length,
-                                                 length_penalty=1.0, **settings)
+                                                           length_penalty=1.0, **settings)
             return [[index[t] for t in result.hypotheses[0]] for result in results]
 
         engines.append(Engine(f"ctranslate2 {quantization}", decode, profiled=False))
