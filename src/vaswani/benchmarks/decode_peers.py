@@ -400,7 +400,8 @@ def render_profile(report: dict[str, Any]) -> str:
 def _model_line(info: dict[str, Any]) -> str:
     c = info["config"]
     shape = (f"d_model {c['d_model']}, {c['n_encoder_layers']}+{c['n_decoder_layers']} layers, {c['n_heads']} heads, "
-             f"d_ff {c['d_ff']}, vocabulary {c['vocab_size']}, {c['norm']}-LN, {c['positions']} positions")
+             f"d_ff {c['d_ff']}, vocabulary {c['vocab_size']}, {c['norm']}-LN, {c['positions']} positions, "
+             f"{c['attention']} attention")
     if info.get("random_weights"):
         return f"random weights, {shape}"
     line = f"{info['checkpoint']} ({info['parameters']:,} parameters; {shape}); {info['test_set']}"
