@@ -24,7 +24,14 @@ def test_decode_benchmark_smoke(tmp_path, capsys) -> None:
         assert row["tokens"] == row["sentences"] * 6  # random model: </s> disabled, fixed output length
         assert row["sentences_per_s"] > 0 and row["tokens_per_s"] > 0
     assert set(report["comparisons"]) == {"cache_speedup", "cache_speedup_decoder_only",
-                                          "batched_beam_speedup_per_sentence", "preallocated_cache_speedup"}
+                                          "batched_beam_speedup_per_sentence", "preallocated_cache_speedup",
+                                          "attention_backend"}
+    backends = report["comparisons"]["attention_backend"]
+    assert (backends["model"], backends["other"]) == ("sdpa", "standard")
+    assert set(backends["own_speedup"]) == {"greedy", "beam 2"} and min(backends["own_speedup"].values()) > 0
+    assert {"greedy, sdpa attention (the model's)", "beam 2, standard attention"} <= set(names)
+    table = out.with_suffix(".md").read_text()
+    assert "The model's sdpa attention vs the same weights with standard attention" in table
     assert set(report["comparisons"]["preallocated_cache_speedup"]) == {"greedy", "beam 2"}
     assert "caches grown per step (before)" in out.with_suffix(".md").read_text()
     assert {"platform", "cpu_count", "torch", "device_name"} <= set(report["hardware"])

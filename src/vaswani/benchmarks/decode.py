@@ -217,12 +217,25 @@ def run(args: argparse.Namespace) -> int:
         rows += [table.add(now), table.add(before)]
         preallocation[label] = statistics.median(b / a for a, b in zip(now.runs, before.runs))
 
+    # What the attention backend costs when decoding: the same weights under the other backend, interleaved.
+    other = "sdpa" if model.config.attention == "standard" else "standard"
+    twin = Transformer(replace(model.config, attention=other)).to(device).eval()
+    twin.load_state_dict(model.state_dict())
+    backends = {}
+    for label, search in [("greedy", natural)] + [(f"beam {b}", replace(natural, beam_size=b)) for b in args.beams]:
+        own, swapped = time_interleaved({f"{label}, {model.config.attention} attention (the model's)": model,
+                                         f"{label}, {other} attention": twin}, all_batches, search, args.repeats)
+        rows += [table.add(own), table.add(swapped)]
+        backends[label] = statistics.median(b / a for a, b in zip(own.runs, swapped.runs))
+
     comparisons = {
         "cache_speedup": uncached.seconds / cached.seconds,
         "cache_speedup_decoder_only": decoder_only.seconds / cached.seconds,
         "batched_beam_speedup_per_sentence": (one_by_one.seconds / one_by_one.sentences)
         / (batched_beam.seconds / batched_beam.sentences),
         "preallocated_cache_speedup": preallocation,  # median over interleaved repeats of before / now
+        # median over interleaved repeats of (time with the other backend) / (time with the model's own)
+        "attention_backend": {"model": model.config.attention, "other": other, "own_speedup": backends},
     }
     print(f"KV cache: {comparisons['cache_speedup']:.1f}x faster than model(src, prefix) "
           f"({comparisons['cache_speedup_decoder_only']:.1f}x than recomputing the decoder only)")
@@ -230,6 +243,8 @@ def run(args: argparse.Namespace) -> int:
           + " faster than caches grown per step")
     print(f"batched beam {k}: {comparisons['batched_beam_speedup_per_sentence']:.1f}x faster per sentence than one "
           "sentence at a time")
+    print(f"{model.config.attention} attention vs {other}: "
+          + ", ".join(f"{label} {x:.2f}x" for label, x in backends.items()))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         report = {
@@ -249,7 +264,10 @@ def run(args: argparse.Namespace) -> int:
         atomic_write_text(args.out.with_suffix(".md"), "\n".join([
             f"# `vaswani bench decode`: {table.title}", "", *table.markdown, "",
             f"Preallocated caches vs caches grown per step (median of interleaved repeats): {speedups}.  ",
-            f"KV cache vs model(src, prefix): {comparisons['cache_speedup']:.1f}×.", "",
+            f"KV cache vs model(src, prefix): {comparisons['cache_speedup']:.1f}×.  ",
+            f"The model's {model.config.attention} attention vs the same weights with {other} attention (median of "
+            "interleaved repeats, > 1: the model's own is faster): "
+            + ", ".join(f"{label} {x:.2f}×" for label, x in backends.items()) + ".", "",
             f"Command: `{report['command']}`  ",
             f"Commit: {git.get('commit')}{' (uncommitted changes)' if git.get('dirty') else ''}  ",
             f"Hardware: {json.dumps(report['hardware'])}", ""]))
