@@ -3,6 +3,7 @@ a result: every results file the tool writes carries :func:`provenance`."""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import shlex
@@ -37,6 +38,14 @@ def provenance(device: torch.device | str = "cpu", command: str | None = None) -
         "hardware": hardware(device),
         "versions": versions(),
     }
+
+
+def provenance_lines(record: dict[str, Any]) -> list[str]:
+    """The markdown lines a results table ends with: its command, commit and hardware (from :func:`provenance`)."""
+    git = record["git"]
+    dirty = " (uncommitted changes)" if git.get("dirty") else ""
+    return [f"Command: `{record['command']}`  ", f"Commit: {git.get('commit')}{dirty}  ",
+            f"Hardware: {json.dumps(record['hardware'])}"]
 
 
 def git_state() -> dict[str, Any]:

@@ -68,7 +68,9 @@ def test_bench_train_smoke_writes_json_and_table(tmp_path, capsys) -> None:
     row = report["results"][0]
     assert row["models"]["vaswani"]["tokens_per_s"] > 0 and row["ours_over"]["torch.nn.Transformer"] > 0
     assert report["command"].startswith("vaswani") and "git" in report and "hardware" in report
-    assert "| vaswani |" in out.with_suffix(".md").read_text()
+    table = out.with_suffix(".md").read_text()
+    assert "| vaswani |" in table
+    assert f"Command: `{report['command']}`" in table and f"Commit: {report['git']['commit']}" in table
 
 
 def test_bench_train_profile_puts_every_model_side_by_side(tmp_path) -> None:

@@ -18,7 +18,6 @@ Multi30k-like lengths; a random model rarely emits </s>, so </s> is disabled and
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from dataclasses import asdict, dataclass, replace
@@ -36,7 +35,7 @@ from vaswani.decoding.search import generate
 from vaswani.errors import VaswaniError
 from vaswani.io import atomic_write_json, atomic_write_text
 from vaswani.precision import resolve_precision
-from vaswani.provenance import provenance
+from vaswani.provenance import provenance, provenance_lines
 from vaswani.model import Transformer
 
 RANDOM_SOURCE_LENGTHS = (8, 24)  # tokens incl. </s>: roughly Multi30k German with a 10k BPE vocabulary
@@ -259,7 +258,6 @@ def run(args: argparse.Namespace) -> int:
             "comparisons": comparisons,
         }
         atomic_write_json(args.out, report)
-        git = report["git"]
         speedups = ", ".join(f"{label} {x:.2f}×" for label, x in preallocation.items())
         atomic_write_text(args.out.with_suffix(".md"), "\n".join([
             f"# `vaswani bench decode`: {table.title}", "", *table.markdown, "",
@@ -268,9 +266,7 @@ def run(args: argparse.Namespace) -> int:
             f"The model's {model.config.attention} attention vs the same weights with {other} attention (median of "
             "interleaved repeats, > 1: the model's own is faster): "
             + ", ".join(f"{label} {x:.2f}×" for label, x in backends.items()) + ".", "",
-            f"Command: `{report['command']}`  ",
-            f"Commit: {git.get('commit')}{' (uncommitted changes)' if git.get('dirty') else ''}  ",
-            f"Hardware: {json.dumps(report['hardware'])}", ""]))
+            *provenance_lines(report), ""]))
         print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
     return 0
 

@@ -48,7 +48,7 @@ from vaswani.decoding.search import generate
 from vaswani.errors import VaswaniError
 from vaswani.io import atomic_write_json, atomic_write_text
 from vaswani.model import Transformer
-from vaswani.provenance import provenance
+from vaswani.provenance import provenance, provenance_lines
 
 PEERS = ("marian", "ctranslate2")
 DEFAULT_THREADS = [2]
@@ -105,8 +105,7 @@ def _batch_limits(batches: list[torch.Tensor], fixed: int | None) -> list[int]:
 
 # ---- engines --------------------------------------------------------------------------------------------------
 def ours(model: Transformer, batches: list[torch.Tensor], limits: list[int], fixed: bool) -> Engine:
-    def decode(i: int, beam: int, threads: int) -> list[list[int]]:
-        torch.set_num_threads(threads)
+    def decode(i: int, beam: int, threads: int) -> list[list[int]]:  # torch's threads are set by the caller
         config = SearchConfig(beam_size=beam, length_norm="average", max_len_a=0.0, max_len_b=limits[i],
                               allow_eos=not fixed)
         return [nbest[0].tokens for nbest in generate(model, batches[i], config)]
@@ -120,8 +119,7 @@ def marian(model: Transformer, batches: list[torch.Tensor], limits: list[int], f
     ids = SimpleNamespace(pad_id=0, bos_id=1, eos_id=2)  # our special ids (the tokenizer's fixed convention)
     hf_model = to_marian(model, ids)
 
-    def decode(i: int, beam: int, threads: int) -> list[list[int]]:
-        torch.set_num_threads(threads)
+    def decode(i: int, beam: int, threads: int) -> list[list[int]]:  # torch's threads are set by the caller
         src = batches[i]
         # Lengths in generate count the decoder start token too; forced_eos_token_id (the export's generation
         # config) makes the last allowed token </s>, as ours does.
@@ -197,10 +195,12 @@ def run_peers(args: argparse.Namespace) -> int:
         outputs: dict[tuple[str, str, int], list[list[int]]] = {}
         for engine in engines:  # warm-up, untimed: lazy initialisation, allocator, first-call costs
             for threads in thread_counts:
+                torch.set_num_threads(threads)
                 engine.decode(len(batches) - 1, 1, threads)
         for repeat in range(args.repeats):
             for search, beam in searches:
                 for threads in thread_counts:
+                    torch.set_num_threads(threads)  # torch engines; CTranslate2 has a translator per count
                     for engine in engines:  # interleaved: every repeat runs each engine once, back to back
                         start = time.perf_counter()
                         result = [engine.decode(i, beam, threads) for i in range(len(batches))]
@@ -328,9 +328,7 @@ def render_table(report: dict[str, Any]) -> str:
             f"{'–' if row['bleu'] is None else row['bleu']} | {'–' if ratio is None else f'{ratio:.2f}×'} |"
         )
     lines += ["", *findings(report)]
-    git = report["git"]
-    lines += ["", f"Command: `{report['command']}`  ", f"Commit: {git.get('commit')} "
-              f"(dirty: {git.get('dirty')})  ", f"Hardware: {report['hardware']}  ", f"Model: {_model_line(report['model'])}", ""]
+    lines += ["", *_footer(report)]
     return "\n".join(lines)
 
 
@@ -363,6 +361,7 @@ def findings(report: dict[str, Any]) -> list[str]:
 # ---- where the time goes ----------------------------------------------------------------------------------------
 def profile_engine(engine: Engine, search: str, beam: int, threads: int, n_batches: int) -> dict[str, Any]:
     """One untimed pass of ``engine`` over every batch under torch.profiler: self CPU ms by operator kind."""
+    torch.set_num_threads(threads)
     profile = profile_by_kind(lambda: [engine.decode(i, beam, threads) for i in range(n_batches)])
     return {"engine": engine.name, "search": search, "threads": threads, **profile}
 
@@ -391,10 +390,13 @@ def render_profile(report: dict[str, Any]) -> str:
                              f"(unprofiled median): {medians[engine, search, threads] / products:.2f}× the time of "
                              f"ours' matrix products alone ({products:.0f} ms).")
         lines.append("")
-    git = report["git"]
-    lines += [f"Command: `{report['command']}`  ", f"Commit: {git.get('commit')} (dirty: {git.get('dirty')})  ",
-              f"Hardware: {report['hardware']}  ", f"Model: {_model_line(report['model'])}", ""]
+    lines += _footer(report)
     return "\n".join(lines)
+
+
+def _footer(report: dict[str, Any]) -> list[str]:
+    command, commit, hardware = provenance_lines(report)
+    return [command, commit, f"{hardware}  ", f"Model: {_model_line(report['model'])}", ""]
 
 
 def _model_line(info: dict[str, Any]) -> str:

@@ -25,7 +25,6 @@ model's step spends its time, by kind of operator (``vaswani.benchmarks.profilin
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import time
@@ -44,7 +43,7 @@ from vaswani.devices import resolve_device, reuse_freed_memory, synchronize
 from vaswani.errors import VaswaniError
 from vaswani.io import atomic_write_json, atomic_write_text
 from vaswani.model import Dropout, Transformer, sinusoidal_table
-from vaswani.provenance import provenance
+from vaswani.provenance import provenance, provenance_lines
 from vaswani.training.loss import TranslationLoss
 from vaswani.training.step import train_step
 
@@ -464,9 +463,7 @@ def profile_markdown(report: dict, profiles: dict[str, list[tuple[str, dict]]]) 
              "time.", ""]
     for key, group in profiles.items():
         lines += [f"## {key}", "", *kind_table(group), "", *(largest_operators(name, p) for name, p in group), ""]
-    git = report["git"]
-    lines += [f"Command: `{report['command']}`  ", f"Commit: {git.get('commit')} (dirty: {git.get('dirty')})  ",
-              f"Hardware: {report['hardware']}", ""]
+    lines += [*provenance_lines(report), ""]
     return "\n".join(lines)
 
 
@@ -495,8 +492,5 @@ def markdown_table(report: dict) -> str:
                          f"{row['padding']:.0%} pad) | {row['loss']} | {row['precision']} | {name} | "
                          f"{stats['tokens_per_s']:,.0f} | {stats['min']:,.0f}–{stats['max']:,.0f} | "
                          f"{'' if ratio is None else f'{ratio:.2f}×'} |")
-    git = report["git"]
-    lines += ["", f"Command: `{report['command']}`  ",
-              f"Commit: {git.get('commit')}{' (uncommitted changes)' if git.get('dirty') else ''}  ",
-              f"Hardware: {json.dumps(report['hardware'])}", ""]
+    lines += ["", *provenance_lines(report), ""]
     return "\n".join(lines)
