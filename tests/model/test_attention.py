@@ -187,13 +187,26 @@ def test_kv_cache_writes_in_place_and_doubles_when_full() -> None:
         cache.append(k, -k)
         torch.testing.assert_close(cache.k, torch.cat(steps[: t + 1], dim=2), rtol=0, atol=0)
         torch.testing.assert_close(cache.v, -cache.k, rtol=0, atol=0)
-    assert cache._k.size(2) == 6  # 3 slots, then doubled once
+    assert cache._k.size(2) == 8  # the 3 slots asked for plus a spare one, then doubled once
     buffer = cache._k.data_ptr()
     cache.append(torch.randn(2, 4, 1, 8), torch.randn(2, 4, 1, 8))
     assert cache._k.data_ptr() == buffer  # the sixth position was written in place
     reordered = cache.reorder(torch.tensor([1, 1, 0]))
     torch.testing.assert_close(reordered.k, cache.k[[1, 1, 0]], rtol=0, atol=0)
     assert reordered.length == 6
+
+
+def test_kv_cache_allocated_up_front_is_filled_in_place_and_never_full() -> None:
+    """With ``like`` the buffers exist before the first step; the spare slot keeps the keys a strict slice."""
+    cache = KVCache.empty(capacity=3, like=torch.empty(2, 4, 5, 8))
+    assert cache.k.shape == (2, 4, 0, 8) and cache._k.shape == (2, 4, 4, 8)
+    buffer = cache._k.data_ptr()
+    steps = [torch.randn(2, 4, 1, 8) for _ in range(3)]
+    for t, k in enumerate(steps):
+        cache.append(k, -k)
+        torch.testing.assert_close(cache.k, torch.cat(steps[: t + 1], dim=2), rtol=0, atol=0)
+        assert not cache.k.is_contiguous()  # one memory layout at every step, the last one included
+    assert cache._k.data_ptr() == buffer
 
 
 def test_windowed_kv_cache_keeps_the_last_window_keys_as_a_ring() -> None:

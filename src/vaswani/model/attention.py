@@ -41,7 +41,9 @@ def standard_attention(
     dropout_p: float = 0.0,
 ) -> torch.Tensor:
     """softmax(q kᵀ / √d) v. q: (B, H, Q, d), k/v: (B, H, K, d), mask broadcastable to (B, H, Q, K)."""
-    if is_causal:
+    # With fewer queries than keys the queries are the *last* positions (a decoding step). A single one sees every
+    # key, so it needs no mask: building a (K, K) triangle to keep its last row would be pure overhead per step.
+    if is_causal and q.size(-2) > 1:
         causal = causal_mask(k.size(-2), device=q.device)[..., -q.size(-2) :, :]
         mask = causal if mask is None else mask & causal
     weights = attention_weights(q, k, mask).to(v.dtype)
@@ -66,7 +68,8 @@ def sdpa_attention(
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
     # is_causal in SDPA aligns the triangle to the top-left corner; with fewer queries than keys (a decoding
     # step) the query is the *last* position and sees every key, so no mask is needed at all.
-    causal = is_causal and q.size(-2) == k.size(-2) and q.size(-2) > 1
+    # (A single query is tested first: under torch.compile it is a plain int, the key count a symbolic one.)
+    causal = is_causal and q.size(-2) > 1 and q.size(-2) == k.size(-2)
     return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal)
 
 
@@ -93,11 +96,21 @@ class KVCache:
         self.window = window
 
     @classmethod
-    def empty(cls, capacity: int | None = None, window: int | None = None) -> "KVCache":
-        """A self-attention cache to fill step by step (allocated on the first append, in the keys' dtype)."""
+    def empty(cls, capacity: int | None = None, window: int | None = None,
+              like: torch.Tensor | None = None) -> "KVCache":
+        """A self-attention cache to fill step by step.
+
+        With a ``capacity`` and ``like`` (any (B, H, ·, head_dim) tensor in the keys' dtype and device, e.g. the
+        cross-attention keys) the buffers are allocated now; otherwise on the first append. Allocating up front
+        gives every decoding step the same kind of state, which is what lets ``torch.compile`` trace one graph
+        for all of them.
+        """
         if window is not None and capacity is not None:
             capacity = min(capacity, window)
-        return cls(None, None, 0, capacity=capacity, window=window)
+        cache = cls(None, None, 0, capacity=capacity, window=window)
+        if capacity is not None and like is not None:
+            cache._reserve(capacity, like)
+        return cache
 
     @property
     def filled(self) -> int:
@@ -133,7 +146,11 @@ class KVCache:
         if slots <= current:
             return
         if self.capacity is not None:
-            slots = max(slots, self.capacity, 2 * current)
+            # One slot more than the search needs (a ring's slots are all used by design): the buffer never
+            # fills, so the valid keys are a strict slice of it at every step — one memory layout, which keeps
+            # a compiled decoding step to one graph (decoding/compiled.py).
+            spare = 1 if self.window is None else 0
+            slots = max(slots, self.capacity + spare, 2 * current)
         shape = (like.size(0), like.size(1), slots, like.size(3))
         k, v = like.new_empty(shape), like.new_empty(shape)
         if current:
@@ -191,7 +208,9 @@ class MultiHeadAttention(nn.Module):
     def project_context(self, context: torch.Tensor) -> KVCache:
         """Cross-attention keys and values of the encoder output: compute once, reuse at every decoding step."""
         k, v = self.kv_proj(context).chunk(2, dim=-1)
-        return KVCache(self._split_heads(k), self._split_heads(v))
+        # Contiguous (B, H, S, d), the layout a reordered cache has too: every decoding step then reads keys and
+        # values of one memory layout (one compiled graph, not one per layout).
+        return KVCache(self._split_heads(k).contiguous(), self._split_heads(v).contiguous())
 
     def cross_attention_weights(
         self, x: torch.Tensor, context: torch.Tensor | KVCache, mask: torch.Tensor | None = None
