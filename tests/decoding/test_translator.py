@@ -97,3 +97,32 @@ def test_long_sources_are_cut_for_learned_positions(tiny_checkpoint, test_pairs,
     assert "cut" in capsys.readouterr().err
     nbest = translator.translate_nbest(test_pairs[0][:2])  # no position past the learned table
     assert all(n[0].length <= 8 for n in nbest)
+
+
+def test_translate_command_with_a_compiled_decoding_step(tiny_checkpoint, test_pairs, tmp_path, device) -> None:
+    """--compile runs the decoding step through torch.compile's code generator: the same translations."""
+    import torch
+
+    torch.compiler.reset()  # a fresh start: no earlier test's graphs count against torch.compile's recompile limit
+    source = tmp_path / "test.de"
+    source.write_text("\n".join(test_pairs[0]) + "\n", encoding="utf-8")
+    output = tmp_path / "test.en"
+    code = main(["translate", "--checkpoint", str(tiny_checkpoint), "--input", str(source), "--output",
+                 str(output), "--beam", "2", "--device", device.type, "--precision", "fp32", "--batch-size", "8",
+                 "--compile"])
+    assert code == 0
+    expected = Translator.load(tiny_checkpoint, SearchConfig(beam_size=2), device=device).translate(test_pairs[0])
+    assert output.read_text(encoding="utf-8").split("\n")[:-1] == expected
+
+
+def test_compile_without_a_cpp_compiler_is_a_one_line_error(tiny_checkpoint, tmp_path, monkeypatch, capsys) -> None:
+    import vaswani.decoding.compiled as compiled
+
+    monkeypatch.setattr(compiled.shutil, "which", lambda name: None)
+    source = tmp_path / "test.de"
+    source.write_text("Ein Mann.\n", encoding="utf-8")
+    code = main(["translate", "--checkpoint", str(tiny_checkpoint), "--input", str(source), "--device", "cpu",
+                 "--compile"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "C++ compiler" in err and "--compile" in err and "Traceback" not in err

@@ -5,6 +5,7 @@ text-to-text :class:`Translator`.
     penalties.py   length normalisation, CTRL repetition penalty, no-repeat-n-gram blocking
     search.py      batched greedy and beam search over model.start_decoding / model.decode_step
     reference.py   UncachedModel: the same interface recomputing the whole prefix (tests, benchmark)
+    compiled.py    CompiledDecoder: the same interface with the decoding step compiled by torch.compile
     translator.py  Translator: checkpoint + tokenizer + search, strings in, strings out
     commands.py    `vaswani translate`
 """
@@ -23,6 +24,7 @@ _EXPORTS = {
     "beam_search": "vaswani.decoding.search",
     "max_output_lengths": "vaswani.decoding.search",
     "UncachedModel": "vaswani.decoding.reference",
+    "CompiledDecoder": "vaswani.decoding.compiled",
     "Translator": "vaswani.decoding.translator",
     "Translation": "vaswani.decoding.translator",
 }

@@ -49,6 +49,9 @@ def add_search_arguments(parser: argparse.ArgumentParser, nbest: bool = True) ->
     group.add_argument("--precision", choices=PRECISIONS, default=d.precision,
                        help="autocast precision; auto (default) = bf16 where the device computes it faster than "
                        "fp32, fp32 on CPUs without bf16 units (where bf16 is emulated and many times slower)")
+    group.add_argument("--compile", action="store_true",
+                       help="compile the decoding step with torch.compile: faster steps after a one-off compile of "
+                       "tens of seconds on a CPU (worth it for long files; see results/bench/decode-compiled.md)")
 
 
 # The option that sets each SearchConfig field, so an invalid value is reported under the name the user typed.
@@ -108,4 +111,5 @@ def translator_from_args(args: argparse.Namespace) -> Translator:
         device=args.device,
         batch_size=args.batch_size,
         max_tokens=args.max_tokens,
+        compile=args.compile,
     )

@@ -19,6 +19,7 @@ import torch
 from tqdm import tqdm
 
 from vaswani.data.tokenizer import Tokenizer
+from vaswani.decoding.compiled import CompiledDecoder
 from vaswani.decoding.config import SearchConfig
 from vaswani.decoding.search import generate
 from vaswani.devices import resolve_device
@@ -47,6 +48,7 @@ class Translator:
         batch_size: int = 64,
         max_tokens: int | None = 8192,
         device: torch.device | str | None = None,
+        compile: bool = False,
     ):
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         # No .eval() here: a trainer may wrap its live model for validation; generate() switches dropout off
@@ -64,6 +66,8 @@ class Translator:
             raise VaswaniError(f"batch size must be >= 1, got {batch_size}")
         self.batch_size = batch_size
         self.max_tokens = max_tokens
+        # What the search drives: the model, or the model with its decoding step compiled (see compiled.py).
+        self.decoder = CompiledDecoder(self.model) if compile else self.model
 
     @classmethod
     def load(
@@ -154,7 +158,7 @@ class Translator:
         src = torch.full((len(real), width), self.config.pad_id, dtype=torch.long)
         for row, i in enumerate(real):
             src[row, : len(sources[i])] = torch.tensor(sources[i])
-        hypotheses = generate(self.model, src.to(self.device), self.config)
+        hypotheses = generate(self.decoder, src.to(self.device), self.config)
         for i, nbest in zip(real, hypotheses):
             # One line per translation, always: byte-level BPE can emit "\n" (or \u2028, …), which would
             # misalign every line-based file written after it.
