@@ -14,7 +14,7 @@ def test_decode_benchmark_smoke(tmp_path, capsys) -> None:
     out = tmp_path / "decode.json"
     args = parser.parse_args(["--preset", "tiny", "--sentences", "6", "--batch-size", "3", "--beams", "2",
                               "--output-len", "6", "--uncached-sentences", "3", "--single-sentences", "2",
-                              "--device", "cpu", "--repeats", "1", "--out", str(out)])
+                              "--device", "cpu", "--repeats", "1", "--compile", "--out", str(out)])
     assert decode.run(args) == 0
     assert "KV cache" in capsys.readouterr().out
     report = json.loads(out.read_text())
@@ -25,7 +25,7 @@ def test_decode_benchmark_smoke(tmp_path, capsys) -> None:
         assert row["sentences_per_s"] > 0 and row["tokens_per_s"] > 0
     assert set(report["comparisons"]) == {"cache_speedup", "cache_speedup_decoder_only",
                                           "batched_beam_speedup_per_sentence", "preallocated_cache_speedup",
-                                          "attention_backend"}
+                                          "attention_backend", "compiled_step"}
     backends = report["comparisons"]["attention_backend"]
     assert (backends["model"], backends["other"]) == ("sdpa", "standard")
     assert set(backends["own_speedup"]) == {"greedy", "beam 2"} and min(backends["own_speedup"].values()) > 0
@@ -34,4 +34,8 @@ def test_decode_benchmark_smoke(tmp_path, capsys) -> None:
     assert "The model's sdpa attention vs the same weights with standard attention" in table
     assert set(report["comparisons"]["preallocated_cache_speedup"]) == {"greedy", "beam 2"}
     assert "caches grown per step (before)" in out.with_suffix(".md").read_text()
+    compiled = report["comparisons"]["compiled_step"]
+    assert set(compiled["speedup"]) == set(compiled["first_pass_seconds"]) == {"greedy", "beam 2"}
+    assert {"greedy, compiled decoding step", "beam 2, eager"} <= set(names)
+    assert "Compiled decoding step (`torch.compile`) vs eager" in table
     assert {"platform", "cpu_count", "torch", "device_name"} <= set(report["hardware"])

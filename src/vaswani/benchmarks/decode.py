@@ -1,13 +1,16 @@
 """`vaswani bench decode`: sentences/s and tokens/s of greedy and beam search, and what the KV cache and
 batching buy.
 
-Three measurements:
+Measurements:
 
 1. greedy and beam k (default 4 and 5), cached and batched: the speed `vaswani translate` runs at;
 2. cached vs uncached greedy at a fixed output length (64 tokens): the uncached decoder reruns
    ``model(src, prefix)`` on the whole prefix every step (and a second variant keeps the encoder output and
    recomputes only the decoder), so the gap is what the key/value cache saves;
-3. batched beam vs one-sentence-at-a-time beam, per sentence: what batching sentences × beams buys.
+3. batched beam vs one-sentence-at-a-time beam, per sentence: what batching sentences × beams buys;
+4. interleaved pairs on the same batches: preallocated vs grown caches, the model's attention backend vs the
+   other one, and with ``--compile`` the decoding step compiled by ``torch.compile`` vs eager (plus the first,
+   compiling pass).
 
 With ``--checkpoint`` the sources are a real test set (Multi30k test2016 by default) and outputs end at </s>.
 Without one, the model has random weights (``--preset``) and the sources are random token ids with
@@ -29,6 +32,7 @@ import torch
 from vaswani.config import PRECISIONS, ModelConfig
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.devices import resolve_device, synchronize
+from vaswani.decoding.compiled import CompiledDecoder
 from vaswani.decoding.config import SearchConfig
 from vaswani.decoding.reference import GrowingCacheModel, UncachedModel
 from vaswani.decoding.search import generate
@@ -163,6 +167,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "pip install 'vaswani[export]'; see vaswani.benchmarks.decode_peers)")
     parser.add_argument("--peer-threads", type=int, nargs="+", default=None, metavar="N",
                         help="with --peer: thread counts every engine runs at, interleaved (default: 2)")
+    parser.add_argument("--compile", action="store_true",
+                        help="also time the decoding step compiled with torch.compile against eager, and the first "
+                        "pass that compiles it")
     parser.add_argument("--profile", action="store_true",
                         help="with --peer: also profile the torch engines by operator kind (profile.md)")
 
@@ -207,25 +214,39 @@ def run(args: argparse.Namespace) -> int:
                                        replace(natural, beam_size=k), args.repeats))
     rows += [cached, uncached, decoder_only, one_by_one]
 
+    searches = [("greedy", natural)] + [(f"beam {b}", replace(natural, beam_size=b)) for b in args.beams]
+
+    def speedups(now_name: str, now_model: Any, before_name: str, before_model: Any) -> dict[str, float]:
+        """Per search, the median over interleaved repeats of before / now (> 1: ``now_model`` is faster)."""
+        ratios = {}
+        for label, search in searches:
+            now, before = time_interleaved({f"{label}, {now_name}": now_model, f"{label}, {before_name}": before_model},
+                                           all_batches, search, args.repeats)
+            rows.extend([table.add(now), table.add(before)])
+            ratios[label] = statistics.median(b / a for a, b in zip(now.runs, before.runs))
+        return ratios
+
     # What preallocating the self-attention caches buys: the same searches with caches grown by a copy per step.
-    preallocation = {}
-    for label, search in [("greedy", natural)] + [(f"beam {b}", replace(natural, beam_size=b)) for b in args.beams]:
-        now, before = time_interleaved({f"{label}, preallocated caches": model,
-                                        f"{label}, caches grown per step (before)": GrowingCacheModel(model)},
-                                       all_batches, search, args.repeats)
-        rows += [table.add(now), table.add(before)]
-        preallocation[label] = statistics.median(b / a for a, b in zip(now.runs, before.runs))
+    preallocation = speedups("preallocated caches", model, "caches grown per step (before)", GrowingCacheModel(model))
 
     # What the attention backend costs when decoding: the same weights under the other backend, interleaved.
     other = "sdpa" if model.config.attention == "standard" else "standard"
     twin = Transformer(replace(model.config, attention=other)).to(device).eval()
     twin.load_state_dict(model.state_dict())
-    backends = {}
-    for label, search in [("greedy", natural)] + [(f"beam {b}", replace(natural, beam_size=b)) for b in args.beams]:
-        own, swapped = time_interleaved({f"{label}, {model.config.attention} attention (the model's)": model,
-                                         f"{label}, {other} attention": twin}, all_batches, search, args.repeats)
-        rows += [table.add(own), table.add(swapped)]
-        backends[label] = statistics.median(b / a for a, b in zip(own.runs, swapped.runs))
+    backends = speedups(f"{model.config.attention} attention (the model's)", model, f"{other} attention", twin)
+
+    # What torch.compile buys once compiled, and what the first pass over the batches costs (it compiles).
+    compiled = None
+    if args.compile:
+        decoder = CompiledDecoder(model)
+        first_pass = {}
+        for label, search in searches:
+            start = time.perf_counter()
+            for src in all_batches:
+                generate(decoder, src, search)
+            first_pass[label] = time.perf_counter() - start
+        compiled = {"speedup": speedups("compiled decoding step", decoder, "eager", model),
+                    "first_pass_seconds": first_pass}
 
     comparisons = {
         "cache_speedup": uncached.seconds / cached.seconds,
@@ -235,6 +256,7 @@ def run(args: argparse.Namespace) -> int:
         "preallocated_cache_speedup": preallocation,  # median over interleaved repeats of before / now
         # median over interleaved repeats of (time with the other backend) / (time with the model's own)
         "attention_backend": {"model": model.config.attention, "other": other, "own_speedup": backends},
+        "compiled_step": compiled,  # speedup: median of eager / compiled; first pass: seconds, compiling included
     }
     print(f"KV cache: {comparisons['cache_speedup']:.1f}x faster than model(src, prefix) "
           f"({comparisons['cache_speedup_decoder_only']:.1f}x than recomputing the decoder only)")
@@ -244,6 +266,9 @@ def run(args: argparse.Namespace) -> int:
           "sentence at a time")
     print(f"{model.config.attention} attention vs {other}: "
           + ", ".join(f"{label} {x:.2f}x" for label, x in backends.items()))
+    if compiled:
+        print("compiled decoding step vs eager: " + ", ".join(f"{label} {x:.2f}x" for label, x in
+                                                              compiled["speedup"].items()))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         report = {
@@ -265,10 +290,22 @@ def run(args: argparse.Namespace) -> int:
             f"KV cache vs model(src, prefix): {comparisons['cache_speedup']:.1f}×.  ",
             f"The model's {model.config.attention} attention vs the same weights with {other} attention (median of "
             "interleaved repeats, > 1: the model's own is faster): "
-            + ", ".join(f"{label} {x:.2f}×" for label, x in backends.items()) + ".", "",
-            *provenance_lines(report), ""]))
+            + ", ".join(f"{label} {x:.2f}×" for label, x in backends.items()) + ".",
+            *_compiled_lines(compiled), "", *provenance_lines(report), ""]))
         print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
     return 0
+
+
+def _compiled_lines(compiled: dict | None) -> list[str]:
+    if compiled is None:
+        return []
+    return ["",
+            "Compiled decoding step (`torch.compile`) vs eager, same weights (median of interleaved repeats, > 1: "
+            "compiled is faster): " + ", ".join(f"{label} {x:.2f}×" for label, x in compiled["speedup"].items())
+            + ".  ",
+            "First pass over the same batches with the compiled step, compiling included (each search reuses what "
+            "the ones before it compiled): " + ", ".join(f"{label} {x:.1f} s" for label, x in
+                                                          compiled["first_pass_seconds"].items()) + "."]
 
 
 def _model_and_sources(args: argparse.Namespace, device: torch.device) -> tuple[Transformer, list[list[int]], bool]:

@@ -8,6 +8,10 @@ process, so machine noise hits all engines alike; each figure is the median of t
 spread. With several thread counts every repeat runs each of them too, so the scaling from 1 to 2 threads is
 measured under the same load.
 
+``--compile`` adds a second engine of ours, ``ours, compiled step``: the same search with its decoding step
+compiled by torch.compile (:class:`~vaswani.decoding.compiled.CompiledDecoder`), compiled during the untimed
+warm-up; every peer's ratio is then given for both.
+
 ``--profile`` adds where the time goes: one more pass of each torch engine (ours, MarianMT) under
 ``torch.profiler``, its operators' self CPU time summed by kind (matrix products, the attention kernel, softmax,
 search reductions, copies, …), written to ``profile.md`` next to the timings. CTranslate2 is compiled code the
@@ -43,6 +47,7 @@ import torch
 from vaswani.benchmarks.decode import batches as padded_batches
 from vaswani.benchmarks.profiling import kind_table, largest_operators, profile_by_kind
 from vaswani.config import ModelConfig
+from vaswani.decoding.compiled import CompiledDecoder
 from vaswani.decoding.config import SearchConfig
 from vaswani.decoding.search import generate
 from vaswani.errors import VaswaniError
@@ -104,13 +109,25 @@ def _batch_limits(batches: list[torch.Tensor], fixed: int | None) -> list[int]:
 
 
 # ---- engines --------------------------------------------------------------------------------------------------
-def ours(model: Transformer, batches: list[torch.Tensor], limits: list[int], fixed: bool) -> Engine:
+OURS, OURS_COMPILED = "ours", "ours, compiled step"
+
+
+def ours(model: Transformer, batches: list[torch.Tensor], limits: list[int], fixed: bool,
+         compile: bool = False) -> Engine:
+    """Our search; with ``compile`` its decoding step runs through torch.compile (CompiledDecoder)."""
+    decoder = CompiledDecoder(model) if compile else model
+
     def decode(i: int, beam: int, threads: int) -> list[list[int]]:  # torch's threads are set by the caller
         config = SearchConfig(beam_size=beam, length_norm="average", max_len_a=0.0, max_len_b=limits[i],
                               allow_eos=not fixed)
-        return [nbest[0].tokens for nbest in generate(model, batches[i], config)]
+        return [nbest[0].tokens for nbest in generate(decoder, batches[i], config)]
 
-    return Engine("ours", decode)
+    # The profiler would see the compiled step as one opaque region: only the eager engine is profiled.
+    return Engine(OURS_COMPILED if compile else OURS, decode, profiled=not compile)
+
+
+def is_ours(engine: str) -> bool:
+    return engine in (OURS, OURS_COMPILED)
 
 
 def marian(model: Transformer, batches: list[torch.Tensor], limits: list[int], fixed: bool) -> Engine:
@@ -183,20 +200,23 @@ def run_peers(args: argparse.Namespace) -> int:
     batches = _cpu_batches(sources, args.batch_size)
     limits = _batch_limits(batches, args.output_len if fixed else None)
 
+    searches = [("greedy", 1)] + [(f"beam {k}", k) for k in args.beams]
     engines = [ours(model, batches, limits, fixed)]
+    if args.compile:
+        engines.append(ours(model, batches, limits, fixed, compile=True))
     with tempfile.TemporaryDirectory() as workdir:
         if "marian" in args.peer:
             engines.append(marian(model, batches, limits, fixed))
         if "ctranslate2" in args.peer:
             engines += ctranslate2_engines(model, vocabulary, batches, limits, fixed, Path(workdir), thread_counts)
-        searches = [("greedy", 1)] + [(f"beam {k}", k) for k in args.beams]
         rows = {(e.name, s, n): Row(e.name, s, n, len(sources)) for e in engines for s, _ in searches
                 for n in thread_counts}
         outputs: dict[tuple[str, str, int], list[list[int]]] = {}
-        for engine in engines:  # warm-up, untimed: lazy initialisation, allocator, first-call costs
+        for engine in engines:  # warm-up, untimed: lazy initialisation, allocator, first-call costs, compiling
             for threads in thread_counts:
                 torch.set_num_threads(threads)
-                engine.decode(len(batches) - 1, 1, threads)
+                for _, beam in searches:
+                    engine.decode(0, beam, threads)
         for repeat in range(args.repeats):
             for search, beam in searches:
                 for threads in thread_counts:
@@ -284,10 +304,11 @@ def _bleu(tokenizer: Any, outputs: list[list[int]], ordered_sources: list[list[i
 def _report(args: argparse.Namespace, model_info: dict, rows: list[Row], fixed: bool, thread_counts: list[int],
             profiles: list[dict[str, Any]]) -> dict[str, Any]:
     by = {(r.engine, r.search, r.threads): r for r in rows}
-    # > 1: ours is faster (sentences/s of ours ÷ the peer's, same search and threads)
-    ratios = [{"engine": engine, "search": search, "threads": threads,
-               "ours_over_peer": round(row.median / by["ours", search, threads].median, 3)}
-              for (engine, search, threads), row in by.items() if engine != "ours"]
+    # > 1: ours is faster (sentences/s of ours ÷ the peer's, same search and threads), for each of our engines
+    ratios = [{"ours": own, "engine": engine, "search": search, "threads": threads,
+               "ours_over_peer": round(row.median / by[own, search, threads].median, 3)}
+              for (engine, search, threads), row in by.items() if not is_ours(engine)
+              for own in (OURS, OURS_COMPILED) if (own, search, threads) in by]
     scaling = [{"engine": engine, "search": search, "threads": threads,
                 "over_one_thread": round(by[engine, search, 1].median / row.median, 3)}
                for (engine, search, threads), row in by.items() if threads != 1 and (engine, search, 1) in by]
@@ -309,6 +330,8 @@ def _report(args: argparse.Namespace, model_info: dict, rows: list[Row], fixed: 
 
 def render_table(report: dict[str, Any]) -> str:
     counts = report["threads"]["counts"]
+    own = list(dict.fromkeys(r["ours"] for r in report["speed_ratios"])) or [OURS]
+    ratio_header = "ours ÷ engine" if own == [OURS] else f"ours ÷ engine ({' / '.join(own)})"
     lines = [
         "# Decoding speed: ours vs MarianMT `generate` vs CTranslate2",
         "",
@@ -316,16 +339,18 @@ def render_table(report: dict[str, Any]) -> str:
         f"{report['repeats']} interleaved repeats, median (min–max) sentences/s; every engine on "
         f"{' and on '.join(str(n) for n in counts)} thread{'s' if counts != [1] else ''}.",
         "",
-        "| engine | search | threads | sentences/s | spread | output tokens | BLEU | ours ÷ engine |",
+        f"| engine | search | threads | sentences/s | spread | output tokens | BLEU | {ratio_header} |",
         "|---|---|---:|---:|---|---:|---:|---:|",
     ]
-    ratios = {(r["engine"], r["search"], r["threads"]): r["ours_over_peer"] for r in report["speed_ratios"]}
+    ratios: dict[tuple[str, str, int], list[str]] = {}
+    for r in report["speed_ratios"]:
+        ratios.setdefault((r["engine"], r["search"], r["threads"]), []).append(f"{r['ours_over_peer']:.2f}×")
     for row in report["results"]:
-        ratio = ratios.get((row["engine"], row["search"], row["threads"]))
+        ratio = " / ".join(ratios.get((row["engine"], row["search"], row["threads"]), ["–"]))
         lines.append(
             f"| {row['engine']} | {row['search']} | {row['threads']} | {row['sentences_per_s']:.1f} | "
             f"{row['sentences_per_s_min']:.1f}–{row['sentences_per_s_max']:.1f} | {row['tokens']} | "
-            f"{'–' if row['bleu'] is None else row['bleu']} | {'–' if ratio is None else f'{ratio:.2f}×'} |"
+            f"{'–' if row['bleu'] is None else row['bleu']} | {ratio} |"
         )
     lines += ["", *findings(report)]
     lines += ["", *_footer(report)]
@@ -338,8 +363,15 @@ def findings(report: dict[str, Any]) -> list[str]:
     out = []
     for r in report["speed_ratios"]:
         verdict = "faster" if r["ours_over_peer"] > 1 else "slower"
-        out.append(f"- {r['search']}, {r['threads']} thread{'s' if r['threads'] > 1 else ''}: ours runs at "
+        out.append(f"- {r['search']}, {r['threads']} thread{'s' if r['threads'] > 1 else ''}: {r['ours']} runs at "
                    f"{r['ours_over_peer']:.2f}× the sentences/s of {r['engine']} ({verdict}).")
+    for (engine, search, threads), row in rows.items():
+        eager = rows.get((OURS, search, threads))
+        if engine == OURS_COMPILED and eager:
+            same = "the same" if row["bleu"] == eager["bleu"] and row["tokens"] == eager["tokens"] else "different"
+            out.append(f"- {search}, {threads} thread{'s' if threads > 1 else ''}: our compiled decoding step runs "
+                       f"at {eager['median_s'] / row['median_s']:.2f}× the sentences/s of our eager one, with "
+                       f"{same} outputs ({row['tokens']} vs {eager['tokens']} tokens).")
     for r in report["thread_scaling"]:
         out.append(f"- {r['engine']}, {r['search']}: {r['threads']} threads give {r['over_one_thread']:.2f}× "
                    "its sentences/s on 1 thread.")
