@@ -4,6 +4,7 @@ text-to-text :class:`Translator`.
     config.py      SearchConfig: beam size, length normalisation, length limit, penalties, bf16
     penalties.py   length normalisation, CTRL repetition penalty, no-repeat-n-gram blocking
     search.py      batched greedy and beam search over model.start_decoding / model.decode_step
+    wrapped.py     WrappedModel: the base of the stand-ins below (a model behind the same decoding interface)
     reference.py   UncachedModel: the same interface recomputing the whole prefix (tests, benchmark)
     compiled.py    CompiledDecoder: the same interface with the decoding step compiled by torch.compile
     translator.py  Translator: checkpoint + tokenizer + search, strings in, strings out

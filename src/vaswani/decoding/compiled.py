@@ -20,8 +20,11 @@ tens of seconds on a 2-core CPU, so it pays off for long files and long-lived pr
 from __future__ import annotations
 
 import shutil
+from typing import Callable
+
 import torch
 
+from vaswani.decoding.wrapped import WrappedModel
 from vaswani.errors import VaswaniError
 from vaswani.model.transformer import DecoderState, Transformer
 
@@ -39,34 +42,18 @@ def require_cpp_compiler(device: torch.device) -> None:
                            "install one (e.g. apt-get install g++) or leave out --compile")
 
 
-class CompiledDecoder:
+class CompiledDecoder(WrappedModel):
     """``model`` with its decoding step compiled; searched exactly like the model itself.
 
     ``backend`` is torch.compile's ("inductor" generates fused kernels; "aot_eager" only traces, which tests use
     to check the traced step quickly).
     """
 
-    def __init__(self, model: Transformer, backend: str = "inductor"):
+    def __init__(self, model: Transformer, backend: str | Callable = "inductor"):
         if backend == "inductor":
             require_cpp_compiler(next(model.parameters()).device)
-        self.model = model
-        self.config = model.config
+        super().__init__(model)
         self.compiled_step = torch.compile(model.decode_step, dynamic=True, backend=backend)
-
-    @property
-    def training(self) -> bool:
-        return self.model.training
-
-    def eval(self) -> "CompiledDecoder":
-        self.model.eval()
-        return self
-
-    def train(self, mode: bool = True) -> "CompiledDecoder":
-        self.model.train(mode)
-        return self
-
-    def start_decoding(self, src: torch.Tensor, capacity: int | None = None) -> DecoderState:
-        return self.model.start_decoding(src, capacity)
 
     def decode_step(self, tokens: torch.Tensor, state: DecoderState) -> torch.Tensor:
         if state.step < FIRST_COMPILED_STEP or tokens.size(0) < SMALLEST_COMPILED_BATCH:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from vaswani.decoding.wrapped import WrappedModel
 from vaswani.model.transformer import DecoderState, Transformer
 
 
@@ -29,7 +30,7 @@ class PrefixState:
         return PrefixState(pick(self.src), pick(self.prefix), pick(self.memory), pick(self.memory_mask), self.step)
 
 
-class UncachedModel:
+class UncachedModel(WrappedModel):
     """Wrap a Transformer so every decoding step recomputes the whole prefix.
 
     ``reencode=True`` (the default) also reruns the encoder every step, exactly ``model(src, prefix)``;
@@ -38,21 +39,8 @@ class UncachedModel:
     """
 
     def __init__(self, model: Transformer, reencode: bool = True):
-        self.model = model
-        self.config = model.config
+        super().__init__(model)
         self.reencode = reencode
-
-    @property
-    def training(self) -> bool:
-        return self.model.training
-
-    def eval(self) -> "UncachedModel":
-        self.model.eval()
-        return self
-
-    def train(self, mode: bool = True) -> "UncachedModel":
-        self.model.train(mode)
-        return self
 
     def start_decoding(self, src: torch.Tensor, capacity: int | None = None) -> PrefixState:
         prefix = src.new_empty(src.size(0), 0)
@@ -72,29 +60,10 @@ class UncachedModel:
         return self.model.project(hidden[:, -1])
 
 
-class GrowingCacheModel:
+class GrowingCacheModel(WrappedModel):
     """Wrap a Transformer so that its self-attention caches are not preallocated: every decoding step copies the
     whole cache into a tensor one position longer (what ``torch.cat`` per step did before the caches were
     preallocated). Same tokens and scores as the model itself; ``vaswani bench decode`` times the difference."""
 
-    def __init__(self, model: Transformer):
-        self.model = model
-        self.config = model.config
-
-    @property
-    def training(self) -> bool:
-        return self.model.training
-
-    def eval(self) -> "GrowingCacheModel":
-        self.model.eval()
-        return self
-
-    def train(self, mode: bool = True) -> "GrowingCacheModel":
-        self.model.train(mode)
-        return self
-
     def start_decoding(self, src: torch.Tensor, capacity: int | None = None) -> DecoderState:
         return self.model.start_decoding(src)  # no capacity: grow by one position (one copy) per step
-
-    def decode_step(self, tokens: torch.Tensor, state: DecoderState) -> torch.Tensor:
-        return self.model.decode_step(tokens, state)
