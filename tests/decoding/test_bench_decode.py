@@ -33,7 +33,7 @@ def test_decode_benchmark_smoke(tmp_path, capsys) -> None:
     table = out.with_suffix(".md").read_text()
     assert "The model's sdpa attention vs the same weights with standard attention" in table
     assert set(report["comparisons"]["preallocated_cache_speedup"]) == {"greedy", "beam 2"}
-    assert "caches grown per step (before)" in out.with_suffix(".md").read_text()
+    assert "caches grown per step (default)" in out.with_suffix(".md").read_text()
     compiled = report["comparisons"]["compiled_step"]
     assert set(compiled["speedup"]) == set(compiled["first_pass_seconds"]) == {"greedy", "beam 2"}
     assert {"greedy, compiled decoding step", "beam 2, eager"} <= set(names)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 from vaswani.config import ModelConfig
 from vaswani.decoding import SearchConfig, UncachedModel, beam_search, generate, greedy_search, max_output_lengths
 from vaswani.decoding.compiled import CompiledDecoder
-from vaswani.decoding.reference import GrowingCacheModel
 from vaswani.model import Transformer
 
 VOCAB = 40
@@ -62,11 +63,12 @@ def test_cached_search_equals_uncached_search_token_for_token(variant: dict, bea
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("beam", [1, 3])
 def test_preallocated_cache_equals_a_cache_grown_step_by_step(variant: dict, beam: int, device) -> None:
-    """The search's preallocated, in-place caches give the tokens and scores of caches grown by a copy per step."""
+    """Preallocated, in-place caches give the tokens and scores of caches grown by a copy per step (the default)."""
     model = _model(device, **variant)
     src = _sources(device)
     config = _config(beam_size=beam, nbest=beam, max_len_b=9)
-    preallocated, grown = generate(model, src, config), generate(GrowingCacheModel(model), src, config)
+    preallocated = generate(model, src, replace(config, preallocate_cache=True))
+    grown = generate(model, src, config)
     assert _tokens(preallocated) == _tokens(grown)
     for a, b in zip(preallocated, grown):
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-5)
@@ -84,13 +86,18 @@ class GraphRecorder:
         return graph.forward
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
+# Every variant with the default grown caches, and preallocated caches with and without a ring buffer.
+COMPILED_CASES = [(variant, False) for variant in VARIANTS] + [(VARIANTS[0], True), (VARIANTS[3], True)]
+
+
+@pytest.mark.parametrize(("variant", "preallocate"), COMPILED_CASES)
 @pytest.mark.parametrize("beam", [1, 3])
-def test_compiled_step_searches_like_the_eager_model_in_one_graph(variant: dict, beam: int, device) -> None:
+def test_compiled_step_searches_like_the_eager_model_in_one_graph(variant: dict, preallocate: bool, beam: int,
+                                                                  device) -> None:
     torch.compiler.reset()  # graphs traced for other tests' models must not serve (or crowd out) this one's
     model = _model(device, **variant)
     src = _sources(device, lengths=(7, 3, 5, 1, 6))
-    config = _config(beam_size=beam, nbest=beam, max_len_b=9)
+    config = _config(beam_size=beam, nbest=beam, max_len_b=9, preallocate_cache=preallocate)
     recorder = GraphRecorder()
     compiled = CompiledDecoder(model, backend=recorder)
     calls = []

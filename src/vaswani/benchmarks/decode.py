@@ -34,7 +34,7 @@ from vaswani.data.commands import add_data_dir_argument
 from vaswani.devices import resolve_device, synchronize
 from vaswani.decoding.compiled import CompiledDecoder
 from vaswani.decoding.config import SearchConfig
-from vaswani.decoding.reference import GrowingCacheModel, UncachedModel
+from vaswani.decoding.reference import UncachedModel
 from vaswani.decoding.search import generate
 from vaswani.errors import VaswaniError
 from vaswani.io import atomic_write_json, atomic_write_text
@@ -119,11 +119,12 @@ def time_search(name: str, model: Any, src_batches: list[torch.Tensor], config: 
 
 
 def time_interleaved(models: dict[str, Any], src_batches: list[torch.Tensor], config: SearchConfig,
-                     repeats: int) -> list[Timing]:
+                     repeats: int, configs: dict[str, SearchConfig] | None = None) -> list[Timing]:
     """Like :func:`time_search` for several models, their repeats interleaved (A, B, A, B, …) so that a change of
-    load on the machine hits all of them alike."""
-    for model in models.values():
-        generate(model, src_batches[-1][:2], config)  # warm-up
+    load on the machine hits all of them alike. ``configs`` gives some of them a search of their own."""
+    configs = {name: (configs or {}).get(name, config) for name in models}
+    for name, model in models.items():
+        generate(model, src_batches[-1][:2], configs[name])  # warm-up
     runs: dict[str, list[float]] = {name: [] for name in models}
     tokens: dict[str, int] = {}
     for _ in range(repeats):
@@ -131,7 +132,7 @@ def time_interleaved(models: dict[str, Any], src_batches: list[torch.Tensor], co
             synchronize(src_batches[0].device)
             start, count = time.perf_counter(), 0
             for src in src_batches:
-                count += sum(len(nbest[0].tokens) + 1 for nbest in generate(model, src, config))
+                count += sum(len(nbest[0].tokens) + 1 for nbest in generate(model, src, configs[name]))
             synchronize(src_batches[0].device)
             runs[name].append(time.perf_counter() - start)
             tokens[name] = count
@@ -216,18 +217,23 @@ def run(args: argparse.Namespace) -> int:
 
     searches = [("greedy", natural)] + [(f"beam {b}", replace(natural, beam_size=b)) for b in args.beams]
 
-    def speedups(now_name: str, now_model: Any, before_name: str, before_model: Any) -> dict[str, float]:
-        """Per search, the median over interleaved repeats of before / now (> 1: ``now_model`` is faster)."""
+    def speedups(now_name: str, now_model: Any, before_name: str, before_model: Any,
+                 now_search: dict[str, Any] | None = None) -> dict[str, float]:
+        """Per search, the median over interleaved repeats of before / now (> 1: ``now`` is faster); ``now_search``:
+        settings that only the ``now`` contender searches with."""
         ratios = {}
         for label, search in searches:
-            now, before = time_interleaved({f"{label}, {now_name}": now_model, f"{label}, {before_name}": before_model},
-                                           all_batches, search, args.repeats)
+            now_label = f"{label}, {now_name}"
+            now, before = time_interleaved({now_label: now_model, f"{label}, {before_name}": before_model},
+                                           all_batches, search, args.repeats,
+                                           configs={now_label: replace(search, **(now_search or {}))})
             rows.extend([table.add(now), table.add(before)])
             ratios[label] = statistics.median(b / a for a, b in zip(now.runs, before.runs))
         return ratios
 
-    # What preallocating the self-attention caches buys: the same searches with caches grown by a copy per step.
-    preallocation = speedups("preallocated caches", model, "caches grown per step (before)", GrowingCacheModel(model))
+    # What preallocating the self-attention caches buys against growing them by a copy per step (the default).
+    preallocation = speedups("preallocated caches", model, "caches grown per step (default)", model,
+                             now_search={"preallocate_cache": True})
 
     # What the attention backend costs when decoding: the same weights under the other backend, interleaved.
     other = "sdpa" if model.config.attention == "standard" else "standard"

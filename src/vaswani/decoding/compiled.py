@@ -6,8 +6,8 @@ runs ``decode_step`` through ``torch.compile(dynamic=True)``: one graph serves e
 and position, so it compiles once per model and process (twice if the first compiled batch happens to have as
 many rows as the model has heads: torch.compile then ties the two sizes together), and inductor's on-disk cache
 makes later processes faster to start. What keeps it to one graph is in the model: self-attention caches
-allocated up front with a spare slot, contiguous cross-attention keys, no size-dependent Python branches in a
-step. The search's bookkeeping (top-k, reorders) and the encoder stay eager: they are data-dependent or run once
+of one memory layout at every step (grown ones are always contiguous, preallocated ones keep a spare slot),
+contiguous cross-attention keys, no size-dependent Python branches in a step. The search's bookkeeping (top-k, reorders) and the encoder stay eager: they are data-dependent or run once
 per batch.
 
 torch.compile keeps at most ``torch._dynamo.config.recompile_limit`` (8) graphs per function: a process that

@@ -28,6 +28,11 @@ class SearchConfig:
     repetition_penalty: float = 1.0  # CTRL θ; 1.0 = off, >1 discourages repeating generated tokens
     no_repeat_ngram: int = 0  # forbid any n-gram from occurring twice; 0 = off
     allow_eos: bool = True  # False: always decode to the length limit (fixed-length speed measurements)
+    # Self-attention caches sized for the longest output up front and written in place (True), or grown by one
+    # copy per step (False). Growing is the default: on CPU, with Multi30k-length outputs, it measured as fast for
+    # greedy and faster for beam search, whose reorders then copy only the filled positions
+    # (`vaswani bench decode`, results/bench/decode-readme-model.md).
+    preallocate_cache: bool = False
     precision: Precision = "auto"  # autocast around the model (search arithmetic stays float32); see precision.py
     bos_id: int = 1
     eos_id: int = 2

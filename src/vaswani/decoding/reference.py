@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from vaswani.decoding.wrapped import WrappedModel
-from vaswani.model.transformer import DecoderState, Transformer
+from vaswani.model.transformer import Transformer
 
 
 @dataclass
@@ -59,11 +59,3 @@ class UncachedModel(WrappedModel):
         state.step += 1
         return self.model.project(hidden[:, -1])
 
-
-class GrowingCacheModel(WrappedModel):
-    """Wrap a Transformer so that its self-attention caches are not preallocated: every decoding step copies the
-    whole cache into a tensor one position longer (what ``torch.cat`` per step did before the caches were
-    preallocated). Same tokens and scores as the model itself; ``vaswani bench decode`` times the difference."""
-
-    def start_decoding(self, src: torch.Tensor, capacity: int | None = None) -> DecoderState:
-        return self.model.start_decoding(src)  # no capacity: grow by one position (one copy) per step

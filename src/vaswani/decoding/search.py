@@ -6,8 +6,9 @@ Any model with the incremental-decoding interface of :class:`vaswani.model.Trans
     logits = model.decode_step(tokens, state)    # tokens (N,) -> (N, V); the self-attention cache grows by one
     state = state.reorder(index)                 # keep / duplicate rows (beams that survive, sentences not done)
 
-``capacity`` is the search's longest output: the model may allocate its caches for that many positions up front
-and write each step in place (the Transformer does).
+``capacity`` is the search's longest output when ``config.preallocate_cache`` is set: the model may then allocate
+its caches for that many positions up front and write each step in place (the Transformer does); without it
+they grow by one position (one copy) per step.
 
 Rows of the decoding batch are always *live* hypotheses: a sentence (greedy) or a sentence's beams (beam search)
 that are done are dropped from the batch with ``state.reorder``, so no step computes anything for them and no
@@ -83,6 +84,11 @@ def _force_eos(step: int, limits: torch.Tensor, shortest: int) -> torch.Tensor |
     return limits <= step + 1 if step + 1 >= shortest else None
 
 
+def _cache_capacity(longest: int, config: SearchConfig) -> int | None:
+    """What the search asks the model to preallocate its caches for: the longest output, or nothing (grown)."""
+    return longest if config.preallocate_cache else None
+
+
 @contextlib.contextmanager
 def _eval_mode(model: Any) -> Iterator[None]:
     """Dropout off while searching; the caller's train/eval mode is restored afterwards (validation in training)."""
@@ -119,7 +125,7 @@ def greedy_search(model: Any, src: torch.Tensor, config: SearchConfig) -> list[l
     limits = max_output_lengths(src, model, config)  # (B,)
     longest, shortest = int(limits.max()), int(limits.min())
 
-    state = model.start_decoding(src, capacity=longest)  # caches sized once, written in place
+    state = model.start_decoding(src, capacity=_cache_capacity(longest, config))
     rows = torch.arange(batch, device=device)  # (N,) sentence of each live row
     tokens = torch.full((batch,), config.bos_id, dtype=torch.long, device=device)  # (N,) last token
     generated = tokens.new_empty(batch, 0)  # (N, t)
@@ -207,7 +213,7 @@ def beam_search(model: Any, src: torch.Tensor, config: SearchConfig) -> list[lis
     longest, shortest = int(limits.max()), int(limits.min())
 
     # Row a·k + j of the decoding batch is beam j of active sentence a.
-    state = model.start_decoding(src, capacity=longest)
+    state = model.start_decoding(src, capacity=_cache_capacity(longest, config))
     state = state.reorder(torch.arange(batch, device=device).repeat_interleave(k))
     sentences = torch.arange(batch, device=device)  # (A,) original index of each active sentence
     tokens = torch.full((batch * k,), config.bos_id, dtype=torch.long, device=device)  # (A·k,)

@@ -80,10 +80,11 @@ class KVCache:
     """Keys and values of one attention module, (B, H, T, head_dim) each: ``cache.k``, ``cache.v``.
 
     Cross-attention caches are computed once and never change. A decoder self-attention cache grows by one
-    position per step, and is a preallocated buffer with room for ``capacity`` positions: :meth:`append` writes a
-    step's keys/values in place instead of ``torch.cat``-ing a new tensor (which copies the whole cache every step).
-    Without a capacity it grows exactly as needed, i.e. one copy per step: the simple behaviour, kept as the
-    reference that ``vaswani bench decode`` compares against. With a sliding ``window`` the buffer is a ring of
+    position per step. With a ``capacity`` it is a preallocated buffer with room for that many positions:
+    :meth:`append` writes a step's keys/values in place instead of copying the whole cache into a new tensor.
+    Without one it grows exactly as needed, i.e. one copy per step — the search's default, because on a CPU with
+    short outputs the copy is cheap and a beam reorder then copies only the filled positions
+    (``vaswani bench decode`` times both; ``search.preallocate_cache`` picks). With a sliding ``window`` the buffer is a ring of
     ``window`` slots: attention without a mask does not depend on the order of its keys (RoPE rotates them before
     they are cached), so the newest key may overwrite the oldest in place.
     """
