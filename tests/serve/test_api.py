@@ -166,3 +166,14 @@ def test_a_request_without_search_settings_gets_the_models_stored_search(tiny_ch
         assert answer["translations"][0]["text"] == greedy[0]  # a setting in the request wins; the others stay stored
         too_many = stored_client.post("/v1/translate", json={"text": text, "nbest": 3})  # the stored beam is 2
         assert too_many.status_code == 422 and too_many.json()["error"]["field"] == "nbest"
+
+
+def test_a_compiled_server_answers_like_the_eager_translator(tiny_checkpoint, reference, test_pairs) -> None:
+    """`serve --compile` compiles the decoding step at start-up; its answers are the eager translator's."""
+    import torch
+
+    torch.compiler.reset()  # a fresh start: no earlier test's graphs count against torch.compile's recompile limit
+    with TestClient(create_app(tiny_checkpoint, ServeSettings(device="cpu", compile=True))) as compiled:
+        texts = test_pairs[0][:4]
+        body = compiled.post("/v1/translate", json={"texts": texts, "beam": 2, **SHORT}).json()
+        assert [t["text"] for t in body["translations"]] == reference.translate(texts)

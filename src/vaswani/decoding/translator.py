@@ -9,6 +9,7 @@ padded source tokens × beams), so that a batch wastes little compute on padding
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import sys
 from dataclasses import dataclass
@@ -55,19 +56,28 @@ class Translator:
         # for the search and restores the caller's mode afterwards.
         self.model = model.to(self.device)
         self.tokenizer = tokenizer
+        self._set_search(config or SearchConfig(), batch_size, max_tokens)
+        # What the search drives: the model, or the model with its decoding step compiled (see compiled.py).
+        self.decoder = CompiledDecoder(self.model) if compile else self.model
+
+    def _set_search(self, config: SearchConfig, batch_size: int, max_tokens: int | None) -> None:
         # The tokenizer is the authority on special ids; the search must agree with it.
         # ... and "auto" precision is decided once, for this device, so results record what really ran.
-        config = config or SearchConfig()
         self.config = dataclasses.replace(
-            config, bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id,
+            config, bos_id=self.tokenizer.bos_id, eos_id=self.tokenizer.eos_id, pad_id=self.tokenizer.pad_id,
             precision=resolve_precision(config.precision, self.device),
         )
         if batch_size < 1:
             raise VaswaniError(f"batch size must be >= 1, got {batch_size}")
         self.batch_size = batch_size
         self.max_tokens = max_tokens
-        # What the search drives: the model, or the model with its decoding step compiled (see compiled.py).
-        self.decoder = CompiledDecoder(self.model) if compile else self.model
+
+    def with_search(self, config: SearchConfig, batch_size: int, max_tokens: int | None) -> "Translator":
+        """This translator with other search and batching settings, sharing its model, tokenizer and decoder (so
+        a compiled decoding step is compiled once, not once per copy): what the server does per batch."""
+        other = copy.copy(self)
+        other._set_search(config, batch_size, max_tokens)
+        return other
 
     @classmethod
     def load(

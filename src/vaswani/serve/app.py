@@ -33,6 +33,7 @@ from vaswani.serve.settings import ServeSettings
 log = logging.getLogger("vaswani.serve")
 STATIC = files("vaswani.serve") / "static"
 RETRY_AFTER_SECONDS = 1
+WARM_UP_TEXTS = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee neben einem roten Auto."]
 
 
 class ApiError(Exception):
@@ -120,7 +121,12 @@ def create_app(checkpoint: str | Path | Translator, settings: ServeSettings | No
         else:
             directory = resolve_checkpoint(checkpoint)
             translator = Translator.load(directory, SearchConfig(**read_stored_search(directory)),
-                                         device=settings.device)
+                                         device=settings.device, compile=settings.compile)
+            if settings.compile:
+                # Compile before the first request, not during it: two sentences, so the step that compiles
+                # (batches of two or more, from the third position on) is reached.
+                log.info("compiling the decoding step")
+                translator.translate(WARM_UP_TEXTS)
         info = checkpoint_info(directory) if directory else {"id": "in-process", "step": None, "val_bleu": None,
                                                              "val_loss": None}
         batcher = Batcher(translator, settings)

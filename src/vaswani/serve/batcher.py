@@ -157,11 +157,6 @@ class Batcher:
 
     def _search(self, batch: list[_Sentence]) -> list[list[Translation]]:
         """On the model thread: one Translator call for the whole batch (it sorts by length and pads)."""
-        translator = Translator(
-            self.translator.model,
-            self.translator.tokenizer,
-            batch[0].config,
-            batch_size=len(batch),
-            max_tokens=None,  # the batch is already within the token budget
-        )
+        # The batch is already within the token budget; the copy shares the model (and its compiled step).
+        translator = self.translator.with_search(batch[0].config, batch_size=len(batch), max_tokens=None)
         return translator.translate_ids_nbest([sentence.source for sentence in batch])

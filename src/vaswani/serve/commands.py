@@ -31,6 +31,9 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
                           help="padded source tokens x beam per batch")
     parser.add_argument("--threads", type=int, default=d.threads, help="torch threads of the model thread")
     parser.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when available")
+    parser.add_argument("--compile", action="store_true",
+                        help="compile the decoding step with torch.compile at start-up: tens of seconds before the "
+                        "server is ready on a CPU, faster decoding after (results/bench/decode-readme-model.md)")
 
 
 def settings_from_args(args: argparse.Namespace) -> ServeSettings:
@@ -39,6 +42,7 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
         max_queue=args.max_queue, max_beam=args.max_beam, batching=args.batching,
         batch_wait_ms=args.batch_wait_ms, max_batch_sentences=args.max_batch_sentences,
         max_batch_tokens=args.max_batch_tokens, threads=args.threads, device=args.device,
+        compile=args.compile,
     )
 
 

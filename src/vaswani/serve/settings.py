@@ -23,6 +23,7 @@ class ServeSettings:
     # ---- compute ----
     threads: int = 1  # torch intra-op threads of the one model thread
     device: str | None = None  # None: cuda when available
+    compile: bool = False  # torch.compile the decoding step, once, at start-up (decoding/compiled.py)
 
     def __post_init__(self) -> None:
         for name in ("max_chars", "max_texts", "max_body_bytes", "max_queue", "max_beam", "max_batch_sentences",
