@@ -7,8 +7,8 @@ and position, so it compiles once per model and process (twice if the first comp
 many rows as the model has heads: torch.compile then ties the two sizes together), and inductor's on-disk cache
 makes later processes faster to start. What keeps it to one graph is in the model: self-attention caches
 of one memory layout at every step (grown ones are always contiguous, preallocated ones keep a spare slot),
-contiguous cross-attention keys, no size-dependent Python branches in a step. The search's bookkeeping (top-k, reorders) and the encoder stay eager: they are data-dependent or run once
-per batch.
+contiguous cross-attention keys, no size-dependent Python branches in a step. The search's bookkeeping (top-k,
+reorders) and the encoder stay eager: they are data-dependent or run once per batch.
 
 torch.compile keeps at most ``torch._dynamo.config.recompile_limit`` (8) graphs per function: a process that
 compiles the step of many different models falls back to eager for the later ones (with torch's warning).

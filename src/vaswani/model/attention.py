@@ -84,9 +84,9 @@ class KVCache:
     :meth:`append` writes a step's keys/values in place instead of copying the whole cache into a new tensor.
     Without one it grows exactly as needed, i.e. one copy per step — the search's default, because on a CPU with
     short outputs the copy is cheap and a beam reorder then copies only the filled positions
-    (``vaswani bench decode`` times both; ``search.preallocate_cache`` picks). With a sliding ``window`` the buffer is a ring of
-    ``window`` slots: attention without a mask does not depend on the order of its keys (RoPE rotates them before
-    they are cached), so the newest key may overwrite the oldest in place.
+    (``vaswani bench decode`` times both; ``search.preallocate_cache`` picks). With a sliding ``window`` the
+    buffer is a ring of ``window`` slots: attention without a mask does not depend on the order of its keys (RoPE
+    rotates them before they are cached), so the newest key may overwrite the oldest in place.
     """
 
     def __init__(self, k: torch.Tensor | None, v: torch.Tensor | None, length: int | None = None,
