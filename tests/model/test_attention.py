@@ -196,17 +196,17 @@ def test_kv_cache_writes_in_place_and_doubles_when_full() -> None:
     assert reordered.length == 6
 
 
-def test_kv_cache_allocated_up_front_is_filled_in_place_and_never_full() -> None:
-    """With ``like`` the buffers exist before the first step; the spare slot keeps the keys a strict slice."""
-    cache = KVCache.empty(capacity=3, like=torch.empty(2, 4, 5, 8))
-    assert cache.k.shape == (2, 4, 0, 8) and cache._k.shape == (2, 4, 4, 8)
-    buffer = cache._k.data_ptr()
+def test_a_preallocated_kv_cache_is_never_full() -> None:
+    """The spare slot keeps the keys a strict slice of the buffer up to the capacity: one memory layout."""
+    cache = KVCache.empty(capacity=3)
     steps = [torch.randn(2, 4, 1, 8) for _ in range(3)]
-    for t, k in enumerate(steps):
+    cache.append(steps[0], -steps[0])
+    buffer = cache._k.data_ptr()
+    for t, k in enumerate(steps[1:], start=1):
         cache.append(k, -k)
         torch.testing.assert_close(cache.k, torch.cat(steps[: t + 1], dim=2), rtol=0, atol=0)
-        assert not cache.k.is_contiguous()  # one memory layout at every step, the last one included
-    assert cache._k.data_ptr() == buffer
+        assert not cache.k.is_contiguous()  # the last step included
+    assert cache._k.data_ptr() == buffer and cache._k.size(2) == 4
 
 
 def test_windowed_kv_cache_keeps_the_last_window_keys_as_a_ring() -> None:

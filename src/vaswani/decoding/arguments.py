@@ -51,7 +51,7 @@ def add_search_arguments(parser: argparse.ArgumentParser, nbest: bool = True) ->
                        "fp32, fp32 on CPUs without bf16 units (where bf16 is emulated and many times slower)")
     group.add_argument("--compile", action="store_true",
                        help="compile the decoding step with torch.compile: faster steps after a one-off compile of "
-                       "tens of seconds on a CPU (worth it for long files; see results/bench/decode-compiled.md)")
+                       "tens of seconds on a CPU (worth it for long files; see results/bench/decode-readme-model.md)")
 
 
 # The option that sets each SearchConfig field, so an invalid value is reported under the name the user typed.

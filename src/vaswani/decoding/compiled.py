@@ -28,9 +28,9 @@ from vaswani.decoding.wrapped import WrappedModel
 from vaswani.errors import VaswaniError
 from vaswani.model.transformer import DecoderState, Transformer
 
-# torch.compile specialises sizes 0 and 1 into graphs of their own. The first two steps (a cache of 0, then 1
-# position) and a batch of one sentence would each compile a whole graph for a step taken once per batch, so those
-# steps run eagerly; every other step shares one graph.
+# torch.compile specialises sizes 0 and 1 into graphs of their own. The first two steps (an empty, unallocated
+# cache, then one of 1 position) and a batch of one sentence would each compile a whole graph for a step taken once
+# per batch, so those steps run eagerly; every other step shares one graph.
 FIRST_COMPILED_STEP = 2
 SMALLEST_COMPILED_BATCH = 2
 

@@ -97,21 +97,11 @@ class KVCache:
         self.window = window
 
     @classmethod
-    def empty(cls, capacity: int | None = None, window: int | None = None,
-              like: torch.Tensor | None = None) -> "KVCache":
-        """A self-attention cache to fill step by step.
-
-        With a ``capacity`` and ``like`` (any (B, H, ·, head_dim) tensor in the keys' dtype and device, e.g. the
-        cross-attention keys) the buffers are allocated now; otherwise on the first append. Allocating up front
-        gives every decoding step the same kind of state, which is what lets ``torch.compile`` trace one graph
-        for all of them.
-        """
+    def empty(cls, capacity: int | None = None, window: int | None = None) -> "KVCache":
+        """A self-attention cache to fill step by step (allocated on the first append, in the keys' dtype)."""
         if window is not None and capacity is not None:
             capacity = min(capacity, window)
-        cache = cls(None, None, 0, capacity=capacity, window=window)
-        if capacity is not None and like is not None:
-            cache._reserve(capacity, like)
-        return cache
+        return cls(None, None, 0, capacity=capacity, window=window)
 
     @property
     def filled(self) -> int:

@@ -205,13 +205,10 @@ class Transformer(nn.Module):
         are allocated for that many up front and written in place. Without it they grow by a copy per step.
         """
         memory, memory_mask = self.encode(src)
-        cross_kv = [layer.cross_attn.project_context(memory) for layer in self.decoder.layers]
-        # The cross-attention keys have the self-attention keys' batch, heads, head size and dtype (autocast too).
-        like = cross_kv[0].k if cross_kv else None
         return DecoderState(
             memory_mask=memory_mask,
-            cross_kv=cross_kv,
-            self_kv=[KVCache.empty(capacity, self.config.sliding_window, like) for _ in self.decoder.layers],
+            cross_kv=[layer.cross_attn.project_context(memory) for layer in self.decoder.layers],
+            self_kv=[KVCache.empty(capacity, self.config.sliding_window) for _ in self.decoder.layers],
         )
 
     def decode_step(self, tokens: torch.Tensor, state: DecoderState) -> torch.Tensor:
