@@ -86,3 +86,6 @@ def test_bench_train_profile_puts_every_model_side_by_side(tmp_path) -> None:
         assert step["kinds_ms"]["matrix products"] > 0 and step["kinds_ms"]["optimizer (AdamW)"] > 0
     text = out.with_suffix(".profile.md").read_text()
     assert f"## {key}" in text and "| kind | vaswani ms | share | torch.nn.Transformer ms | share |" in text
+    # ... with the rate of each model's matrix products against this run's torch.mm, and what ours could reach
+    assert "- vaswani's matrix products ran at " in text and "- torch.nn.Transformer's matrix products" in text
+    assert "vaswani would run at most at " in text and "torch.nn.Transformer's operators" in text

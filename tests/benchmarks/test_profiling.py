@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from vaswani.benchmarks.profiling import OTHER, kind_table, largest_operators, operator_kind, profile_by_kind
+from vaswani.benchmarks.profiling import (OTHER, ceiling_line, kind_table, largest_operators, matmul_lines,
+                                          matmul_peak, matmul_rate, operator_kind, profile_by_kind)
 
 
 def test_operators_are_sorted_into_kinds() -> None:
@@ -40,3 +41,32 @@ def test_a_profile_counts_calls_and_puts_the_matrix_products_first() -> None:
     share = 100 * profile["kinds_ms"]["matrix products"] / sum(profile["kinds_ms"].values())
     assert f"{share:.0f} %" in row
     assert largest_operators("x", profile).startswith("- x's largest operators: `mm`")
+
+
+def test_a_profile_counts_the_matrix_products_floating_point_operations() -> None:
+    x, w, q = torch.randn(64, 256), torch.randn(768, 256), torch.randn(8, 16, 32)
+
+    def workload() -> None:
+        torch.nn.functional.linear(x, w, torch.zeros(768))  # addmm
+        torch.mm(x, w.t())
+        torch.bmm(q, q.transpose(1, 2))
+        x.add(1.0)  # counts no FLOP
+
+    profile = profile_by_kind(workload)
+    assert profile["matmul_gflop"] == round((2 * 2 * 64 * 256 * 768 + 2 * 8 * 16 * 16 * 32) / 1e9, 3)
+    rate = matmul_rate(profile)
+    assert rate == profile["matmul_gflop"] / (profile["kinds_ms"]["matrix products"] / 1e3)
+    assert matmul_rate({"kinds_ms": {"element-wise": 1.0}, "matmul_gflop": 0.0}) is None
+
+
+def test_the_peak_and_the_ceiling_are_stated_from_the_numbers() -> None:
+    assert matmul_peak(threads=1, size=128, repeats=2) > 0
+    assert torch.get_num_threads() >= 1
+    profile = {"kinds_ms": {"matrix products": 400.0, "element-wise": 100.0}, "matmul_gflop": 20.0}
+    assert matmul_lines("ours", profile, peak=100.0, threads=2) == [
+        "- ours' matrix products ran at 50 GFLOP/s: 50 % of what torch.mm reached on a 1024 × 1024 × 1024 product "
+        "in the same run (100 GFLOP/s, 2 threads)."]
+    assert matmul_lines("ours", profile, peak=None, threads=2) == []
+    assert ceiling_line("ours", profile, "marian", 600.0, "unprofiled median") == (
+        "- If every operator but its matrix products took no time, ours would run at most at 1.50× marian's speed "
+        "(marian's unprofiled median 600 ms ÷ ours' matrix products 400 ms).")

@@ -54,6 +54,9 @@ def test_peer_decode_benchmark_writes_results(trained_checkpoint: Path, tmp_path
         assert 0 < sum(p["kinds_ms"].values()) <= 1.01 * p["wall_ms"]
     text = (out / "profile.md").read_text()
     assert "## greedy, 2 threads" in text and "ours' matrix products alone" in text
+    assert set(report["matmul_peak_gflops"]) == {"1", "2"}
+    assert "- ours' matrix products ran at " in text and "ours would run at most at " in text
+    assert "× marian's speed (marian's unprofiled median" in text
 
 
 def test_each_of_our_engines_is_compared_with_each_peer() -> None:
@@ -69,7 +72,7 @@ def test_each_of_our_engines_is_compared_with_each_peer() -> None:
     model_info = {"random_weights": True, "config": {"d_model": 8, "n_encoder_layers": 1, "n_decoder_layers": 1,
                                                      "n_heads": 2, "d_ff": 16, "vocab_size": 40, "norm": "post",
                                                      "positions": "sinusoidal", "attention": "sdpa"}}
-    report = _report(args, model_info, [row(OURS, 1.0), row(OURS_COMPILED, 0.8), row("marian", 1.2)], True, [2], [])
+    report = _report(args, model_info, [row(OURS, 1.0), row(OURS_COMPILED, 0.8), row("marian", 1.2)], True, [2], [], {})
     assert {(r["ours"], r["engine"]): r["ours_over_peer"] for r in report["speed_ratios"]} == {
         (OURS, "marian"): 1.2, (OURS_COMPILED, "marian"): 1.5}
     table = render_table(report)

@@ -45,7 +45,8 @@ from typing import Any, Callable
 import torch
 
 from vaswani.benchmarks.decode import batches as padded_batches
-from vaswani.benchmarks.profiling import kind_table, largest_operators, profile_by_kind
+from vaswani.benchmarks.profiling import (MATRIX_PRODUCTS, ceiling_line, kind_table, largest_operators, matmul_lines,
+                                          matmul_peak, profile_by_kind)
 from vaswani.config import ModelConfig
 from vaswani.decoding.compiled import CompiledDecoder
 from vaswani.decoding.config import SearchConfig
@@ -230,13 +231,15 @@ def run_peers(args: argparse.Namespace) -> int:
         profiles = ([profile_engine(engine, search, beam, threads, len(batches))
                      for search, beam in searches for threads in thread_counts for engine in engines
                      if engine.profiled] if args.profile else [])
+        # The rate the profiled matrix products are compared with, measured in this run (see matmul_peak).
+        peaks = {str(threads): matmul_peak(threads) for threads in thread_counts} if profiles else {}
 
     ordered_sources = [s for src in batches for s in src.tolist()]
     for key, row in rows.items():
         row.tokens = sum(len(ids) + 1 for ids in outputs[key])
         if tokenizer is not None:
             row.bleu = _bleu(tokenizer, outputs[key], ordered_sources, sources, references)
-    report = _report(args, model_info, list(rows.values()), fixed, thread_counts, profiles)
+    report = _report(args, model_info, list(rows.values()), fixed, thread_counts, profiles, peaks)
     _print(report)
     if args.out:
         out = Path(args.out)
@@ -302,7 +305,7 @@ def _bleu(tokenizer: Any, outputs: list[list[int]], ordered_sources: list[list[i
 
 
 def _report(args: argparse.Namespace, model_info: dict, rows: list[Row], fixed: bool, thread_counts: list[int],
-            profiles: list[dict[str, Any]]) -> dict[str, Any]:
+            profiles: list[dict[str, Any]], peaks: dict[str, float]) -> dict[str, Any]:
     by = {(r.engine, r.search, r.threads): r for r in rows}
     # > 1: ours is faster (sentences/s of ours ÷ the peer's, same search and threads), for each of our engines
     ratios = [{"ours": own, "engine": engine, "search": search, "threads": threads,
@@ -325,6 +328,7 @@ def _report(args: argparse.Namespace, model_info: dict, rows: list[Row], fixed: 
         "speed_ratios": ratios,
         "thread_scaling": scaling,  # sentences/s at n threads ÷ at 1 thread, per engine
         "profile": profiles,
+        "matmul_peak_gflops": peaks,
     }
 
 
@@ -414,13 +418,18 @@ def render_profile(report: dict[str, Any]) -> str:
                   "| unprofiled pass (median) | "
                   + " | ".join(f"{medians[p['engine'], search, threads]:.0f} | " for p in group) + " |", ""]
         lines += [largest_operators(p["engine"], p) for p in group]
-        ours = next((p for p in group if p["engine"] == "ours"), None)
+        peak = report.get("matmul_peak_gflops", {}).get(str(threads))
+        lines += [line for p in group for line in matmul_lines(p["engine"], p, peak, threads)]
+        ours = next((p for p in group if p["engine"] == OURS), None)
         for engine in ("ctranslate2 float32", "ctranslate2 int8"):
             if ours is not None and (engine, search, threads) in medians:
-                products = ours["kinds_ms"].get("matrix products", 0.0)
+                products = ours["kinds_ms"].get(MATRIX_PRODUCTS, 0.0)
                 lines.append(f"- {engine} decodes the same batches in {medians[engine, search, threads]:.0f} ms "
                              f"(unprofiled median): {medians[engine, search, threads] / products:.2f}× the time of "
                              f"ours' matrix products alone ({products:.0f} ms).")
+        if ours is not None:
+            lines += [ceiling_line(OURS, ours, engine, medians[engine, search, threads], "unprofiled median")
+                      for engine, s, t in medians if (s, t) == (search, threads) and not is_ours(engine)]
         lines.append("")
     lines += _footer(report)
     return "\n".join(lines)

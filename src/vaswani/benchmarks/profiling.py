@@ -4,8 +4,12 @@ An operator's *self* time excludes the operators it calls, so the kinds add up t
 counting anything twice. The profiler slows short operators (it records each call), long ones such as the matrix
 products hardly at all: shares and the long operators are what a profile says, not its total.
 
-    profile = profile_by_kind(lambda: model_step(batch))    # {"wall_ms", "kinds_ms", "top_operators"}
+    profile = profile_by_kind(lambda: model_step(batch))    # {"wall_ms", "kinds_ms", "matmul_gflop", ...}
     lines = kind_table([("ours", profile), ("marian", other)])
+    peak = matmul_peak(threads=2)                             # GFLOP/s of a large torch.mm, the rate to compare to
+
+The matrix products' floating-point operations come from the profiler (``with_flops``), so a profile also says at
+what rate they ran, and how far an engine could get if everything else it does took no time (:func:`ceiling`).
 """
 
 from __future__ import annotations
@@ -14,10 +18,11 @@ import time
 from typing import Any, Callable
 
 OTHER = "other (views, allocation, small ops)"
+MATRIX_PRODUCTS = "matrix products"
 # Checked in order: the first kind whose test matches an operator's name is its kind.
 OPERATOR_KINDS: list[tuple[str, Callable[[str], bool]]] = [
     ("optimizer (AdamW)", lambda name: "adam" in name or name.startswith("aten::_foreach")),
-    ("matrix products", lambda name: name in {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm",
+    (MATRIX_PRODUCTS, lambda name: name in {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm",
                                               "aten::matmul", "aten::dot", "aten::addbmm"}),
     ("attention kernel", lambda name: "scaled_dot_product" in name),
     ("backward of other operators", lambda name: "backward" in name),
@@ -44,32 +49,89 @@ OPERATOR_KINDS: list[tuple[str, Callable[[str], bool]]] = [
 ]
 
 
+def possessive(name: str) -> str:
+    """The possessive of an engine's name: vaswani's, MarianMT's, ours'."""
+    return f"{name}'" if name.endswith("s") else f"{name}'s"
+
+
 def operator_kind(name: str) -> str:
     """The kind an aten operator's time is counted under (``OTHER`` if none matches)."""
     return next((kind for kind, matches in OPERATOR_KINDS if matches(name)), OTHER)
 
 
 def profile_by_kind(run: Callable[[], Any], top: int = 15) -> dict[str, Any]:
-    """Run ``run()`` once under torch.profiler: wall ms, self CPU ms per kind (largest first), top operators."""
+    """Run ``run()`` once under torch.profiler: wall ms, self CPU ms per kind (largest first), the matrix
+    products' GFLOP, top operators."""
     from torch.profiler import ProfilerActivity, profile
 
     start = time.perf_counter()
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    with profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:
         run()
     wall_ms = (time.perf_counter() - start) * 1e3
     kinds: dict[str, float] = {}
     operators = []
+    matmul_flops = 0
     for event in prof.key_averages():
         if not event.key.startswith("aten::"):
             continue
         ms = event.self_cpu_time_total / 1e3
         kind = operator_kind(event.key)
         kinds[kind] = kinds.get(kind, 0.0) + ms
+        if kind == MATRIX_PRODUCTS:
+            matmul_flops += event.flops
         operators.append({"name": event.key, "self_ms": round(ms, 2), "calls": event.count})
     operators.sort(key=lambda o: -o["self_ms"])
     return {"wall_ms": round(wall_ms, 1),
             "kinds_ms": {k: round(v, 2) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])},
+            "matmul_gflop": round(matmul_flops / 1e9, 3),
             "top_operators": operators[:top]}
+
+
+def matmul_rate(profile: dict[str, Any]) -> float | None:
+    """GFLOP/s of a profile's matrix products (None when it has none, or no FLOP count)."""
+    ms = profile["kinds_ms"].get(MATRIX_PRODUCTS, 0.0)
+    gflop = profile.get("matmul_gflop", 0.0)
+    return gflop / (ms / 1e3) if ms and gflop else None
+
+
+def matmul_peak(threads: int, size: int = 1024, repeats: int = 7) -> float:
+    """GFLOP/s of ``torch.mm`` on two (size × size) float32 matrices at ``threads`` threads, the best of
+    ``repeats``: what this machine's matrix products reach on a product large enough to hide every overhead.
+    Measured in the run whose profiles it is set against, because a shared machine's speed drifts between runs."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        a, b = torch.randn(size, size), torch.randn(size, size)
+        torch.mm(a, b)  # warm-up: thread pool and caches
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            torch.mm(a, b)
+            best = min(best, time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(before)
+    return 2 * size**3 / best / 1e9
+
+
+def ceiling_line(name: str, profile: dict[str, Any], peer: str, peer_ms: float, measure: str) -> str:
+    """A markdown line: the most ``name`` could run at, as a multiple of ``peer``'s speed, if everything but its
+    matrix products took no time — ``peer_ms`` (the peer's ``measure``) ÷ ``name``'s matrix products' time."""
+    products = profile["kinds_ms"].get(MATRIX_PRODUCTS, 0.0)
+    return (f"- If every operator but its matrix products took no time, {name} would run at most at "
+            f"{peer_ms / products:.2f}× {possessive(peer)} speed ({possessive(peer)} {measure} {peer_ms:.0f} ms ÷ "
+            f"{possessive(name)} matrix products {products:.0f} ms).")
+
+
+def matmul_lines(name: str, profile: dict[str, Any], peak: float | None, threads: int) -> list[str]:
+    """A markdown line on the rate of ``name``'s matrix products against the machine's measured peak."""
+    rate = matmul_rate(profile)
+    if rate is None or not peak:
+        return []
+    return [f"- {possessive(name)} matrix products ran at {rate:.0f} GFLOP/s: {100 * rate / peak:.0f} % of what torch.mm "
+            f"reached on a 1024 × 1024 × 1024 product in the same run ({peak:.0f} GFLOP/s, {threads} "
+            f"thread{'s' if threads > 1 else ''})."]
 
 
 def kind_table(profiles: list[tuple[str, dict[str, Any]]]) -> list[str]:
@@ -91,4 +153,4 @@ def largest_operators(name: str, profile: dict[str, Any], count: int = 6) -> str
     """One markdown line naming a profile's ``count`` largest operators by self time."""
     top = ", ".join(f"`{o['name'].removeprefix('aten::')}` {o['self_ms']:.0f} ms ({o['calls']} calls)"
                     for o in profile["top_operators"][:count])
-    return f"- {name}'s largest operators: {top}."
+    return f"- {possessive(name)} largest operators: {top}."

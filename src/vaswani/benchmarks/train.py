@@ -36,7 +36,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from vaswani.benchmarks.profiling import kind_table, largest_operators, profile_by_kind
+from vaswani.benchmarks.profiling import (ceiling_line, kind_table, largest_operators, matmul_lines, matmul_peak,
+                                          profile_by_kind)
 from vaswani.config import PRECISIONS, ModelConfig, add_settings_argument, apply_model_settings, parse_variant
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.devices import resolve_device, reuse_freed_memory, synchronize
@@ -309,7 +310,7 @@ def profile_steps(contender: Contender, batches: list[TrainBatch], threads: int)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        return profile_by_kind(lambda: [contender.step(batch) for batch in batches])
+        return {"threads": threads, **profile_by_kind(lambda: [contender.step(batch) for batch in batches])}
     finally:
         torch.set_num_threads(before)
 
@@ -400,7 +401,9 @@ def run(args: argparse.Namespace) -> int:
                   "optimizer": f"AdamW(lr=1e-4, betas=(0.9, 0.98), {'for-each' if args.foreach else 'fused'})",
                   "allocator": allocator,
                   "results": results,
-                  "profile": {key: dict(group) for key, group in profiles.items()}}
+                  "profile": {key: dict(group) for key, group in profiles.items()},
+                  # The rate the profiled matrix products are compared with, measured now (see matmul_peak).
+                  "matmul_peak_gflops": {str(t): matmul_peak(t) for t in args.profile or []}}
         atomic_write_json(args.out, report)
         atomic_write_text(args.out.with_suffix(".md"), markdown_table(report))
         if profiles:
@@ -461,8 +464,14 @@ def profile_markdown(report: dict, profiles: dict[str, list[tuple[str, dict]]]) 
              "The first three batches of each setting, once per model under `torch.profiler` (forward, backward "
              "and the AdamW update): each operator's self CPU time, summed by kind, as a share of all operator "
              "time.", ""]
+    peaks = report.get("matmul_peak_gflops", {})
     for key, group in profiles.items():
-        lines += [f"## {key}", "", *kind_table(group), "", *(largest_operators(name, p) for name, p in group), ""]
+        (ours, ours_profile), others = group[0], group[1:]
+        threads = ours_profile["threads"]
+        lines += [f"## {key}", "", *kind_table(group), "", *(largest_operators(name, p) for name, p in group),
+                  *(line for name, p in group for line in matmul_lines(name, p, peaks.get(str(threads)), threads)),
+                  *(ceiling_line(ours, ours_profile, name, sum(p["kinds_ms"].values()), "operators")
+                    for name, p in others), ""]
     lines += [*provenance_lines(report), ""]
     return "\n".join(lines)
 
