@@ -76,16 +76,26 @@ def test_bench_train_smoke_writes_json_and_table(tmp_path, capsys) -> None:
 def test_bench_train_profile_puts_every_model_side_by_side(tmp_path) -> None:
     out = tmp_path / "bench.json"
     assert main(["bench", "train", "--preset", "tiny", "--precision", "fp32", "--steps", "1", "--warmup", "1",
-                 "--repeats", "1", "--max-tokens", "256", "--device", "cpu", "--profile", "1",
+                 "--repeats", "1", "--max-tokens", "256", "--device", "cpu", "--threads", "1", "--profile", "1", "2",
                  "--out", str(out)]) == 0
-    profile = json.loads(out.read_text())["profile"]
-    (key, models), = profile.items()
-    assert key == "random batches, smoothed loss, fp32, 1 thread"
-    assert set(models) == {"vaswani", "torch.nn.Transformer"}
-    for step in models.values():  # a training step: forward and backward products, and the optimizer
-        assert step["kinds_ms"]["matrix products"] > 0 and step["kinds_ms"]["optimizer (AdamW)"] > 0
+    report = json.loads(out.read_text())
+    profile = report["profile"]
+    one, two = "random batches, smoothed loss, fp32, 1 thread", "random batches, smoothed loss, fp32, 2 threads"
+    assert list(profile) == [one, two]
+    for key in profile:
+        assert set(profile[key]) == {"vaswani", "torch.nn.Transformer"}
+        for step in profile[key].values():  # a training step: forward and backward products, and the optimizer
+            assert step["kinds_ms"]["matrix products"] > 0 and step["kinds_ms"]["optimizer (AdamW)"] > 0
     text = out.with_suffix(".profile.md").read_text()
-    assert f"## {key}" in text and "| kind | vaswani ms | share | torch.nn.Transformer ms | share |" in text
+    assert f"## {one}" in text and "| kind | vaswani ms | share | torch.nn.Transformer ms | share |" in text
     # ... with the rate of each model's matrix products against this run's torch.mm, and what ours could reach
+    assert set(report["matmul_peak_gflops"]) == {"1", "2"}
     assert "- vaswani's matrix products ran at " in text and "- torch.nn.Transformer's matrix products" in text
-    assert "vaswani would run at most at " in text and "torch.nn.Transformer's operators" in text
+    # The ceiling is taken against the timed steps, which ran on 1 thread: only the 1-thread profile has one.
+    reference = profile[one]["torch.nn.Transformer"]
+    rate = report["results"][0]["models"]["torch.nn.Transformer"]["tokens_per_s"]
+    profiled_tokens = 2 * report["results"][0]["target_tokens_per_batch"]  # both batches (warm-up + 1 step)
+    assert reference["timed_ms"] == pytest.approx(1e3 * profiled_tokens / rate)
+    assert profile[two]["torch.nn.Transformer"]["timed_ms"] is None
+    assert text.count("vaswani would run at most at ") == 1
+    assert "torch.nn.Transformer's time in the timed steps" in text

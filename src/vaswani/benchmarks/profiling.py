@@ -9,7 +9,7 @@ products hardly at all: shares and the long operators are what a profile says, n
     peak = matmul_peak(threads=2)                             # GFLOP/s of a large torch.mm, the rate to compare to
 
 The matrix products' floating-point operations come from the profiler (``with_flops``), so a profile also says at
-what rate they ran, and how far an engine could get if everything else it does took no time (:func:`ceiling`).
+what rate they ran, and how far an engine could get if everything else it does took no time (:func:`ceiling_line`).
 """
 
 from __future__ import annotations
