@@ -62,11 +62,12 @@ def test_a_profile_counts_the_matrix_products_floating_point_operations() -> Non
 def test_the_peak_and_the_ceiling_are_stated_from_the_numbers() -> None:
     assert matmul_peak(threads=1, size=128, repeats=2) > 0
     assert torch.get_num_threads() >= 1
-    profile = {"kinds_ms": {"matrix products": 400.0, "element-wise": 100.0}, "matmul_gflop": 20.0}
+    profile = {"kinds_ms": {"matrix products": 400.0, "attention kernel": 50.0, "element-wise": 100.0},
+               "matmul_gflop": 20.0}
     assert matmul_lines("ours", profile, peak=100.0, threads=2) == [
         "- ours' matrix products ran at 50 GFLOP/s: 50 % of what torch.mm reached on a 1024 × 1024 × 1024 product "
         "in the same run (100 GFLOP/s, 2 threads)."]
     assert matmul_lines("ours", profile, peak=None, threads=2) == []
-    assert ceiling_line("ours", profile, "marian", 600.0, "unprofiled median") == (
-        "- If every operator but its matrix products took no time, ours would run at most at 1.50× marian's speed "
-        "(marian's unprofiled median 600 ms ÷ ours' matrix products 400 ms).")
+    assert ceiling_line("ours", profile, "marian", 900.0, "unprofiled median") == (
+        "- If every operator but its matrix products and attention kernel took no time, ours would run at most at "
+        "2.00× marian's speed (marian's unprofiled median 900 ms ÷ 450 ms).")

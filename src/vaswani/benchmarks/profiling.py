@@ -9,7 +9,8 @@ products hardly at all: shares and the long operators are what a profile says, n
     peak = matmul_peak(threads=2)                             # GFLOP/s of a large torch.mm, the rate to compare to
 
 The matrix products' floating-point operations come from the profiler (``with_flops``), so a profile also says at
-what rate they ran, and how far an engine could get if everything else it does took no time (:func:`ceiling_line`).
+what rate they ran, and how far an engine could get if everything but its arithmetic took no time
+(:func:`ceiling_line`).
 """
 
 from __future__ import annotations
@@ -18,13 +19,15 @@ import time
 from typing import Any, Callable
 
 OTHER = "other (views, allocation, small ops)"
-MATRIX_PRODUCTS = "matrix products"
+MATRIX_PRODUCTS, ATTENTION_KERNEL = "matrix products", "attention kernel"
+# The model's own arithmetic, which no bookkeeping can remove: the ceiling (ceiling_line) keeps its time.
+ARITHMETIC = (MATRIX_PRODUCTS, ATTENTION_KERNEL)
 # Checked in order: the first kind whose test matches an operator's name is its kind.
 OPERATOR_KINDS: list[tuple[str, Callable[[str], bool]]] = [
     ("optimizer (AdamW)", lambda name: "adam" in name or name.startswith("aten::_foreach")),
     (MATRIX_PRODUCTS, lambda name: name in {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm",
                                               "aten::matmul", "aten::dot", "aten::addbmm"}),
-    ("attention kernel", lambda name: "scaled_dot_product" in name),
+    (ATTENTION_KERNEL, lambda name: "scaled_dot_product" in name),
     ("backward of other operators", lambda name: "backward" in name),
     ("softmax and loss", lambda name: name in {"aten::_log_softmax", "aten::_softmax", "aten::log_softmax",
                                                "aten::softmax", "aten::nll_loss_forward", "aten::nll_loss2d_forward",
@@ -117,11 +120,12 @@ def matmul_peak(threads: int, size: int = 1024, repeats: int = 7) -> float:
 
 def ceiling_line(name: str, profile: dict[str, Any], peer: str, peer_ms: float, measure: str) -> str:
     """A markdown line: the most ``name`` could run at, as a multiple of ``peer``'s speed, if everything but its
-    matrix products took no time — ``peer_ms`` (the peer's ``measure``) ÷ ``name``'s matrix products' time."""
-    products = profile["kinds_ms"].get(MATRIX_PRODUCTS, 0.0)
-    return (f"- If every operator but its matrix products took no time, {name} would run at most at "
-            f"{peer_ms / products:.2f}× {possessive(peer)} speed ({possessive(peer)} {measure} {peer_ms:.0f} ms ÷ "
-            f"{possessive(name)} matrix products {products:.0f} ms).")
+    arithmetic (matrix products and the attention kernel, at the rate they ran) took no time: ``peer_ms`` (the
+    peer's ``measure``) ÷ the time of ``name``'s arithmetic."""
+    arithmetic = sum(profile["kinds_ms"].get(kind, 0.0) for kind in ARITHMETIC)
+    return (f"- If every operator but its matrix products and attention kernel took no time, {name} would run at "
+            f"most at {peer_ms / arithmetic:.2f}× {possessive(peer)} speed ({possessive(peer)} {measure} "
+            f"{peer_ms:.0f} ms ÷ {arithmetic:.0f} ms).")
 
 
 def matmul_lines(name: str, profile: dict[str, Any], peak: float | None, threads: int) -> list[str]:
