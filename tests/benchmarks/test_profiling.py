@@ -71,3 +71,18 @@ def test_the_peak_and_the_ceiling_are_stated_from_the_numbers() -> None:
     assert ceiling_line("ours", profile, "marian", 900.0, "unprofiled median") == (
         "- If every operator but its matrix products and attention kernel took no time, ours would run at most at "
         "2.00× marian's speed (marian's unprofiled median 900 ms ÷ 450 ms).")
+
+
+def test_several_passes_keep_each_kinds_least_time() -> None:
+    """A pass that lands in a slow moment does not count: here the first pass does twice the products."""
+    a = torch.randn(256, 256)
+    products = iter([40, 20, 30])
+
+    def workload() -> None:
+        for _ in range(next(products)):
+            torch.mm(a, a)
+
+    profile = profile_by_kind(workload, passes=3)
+    assert profile["passes"] == 3
+    assert {o["name"]: o["calls"] for o in profile["top_operators"]}["aten::mm"] == 20  # the fastest pass's
+    assert profile["matmul_gflop"] == round(20 * 2 * 256**3 / 1e9, 3)

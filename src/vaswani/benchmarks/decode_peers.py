@@ -45,8 +45,8 @@ from typing import Any, Callable
 import torch
 
 from vaswani.benchmarks.decode import batches as padded_batches
-from vaswani.benchmarks.profiling import (MATRIX_PRODUCTS, ceiling_line, kind_table, largest_operators, matmul_lines,
-                                          matmul_peak, profile_by_kind)
+from vaswani.benchmarks.profiling import (MATRIX_PRODUCTS, PROFILE_PASSES, ceiling_line, kind_table, largest_operators,
+                                          matmul_lines, matmul_peak, profile_by_kind)
 from vaswani.config import ModelConfig
 from vaswani.decoding.compiled import CompiledDecoder
 from vaswani.decoding.config import SearchConfig
@@ -396,7 +396,7 @@ def findings(report: dict[str, Any]) -> list[str]:
 
 # ---- where the time goes ----------------------------------------------------------------------------------------
 def profile_engine(engine: Engine, search: str, beam: int, threads: int, n_batches: int) -> dict[str, Any]:
-    """One untimed pass of ``engine`` over every batch under torch.profiler: self CPU ms by operator kind."""
+    """Untimed passes of ``engine`` over every batch under torch.profiler: self CPU ms by operator kind."""
     torch.set_num_threads(threads)
     profile = profile_by_kind(lambda: [engine.decode(i, beam, threads) for i in range(n_batches)])
     return {"engine": engine.name, "search": search, "threads": threads, **profile}
@@ -406,8 +406,8 @@ def render_profile(report: dict[str, Any]) -> str:
     profiles = report["profile"]
     medians = {(r["engine"], r["search"], r["threads"]): r["median_s"] * 1e3 for r in report["results"]}
     lines = ["# Where decoding time goes: torch operators by kind", "",
-             "One more pass over the same batches per torch engine under `torch.profiler`: each operator's self CPU "
-             "time, summed by kind, as a share of all operator time. The profiler slows the pass (its wall clock is "
+             f"{PROFILE_PASSES} more passes over the same batches per torch engine under `torch.profiler`: each "
+             "operator's self CPU time, summed by kind (its least over the passes), as a share of all operator time. The profiler slows the pass (its wall clock is "
              "given beside the unprofiled median of the timed repeats); long operators such as the matrix products "
              "are measured almost unchanged. CTranslate2 runs compiled code the profiler cannot see into: only its "
              "unprofiled total is known.", ""]

@@ -36,8 +36,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from vaswani.benchmarks.profiling import (ceiling_line, kind_table, largest_operators, matmul_lines, matmul_peak,
-                                          profile_by_kind)
+from vaswani.benchmarks.profiling import (PROFILE_PASSES, ceiling_line, kind_table, largest_operators, matmul_lines,
+                                          matmul_peak, profile_by_kind)
 from vaswani.config import PRECISIONS, ModelConfig, add_settings_argument, apply_model_settings, parse_variant
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.devices import resolve_device, reuse_freed_memory, synchronize
@@ -467,9 +467,9 @@ _ALLOCATORS = {"reuse": "kept for reuse by every model (`--allocator reuse`, as 
 def profile_markdown(report: dict, profiles: dict[str, list[tuple[str, dict]]]) -> str:
     """Each model's training step by operator kind, side by side, with the provenance the numbers need."""
     lines = ["# Where a training step's time goes: torch operators by kind", "",
-             "The first three batches of each setting, once per model under `torch.profiler` (forward, backward "
-             "and the AdamW update): each operator's self CPU time, summed by kind, as a share of all operator "
-             "time.", ""]
+             f"The first three batches of each setting, {PROFILE_PASSES} times per model under `torch.profiler` "
+             "(forward, backward and the AdamW update): each operator's self CPU time, summed by kind (its least "
+             "over the passes), as a share of all operator time.", ""]
     peaks = report.get("matmul_peak_gflops", {})
     for key, group in profiles.items():
         (ours, ours_profile), others = group[0], group[1:]
