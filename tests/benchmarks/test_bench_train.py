@@ -77,7 +77,7 @@ def test_bench_train_profile_puts_every_model_side_by_side(tmp_path) -> None:
     out = tmp_path / "bench.json"
     assert main(["bench", "train", "--preset", "tiny", "--precision", "fp32", "--steps", "1", "--warmup", "1",
                  "--repeats", "1", "--max-tokens", "256", "--device", "cpu", "--threads", "1", "--profile", "1", "2",
-                 "--out", str(out)]) == 0
+                 "--profile-passes", "2", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     profile = report["profile"]
     one, two = "random batches, smoothed loss, fp32, 1 thread", "random batches, smoothed loss, fp32, 2 threads"
@@ -89,7 +89,9 @@ def test_bench_train_profile_puts_every_model_side_by_side(tmp_path) -> None:
     text = out.with_suffix(".profile.md").read_text()
     assert f"## {one}" in text and "| kind | vaswani ms | share | torch.nn.Transformer ms | share |" in text
     # ... with the rate of each model's matrix products against this run's torch.mm, and what ours could reach
-    assert set(report["matmul_peak_gflops"]) == {"1", "2"}
+    assert set(report["matmul_peak_gflops"]) == {"1", "2"} and report["profile_passes"] == 2
+    assert all(step["passes"] == 2 for key in profile for step in profile[key].values())
+    assert "2 times per model under `torch.profiler`" in text
     assert "- vaswani's matrix products ran at " in text and "- torch.nn.Transformer's matrix products" in text
     # The ceiling is taken against the timed steps, which ran on 1 thread: only the 1-thread profile has one.
     reference = profile[one]["torch.nn.Transformer"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from vaswani.benchmarks.profiling import (OTHER, ceiling_line, kind_table, largest_operators, matmul_lines,
@@ -86,3 +87,13 @@ def test_several_passes_keep_each_kinds_least_time() -> None:
     assert profile["passes"] == 3
     assert {o["name"]: o["calls"] for o in profile["top_operators"]}["aten::mm"] == 20  # the fastest pass's
     assert profile["matmul_gflop"] == round(20 * 2 * 256**3 / 1e9, 3)
+
+
+def test_profile_passes_must_be_a_positive_whole_number(capsys) -> None:
+    from vaswani.cli import main
+
+    for bad in ("0", "-1", "two"):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["bench", "train", "--profile-passes", bad])
+        assert exit_info.value.code == 2
+        assert "--profile-passes: needs a whole number of passes >= 1" in capsys.readouterr().err

@@ -18,7 +18,8 @@ def test_peer_decode_benchmark_writes_results(trained_checkpoint: Path, tmp_path
     out = tmp_path / "export-results"
     assert main(["bench", "decode", "--peer", "marian", "ctranslate2", "--checkpoint", str(trained_checkpoint),
                  "--data-dir", str(data_dir), "--sentences", "4", "--batch-size", "4", "--beams", "2",
-                 "--repeats", "1", "--peer-threads", "1", "2", "--profile", "--out", str(out)]) == 0
+                 "--repeats", "1", "--peer-threads", "1", "2", "--profile", "--profile-passes", "1",
+                 "--out", str(out)]) == 0
     report = json.loads((out / "results.json").read_text())
     rows = {(r["engine"], r["search"], r["threads"]): r for r in report["results"]}
     engines = {"ours", "marian", "ctranslate2 float32", "ctranslate2 int8"}
@@ -54,7 +55,7 @@ def test_peer_decode_benchmark_writes_results(trained_checkpoint: Path, tmp_path
         assert 0 < sum(p["kinds_ms"].values()) <= 1.01 * p["wall_ms"]
     text = (out / "profile.md").read_text()
     assert "## greedy, 2 threads" in text and "ours' matrix products alone" in text
-    assert set(report["matmul_peak_gflops"]) == {"1", "2"}
+    assert set(report["matmul_peak_gflops"]) == {"1", "2"} and all(p["passes"] == 1 for p in profiles)
     assert "- ours' matrix products ran at " in text and "ours would run at most at " in text
     assert "× marian's speed (marian's unprofiled median" in text
 
@@ -68,7 +69,7 @@ def test_each_of_our_engines_is_compared_with_each_peer() -> None:
     def row(engine: str, seconds: float) -> Row:
         return Row(engine, "greedy", 2, 8, runs=[seconds, seconds], tokens=80, bleu=30.0)
 
-    args = SimpleNamespace(sentences=8, batch_size=8, repeats=2, output_len=32)
+    args = SimpleNamespace(sentences=8, batch_size=8, repeats=2, output_len=32, profile_passes=1)
     model_info = {"random_weights": True, "config": {"d_model": 8, "n_encoder_layers": 1, "n_decoder_layers": 1,
                                                      "n_heads": 2, "d_ff": 16, "vocab_size": 40, "norm": "post",
                                                      "positions": "sinusoidal", "attention": "sdpa"}}

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from vaswani.benchmarks.profiling import add_passes_argument
 from vaswani.config import PRECISIONS, ModelConfig
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.devices import resolve_device, synchronize
@@ -173,6 +174,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "pass that compiles it")
     parser.add_argument("--profile", action="store_true",
                         help="with --peer: also profile the torch engines by operator kind (profile.md)")
+    add_passes_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:

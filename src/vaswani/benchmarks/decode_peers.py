@@ -228,7 +228,7 @@ def run_peers(args: argparse.Namespace) -> int:
                         rows[engine.name, search, threads].runs.append(time.perf_counter() - start)
                         outputs[engine.name, search, threads] = [ids for batch in result for ids in batch]
             print(f"repeat {repeat + 1}/{args.repeats} done", flush=True)
-        profiles = ([profile_engine(engine, search, beam, threads, len(batches))
+        profiles = ([profile_engine(engine, search, beam, threads, len(batches), args.profile_passes)
                      for search, beam in searches for threads in thread_counts for engine in engines
                      if engine.profiled] if args.profile else [])
         # The rate the profiled matrix products are compared with, measured in this run (see matmul_peak).
@@ -329,6 +329,7 @@ def _report(args: argparse.Namespace, model_info: dict, rows: list[Row], fixed: 
         "thread_scaling": scaling,  # sentences/s at n threads ÷ at 1 thread, per engine
         "profile": profiles,
         "matmul_peak_gflops": peaks,
+        "profile_passes": args.profile_passes,
     }
 
 
@@ -395,10 +396,11 @@ def findings(report: dict[str, Any]) -> list[str]:
 
 
 # ---- where the time goes ----------------------------------------------------------------------------------------
-def profile_engine(engine: Engine, search: str, beam: int, threads: int, n_batches: int) -> dict[str, Any]:
+def profile_engine(engine: Engine, search: str, beam: int, threads: int, n_batches: int,
+                   passes: int = PROFILE_PASSES) -> dict[str, Any]:
     """Untimed passes of ``engine`` over every batch under torch.profiler: self CPU ms by operator kind."""
     torch.set_num_threads(threads)
-    profile = profile_by_kind(lambda: [engine.decode(i, beam, threads) for i in range(n_batches)])
+    profile = profile_by_kind(lambda: [engine.decode(i, beam, threads) for i in range(n_batches)], passes=passes)
     return {"engine": engine.name, "search": search, "threads": threads, **profile}
 
 
@@ -406,11 +408,11 @@ def render_profile(report: dict[str, Any]) -> str:
     profiles = report["profile"]
     medians = {(r["engine"], r["search"], r["threads"]): r["median_s"] * 1e3 for r in report["results"]}
     lines = ["# Where decoding time goes: torch operators by kind", "",
-             f"{PROFILE_PASSES} more passes over the same batches per torch engine under `torch.profiler`: each "
-             "operator's self CPU time, summed by kind (its least over the passes), as a share of all operator time. The profiler slows the pass (its wall clock is "
-             "given beside the unprofiled median of the timed repeats); long operators such as the matrix products "
-             "are measured almost unchanged. CTranslate2 runs compiled code the profiler cannot see into: only its "
-             "unprofiled total is known.", ""]
+             f"{report['profile_passes']} more passes over the same batches per torch engine under `torch.profiler`: "
+             "each operator's self CPU time, summed by kind (its least over the passes), as a share of all operator "
+             "time. The profiler slows a pass (the fastest one's wall clock is given beside the unprofiled median of "
+             "the timed repeats); long operators such as the matrix products are measured almost unchanged. "
+             "CTranslate2 runs compiled code the profiler cannot see into: only its unprofiled total is known.", ""]
     for search, threads in dict.fromkeys((p["search"], p["threads"]) for p in profiles):
         group = [p for p in profiles if p["search"] == search and p["threads"] == threads]
         lines += [f"## {search}, {threads} thread{'s' if threads > 1 else ''}", "",

@@ -15,6 +15,7 @@ what rate they ran, and how far an engine could get if everything but its arithm
 
 from __future__ import annotations
 
+import argparse
 import time
 from typing import Any, Callable
 
@@ -63,6 +64,18 @@ def operator_kind(name: str) -> str:
 
 
 PROFILE_PASSES = 3
+
+
+def _passes(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"needs a whole number of passes >= 1, got {text!r}")
+    return int(text)
+
+
+def add_passes_argument(parser: argparse.ArgumentParser) -> None:
+    """``--profile-passes``, shared by the benchmarks that profile."""
+    parser.add_argument("--profile-passes", type=_passes, default=PROFILE_PASSES, metavar="N",
+                        help=f"profiled passes per engine; each kind's least time over them (default {PROFILE_PASSES})")
 
 
 def profile_by_kind(run: Callable[[], Any], top: int = 15, passes: int = PROFILE_PASSES) -> dict[str, Any]:

@@ -36,8 +36,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from vaswani.benchmarks.profiling import (PROFILE_PASSES, ceiling_line, kind_table, largest_operators, matmul_lines,
-                                          matmul_peak, profile_by_kind)
+from vaswani.benchmarks.profiling import (PROFILE_PASSES, add_passes_argument, ceiling_line, kind_table,
+                                          largest_operators, matmul_lines, matmul_peak, profile_by_kind)
 from vaswani.config import PRECISIONS, ModelConfig, add_settings_argument, apply_model_settings, parse_variant
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.devices import resolve_device, reuse_freed_memory, synchronize
@@ -305,12 +305,14 @@ def race(contenders: list[Contender], batches: list[TrainBatch], device: torch.d
             contender.rates.append(tokens / seconds)
 
 
-def profile_steps(contender: Contender, batches: list[TrainBatch], threads: int) -> dict:
+def profile_steps(contender: Contender, batches: list[TrainBatch], threads: int,
+                  passes: int = PROFILE_PASSES) -> dict:
     """A few steps of ``contender`` under torch.profiler at ``threads`` intra-op threads, by operator kind."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        return {"threads": threads, **profile_by_kind(lambda: [contender.step(batch) for batch in batches])}
+        return {"threads": threads,
+                **profile_by_kind(lambda: [contender.step(batch) for batch in batches], passes=passes)}
     finally:
         torch.set_num_threads(before)
 
@@ -345,6 +347,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "for every model in this process); system: the C library's default")
     parser.add_argument("--profile", type=int, nargs="*", default=None, metavar="THREADS",
                         help="also write torch.profiler tables of each model's step at these thread counts")
+    add_passes_argument(parser)
     parser.add_argument("--out", type=Path, default=None,
                         help="write the results as JSON here, and a markdown table next to it (.md)")
 
@@ -395,7 +398,7 @@ def run(args: argparse.Namespace) -> int:
                     tokens = sum(b.tokens for b in first)
                     # What the profiled batches take each model at its median speed in the timed (unprofiled)
                     # steps, when those ran at the profile's thread count: the time the ceiling is taken against.
-                    profiles[key] = [(c.name, {**profile_steps(c, first, threads),
+                    profiles[key] = [(c.name, {**profile_steps(c, first, threads, args.profile_passes),
                                                "timed_ms": 1e3 * tokens / statistics.median(c.rates)
                                                if threads == torch.get_num_threads() else None})
                                      for c in contenders]
@@ -409,7 +412,8 @@ def run(args: argparse.Namespace) -> int:
                   "results": results,
                   "profile": {key: dict(group) for key, group in profiles.items()},
                   # The rate the profiled matrix products are compared with, measured now (see matmul_peak).
-                  "matmul_peak_gflops": {str(t): matmul_peak(t) for t in args.profile or []}}
+                  "matmul_peak_gflops": {str(t): matmul_peak(t) for t in args.profile or []},
+                  "profile_passes": args.profile_passes}
         atomic_write_json(args.out, report)
         atomic_write_text(args.out.with_suffix(".md"), markdown_table(report))
         if profiles:
@@ -467,7 +471,7 @@ _ALLOCATORS = {"reuse": "kept for reuse by every model (`--allocator reuse`, as 
 def profile_markdown(report: dict, profiles: dict[str, list[tuple[str, dict]]]) -> str:
     """Each model's training step by operator kind, side by side, with the provenance the numbers need."""
     lines = ["# Where a training step's time goes: torch operators by kind", "",
-             f"The first three batches of each setting, {PROFILE_PASSES} times per model under `torch.profiler` "
+             f"The first three batches of each setting, {report['profile_passes']} times per model under `torch.profiler` "
              "(forward, backward and the AdamW update): each operator's self CPU time, summed by kind (its least "
              "over the passes), as a share of all operator time.", ""]
     peaks = report.get("matmul_peak_gflops", {})
