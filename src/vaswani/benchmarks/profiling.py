@@ -128,8 +128,8 @@ def matmul_peak(threads: int, size: int = 1024, repeats: int = 25) -> float:
     """GFLOP/s of ``torch.mm`` on two (size × size) float32 matrices at ``threads`` threads, the best of
     ``repeats``: what this machine's matrix products reach on a product large enough to hide every overhead.
     Measured in the run whose profiles it is set against, because a shared machine's speed drifts between runs;
-    the best of many repeats, because a few can all land in a slow moment and
-    put the profiled products above "the peak"."""
+    the best of many repeats, because a few can all land in a slow moment and put the profiled products above
+    "the peak"."""
     import torch
 
     before = torch.get_num_threads()
