@@ -162,8 +162,8 @@ def matmul_lines(name: str, profile: dict[str, Any], peak: float | None, threads
     rate = matmul_rate(profile)
     if rate is None or not peak:
         return []
-    return [f"- {possessive(name)} matrix products ran at {rate:.0f} GFLOP/s: {100 * rate / peak:.0f} % of what torch.mm "
-            f"reached on a 1024 × 1024 × 1024 product in the same run ({peak:.0f} GFLOP/s, {threads} "
+    return [f"- {possessive(name)} matrix products ran at {rate:.0f} GFLOP/s: {100 * rate / peak:.0f} % of what "
+            f"torch.mm reached on a 1024 × 1024 × 1024 product in the same run ({peak:.0f} GFLOP/s, {threads} "
             f"thread{'s' if threads > 1 else ''})."]
 
 

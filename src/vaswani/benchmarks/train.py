@@ -471,9 +471,9 @@ _ALLOCATORS = {"reuse": "kept for reuse by every model (`--allocator reuse`, as 
 def profile_markdown(report: dict, profiles: dict[str, list[tuple[str, dict]]]) -> str:
     """Each model's training step by operator kind, side by side, with the provenance the numbers need."""
     lines = ["# Where a training step's time goes: torch operators by kind", "",
-             f"The first three batches of each setting, {report['profile_passes']} times per model under `torch.profiler` "
-             "(forward, backward and the AdamW update): each operator's self CPU time, summed by kind (its least "
-             "over the passes), as a share of all operator time.", ""]
+             f"The first three batches of each setting, {report['profile_passes']} times per model under "
+             "`torch.profiler` (forward, backward and the AdamW update): each operator's self CPU time, summed by kind "
+             "(its least over the passes), as a share of all operator time.", ""]
     peaks = report.get("matmul_peak_gflops", {})
     for key, group in profiles.items():
         (ours, ours_profile), others = group[0], group[1:]

@@ -1,5 +1,6 @@
-"""The base of every stand-in for a Transformer in a search (the uncached reference, the compiled step): the model behind it, its config, its train/eval mode passed through, and by default the model's
-own incremental decoding — a subclass overrides only the step it changes."""
+"""The base of every stand-in for a Transformer in a search (the uncached reference, the compiled step): the model
+behind it, its config, its train/eval mode passed through, and by default the model's own incremental decoding — a
+subclass overrides only the step it changes."""
 
 from __future__ import annotations
 
