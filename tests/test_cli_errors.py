@@ -263,6 +263,79 @@ def test_prepare_refuses_bad_sizes_before_any_work(run, tmp_path, options: list[
     assert not out.exists()
 
 
+# ---- numeric options ------------------------------------------------------------------------------------------------
+
+# Checked after parsing, with their own messages, by the settings each command builds (tests above and in
+# tests/classification, tests/serve): SearchConfig, ServeSettings, the classifier's TrainSettings and prepare's
+# DataConfig. Every other numeric option declares its range where it is defined (vaswani.config.ranged).
+CHECKED_BY_SETTINGS = {
+    ("prepare", "--vocab-size"), ("prepare", "--max-len"), ("prepare", "--min-frequency"),
+    ("translate", "--nbest"),
+    *((command, option) for command in ("translate", "evaluate") for option in (
+        "--beam", "--alpha", "--max-len-a", "--max-len-b", "--repetition-penalty", "--no-repeat-ngram", "--batch-size",
+        "--max-tokens")),
+    *(("serve", option) for option in ("--max-chars", "--max-texts", "--max-body-bytes", "--max-queue", "--max-beam",
+                                       "--batch-wait-ms", "--max-batch-sentences", "--max-batch-tokens", "--threads")),
+    *((f"classify {command}", option) for command in ("train", "experiment") for option in (
+        "--val-fraction", "--vocab-size", "--min-frequency", "--max-len", "--epochs", "--batch-size", "--lr",
+        "--warmup", "--weight-decay", "--clip", "--patience")),
+}
+
+
+def numeric_options() -> list[tuple[str, str, object]]:
+    """(command, option, argparse type) of every option of every command that parses a number."""
+    import argparse
+
+    from vaswani.cli import build_parser
+
+    found = []
+
+    def walk(parser: argparse.ArgumentParser, command: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, f"{command} {name}".strip())
+            elif action.type is int or action.type is float or getattr(action.type, "__name__", "") in ("int", "float"):
+                found.append((command, action.option_strings[0], action.type))
+
+    walk(build_parser(), "")
+    return found
+
+
+def test_every_numeric_option_has_a_range() -> None:
+    options = numeric_options()
+    assert len(options) > 80  # the walk reached every subcommand
+    unchecked = [(command, option) for command, option, kind in options
+                 if kind in (int, float) and (command, option) not in CHECKED_BY_SETTINGS]
+    assert not unchecked, f"declare a range with vaswani.config.ranged: {unchecked}"
+    stale = CHECKED_BY_SETTINGS - {(command, option) for command, option, _ in options}
+    assert not stale, stale
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["bench", "train", "--steps", "0"], "--steps"),  # ZeroDivisionError
+    (["bench", "train", "--repeats", "0"], "--repeats"),  # StatisticsError: no median for empty data
+    (["bench", "train", "--warmup", "-1"], "--warmup"),  # silently ran
+    (["bench", "train", "--max-tokens", "0"], "--max-tokens"),  # ValueError: max() arg is an empty sequence
+    (["bench", "train", "--profile", "2", "0"], "--profile"),
+    (["bench", "train", "--profile-passes", "two"], "--profile-passes"),
+    (["bench", "decode", "--threads", "0"], "--threads"),
+    (["bench", "decode", "--beams", "4", "-1"], "--beams"),
+    (["experiment", "attention", "--dropout", "1"], "--dropout"),
+    (["experiment", "memory", "--budget-gb", "nan"], "--budget-gb"),
+    (["experiment", "devices", "--steps", "0"], "--steps"),
+    (["experiment", "ablation", "--jobs", "0"], "--jobs"),
+    (["experiment", "recipe", "--minutes", "-5"], "--minutes"),
+    (["average", "--last", "0"], "--last"),
+    (["serve", "--port", "70000"], "--port"),
+    (["serve-bench", "--seconds", "inf"], "--seconds"),
+    (["classify", "experiment", "--seeds", "0", "x"], "--seeds"),
+])
+def test_a_number_out_of_its_range_stops_at_parsing(run, argv: list[str], option: str) -> None:
+    code, err = run(*argv)
+    assert_clean(code, err, 2, f"argument {option}", "needs a")
+
+
 # ---- bugs keep their traceback --------------------------------------------------------------------------------------
 
 def test_a_real_bug_still_raises_and_debug_shows_every_traceback(run, monkeypatch, sentences: Path) -> None:

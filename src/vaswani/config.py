@@ -7,10 +7,11 @@ does on the command line.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 from dataclasses import dataclass, fields
-from typing import Any, Literal, get_args, get_type_hints
+from typing import Any, Callable, Literal, get_args, get_type_hints
 
 from vaswani.errors import ConfigError
 
@@ -253,6 +254,27 @@ def add_settings_argument(parser: Any, sections: tuple[str, ...], example: str) 
                         help=f"override a {'/'.join(sections)} setting, e.g. --set {example} (repeatable)")
 
 
+def ranged(kind: type[int] | type[float], **bounds: float) -> Callable[[str], Any]:
+    """An argparse ``type=`` for a command-line number of ``kind`` inside ``Limit(**bounds)``, e.g.
+    ``ranged(int, ge=1)``. Anything else (out of range, not a number, nan, inf) stops the command while its
+    arguments are parsed, with argparse's one-line usage error naming the option: before any data is read or any
+    model built, and never as a traceback from deep inside the run."""
+    limit = Limit(**bounds)
+    wanted = f"{'a whole number' if kind is int else 'a number'} {limit.describe()}".rstrip()
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"needs {wanted}, got {text!r}") from None
+        if not math.isfinite(value) or not limit.allows(value):
+            raise argparse.ArgumentTypeError(f"needs {wanted}, got {text!r}")
+        return value
+
+    parse.__name__ = kind.__name__  # what argparse names the type in its own messages
+    return parse
+
+
 def apply_model_settings(config: ModelConfig, items: list[str]) -> ModelConfig:
     """``config`` with ``--set model.key=value`` items applied (commands that only build a model)."""
     return apply_overrides(config, parse_settings(items, ("model",))["model"], "model")
@@ -284,6 +306,7 @@ __all__ = [
     "apply_overrides",
     "parse_settings",
     "parse_variant",
+    "ranged",
     "validate_literals",
     "validate_settings",
 ]

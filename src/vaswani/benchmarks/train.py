@@ -38,7 +38,7 @@ import torch.nn.functional as F
 
 from vaswani.benchmarks.profiling import (PROFILE_PASSES, add_passes_argument, ceiling_line, kind_table,
                                           largest_operators, matmul_lines, matmul_peak, profile_by_kind)
-from vaswani.config import PRECISIONS, ModelConfig, add_settings_argument, apply_model_settings, parse_variant
+from vaswani.config import PRECISIONS, ModelConfig, add_settings_argument, apply_model_settings, parse_variant, ranged
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.devices import resolve_device, reuse_freed_memory, synchronize
 from vaswani.errors import VaswaniError
@@ -215,7 +215,11 @@ def sentence_lengths(n: int, seed: int = 0) -> list[tuple[int, int]]:
 def make_batches(config: ModelConfig, max_tokens: int, n_batches: int, seed: int = 0) -> list[TrainBatch]:
     """Token-budget batches of random ids with realistic lengths, padded to the longest (as training does)."""
     generator = torch.Generator().manual_seed(seed)
-    pairs = sentence_lengths(n_batches * max_tokens // 10, seed)
+    pairs = sentence_lengths(max(n_batches, n_batches * max_tokens // 10), seed)
+    longest = max(max(pair) for pair in pairs)
+    if max_tokens < longest:  # as the training sampler refuses it: no batch could hold the longest sentence
+        raise VaswaniError(f"max_tokens={max_tokens} is smaller than the longest random sentence ({longest} tokens); "
+                           f"raise --max-tokens")
     batches, start = [], 0
     while len(batches) < n_batches:
         chunk = []
@@ -331,11 +335,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cross-entropy without or with label smoothing 0.1")
     parser.add_argument("--precision", nargs="+", default=["fp32", "bf16"], choices=PRECISIONS,
                         help="one or more precisions to measure (default fp32 bf16)")
-    parser.add_argument("--max-tokens", type=int, default=2048, help="token budget of multi30k/random batches")
-    parser.add_argument("--steps", type=int, default=8, help="timed steps per repeat")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed warm-up steps")
-    parser.add_argument("--repeats", type=int, default=3, help="timed repeats per model, interleaved")
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--max-tokens", type=ranged(int, ge=1), default=2048,
+                        help="token budget of multi30k/random batches")
+    parser.add_argument("--steps", type=ranged(int, ge=1), default=8, help="timed steps per repeat")
+    parser.add_argument("--warmup", type=ranged(int, ge=0), default=3, help="untimed warm-up steps")
+    parser.add_argument("--repeats", type=ranged(int, ge=1), default=3, help="timed repeats per model, interleaved")
+    parser.add_argument("--threads", type=ranged(int, ge=1), default=None,
+                        help="torch intra-op threads (default: torch's)")
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto")
     add_data_dir_argument(parser)
     parser.add_argument("--speedups", action="store_true",
@@ -345,7 +351,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allocator", choices=["reuse", "system"], default="reuse",
                         help="reuse: keep freed memory for reuse, as CPU training does (train.reuse_freed_memory, "
                              "for every model in this process); system: the C library's default")
-    parser.add_argument("--profile", type=int, nargs="*", default=None, metavar="THREADS",
+    parser.add_argument("--profile", type=ranged(int, ge=1), nargs="*", default=None, metavar="THREADS",
                         help="also write torch.profiler tables of each model's step at these thread counts")
     add_passes_argument(parser)
     parser.add_argument("--out", type=Path, default=None,

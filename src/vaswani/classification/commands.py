@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from vaswani.classification.settings import TrainSettings
-from vaswani.config import add_settings_argument, parse_settings
+from vaswani.config import add_settings_argument, parse_settings, ranged
 from vaswani.errors import ConfigError
 
 DEFAULTS = TrainSettings()  # the command line's defaults are the dataclass's: one place to change them
@@ -26,9 +26,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train = commands.add_parser("train", help="train a classifier on a labelled CSV and write its evaluation report")
     _add_training_arguments(train)
     train.add_argument("--out", type=Path, default=Path("runs/classifier"), help="output directory (model + report)")
-    train.add_argument("--seed", type=int, default=DEFAULTS.seed,
+    train.add_argument("--seed", type=ranged(int, ge=0), default=DEFAULTS.seed,
                        help="seed of the split, the initialisation and the batch order")
-    train.add_argument("--examples", type=int, default=5, help="random validation examples to print at the end")
+    train.add_argument("--examples", type=ranged(int, ge=0), default=5,
+                       help="random validation examples to print at the end")
     train.set_defaults(handler=train_command)
 
     predict = commands.add_parser("predict", help="label the texts of a CSV file, or one --text")
@@ -44,8 +45,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "experiment", help="Transformer vs TF-IDF baseline over several seeds on one held-out split (results/)"
     )
     _add_training_arguments(experiment)
-    experiment.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    experiment.add_argument("--split-seed", type=int, default=0, help="seed of the held-out split shared by all runs")
+    experiment.add_argument("--seeds", type=ranged(int, ge=0), nargs="+", default=[0, 1, 2])
+    experiment.add_argument("--split-seed", type=ranged(int, ge=0), default=0,
+                            help="seed of the held-out split shared by all runs")
     experiment.add_argument("--out", type=Path, default=Path("results/classifier"))
     experiment.add_argument("--runs-dir", type=Path, default=Path("runs/classifier-experiment"),
                             help="where the trained models go (one directory per seed)")
@@ -83,7 +85,7 @@ def _add_training_arguments(parser: argparse.ArgumentParser) -> None:
     optim.add_argument("--patience", type=int, default=d.patience, help="epochs without better validation macro-F1")
     optim.add_argument("--precision", choices=["fp32", "bf16"], default=d.precision,
                        help="bf16 autocast; only faster on CPUs with native bf16 (AVX512-BF16/AMX)")
-    optim.add_argument("--threads", type=int, default=1,
+    optim.add_argument("--threads", type=ranged(int, ge=1), default=1,
                        help="torch CPU threads (1 is fastest for these small matrices on a shared machine)")
     optim.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm progress bars")
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from vaswani.config import DEFAULT_SLIDING_WINDOW, PRECISIONS, ModelConfig
+from vaswani.config import DEFAULT_SLIDING_WINDOW, PRECISIONS, ModelConfig, ranged
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.experiments.common import (
     MiB,
@@ -386,29 +386,30 @@ def _train_variant(settings: AttentionSettings, name: str, device: torch.device)
 
 # ---- the experiment -----------------------------------------------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--lengths", type=int, nargs="+", default=None,
+    parser.add_argument("--lengths", type=ranged(int, ge=1), nargs="+", default=None,
                         help="sequence lengths (default CPU 64..2048, GPU 64..16384)")
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=None,
+    parser.add_argument("--batch-sizes", type=ranged(int, ge=1), nargs="+", default=None,
                         help="batch sizes (default CPU 1 8, GPU 1 8 32)")
-    parser.add_argument("--d-model", type=int, default=None, help="model width of the layer (default 512)")
-    parser.add_argument("--heads", type=int, default=None, help="attention heads (default 8)")
-    parser.add_argument("--window", type=int, default=DEFAULT_SLIDING_WINDOW,
+    parser.add_argument("--d-model", type=ranged(int, ge=1), default=None,
+                        help="model width of the layer (default 512)")
+    parser.add_argument("--heads", type=ranged(int, ge=1), default=None, help="attention heads (default 8)")
+    parser.add_argument("--window", type=ranged(int, ge=1), default=DEFAULT_SLIDING_WINDOW,
                         help="sliding window k (default %(default)s)")
     parser.add_argument("--causal", action="store_true",
                         help="decoder self-attention (causal) instead of the encoder's bidirectional form")
-    parser.add_argument("--dropout", type=float, default=0.0,
+    parser.add_argument("--dropout", type=ranged(float, ge=0, lt=1), default=0.0,
                         help="attention dropout in the microbenchmark (default 0: the CPU fused kernel is eligible)")
-    parser.add_argument("--max-seconds", type=float, default=None,
+    parser.add_argument("--max-seconds", type=ranged(float, gt=0), default=None,
                         help="time cap per point in seconds (default CPU 20, GPU 10); longer lengths are skipped "
                         "once the cap would be exceeded")
-    parser.add_argument("--repeats", type=int, default=None,
+    parser.add_argument("--repeats", type=ranged(int, ge=1), default=None,
                         help="timed repeats per point, median reported (default CPU 3, GPU 10)")
     parser.add_argument("--model-preset", default=None, help="model preset of the whole-model step (default small)")
-    parser.add_argument("--model-lengths", type=int, nargs="+", default=None,
+    parser.add_argument("--model-lengths", type=ranged(int, ge=1), nargs="+", default=None,
                         help="sentence lengths of the whole-model step (default CPU 32 128 512, GPU also 2048)")
-    parser.add_argument("--model-tokens", type=int, default=None,
+    parser.add_argument("--model-tokens", type=ranged(int, ge=1), default=None,
                         help="tokens per batch of the whole-model step (default CPU 1024, GPU 8192)")
-    parser.add_argument("--train-steps", type=int, default=0,
+    parser.add_argument("--train-steps", type=ranged(int, ge=0), default=0,
                         help="also train --train-preset for N updates with standard, sdpa and sdpa+window "
                         "(default 0: no training)")
     parser.add_argument("--train-preset", default=None,

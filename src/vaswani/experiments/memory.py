@@ -32,7 +32,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from vaswani.config import PRECISIONS, ModelConfig, add_settings_argument, apply_model_settings
+from vaswani.config import PRECISIONS, ModelConfig, add_settings_argument, apply_model_settings, ranged
 from vaswani.devices import resolve_device
 from vaswani.experiments.common import (
     CPU_METHOD,
@@ -347,11 +347,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run preset whose model is measured (default: multi30k-cpu on CPU, multi30k-gpu on "
                         "GPU, smoke with --smoke); the model's vocabulary is the preset's data.vocab_size")
     add_settings_argument(parser, ("model",), "model.attention=standard")
-    parser.add_argument("--length", type=int, default=None,
+    parser.add_argument("--length", type=ranged(int, ge=1), default=None,
                         help="sentence length in tokens (source and target) of the synthetic batches (default 32)")
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=None,
+    parser.add_argument("--batch-sizes", type=ranged(int, ge=1), nargs="+", default=None,
                         help="sentences per batch to estimate and measure (default CPU 8..128, GPU 32 128 512)")
-    parser.add_argument("--budget-gb", type=float, default=None,
+    parser.add_argument("--budget-gb", type=ranged(float, gt=0), default=None,
                         help="memory budget (GiB) for the largest-batch search (default CPU 1, GPU 16)")
     parser.add_argument("--precision", default="auto", choices=PRECISIONS,
                         help="auto (default): bf16 where the device has fast bf16, else fp32 (AVX2 CPUs "

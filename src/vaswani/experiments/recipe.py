@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from vaswani.config import add_settings_argument
+from vaswani.config import add_settings_argument, ranged
 from vaswani.config import parse_variant as config_parse_variant
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.errors import ConfigError
@@ -55,7 +55,7 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--minutes", type=float, default=None,
+    parser.add_argument("--minutes", type=ranged(float, gt=0), default=None,
                         help="wall-clock budget of every proxy run (default 7; --smoke: a few updates instead)")
     parser.add_argument("--variants", nargs="+", default=None, metavar="NAME",
                         help=f"which of the built-in variants (default all: {' '.join(VARIANTS)})")
@@ -64,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs-dir", type=Path, default=None,
                         help="where the proxy runs live; finished runs with the same config are reused "
                         "(default runs/experiments/recipe)")
-    parser.add_argument("--jobs", type=int, default=1,
+    parser.add_argument("--jobs", type=ranged(int, ge=1), default=1,
                         help="proxies trained at the same time, one thread each when > 1 (default %(default)s)")
     add_settings_argument(parser, ("model", "data", "train"), "train.seed=2 (applied to every variant)")
     add_data_dir_argument(parser)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from vaswani.config import ranged
 from vaswani.experiments.common import device_label, log, markdown_table, provenance_line, pyplot, write_results
 from vaswani.experiments.perturb import CONDITIONS, DESCRIPTIONS, perturb_all
 from vaswani.training.evaluate import greedy_scores, id_batches, teacher_forced_scores
@@ -30,9 +31,10 @@ MIN_SENTENCES_PER_POSITION = 20  # accuracy at a target position is plotted wher
 # ---- the experiment -----------------------------------------------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_variant_arguments(parser)
-    parser.add_argument("--sentences", type=int, default=None,
+    parser.add_argument("--sentences", type=ranged(int, ge=1), default=None,
                         help="score only the first N validation sentences (default: all; --smoke: 32)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the perturbations (default %(default)s)")
+    parser.add_argument("--seed", type=ranged(int, ge=0), default=0,
+                        help="seed of the perturbations (default %(default)s)")
     parser.add_argument("--no-bleu", action="store_true", help="skip greedy decoding (teacher-forced scores only)")
 
 

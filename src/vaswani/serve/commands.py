@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from vaswani.config import ranged
 from vaswani.errors import VaswaniError
 from vaswani.serve.settings import ServeSettings
 
@@ -57,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--checkpoint", required=True, metavar="DIR", help="checkpoint directory or run directory")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--port", type=ranged(int, ge=1, le=65535), default=8000)
     add_settings_arguments(parser)
     parser.set_defaults(handler=serve_command)
 
@@ -70,14 +71,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     bench.add_argument("--checkpoint", required=True, metavar="DIR")
-    bench.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32], help="concurrency levels")
-    bench.add_argument("--seconds", type=float, default=20.0, help="duration of each run")
-    bench.add_argument("--repeats", type=int, default=2, help="runs per level and mode, interleaved A B, B A, …")
-    bench.add_argument("--beam", type=int, default=4, help="beam of every request")
-    bench.add_argument("--sentences", type=int, default=500, help="test sentences cycled through by the clients")
+    bench.add_argument("--clients", type=ranged(int, ge=1), nargs="+", default=[1, 8, 32], help="concurrency levels")
+    bench.add_argument("--seconds", type=ranged(float, gt=0), default=20.0, help="duration of each run")
+    bench.add_argument("--repeats", type=ranged(int, ge=1), default=2,
+                       help="runs per level and mode, interleaved A B, B A, …")
+    bench.add_argument("--beam", type=ranged(int, ge=1), default=4, help="beam of every request")
+    bench.add_argument("--sentences", type=ranged(int, ge=1), default=500,
+                       help="test sentences cycled through by the clients")
     bench.add_argument("--data-dir", type=Path, default=None, help="corpora (default: $VASWANI_DATA)")
     bench.add_argument("--out", type=Path, default=Path("results/serve"))
-    bench.add_argument("--threads", type=int, default=1, help="torch threads of the server's model thread")
+    bench.add_argument("--threads", type=ranged(int, ge=1), default=1,
+                       help="torch threads of the server's model thread")
     bench.set_defaults(handler=bench_command)
 
 
