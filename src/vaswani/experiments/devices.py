@@ -228,9 +228,9 @@ def _table(settings: DevicesSettings, config: ModelConfig, n_params: int, halves
         "",
         "Phases: *forward* includes the loss; *optimizer* is gradient clipping + AdamW step + zeroing the "
         "gradients. Peak memory is one step on the largest of these batches: "
-        + "; ".join(f"{name}: {h['peak_method']}" for name, h in halves.items()) + ". The GPU's fused dropout "
-        "keeps 1-byte masks where the CPU keeps a noise tensor of the activation's dtype, so the same step "
-        "needs less memory on the GPU.",
+        + "; ".join(f"{name}: {h['peak_method']}" for name, h in halves.items()) + ". Dropout keeps a 1-byte "
+        "mask per element on every device (`vaswani.model.Dropout`); only dropout on the attention weights "
+        "(`model.attention_dropout`, 0 here) would keep a noise tensor of their dtype on the CPU.",
     ]
     return "\n".join(lines)
 

@@ -121,7 +121,7 @@ class _Dtypes:
     """Bytes per element of what a training step stores, for one precision on one device type."""
 
     act: int  # outputs of matmuls (autocast dtype)
-    mask_cuda: bool  # F.dropout on CUDA saves a 1-byte bool mask, on the CPU a noise tensor (attention weights)
+    mask_cuda: bool  # F.dropout (on the attention weights) saves a 1-byte mask on CUDA, a noise tensor on CPU
     stream: int = 4  # residual stream, LayerNorm inputs/outputs, softmax of the standard backend: fp32 always
 
     def dropout_mask(self, input_bytes: int) -> int:
@@ -520,9 +520,10 @@ def _table(settings: MemorySettings, config: ModelConfig, n_params: int, rows: l
         "dropout, its dropout mask and the dropped copy; for SDPA with a fused kernel only its output and one "
         "log-sum-exp per query (on CPU the fused kernel has no dropout, so training with dropout falls back to "
         "PyTorch's math path, which saves the B·H·T² tensors as the standard backend does); the FFN hidden layer "
-        "and its dropped copy; dropout masks (1-byte booleans on CUDA, a noise tensor of the input's dtype on "
-        "CPU); LayerNorm inputs with their mean and 1/std. Logits: the fp32 N×V log-probabilities saved by the "
-        "loss plus two N×V transients. **Peak = parameters + moments + max(activations + logits, gradients)**: "
+        "and its dropped copy; dropout masks (1-byte booleans on every device, `vaswani.model.Dropout`; dropout "
+        "on the attention weights keeps a noise tensor of their dtype on the CPU); LayerNorm inputs with their "
+        "mean and 1/std. Logits: the fp32 N×V log-probabilities saved by the loss plus two N×V transients. "
+        "**Peak = parameters + moments + max(activations + logits, gradients)**: "
         "gradients are set to None after each update, so backward starts with every activation live and no "
         "gradient yet; the sum of all parts is the naive upper bound.",
         "",
