@@ -295,7 +295,7 @@ def numeric_options() -> list[tuple[str, str, object]]:
             if isinstance(action, argparse._SubParsersAction):
                 for name, sub in action.choices.items():
                     walk(sub, f"{command} {name}".strip())
-            elif action.type is int or action.type is float or getattr(action.type, "__name__", "") in ("int", "float"):
+            elif action.type in (int, float) or hasattr(action.type, "limit"):  # bare, or vaswani.config.ranged
                 found.append((command, action.option_strings[0], action.type))
 
     walk(build_parser(), "")

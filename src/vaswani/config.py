@@ -271,7 +271,7 @@ def ranged(kind: type[int] | type[float], **bounds: float) -> Callable[[str], An
             raise argparse.ArgumentTypeError(f"needs {wanted}, got {text!r}")
         return value
 
-    parse.__name__ = kind.__name__  # what argparse names the type in its own messages
+    parse.limit = limit  # the declared range travels with the option (tests check that every number has one)
     return parse
 
 

@@ -229,8 +229,8 @@ def _table(settings: DevicesSettings, config: ModelConfig, n_params: int, halves
         "Phases: *forward* includes the loss; *optimizer* is gradient clipping + AdamW step + zeroing the "
         "gradients. Peak memory is one step on the largest of these batches: "
         + "; ".join(f"{name}: {h['peak_method']}" for name, h in halves.items()) + ". Dropout keeps a 1-byte "
-        "mask per element on every device (`vaswani.model.Dropout`); only dropout on the attention weights "
-        "(`model.attention_dropout`, 0 here) would keep a noise tensor of their dtype on the CPU.",
+        "mask per element on every device (`vaswani.model.Dropout`); only dropout on the attention weights keeps "
+        f"a noise tensor of their dtype on the CPU (`model.attention_dropout`: {config.attention_dropout:g} here).",
     ]
     return "\n".join(lines)
 
