@@ -11,7 +11,8 @@
     baseline.py        TF-IDF + logistic regression on the same split
     report.py          markdown tables, PNG figures, provenance (command, commit, hardware)
     experiment.py      several seeds, Transformer vs baseline -> results/classifier/
-    commands.py        `vaswani classify train | predict | experiment`
+    summary.py         one README over several experiments, worded from their numbers
+    commands.py        `vaswani classify train | predict | experiment | summary`
 
 The model itself is vaswani.classification.model.TransformerClassifier: our Encoder plus a pooling head.
 """

@@ -1,4 +1,4 @@
-"""``vaswani classify train | predict | experiment``: parse arguments, call the modules that do the work."""
+"""``vaswani classify train | predict | experiment | summary``: parse arguments, call the modules that do the work."""
 
 from __future__ import annotations
 
@@ -52,6 +52,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     experiment.add_argument("--runs-dir", type=Path, default=Path("runs/classifier-experiment"),
                             help="where the trained models go (one directory per seed)")
     experiment.set_defaults(handler=experiment_command)
+
+    summary = commands.add_parser(
+        "summary", help="one README comparing several `classify experiment` folders (the first is the reference)"
+    )
+    summary.add_argument("folders", type=Path, nargs="+", metavar="FOLDER",
+                         help="folders written by `classify experiment`, all on the same CSV and split")
+    summary.add_argument("--out", type=Path, help="the README to write (default: FOLDER/README.md of the first)")
+    summary.set_defaults(handler=summary_command)
 
 
 def _add_training_arguments(parser: argparse.ArgumentParser) -> None:
@@ -217,4 +225,11 @@ def experiment_command(args: argparse.Namespace) -> int:
         print(f"{model:12s} accuracy {s[model]['accuracy']['mean']:.4f} ± {s[model]['accuracy']['std']:.4f}   "
               f"macro-F1 {s[model]['macro_f1']['mean']:.4f} ± {s[model]['macro_f1']['std']:.4f}")
     print(f"wrote {args.out}/results.json, table.md, confusion.png, learning_curve.png")
+    return 0
+
+
+def summary_command(args: argparse.Namespace) -> int:
+    from vaswani.classification.summary import write_summary
+
+    print(f"wrote {write_summary(args.folders, args.out)}")
     return 0

@@ -192,7 +192,7 @@ def table_markdown(results: dict[str, Any], transformer0: Metrics, baseline0: Me
 
 
 def configuration_line(results: dict[str, Any]) -> str:
-    st, m = results["settings"], results["model"]["config"]
+    st, m, b = results["settings"], results["model"]["config"], results["baseline_settings"]
     extra = f" + columns {', '.join(st['extra_text_columns'])} prepended" if st["extra_text_columns"] else ""
     return (
         f"Transformer: {st['tokenizer']} tokenizer ({m['vocab_size']} tokens{', lowercased' if st['lowercase'] else ''}"
@@ -200,8 +200,8 @@ def configuration_line(results: dict[str, Any]) -> str:
         f"{m['n_encoder_layers']} layers, d_ff {m['d_ff']}, {m['norm']}-norm, {m['positions']} positions, dropout "
         f"{m['dropout']}, {st['pooling']} pooling; AdamW lr {st['lr']:g} (warmup {st['warmup']} steps, linear decay), "
         f"weight decay {st['weight_decay']:g}, batch {st['batch_size']}, clip {st['clip']:g}, up to {st['epochs']} "
-        f"epochs, patience {st['patience']}, {st['precision']}. Baseline: TF-IDF word 1-2-grams (sublinear tf) + "
-        "logistic regression (C=1), on the same texts."
+        f"epochs, patience {st['patience']}, {st['precision']}. Baseline: TF-IDF word 1-{b['ngram_max']}-grams"
+        f"{' (sublinear tf)' if b['sublinear_tf'] else ''} + logistic regression (C={b['C']:g}), on the same texts."
     )
 
 

@@ -1,0 +1,80 @@
+"""`vaswani classify experiment` on the synthetic task, then `classify summary` over two of its folders: the README
+states the folders' own numbers, and words each comparison from them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vaswani.classification.summary import findings, load_experiment
+from vaswani.cli import main
+
+FAST = ["--preset", "tiny", "--epochs", "3", "--batch-size", "16", "--lr", "2e-3", "--warmup", "10",
+        "--patience", "3", "--vocab-size", "300", "--min-frequency", "1", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def experiments(synthetic_csv: Path, tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("experiments")
+    folders = root / "results", root / "results" / "cls"
+    for folder, extra in zip(folders, ([], ["--pooling", "cls"])):
+        code = main(["classify", "experiment", "--csv", str(synthetic_csv), "--text-column", "sentence",
+                     "--label-column", "label", "--seeds", "0", "1", "--out", str(folder),
+                     "--runs-dir", str(root / "runs" / folder.name), *FAST, *extra])
+        assert code == 0
+    return folders
+
+
+def test_summary_states_each_folders_numbers(experiments: tuple[Path, Path]):
+    reference, cls = experiments
+    assert main(["classify", "summary", str(reference), str(cls)]) == 0
+    readme = (reference / "README.md").read_text()
+    # The reference is not the defaults (FAST changes them); the other folder is named by what it changes.
+    assert "| reference |" in readme and "| `pooling: cls` |" in readme
+    assert "[`./`](./table.md)" in readme and "[`cls/`](cls/table.md)" in readme
+    for folder in experiments:
+        results = json.loads((folder / "results.json").read_text())
+        f1 = results["summary"]["transformer"]["macro_f1"]
+        assert f"{f1['mean']:.4f} ± {f1['std']:.4f}" in readme
+        assert results["command"] in readme  # how to reproduce it
+    assert "vaswani classify summary" in readme
+
+
+def test_findings_are_worded_from_the_numbers(experiments: tuple[Path, Path]):
+    reference, cls = (load_experiment(folder) for folder in experiments)
+
+    def with_f1(experiment: dict, mean: float, std: float, baseline: float) -> dict:
+        summary = json.loads(json.dumps(experiment["summary"]))
+        summary["transformer"]["macro_f1"].update(mean=mean, std=std)
+        summary["baseline"]["macro_f1"].update(mean=baseline, std=0.0)
+        return {**experiment, "summary": summary}
+
+    lines = findings([with_f1(reference, 0.80, 0.01, 0.78), with_f1(cls, 0.75, 0.02, 0.78)])
+    assert lines[0].startswith("reference:") and "+2.0 points" in lines[0] and ": ahead by 2.0 seed standard deviations." in lines[0]
+    assert lines[1].startswith("`pooling: cls`:") and "-3.0 points" in lines[1] and lines[1].endswith(": behind by 1.5 seed standard deviations.")
+    # Against the reference the noise is the larger spread, 2 points: 5 points is 2.5 of them.
+    assert "-5.0 points" in lines[2] and "behind by 2.5 seed standard deviations" in lines[2]
+    assert "the baseline does not move" in lines[2]
+    level = findings([with_f1(reference, 0.80, 0.01, 0.795), with_f1(cls, 0.79, 0.02, 0.795)])
+    assert "level" in level[0] and "level" in level[2]
+
+
+def test_summary_refuses_other_splits_and_foreign_folders(experiments: tuple[Path, Path], tmp_path: Path, capsys):
+    reference, cls = experiments
+    other = tmp_path / "other"
+    other.mkdir()
+    results = json.loads((cls / "results.json").read_text())
+    results["data"]["split_seed"] = 7
+    (other / "results.json").write_text(json.dumps(results))
+    assert main(["classify", "summary", str(reference), str(other), "--out", str(tmp_path / "R.md")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "data.split_seed" in error and "other/results.json" in error and "\n" not in error
+    assert main(["classify", "summary", str(reference), str(tmp_path / "missing")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "missing/results.json: not found" in error and "\n" not in error
+    (other / "results.json").write_text("{}")
+    assert main(["classify", "summary", str(other)]) == 2
+    assert "no command, data, settings, seeds, summary" in capsys.readouterr().err
+    assert not (tmp_path / "R.md").exists()
