@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 import torch
@@ -71,7 +72,8 @@ def test_a_budget_below_the_longest_sentence_is_refused_in_one_line(tmp_path, ca
 def test_bench_train_smoke_writes_json_and_table(tmp_path, capsys) -> None:
     out = tmp_path / "bench.json"
     assert main(["bench", "train", "--preset", "tiny", "--precision", "fp32", "--steps", "1", "--warmup", "1",
-                 "--repeats", "1", "--max-tokens", "256", "--device", "cpu", "--out", str(out)]) == 0
+                 "--repeats", "2", "--max-tokens", "256", "--device", "cpu", "--variant", "no-dropout:model.dropout=0",
+                 "--out", str(out)]) == 0
     assert "torch.nn.Transformer" in capsys.readouterr().out
     report = json.loads(out.read_text())
     row = report["results"][0]
@@ -80,6 +82,12 @@ def test_bench_train_smoke_writes_json_and_table(tmp_path, capsys) -> None:
     table = out.with_suffix(".md").read_text()
     assert "| vaswani |" in table
     assert f"Command: `{report['command']}`" in table and f"Commit: {report['git']['commit']}" in table
+    # A variant is also set against each peer, repeat by repeat, as ours is.
+    models = row["models"]
+    variant, peer = models["vaswani no-dropout"]["runs"], models["torch.nn.Transformer"]["runs"]
+    ratio = statistics.median(a / b for a, b in zip(variant, peer))
+    assert row["variants_over_peers"] == {"vaswani no-dropout": {"torch.nn.Transformer": pytest.approx(ratio)}}
+    assert f"vaswani no-dropout / torch.nn.Transformer **{ratio:.2f}×**" in table
 
 
 def test_bench_train_profile_puts_every_model_side_by_side(tmp_path) -> None:

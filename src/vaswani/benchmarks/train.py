@@ -396,6 +396,13 @@ def run(args: argparse.Namespace) -> int:
                                     for c in contenders[1:]}
                 row["ours_over_medians"] = {c.name: ours / row["models"][c.name]["tokens_per_s"]
                                             for c in contenders[1:]}
+                # Each variant against each peer too: a variant that switches something off (dropout, say)
+                # bounds what making that thing cheaper could buy against the peer.
+                variants_raced = contenders[1 : 1 + len(variants)]
+                peers_raced = contenders[1 + len(variants) : 1 + len(variants) + len(args.peer)]
+                row["variants_over_peers"] = {
+                    v.name: {p.name: statistics.median(a / b for a, b in zip(v.rates, p.rates)) for p in peers_raced}
+                    for v in variants_raced}
                 results.append(row)
                 _print_row(row)
                 for threads in args.profile or []:
@@ -517,5 +524,12 @@ def markdown_table(report: dict) -> str:
                          f"{row['padding']:.0%} pad) | {row['loss']} | {row['precision']} | {name} | "
                          f"{stats['tokens_per_s']:,.0f} | {stats['min']:,.0f}–{stats['max']:,.0f} | "
                          f"{'' if ratio is None else f'{ratio:.2f}×'} |")
+    against_peers = [f"- {row['batches']} batches, {row['loss']} loss, {row['precision']}: {variant} / {peer} "
+                     f"**{ratio:.2f}×**"
+                     for row in report["results"] for variant, peers in row.get("variants_over_peers", {}).items()
+                     for peer, ratio in peers.items()]
+    if against_peers:
+        lines += ["", "Each variant against each peer (median over repeats of the ratio within a repeat):", "",
+                  *against_peers]
     lines += ["", *provenance_lines(report), ""]
     return "\n".join(lines)
