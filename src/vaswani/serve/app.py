@@ -28,6 +28,7 @@ from vaswani.decoding.config import read_stored_search, stored_settings
 from vaswani.model.serialization import resolve_checkpoint
 from vaswani.serve.batcher import Batcher, QueueFull
 from vaswani.serve.schemas import AttentionRequest, SearchSettings, TranslateRequest
+from vaswani.training.finalize import SELECTION_FILE
 from vaswani.serve.settings import ServeSettings
 
 log = logging.getLogger("vaswani.serve")
@@ -50,21 +51,39 @@ def error_response(status: int, field: str | None, message: str, headers: dict[s
 
 # ---- the model and what is known about it --------------------------------------------------------------------
 def checkpoint_info(checkpoint: Path) -> dict[str, Any]:
-    """Step and validation results of a training checkpoint, when its run left them (plain JSON, never code)."""
-    info: dict[str, Any] = {"id": checkpoint.resolve().name, "step": None, "val_bleu": None, "val_loss": None}
-    meta = checkpoint / "meta.json"
-    if meta.is_file():
-        try:
-            info["step"] = json.loads(meta.read_text()).get("step")
-        except (json.JSONDecodeError, AttributeError):
-            pass
+    """Step and validation results of a training checkpoint, when its run left them (plain JSON, never code).
+
+    A run's final model (an average of checkpoints, or the best one) has no step of its own: its validation score
+    is the one ``finalize`` measured for it on the whole validation split (selection.json). A step checkpoint's is
+    its row of the run's metrics.jsonl (a subset of the validation split, greedy)."""
+    info: dict[str, Any] = {"id": checkpoint.resolve().name, "step": None, "weights": None, "val_bleu": None,
+                            "val_loss": None, "val_bleu_on": None}
     run = checkpoint.resolve().parent.parent
     if (run / "checkpoints").is_dir():
         info["id"] = f"{run.name}/{checkpoint.resolve().name}"
+    selection = _json(checkpoint / SELECTION_FILE)
+    if isinstance(selection.get("valid"), dict):
+        info["weights"] = selection.get("weights")
+        info["val_bleu"] = selection["valid"].get("bleu")
+        info["val_bleu_on"] = (f"{selection.get('valid_sentences')} sentences of {selection.get('valid_split')}, "
+                               f"{selection.get('search')}")
+        return info
+    info["step"] = _json(checkpoint / "meta.json").get("step")
+    if info["step"] is not None and (run / "checkpoints").is_dir():
         for row in _jsonl(run / "metrics.jsonl"):
-            if row.get("kind") == "valid" and (info["step"] is None or row.get("step") == info["step"]):
+            if row.get("kind") == "valid" and row.get("step") == info["step"]:
                 info["val_bleu"], info["val_loss"] = row.get("bleu"), row.get("loss")
+                info["val_bleu_on"] = "the run's validation subset, greedy"
     return info
+
+
+def _json(path: Path) -> dict[str, Any]:
+    """A JSON object from ``path``, or {} when it is missing or not one (the info is optional, never fatal)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
@@ -127,8 +146,8 @@ def create_app(checkpoint: str | Path | Translator, settings: ServeSettings | No
                 # (batches of two or more, from the third position on) is reached.
                 log.info("compiling the decoding step")
                 translator.translate(WARM_UP_TEXTS)
-        info = checkpoint_info(directory) if directory else {"id": "in-process", "step": None, "val_bleu": None,
-                                                             "val_loss": None}
+        info = checkpoint_info(directory) if directory else {"id": "in-process", "step": None, "weights": None,
+                                                             "val_bleu": None, "val_loss": None, "val_bleu_on": None}
         batcher = Batcher(translator, settings)
         batcher.start()
         service.update(translator=translator, batcher=batcher, info=info)

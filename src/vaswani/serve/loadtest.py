@@ -257,9 +257,11 @@ def readme(results: dict[str, Any]) -> str:
     model = results.get("model") or {}
     if results.get("screenshots"):
         bleu = model.get("val_bleu")
+        which = (f"step {model['step']}" if model.get("step") is not None else model.get("weights")) or "no step known"
+        score = ("validation BLEU unknown" if bleu is None else
+                 f"validation BLEU {bleu:.1f} on {model.get('val_bleu_on') or 'the validation split'}")
         text += [
-            f"The screenshots show the page serving `{model.get('id')}` (step {model.get('step')}, validation BLEU "
-            f"{'unknown' if bleu is None else f'{bleu:.1f}'} on the run's 100-sentence subset) and the beam-4 "
+            f"The screenshots show the page serving `{model.get('id')}` ({which}, {score}) and the beam-4 "
             "translation of the sentence typed; one target row is clicked, which lights up its source tokens.",
             "",
         ]

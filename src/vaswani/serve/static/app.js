@@ -192,6 +192,7 @@ async function describeModel() {
     const parts = [info.id, `${c.n_encoder_layers}+${c.n_decoder_layers} layers`, `d_model ${c.d_model}`,
       `${c.n_heads} heads`];
     if (info.step != null) parts.push(`step ${info.step}`);
+    if (info.weights != null) parts.push(info.weights);
     if (info.val_bleu != null) parts.push(`val BLEU ${info.val_bleu.toFixed(1)}`);
     $("model").textContent = parts.join(" · ");
   } catch (e) {
