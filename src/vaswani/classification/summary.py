@@ -111,7 +111,7 @@ def findings(experiments: Sequence[dict[str, Any]]) -> list[str]:
         baseline, _ = _stat(e, "baseline")
         line = (f"{name} against {names[0]}: the Transformer moves {_points(ours - ref_ours)} "
                 f"({ref_ours:.3f} → {ours:.3f}), {_noise_verdict(ours - ref_ours, max(std, ref_std))}")
-        if abs(baseline - ref_baseline) > 0.0005:
+        if abs(baseline - ref_baseline) > 0.0005:  # beyond the 3 decimals printed: the baseline's texts changed
             line += f"; the baseline {_points(baseline - ref_baseline)} ({ref_baseline:.3f} → {baseline:.3f})"
         else:
             line += "; the baseline does not move"
