@@ -28,8 +28,8 @@ from vaswani.decoding.config import read_stored_search, stored_settings
 from vaswani.model.serialization import resolve_checkpoint
 from vaswani.serve.batcher import Batcher, QueueFull
 from vaswani.serve.schemas import AttentionRequest, SearchSettings, TranslateRequest
-from vaswani.training.finalize import SELECTION_FILE
 from vaswani.serve.settings import ServeSettings
+from vaswani.training.finalize import SELECTION_FILE
 
 log = logging.getLogger("vaswani.serve")
 STATIC = files("vaswani.serve") / "static"
@@ -56,8 +56,7 @@ def checkpoint_info(checkpoint: Path) -> dict[str, Any]:
     A run's final model (an average of checkpoints, or the best one) has no step of its own: its validation score
     is the one ``finalize`` measured for it on the whole validation split (selection.json). A step checkpoint's is
     its row of the run's metrics.jsonl (a subset of the validation split, greedy)."""
-    info: dict[str, Any] = {"id": checkpoint.resolve().name, "step": None, "weights": None, "val_bleu": None,
-                            "val_loss": None, "val_bleu_on": None}
+    info = unknown_model(checkpoint.resolve().name)
     run = checkpoint.resolve().parent.parent
     if (run / "checkpoints").is_dir():
         info["id"] = f"{run.name}/{checkpoint.resolve().name}"
@@ -75,6 +74,11 @@ def checkpoint_info(checkpoint: Path) -> dict[str, Any]:
                 info["val_bleu"], info["val_loss"] = row.get("bleu"), row.get("loss")
                 info["val_bleu_on"] = "the run's validation subset, greedy"
     return info
+
+
+def unknown_model(model_id: str) -> dict[str, Any]:
+    """What /v1/model reports of a model whose run left nothing about it."""
+    return {"id": model_id, "step": None, "weights": None, "val_bleu": None, "val_loss": None, "val_bleu_on": None}
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -146,8 +150,7 @@ def create_app(checkpoint: str | Path | Translator, settings: ServeSettings | No
                 # (batches of two or more, from the third position on) is reached.
                 log.info("compiling the decoding step")
                 translator.translate(WARM_UP_TEXTS)
-        info = checkpoint_info(directory) if directory else {"id": "in-process", "step": None, "weights": None,
-                                                             "val_bleu": None, "val_loss": None, "val_bleu_on": None}
+        info = checkpoint_info(directory) if directory else unknown_model("in-process")
         batcher = Batcher(translator, settings)
         batcher.start()
         service.update(translator=translator, batcher=batcher, info=info)
