@@ -31,10 +31,12 @@ def forward_flops(config: ModelConfig, src_tokens: int, tgt_tokens: int, src_len
     d, f, v = config.d_model, config.d_ff, config.vocab_size
     window_src = min(src_len, config.sliding_window or src_len)
     window_tgt = min(tgt_len, config.sliding_window or tgt_len)
-    per_src_token = config.n_encoder_layers * (2 * 4 * d * d + 2 * 2 * d * f + 2 * 2 * window_src * d)
+    per_src_token = config.n_encoder_layers * (2 * 4 * d * d + 2 * 2 * d * f + 2 * 2 * window_src * d) + (
+        config.n_decoder_layers * 2 * 2 * d * d  # every decoder layer's cross-attention keys and values of the source
+    )
     per_tgt_token = config.n_decoder_layers * (
         2 * 4 * d * d + 2 * 2 * window_tgt * d / 2  # self-attention: causal, half the scores on average
-        + 2 * 4 * d * d + 2 * 2 * src_len * d  # cross-attention
+        + 2 * 2 * d * d + 2 * 2 * src_len * d  # cross-attention: queries and output projection, scores
         + 2 * 2 * d * f
     ) + 2 * d * v  # output projection
     return per_src_token * src_tokens + per_tgt_token * tgt_tokens
