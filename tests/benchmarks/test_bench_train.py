@@ -88,6 +88,14 @@ def test_bench_train_smoke_writes_json_and_table(tmp_path, capsys) -> None:
     ratio = statistics.median(a / b for a, b in zip(variant, peer))
     assert row["variants_over_peers"] == {"vaswani no-dropout": {"torch.nn.Transformer": pytest.approx(ratio)}}
     assert f"vaswani no-dropout / torch.nn.Transformer **{ratio:.2f}×**" in table
+    # MFU: the same FLOPs per token for models of the same dimensions, so MFU follows tokens/s; on this CPU the
+    # peak is a large matmul measured in the same run, which a whole training step cannot beat.
+    flops_per_token = {name: m["model_flops_per_s"] / m["tokens_per_s"] for name, m in models.items()}
+    assert flops_per_token["torch.nn.Transformer"] == pytest.approx(flops_per_token["vaswani"])
+    assert row["peak_source"] == "measured fp32 matmul"
+    for name, m in models.items():
+        assert 0 < m["mfu"] < 1 and m["mfu"] == pytest.approx(m["model_flops_per_s"] / row["peak_flops"])
+        assert f"| {m['mfu']:.1%} |" in table
 
 
 def test_bench_train_profile_puts_every_model_side_by_side(tmp_path) -> None:

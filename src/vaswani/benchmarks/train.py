@@ -45,6 +45,7 @@ from vaswani.errors import VaswaniError
 from vaswani.io import atomic_write_json, atomic_write_text
 from vaswani.model import Dropout, Transformer, sinusoidal_table
 from vaswani.provenance import provenance, provenance_lines
+from vaswani.training.flops import peak_flops, training_flops
 from vaswani.training.loss import TranslationLoss
 from vaswani.training.step import train_step
 
@@ -63,6 +64,11 @@ class TrainBatch:
 
     def to(self, device: torch.device) -> "TrainBatch":
         return TrainBatch(self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device))
+
+    def training_flops(self, config: ModelConfig) -> float:
+        """Matmul FLOPs of a training step on this batch (forward + backward, as MFU counts them)."""
+        return training_flops(config, int((self.src != PAD).sum()), self.tokens, self.src.size(1),
+                              self.tgt_out.size(1))
 
 
 # ---- peers ------------------------------------------------------------------------------------------------------
@@ -367,6 +373,7 @@ def run(args: argparse.Namespace) -> int:
     variants = _variants(args.variant, config)
     n_batches = args.warmup + args.steps
     results, profiles = [], {}
+    peaks: dict[str, tuple[float, str]] = {}
     for kind in args.batches:
         batches = _batches(kind, config, args, n_batches)
         for loss in args.loss:
@@ -377,6 +384,8 @@ def run(args: argparse.Namespace) -> int:
                     (f"vaswani {label}", lambda c=c: TranslationLoss(Transformer(c), smoothing))
                     for label, c in variants
                 ] + [(PEERS[p][0], lambda p=p: PEERS[p][1](config, smoothing)) for p in args.peer]
+                # The dimensions that set a model's FLOPs: a variant's own, everyone else's are ours.
+                dims = {"vaswani": config, **{f"vaswani {label}": c for label, c in variants}}
                 for name, build in builds:
                     torch.manual_seed(0)
                     contenders.append(Contender(name, build().to(device), precision, fused=not args.foreach))
@@ -389,6 +398,19 @@ def run(args: argparse.Namespace) -> int:
                        "target_tokens_per_batch": statistics.mean(b.tokens for b in batches),
                        "padding": 1 - statistics.mean(b.tokens / b.tgt_out.numel() for b in batches),
                        "models": {c.name: c.summary() for c in contenders}}
+                # Model FLOPs utilisation: FLOPs per token of the timed batches × tokens/s over the device's
+                # peak (the datasheet's on a known GPU, a large matmul's measured now elsewhere).
+                if precision not in peaks:
+                    peaks[precision] = peak_flops(device, precision)
+                peak, peak_source = peaks[precision]
+                timed = batches[args.warmup :]
+                row["peak_flops"], row["peak_source"] = peak, peak_source
+                for c in contenders:
+                    stats = row["models"][c.name]
+                    per_token = sum(b.training_flops(dims.get(c.name, config)) for b in timed) / sum(
+                        b.tokens for b in timed)
+                    stats["model_flops_per_s"] = per_token * stats["tokens_per_s"]
+                    stats["mfu"] = stats["model_flops_per_s"] / peak
                 ours = row["models"]["vaswani"]["tokens_per_s"]
                 # Median over repeats of the ratio within a repeat: each repeat's steps alternated, so its ratio
                 # saw one load; the ratio of the medians is kept too.
@@ -514,8 +536,8 @@ def markdown_table(report: dict) -> str:
         "the models; tokens/s is the median (and range) over repeats, *ours / model* the median over repeats of "
         "the ratio within a repeat.",
         "",
-        "| batches | loss | precision | model | tokens/s (median) | min–max | ours / model |",
-        "|---|---|---|---|---:|---:|---:|",
+        "| batches | loss | precision | model | tokens/s (median) | min–max | ours / model | model TFLOP/s | MFU |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|",
     ]
     for row in report["results"]:
         for name, stats in row["models"].items():
@@ -523,7 +545,12 @@ def markdown_table(report: dict) -> str:
             lines.append(f"| {row['batches']} ({row['sentences_per_batch']:.0f} sent., "
                          f"{row['padding']:.0%} pad) | {row['loss']} | {row['precision']} | {name} | "
                          f"{stats['tokens_per_s']:,.0f} | {stats['min']:,.0f}–{stats['max']:,.0f} | "
-                         f"{'' if ratio is None else f'{ratio:.2f}×'} |")
+                         f"{'' if ratio is None else f'{ratio:.2f}×'} | {stats['model_flops_per_s'] / 1e12:.3g} | "
+                         f"{stats['mfu']:.1%} |")
+    peak_lines = sorted({f"{row['precision']}: {row['peak_flops'] / 1e12:.3g} TFLOP/s ({row['peak_source']})"
+                         for row in report["results"]})
+    lines += ["", "MFU: the matrix-product FLOPs of forward and backward (3 × forward, embeddings, norms and "
+              "softmax not counted) per second, over the peak of " + "; ".join(peak_lines) + "."]
     against_peers = [f"- {row['batches']} batches, {row['loss']} loss, {row['precision']}: {variant} / {peer} "
                      f"**{ratio:.2f}×**"
                      for row in report["results"] for variant, peers in row.get("variants_over_peers", {}).items()
