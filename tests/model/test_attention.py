@@ -169,6 +169,7 @@ def test_a_token_cannot_see_beyond_its_window() -> None:
     assert changed.nonzero().flatten().tolist() == [3, 4, 5, 6, 7]
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_sdpa_dispatches_to_flash_in_bf16_and_matches_standard() -> None:
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -178,6 +179,23 @@ def test_sdpa_dispatches_to_flash_in_bf16_and_matches_standard() -> None:
         flash = sdpa_attention(q, k, v, is_causal=True)
     reference = standard_attention(q.float(), k.float(), v.float(), is_causal=True)
     torch.testing.assert_close(flash.float(), reference, rtol=2e-2, atol=2e-2)
+
+
+def test_a_cpu_training_step_with_padding_runs_the_fused_sdpa_kernel_both_ways() -> None:
+    """On the CPU the fused kernel takes the padding mask; a mask it could not take (or attention dropout) would
+    send every layer to the unfused math path, which keeps the B·H·T² scores for backward."""
+    from vaswani.config import ModelConfig
+    from vaswani.model import Transformer
+    from vaswani.training.loss import translation_loss
+
+    model = Transformer(ModelConfig.preset("tiny", attention="sdpa"))
+    src, tgt = _ids_with_padding(9, [9, 5, 2], "cpu"), _ids_with_padding(8, [8, 8, 3], "cpu")
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
+        translation_loss(model, src, tgt, tgt, label_smoothing=0.1).loss_sum.backward()
+    names = {event.key for event in profiler.key_averages()}
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in names, sorted(n for n in names if "dot" in n)
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu_backward" in names
+    assert "aten::_scaled_dot_product_attention_math" not in names
 
 
 def test_kv_cache_writes_in_place_and_doubles_when_full() -> None:

@@ -1,0 +1,165 @@
+"""What only a CUDA device exercises: fused AdamW, bf16 autocast over fp32 master weights, the fp16 gradient
+scaler, the out-of-memory message, MFU in metrics.jsonl and which SDPA kernel a training step runs.
+
+Skipped without a GPU. On a lent one: ``python -m pytest -m gpu`` (``tools/gpu-session.sh tests`` runs them first,
+then the rest of the suite on the GPU). Everything else in the suite also runs on the GPU there, through the
+``device`` fixture.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from vaswani.config import ModelConfig
+from vaswani.errors import VaswaniError
+from vaswani.model import Transformer
+from vaswani.training.config import apply_settings, load_preset
+from vaswani.training.loss import TranslationLoss
+from vaswani.training.optim import build_optimizer
+from vaswani.training.step import train_step
+from vaswani.training.trainer import train
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+CUDA = torch.device("cuda")
+SHORT_RUN = ["train.max_epochs=null", "train.eval_every_steps=null", "train.bleu_subset=0", "train.progress=false",
+             "train.patience=null", "train.log_every_steps=5", "train.max_steps=40", "train.final_model=false"]
+
+
+class Batch:
+    def __init__(self, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor):
+        self.src, self.tgt_in, self.tgt_out = src, tgt_in, tgt_out
+
+
+def fixed_batch(vocab_size: int, sentences: int = 16, length: int = 12, padded: bool = False) -> Batch:
+    """Random ids (no padding unless ``padded``: then the second half of the sentences is 4 tokens shorter)."""
+    generator = torch.Generator().manual_seed(0)
+    src = torch.randint(4, vocab_size, (sentences, length), generator=generator)
+    tgt = torch.randint(4, vocab_size, (sentences, length + 1), generator=generator)
+    if padded:
+        src[sentences // 2 :, -4:] = 0
+        tgt[sentences // 2 :, -4:] = 0
+    return Batch(src.to(CUDA), tgt[:, :-1].to(CUDA), tgt[:, 1:].to(CUDA))
+
+
+def loss_model(**changes) -> TranslationLoss:
+    torch.manual_seed(0)
+    return TranslationLoss(Transformer(ModelConfig.preset("tiny", **changes)), label_smoothing=0.1).to(CUDA)
+
+
+def test_training_on_cuda_uses_fused_adamw_and_it_matches_the_for_each_update() -> None:
+    fused_model = loss_model(dropout=0.0)
+    reference_model = copy.deepcopy(fused_model)
+    config = load_preset("smoke").train
+    fused = build_optimizer(fused_model, config, CUDA)
+    assert fused.defaults["fused"] is True
+    for_each = torch.optim.AdamW(reference_model.parameters(), lr=1.0, betas=config.betas, eps=config.eps,
+                                 weight_decay=0.0, foreach=True)
+    for optimizer in (fused, for_each):
+        for group in optimizer.param_groups:
+            group["lr"], group["weight_decay"] = 1e-3, 0.0
+    batch = fixed_batch(fused_model.model.config.vocab_size)
+    for _ in range(3):
+        # The same gradients for both (copied): the keys' bias gets a gradient of rounding noise only (it shifts
+        # every score of a query alike), which Adam would blow up into updates of either sign.
+        loss_sum, _, _ = fused_model(batch.src, batch.tgt_in, batch.tgt_out)
+        loss_sum.backward()
+        for got, expected in zip(fused_model.parameters(), reference_model.parameters()):
+            expected.grad = got.grad.clone()
+        fused.step()
+        for_each.step()
+        fused.zero_grad()
+        for_each.zero_grad()
+    for (name, got), expected in zip(fused_model.named_parameters(), reference_model.parameters()):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_bf16_autocast_computes_in_bf16_keeps_fp32_weights_and_learns() -> None:
+    model = loss_model(dropout=0.0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, fused=True)
+    batch = fixed_batch(model.model.config.vocab_size)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        logits = model.model(batch.src, batch.tgt_in)
+    assert logits.dtype == torch.bfloat16
+    losses = [train_step(model, optimizer, [batch], batch.tgt_out.numel(), precision="bf16").loss for _ in range(40)]
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert losses[-1] < 0.5 * losses[0], losses[::8]
+
+
+def test_the_fp16_scaler_skips_an_overflowing_update_then_trains() -> None:
+    model = loss_model(dropout=0.0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    scaler = torch.amp.GradScaler("cuda", init_scale=2.0**40)  # fp16 gradients overflow at this scale
+    batch = fixed_batch(model.model.config.vocab_size)
+    before = [p.detach().clone() for p in model.parameters()]
+    first = train_step(model, optimizer, [batch], batch.tgt_out.numel(), precision="fp16", clip_grad_norm=1.0,
+                       scaler=scaler)
+    assert not first.finite
+    assert scaler.get_scale() < 2.0**40
+    assert all(torch.equal(p, b) for p, b in zip(model.parameters(), before))  # the update was skipped
+    results = [train_step(model, optimizer, [batch], batch.tgt_out.numel(), precision="fp16", clip_grad_norm=1.0,
+                          scaler=scaler) for _ in range(60)]
+    assert results[-1].finite
+    assert any(not torch.equal(p, b) for p, b in zip(model.parameters(), before))
+
+
+def test_running_out_of_gpu_memory_is_one_line_that_names_max_tokens(tmp_path: Path, data_dir: Path,
+                                                                     monkeypatch) -> None:
+    monkeypatch.setenv("VASWANI_DATA", str(data_dir))
+    monkeypatch.setenv("VASWANI_CACHE", str(tmp_path / "cache"))
+    config = apply_settings(load_preset("smoke"), [*SHORT_RUN, "train.max_tokens=200000", "data.max_len=64",
+                                                   "train.device=cuda"])
+    torch.cuda.empty_cache()
+    free, _ = torch.cuda.mem_get_info()
+    # Leave the process about 300 MiB: the tiny model fits, a 200,000-token batch's activations do not.
+    torch.cuda.set_per_process_memory_fraction(
+        (torch.cuda.memory_allocated() + 300 * 2**20) / torch.cuda.get_device_properties(0).total_memory)
+    try:
+        with pytest.raises(VaswaniError) as error:
+            train(config, tmp_path / "run")
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        torch.cuda.empty_cache()
+    message = str(error.value)
+    assert "out of GPU memory" in message and "train.max_tokens=200000" in message and "\n" not in message
+    assert free > 300 * 2**20
+
+
+def test_a_short_gpu_run_logs_mfu_and_its_loss_falls(tmp_path: Path, data_dir: Path, monkeypatch) -> None:
+    monkeypatch.setenv("VASWANI_DATA", str(data_dir))
+    monkeypatch.setenv("VASWANI_CACHE", str(tmp_path / "cache"))
+    config = apply_settings(load_preset("smoke"), [*SHORT_RUN, "train.device=cuda", "train.precision=bf16"])
+    train(config, tmp_path / "run")
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [row for row in rows if row["kind"] == "train" and "loss" in row]
+    assert len(steps) >= 4, rows[:3]
+    assert all(0.0 < row["mfu"] < 1.0 for row in steps), steps
+    assert steps[-1]["loss"] < steps[0]["loss"]
+
+
+def _kernels_of_one_step(model: TranslationLoss, batch: Batch) -> set[str]:
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    train_step(model, optimizer, [batch], batch.tgt_out.numel(), precision="bf16")  # warm-up
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                            torch.profiler.ProfilerActivity.CUDA]) as profiler:
+        train_step(model, optimizer, [batch], batch.tgt_out.numel(), precision="bf16")
+        torch.cuda.synchronize()
+    return {event.key for event in profiler.key_averages()}
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "padded"])
+def test_a_bf16_training_step_runs_a_fused_attention_kernel_not_the_math_path(padded: bool) -> None:
+    """The model always passes its padding mask, and FlashAttention takes no mask: SDPA must pick the
+    memory-efficient (or cuDNN) kernel, never the unfused math path that materialises the B·H·T² scores."""
+    model = loss_model(attention="sdpa", dropout=0.0)
+    names = _kernels_of_one_step(model, fixed_batch(model.model.config.vocab_size, padded=padded))
+    fused = {"aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_cudnn_attention",
+             "aten::_scaled_dot_product_flash_attention"}
+    assert names & fused, sorted(n for n in names if "attention" in n)
+    assert {name + "_backward" for name in names & fused} & names
+    assert "aten::_scaled_dot_product_attention_math" not in names
