@@ -123,3 +123,19 @@ def test_the_number_check_catches_a_stale_figure(tmp_path: Path) -> None:
     values = numbers_in_files(readme, first)
     assert [found(q, values) for q in quoted_numbers(first)] == [True, True, True, True]
     assert quoted_numbers(second) == ["40.58"] and not found("40.58", values)
+
+
+def test_a_tree_copied_without_git_takes_its_commit_from_the_environment(monkeypatch) -> None:
+    """A lent GPU machine runs a copy of the working tree without .git: git fails there."""
+    import subprocess
+
+    from vaswani import provenance
+
+    def not_a_repository(command, **kwargs):
+        return subprocess.CompletedProcess(command, 128, "", "fatal: not a git repository")
+
+    monkeypatch.setattr(provenance.subprocess, "run", not_a_repository)
+    monkeypatch.delenv("VASWANI_GIT_COMMIT", raising=False)
+    assert provenance.git_state() == {"commit": None, "dirty": None}
+    monkeypatch.setenv("VASWANI_GIT_COMMIT", "a" * 40)
+    assert provenance.git_state() == {"commit": "a" * 40, "dirty": False}
