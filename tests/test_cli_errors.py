@@ -182,6 +182,15 @@ def test_weights_that_do_not_match_model_json_are_reported(run, checkpoint: Path
                  "do not match model.json")
 
 
+@pytest.mark.parametrize("change", [{"positions": "learned"}, {"tie_embeddings": "none"}])
+def test_weights_of_another_architecture_name_the_missing_tensors(run, checkpoint: Path, sentences: Path,
+                                                                  change: dict) -> None:
+    config = json.loads((checkpoint / "model.json").read_text())
+    (checkpoint / "model.json").write_text(json.dumps({**config, **change}))
+    assert_clean(*run("translate", "--checkpoint", checkpoint, "--input", sentences, "--device", "cpu"), 2,
+                 "model.safetensors: weights do not match model.json (missing ['", "another architecture")
+
+
 def test_an_invalid_model_json_is_reported_with_its_file(run, checkpoint: Path, sentences: Path) -> None:
     config = json.loads((checkpoint / "model.json").read_text())
     (checkpoint / "model.json").write_text(json.dumps({**config, "n_heads": 0}))

@@ -79,6 +79,6 @@ def load_weights(model: torch.nn.Module, file: Path, device: torch.device | str 
         raise VaswaniError(f"{file}: cannot be read as safetensors weights; the file is truncated or corrupt "
                            f"({str(error).splitlines()[0] if str(error) else type(error).__name__})") from None
     if missing or unexpected:
-        raise VaswaniError(
-            f"{file}: weights do not match {described_by} (missing {missing[:3]}, unexpected {unexpected[:3]})"
-        )
+        # safetensors returns sets: name a few of each, sorted, so the message is the same on every run
+        raise VaswaniError(f"{file}: weights do not match {described_by} (missing {sorted(missing)[:3]}, "
+                           f"unexpected {sorted(unexpected)[:3]}); the file belongs to another architecture")
