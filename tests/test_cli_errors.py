@@ -207,6 +207,57 @@ def test_asking_for_cuda_without_one_names_the_device(run, checkpoint: Path, sen
                  "no CUDA device")
 
 
+# ---- outputs that replace a directory -------------------------------------------------------------------------------
+
+def test_export_force_never_replaces_the_current_directory_or_the_checkpoint(run, checkpoint: Path, tmp_path,
+                                                                            monkeypatch) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "precious.txt").write_text("keep me")
+    monkeypatch.chdir(work)
+    assert_clean(*run("export", "--checkpoint", checkpoint, "--format", "hf", "--out", ".", "--force"), 2,
+                 "--out . holds the current directory", "pick a new directory")
+    parent = tmp_path / "parent"
+    inside = Path(shutil.copytree(checkpoint, parent / "run" / "final"))
+    assert_clean(*run("export", "--checkpoint", inside, "--format", "hf", "--out", parent, "--force"), 2,
+                 f"holds {inside}")
+    assert (work / "precious.txt").read_text() == "keep me" and (inside / "model.safetensors").is_file()
+
+
+def test_average_refuses_a_non_empty_out_and_with_force_replaces_it_whole(run, checkpoint: Path,
+                                                                          tmp_path) -> None:
+    other = Path(shutil.copytree(checkpoint, tmp_path / "other"))
+    old = Path(shutil.copytree(checkpoint, tmp_path / "old"))
+    (old / "trainer_state.pt").write_bytes(b"an older run's state")
+    assert_clean(*run("average", "--checkpoints", checkpoint, other, "--out", old), 2,
+                 "not empty; pass --force")
+    assert (old / "trainer_state.pt").is_file()
+    code, err = run("average", "--checkpoints", checkpoint, other, "--out", old, "--force")
+    assert code == 0, err
+    assert sorted(p.name for p in old.iterdir()) == sorted(
+        [p.name for p in checkpoint.iterdir() if p.name in ("model.json", "model.safetensors", "tokenizer.json")]
+        + ["average.json"])  # nothing of the replaced directory is left to mix with the new checkpoint
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".old.")]
+    assert_clean(*run("average", "--checkpoints", checkpoint, other, "--out", tmp_path, "--force"), 2,
+                 f"holds {checkpoint}")
+
+
+def test_a_directory_written_whole_keeps_the_old_one_when_the_writer_fails(tmp_path) -> None:
+    from vaswani.io import directory_written_whole
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old.txt").write_text("old")
+    with pytest.raises(RuntimeError):
+        with directory_written_whole(out) as staging:
+            (staging / "half.txt").write_text("half")
+            raise RuntimeError("killed mid-write")
+    assert [p.name for p in tmp_path.iterdir()] == ["out"] and (out / "old.txt").read_text() == "old"
+    with directory_written_whole(out) as staging:
+        (staging / "new.txt").write_text("new")
+    assert [p.name for p in tmp_path.iterdir()] == ["out"] and [p.name for p in out.iterdir()] == ["new.txt"]
+
+
 # ---- translate / evaluate options and paths ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("options, fragment", [

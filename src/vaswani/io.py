@@ -7,11 +7,13 @@ or the new one, never a torn one, even if the process is killed mid-write.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Sequence
 
 
 def default_file_mode() -> int:
@@ -70,3 +72,50 @@ def ensure_writable_directory(path: str | Path, what: str = "output directory") 
         raise EnvironmentFault(f"{path}: the {what} cannot be written ({error.strerror or error}); "
                                "pick a directory you can write to") from None
     return path
+
+
+def check_new_directory(out: str | Path, force: bool, inputs: Sequence[str | Path] = (),
+                        option: str = "--out") -> None:
+    """Before any work, refuse an output directory that cannot be (re)placed safely: a file, a non-empty directory
+    without ``force``, and even with it a directory holding the current directory or one of the command's own
+    ``inputs`` (replacing it would delete them); then prove its parent can be written."""
+    from vaswani.errors import VaswaniError
+
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise VaswaniError(f"{option} {out} is a file, not a directory")
+    if out.is_dir() and any(out.iterdir()):
+        if not force:
+            raise VaswaniError(f"{option} {out} exists and is not empty; pass --force to replace it")
+        target = out.resolve()
+        for kept, what in [(Path.cwd(), "the current directory"), *((Path(p), str(p)) for p in inputs)]:
+            if kept.resolve() == target or target in kept.resolve().parents:
+                raise VaswaniError(f"{option} {out} holds {what}, which replacing it would delete; "
+                                   "pick a new directory")
+    ensure_writable_directory(out.parent, f"parent of {option} {out}")
+
+
+@contextlib.contextmanager
+def directory_written_whole(out: str | Path) -> Iterator[Path]:
+    """Yield an empty staging directory beside ``out``; when the block succeeds it takes ``out``'s place, and an
+    existing ``out`` is deleted only after that. A failure (or a kill) never leaves a half-written ``out`` and
+    never loses the old one: what can remain is a hidden ``.NAME.*`` directory beside it."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        yield staging
+        previous = None
+        if out.exists():
+            previous = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+            os.replace(out, previous / out.name)
+        try:
+            os.replace(staging, out)
+        except OSError:
+            if previous is not None:
+                os.replace(previous / out.name, out)
+            raise
+        if previous is not None:
+            shutil.rmtree(previous, ignore_errors=True)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

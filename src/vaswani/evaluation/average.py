@@ -16,6 +16,7 @@ from typing import Sequence
 import torch
 
 from vaswani.errors import VaswaniError
+from vaswani.io import directory_written_whole
 from vaswani.model.serialization import CONFIG_FILE, load_model, read_model_config, resolve_checkpoint, save_model
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -37,7 +38,7 @@ def last_checkpoints(run_dir: str | Path, n: int) -> list[Path]:
 
 def average_checkpoints(checkpoints: Sequence[str | Path], out: str | Path) -> Path:
     """Average the weights of ``checkpoints`` into a new checkpoint directory ``out`` (weights, model.json and
-    the tokenizer of the last one). Returns ``out``.
+    the tokenizer of the last one), which replaces ``out`` whole if it exists. Returns ``out``.
 
     Parameters are accumulated in float64 and visited once each (``named_parameters`` lists a tied matrix
     once), so tied embeddings stay one tensor in the average as they were in every input.
@@ -60,11 +61,14 @@ def average_checkpoints(checkpoints: Sequence[str | Path], out: str | Path) -> P
         for name, p in params.items():
             p.copy_((total[name] / len(directories)).to(p.dtype))
 
-    save_model(model, out)
-    tokenizer = directories[-1] / TOKENIZER_FILE
-    if tokenizer.is_file():
-        shutil.copyfile(tokenizer, out / TOKENIZER_FILE)
-    (out / "average.json").write_text(json.dumps({"averaged": [str(d) for d in directories]}, indent=2) + "\n")
+    # Written whole: an existing ``out`` is replaced only by a complete checkpoint, never mixed with its files.
+    with directory_written_whole(out) as staging:
+        save_model(model, staging)
+        tokenizer = directories[-1] / TOKENIZER_FILE
+        if tokenizer.is_file():
+            shutil.copyfile(tokenizer, staging / TOKENIZER_FILE)
+        (staging / "average.json").write_text(json.dumps({"averaged": [str(d) for d in directories]}, indent=2)
+                                              + "\n")
     return out
 
 

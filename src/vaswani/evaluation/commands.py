@@ -10,7 +10,7 @@ from vaswani.config import ranged
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.decoding.arguments import add_search_arguments, search_config_from_args, translator_from_args
 from vaswani.errors import VaswaniError
-from vaswani.io import ensure_writable_directory
+from vaswani.io import check_new_directory, ensure_writable_directory
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -57,6 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     average.add_argument("--last", type=ranged(int, ge=1), default=5, metavar="N",
                          help="with --run: how many (default 5)")
     average.add_argument("--out", required=True, type=Path, metavar="DIR", help="new checkpoint directory")
+    average.add_argument("--force", action="store_true", help="replace --out if it exists and is not empty")
     average.set_defaults(handler=average_command)
 
 
@@ -94,7 +95,7 @@ def average_command(args: argparse.Namespace) -> int:
     from vaswani.evaluation.average import average_checkpoints, last_checkpoints
 
     checkpoints = args.checkpoints or last_checkpoints(args.run, args.last)
-    ensure_writable_directory(args.out, "--out directory")
+    check_new_directory(args.out, args.force, inputs=[*checkpoints, *([args.run] if args.run else [])])
     out = average_checkpoints(checkpoints, args.out)
     print(f"averaged {len(checkpoints)} checkpoints into {out}")
     for path in checkpoints:

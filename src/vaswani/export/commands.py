@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import shutil
-import tempfile
 from pathlib import Path
 
 from vaswani.errors import VaswaniError
+from vaswani.io import check_new_directory, directory_written_whole
 
 FORMATS = ("hf", "ctranslate2")
 PACKAGES = {"hf": "transformers", "ctranslate2": "ctranslate2"}
@@ -35,38 +34,15 @@ def export_command(args: argparse.Namespace) -> int:
     if args.format == "hf" and args.quantization != "float32":
         raise VaswaniError("--quantization applies to --format ctranslate2 only (the hf export is float32)")
     out: Path = args.out
-    check_output_directory(out, args.force)
+    check_new_directory(out, args.force, inputs=[args.checkpoint])
     export = _exporter(args.format)
-    # Build the export next to --out and move it into place at the end: a failure never leaves half a model
-    # behind, and --force replaces the old directory only once the new one is complete.
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with directory_written_whole(out) as staging:
         if args.format == "hf":
             export(args.checkpoint, staging)
         else:
             export(args.checkpoint, staging, quantization=args.quantization)
-        if out.exists():
-            shutil.rmtree(out) if out.is_dir() else out.unlink()
-        staging.rename(out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     print(f"wrote {out} ({args.format}{'' if args.format == 'hf' else ', ' + args.quantization})")
     return 0
-
-
-def check_output_directory(out: Path, force: bool) -> None:
-    """Refuse a non-empty --out without --force, and a parent we cannot write to, before any conversion."""
-    if out.exists() and not out.is_dir():
-        raise VaswaniError(f"--out {out} is a file, not a directory")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise VaswaniError(f"--out {out} exists and is not empty; pass --force to replace it")
-    parent = out.parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=parent, prefix=".write-test-"):
-            pass
-    except OSError as error:
-        raise VaswaniError(f"--out {out}: cannot write to {parent} ({error.strerror or error})") from None
 
 
 def _exporter(fmt: str):
