@@ -267,6 +267,10 @@ def test_a_directory_written_whole_keeps_the_old_one_when_the_writer_fails(tmp_p
     (["--max-tokens", "0"], "--max-tokens 0"),  # accepted
     (["--batch-size", "0"], "--batch-size 0"),
     (["--repetition-penalty", "0"], "--repetition-penalty 0"),
+    (["--max-len-a", "1e9"], "search.max_len_a=1000000000.0 must be >= 0 and <= 16"),  # asked for 96 GB
+    (["--max-len-a", "1e19"], "search.max_len_a=1e+19 must be >= 0 and <= 16"),  # empty translations, exit 0
+    (["--max-len-b", "1000000000000"], "--max-len-b 1000000000000"),  # 80 TB
+    (["--beam", "100000"], "--beam 100000"),
 ])
 def test_invalid_search_options_name_the_option(run, sentences: Path, options: list[str], fragment: str) -> None:
     # checked before anything is loaded: the checkpoint does not even exist

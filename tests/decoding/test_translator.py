@@ -99,6 +99,19 @@ def test_long_sources_are_cut_for_learned_positions(tiny_checkpoint, test_pairs,
     assert all(n[0].length <= 8 for n in nbest)
 
 
+def test_a_huge_line_is_cut_not_a_crash_for_positions_that_extrapolate(translator: Translator, capsys) -> None:
+    """A 100,000-word line used to ask standard attention for 160 GB; it is cut, the file still translates."""
+    from vaswani.decoding.translator import LONGEST_SOURCE
+
+    assert translator.model.config.positions == "sinusoidal" and translator.model.config.max_len < LONGEST_SOURCE
+    lines = ["Ein Hund.", "Hund " * 5000, "Zwei Katzen."]
+    sources = translator.encode(lines)
+    assert [len(s) for s in sources][1] == LONGEST_SOURCE and sources[1][-1] == translator.config.eos_id
+    assert len(sources[0]) < 10 and len(sources[2]) < 10
+    err = capsys.readouterr().err
+    assert f"1 source sentence(s) longer than {LONGEST_SOURCE} tokens were cut there (the first: sentence 2)" in err
+
+
 def test_translate_command_with_a_compiled_decoding_step(tiny_checkpoint, test_pairs, tmp_path, device) -> None:
     """--compile runs the decoding step through torch.compile's code generator: the same translations."""
     import torch

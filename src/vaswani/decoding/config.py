@@ -39,9 +39,11 @@ class SearchConfig:
     pad_id: int = 0
 
     SECTION = "search"
+    # Upper bounds keep a typo from asking for terabytes (a limit of a·|src| + b positions is allocated up front
+    # for the output, and a beam of k multiplies the batch by k); each is far beyond any sensible search.
     LIMITS = {
-        "beam_size": Limit(ge=1), "nbest": Limit(ge=1), "alpha": Limit(ge=0), "max_len_a": Limit(ge=0),
-        "max_len_b": Limit(ge=0), "repetition_penalty": Limit(gt=0), "no_repeat_ngram": Limit(ge=0),
+        "beam_size": Limit(ge=1, le=256), "nbest": Limit(ge=1), "alpha": Limit(ge=0), "max_len_a": Limit(ge=0, le=16),
+        "max_len_b": Limit(ge=0, le=4096), "repetition_penalty": Limit(gt=0), "no_repeat_ngram": Limit(ge=0),
         "bos_id": Limit(ge=0), "eos_id": Limit(ge=0), "pad_id": Limit(ge=0),
     }
 

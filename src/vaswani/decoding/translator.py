@@ -31,6 +31,10 @@ from vaswani.model.transformer import Transformer
 
 TOKENIZER_FILE = "tokenizer.json"
 
+# Sources longer than this (in BPE tokens) are cut unless the model was built for longer ones: far past any
+# training sentence, and small enough that standard attention over one such sentence takes megabytes, not gigabytes.
+LONGEST_SOURCE = 1024
+
 
 @dataclass
 class Translation:
@@ -124,23 +128,32 @@ class Translator:
 
     # ---- steps -------------------------------------------------------------------------------------------------
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
-        """BPE ids + </s> per sentence (blank lines give []). Learned positions cannot go past max_len, so longer
-        sources are cut there (with a warning) rather than crashing the whole file."""
+        """BPE ids + </s> per sentence (blank lines give []). A source longer than :meth:`longest_source` is cut
+        there (with a warning naming the first one) rather than crashing the whole file."""
         ids = self.tokenizer.encode_batch([text.strip() for text in texts])
-        limit = self.model.config.max_len if self.model.config.positions == "learned" else None
-        sources, cut = [], 0
-        for text, seq in zip(texts, ids):
+        limit = self.longest_source()
+        sources, cut = [], []
+        for number, (text, seq) in enumerate(zip(texts, ids), 1):
             if not text.strip():
                 sources.append([])
                 continue
             seq = seq + [self.config.eos_id]
-            if limit is not None and len(seq) > limit:
-                seq, cut = seq[: limit - 1] + [self.config.eos_id], cut + 1
+            if len(seq) > limit:
+                seq = seq[: limit - 1] + [self.config.eos_id]
+                cut.append(number)
             sources.append(seq)
         if cut:
-            print(f"warning: {cut} source sentence(s) longer than model.max_len={limit} tokens were cut",
-                  file=sys.stderr)
+            print(f"warning: {len(cut)} source sentence(s) longer than {limit} tokens were cut there (the first: "
+                  f"sentence {cut[0]}); split such lines to translate all of them", file=sys.stderr)
         return sources
+
+    def longest_source(self) -> int:
+        """The most source tokens (</s> included) one sentence may have: learned positions end at model.max_len;
+        sinusoidal and rotary ones extrapolate, but attention's memory grows with the square of the length (a
+        100,000-token line would ask for over 100 GB), so they stop at LONGEST_SOURCE."""
+        if self.model.config.positions == "learned":
+            return self.model.config.max_len
+        return max(LONGEST_SOURCE, self.model.config.max_len)
 
     def batches(self, sources: Sequence[list[int]]) -> Iterator[list[int]]:
         """Indices of ``sources`` grouped longest-first into batches within the sentence and token budgets."""
