@@ -84,6 +84,9 @@ def assert_clean(code: int, err: str, expected_code: int, *fragments: str) -> No
     ("train.log_every_steps=0", "train.log_every_steps"),  # modulo by zero in the loop
     ("train.warmup_steps=0", "train.warmup_steps"),  # noam divides by it
     ("train.device=gpu", "train.device"),
+    ("data.vocab_size=99999999999999999999", "data.vocab_size"),  # OverflowError in the BPE trainer
+    ("train.final_test_splits=[test2016,nope]", "train.final_test_splits: dataset 'multi30k' has no split 'nope'"),
+    ("data.valid_split=dev", "data.valid_split"),  # both were found only when the split was read
 ])
 def test_invalid_settings_are_refused_naming_the_field(run, setting: str, field: str) -> None:
     assert_clean(*run("train", "--preset", "smoke", "--set", setting, "--print-config"), 2, field)

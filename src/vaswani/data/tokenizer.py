@@ -24,6 +24,7 @@ PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIAL_TOKENS = [PAD, BOS, EOS, UNK]  # ids 0, 1, 2, 3 in this order
 N_BYTES = 256
 MIN_VOCAB_SIZE = N_BYTES + len(SPECIAL_TOKENS)  # every byte plus the special tokens, before any merge
+MAX_VOCAB_SIZE = 1_000_000  # far past any translation vocabulary; the BPE trainer's own limit is a 32-bit count
 
 
 def _tokenizers():
@@ -62,6 +63,8 @@ class Tokenizer:
         tk = _tokenizers()
         if vocab_size < MIN_VOCAB_SIZE:
             raise ConfigError(f"vocab_size={vocab_size} is too small: a byte-level BPE needs at least {MIN_VOCAB_SIZE}")
+        if vocab_size > MAX_VOCAB_SIZE:
+            raise ConfigError(f"vocab_size={vocab_size} is too large: at most {MAX_VOCAB_SIZE:,}")
         hf = tk.Tokenizer(tk.models.BPE(unk_token=UNK))
         hf.normalizer = tk.normalizers.NFKC()
         hf.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)

@@ -20,8 +20,9 @@ from typing import Any, Literal
 import yaml
 
 from vaswani.config import Limit, ModelConfig, Precision, apply_overrides, parse_settings, validate_settings
-from vaswani.data.tokenizer import MIN_VOCAB_SIZE
-from vaswani.errors import ConfigError
+from vaswani.data.corpora import DATASETS, get_dataset
+from vaswani.data.tokenizer import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE
+from vaswani.errors import ConfigError, DataError
 
 
 @dataclass
@@ -37,7 +38,7 @@ class DataConfig:
     data_dir: str | None = None  # default: $VASWANI_DATA, then the download cache
 
     # max_len counts <s> or </s>: 2 is the shortest sequence that still holds a token
-    LIMITS = {"vocab_size": Limit(ge=MIN_VOCAB_SIZE), "max_len": Limit(ge=2)}
+    LIMITS = {"vocab_size": Limit(ge=MIN_VOCAB_SIZE, le=MAX_VOCAB_SIZE), "max_len": Limit(ge=2)}
 
     def __post_init__(self) -> None:
         validate_settings(self)
@@ -134,6 +135,21 @@ class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+
+    def __post_init__(self) -> None:
+        # Every split the run will read, checked before any work: a misspelt test split would otherwise surface
+        # only after training, when the final model is scored on it.
+        if self.data.dataset not in DATASETS:  # local files: their splits are the files the user points to
+            return
+        dataset = get_dataset(self.data.dataset)
+        named = [("data.train_split", self.data.train_split), ("data.valid_split", self.data.valid_split),
+                 ("data.test_split", self.data.test_split),
+                 *(("train.final_test_splits", split) for split in self.train.final_test_splits)]
+        for setting, split in named:
+            try:
+                dataset.resolve_split(split)
+            except DataError as error:
+                raise ConfigError(f"{setting}: {error}", field=setting) from None
 
     def to_dict(self) -> dict[str, Any]:
         return {
