@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -234,6 +236,38 @@ def test_translate_writes_its_output_whole(run, checkpoint: Path, sentences: Pat
                     "--device", "cpu", "--beam", "1")
     assert code == 0, err
     assert len(out.read_text(encoding="utf-8").splitlines()) == 2
+
+
+# ---- standard streams, text that is not UTF-8, output paths ----------------------------------------------------------
+
+def stdin_bytes(data: bytes) -> io.TextIOWrapper:
+    """What Python makes of a pipe on stdin under a UTF-8 locale (bytes that are not UTF-8 become surrogates)."""
+    return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="surrogateescape")
+
+
+def test_input_that_is_not_utf8_names_its_line_or_option(run, monkeypatch, tmp_path) -> None:
+    # the checkpoint does not exist: each refusal comes before the model is loaded
+    monkeypatch.setattr(sys, "stdin", stdin_bytes(b"Ein Mann.\nEin M\xe4nn.\n"))
+    code, err = run("translate", "--checkpoint", "missing")
+    assert_clean(code, err, 2)
+    assert err == ("vaswani translate: error: standard input:2: invalid UTF-8 (byte(s) e4); the text must be UTF-8 "
+                   "encoded\n")  # was a TypeError from the tokenizer
+    bad = tmp_path / "bad.de"
+    bad.write_bytes(b"Ein Mann.\nEin M\xe4nn.\n")
+    assert_clean(*run("translate", "--checkpoint", "missing", "--input", bad), 2,
+                 f"{bad}:2: invalid UTF-8 (byte(s) e4)")  # was a byte offset
+
+
+@pytest.mark.parametrize("closed, argv, message", [
+    ("stdin", ["translate", "--checkpoint", "missing"], "standard input is closed; pass --input FILE"),
+    ("stdout", ["translate", "--checkpoint", "missing", "--input", "IN"],
+     "standard output is closed; pass --output FILE"),
+])
+def test_a_closed_standard_stream_is_refused_before_the_work(run, monkeypatch, sentences: Path, closed: str,
+                                                             argv: list[str], message: str) -> None:
+    monkeypatch.setattr(sys, closed, None)  # what Python makes of `<&-` or `>&-`
+    code, err = run(*[sentences if a == "IN" else a for a in argv])
+    assert_clean(code, err, 2, message)  # was AttributeError: 'NoneType' object has no attribute ...
 
 
 # ---- compare, prepare ---------------------------------------------------------------------------------------------
