@@ -256,18 +256,46 @@ def test_input_that_is_not_utf8_names_its_line_or_option(run, monkeypatch, tmp_p
     bad.write_bytes(b"Ein Mann.\nEin M\xe4nn.\n")
     assert_clean(*run("translate", "--checkpoint", "missing", "--input", bad), 2,
                  f"{bad}:2: invalid UTF-8 (byte(s) e4)")  # was a byte offset
+    # argv is decoded the same way: $'\xff' arrives as '\udcff'
+    assert_clean(*run("classify", "predict", "--model", "missing", "--text", "\udcff"), 2,
+                 "--text: invalid UTF-8 (byte(s) ff); the text must be UTF-8 encoded")
 
 
 @pytest.mark.parametrize("closed, argv, message", [
     ("stdin", ["translate", "--checkpoint", "missing"], "standard input is closed; pass --input FILE"),
     ("stdout", ["translate", "--checkpoint", "missing", "--input", "IN"],
      "standard output is closed; pass --output FILE"),
+    ("stdout", ["classify", "predict", "--model", "missing", "--csv", "IN"],
+     "standard output is closed; pass --output FILE"),
+    ("stdout", ["classify", "predict", "--model", "missing", "--text", "x"], "standard output is closed; label a CSV"),
 ])
 def test_a_closed_standard_stream_is_refused_before_the_work(run, monkeypatch, sentences: Path, closed: str,
                                                              argv: list[str], message: str) -> None:
     monkeypatch.setattr(sys, closed, None)  # what Python makes of `<&-` or `>&-`
     code, err = run(*[sentences if a == "IN" else a for a in argv])
     assert_clean(code, err, 2, message)  # was AttributeError: 'NoneType' object has no attribute ...
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["translate", "--checkpoint", "missing", "--input", "IN", "--output", "DIR"], "--output"),
+    (["classify", "predict", "--model", "missing", "--csv", "IN", "--output", "DIR"], "--output"),
+])
+def test_an_output_naming_a_directory_is_refused_before_the_work(run, sentences: Path, tmp_path, argv: list[str],
+                                                                  option: str) -> None:
+    # what each command would need first (model, preset) does not exist: the output is refused before it
+    directory = tmp_path / "DIR"
+    directory.mkdir()
+    (tmp_path / "DIR.md").mkdir()
+    argv = [sentences if a == "IN" else tmp_path / a if a.startswith("DIR") else a for a in argv]
+    target = directory if argv[-1] == directory else tmp_path / "DIR.md"
+    assert_clean(*run(*argv), 2, f"{option} {target}: is a directory; name a file")  # not .DIR.xxxx.tmp at the end
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["DIR", "DIR.md", "in.de"]
+
+
+def test_a_device_as_output_is_refused_not_replaced(run, sentences: Path) -> None:
+    assert_clean(*run("translate", "--checkpoint", "missing", "--input", sentences, "--output", "/dev/null"), 2,
+                 "--output /dev/null: is not a regular file")
+    assert Path("/dev/null").is_char_device()
 
 
 # ---- compare, prepare ---------------------------------------------------------------------------------------------
