@@ -279,6 +279,9 @@ def test_a_closed_standard_stream_is_refused_before_the_work(run, monkeypatch, s
 @pytest.mark.parametrize("argv, option", [
     (["translate", "--checkpoint", "missing", "--input", "IN", "--output", "DIR"], "--output"),
     (["classify", "predict", "--model", "missing", "--csv", "IN", "--output", "DIR"], "--output"),
+    (["bench", "decode", "--checkpoint", "missing", "--out", "DIR"], "--out"),
+    (["bench", "decode", "--checkpoint", "missing", "--out", "DIR.json"], "--out"),  # DIR.md holds the table
+    (["bench", "train", "--preset", "missing", "--out", "DIR"], "--out"),
 ])
 def test_an_output_naming_a_directory_is_refused_before_the_work(run, sentences: Path, tmp_path, argv: list[str],
                                                                   option: str) -> None:
