@@ -301,6 +301,15 @@ def test_a_device_as_output_is_refused_not_replaced(run, sentences: Path) -> Non
     assert Path("/dev/null").is_char_device()
 
 
+def test_a_corrupt_registered_test_set_suggests_evaluates_own_options(run, tmp_path) -> None:
+    (tmp_path / "multi30k").mkdir()
+    for lang in ("de", "en"):
+        (tmp_path / "multi30k" / f"test_2016_flickr.{lang}.gz").write_bytes(b"not the real file\n")
+    code, err = run("evaluate", "--checkpoint", "missing", "--dataset", "multi30k", "--split", "test2016",
+                    "--data-dir", tmp_path)
+    assert_clean(code, err, 2, "test_2016_flickr.de.gz: sha256 is", "evaluate: --src/--ref")
+
+
 # ---- compare, prepare ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("content", [

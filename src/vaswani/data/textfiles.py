@@ -144,7 +144,8 @@ def read_text_file(path: str | Path, expected_sha256: str | None = None) -> Text
     if expected_sha256 is not None and checksum != expected_sha256:
         raise DataError(
             f"{path}: sha256 is {checksum} but {expected_sha256} was expected; the file is corrupt or a "
-            "different version. Delete it so that it is downloaded again, or pass your own files with --src/--tgt"
+            "different version. Delete it so that it is downloaded again, or use your own files instead (prepare: "
+            "--src/--tgt, evaluate: --src/--ref)"
         )
     lines = decode_lines(data, path)
     if not lines or all(not line.strip() for line in lines):
