@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -301,6 +303,78 @@ def test_translate_writes_its_output_whole(run, checkpoint: Path, sentences: Pat
                     "--device", "cpu", "--beam", "1")
     assert code == 0, err
     assert len(out.read_text(encoding="utf-8").splitlines()) == 2
+
+
+# ---- standard streams, text that is not UTF-8, output paths ----------------------------------------------------------
+
+def stdin_bytes(data: bytes) -> io.TextIOWrapper:
+    """What Python makes of a pipe on stdin under a UTF-8 locale (bytes that are not UTF-8 become surrogates)."""
+    return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="surrogateescape")
+
+
+def test_input_that_is_not_utf8_names_its_line_or_option(run, monkeypatch, tmp_path) -> None:
+    # the checkpoint does not exist: each refusal comes before the model is loaded
+    monkeypatch.setattr(sys, "stdin", stdin_bytes(b"Ein Mann.\nEin M\xe4nn.\n"))
+    code, err = run("translate", "--checkpoint", "missing")
+    assert_clean(code, err, 2)
+    assert err == ("vaswani translate: error: standard input:2: invalid UTF-8 (byte(s) e4); the text must be UTF-8 "
+                   "encoded\n")  # was a TypeError from the tokenizer
+    bad = tmp_path / "bad.de"
+    bad.write_bytes(b"Ein Mann.\nEin M\xe4nn.\n")
+    assert_clean(*run("translate", "--checkpoint", "missing", "--input", bad), 2,
+                 f"{bad}:2: invalid UTF-8 (byte(s) e4)")  # was a byte offset
+    # argv is decoded the same way: $'\xff' arrives as '\udcff'
+    assert_clean(*run("classify", "predict", "--model", "missing", "--text", "\udcff"), 2,
+                 "--text: invalid UTF-8 (byte(s) ff); the text must be UTF-8 encoded")
+
+
+@pytest.mark.parametrize("closed, argv, message", [
+    ("stdin", ["translate", "--checkpoint", "missing"], "standard input is closed; pass --input FILE"),
+    ("stdout", ["translate", "--checkpoint", "missing", "--input", "IN"],
+     "standard output is closed; pass --output FILE"),
+    ("stdout", ["classify", "predict", "--model", "missing", "--csv", "IN"],
+     "standard output is closed; pass --output FILE"),
+    ("stdout", ["classify", "predict", "--model", "missing", "--text", "x"], "standard output is closed; label a CSV"),
+])
+def test_a_closed_standard_stream_is_refused_before_the_work(run, monkeypatch, sentences: Path, closed: str,
+                                                             argv: list[str], message: str) -> None:
+    monkeypatch.setattr(sys, closed, None)  # what Python makes of `<&-` or `>&-`
+    code, err = run(*[sentences if a == "IN" else a for a in argv])
+    assert_clean(code, err, 2, message)  # was AttributeError: 'NoneType' object has no attribute ...
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["translate", "--checkpoint", "missing", "--input", "IN", "--output", "DIR"], "--output"),
+    (["classify", "predict", "--model", "missing", "--csv", "IN", "--output", "DIR"], "--output"),
+    (["bench", "decode", "--checkpoint", "missing", "--out", "DIR"], "--out"),
+    (["bench", "decode", "--checkpoint", "missing", "--out", "DIR.json"], "--out"),  # DIR.md holds the table
+    (["bench", "train", "--preset", "missing", "--out", "DIR"], "--out"),
+])
+def test_an_output_naming_a_directory_is_refused_before_the_work(run, sentences: Path, tmp_path, argv: list[str],
+                                                                  option: str) -> None:
+    # what each command would need first (model, preset) does not exist: the output is refused before it
+    directory = tmp_path / "DIR"
+    directory.mkdir()
+    (tmp_path / "DIR.md").mkdir()
+    argv = [sentences if a == "IN" else tmp_path / a if a.startswith("DIR") else a for a in argv]
+    target = directory if argv[-1] == directory else tmp_path / "DIR.md"
+    assert_clean(*run(*argv), 2, f"{option} {target}: is a directory; name a file")  # not .DIR.xxxx.tmp at the end
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["DIR", "DIR.md", "in.de"]
+
+
+def test_a_device_as_output_is_refused_not_replaced(run, sentences: Path) -> None:
+    assert_clean(*run("translate", "--checkpoint", "missing", "--input", sentences, "--output", "/dev/null"), 2,
+                 "--output /dev/null: is not a regular file")
+    assert Path("/dev/null").is_char_device()
+
+
+def test_a_corrupt_registered_test_set_suggests_evaluates_own_options(run, tmp_path) -> None:
+    (tmp_path / "multi30k").mkdir()
+    for lang in ("de", "en"):
+        (tmp_path / "multi30k" / f"test_2016_flickr.{lang}.gz").write_bytes(b"not the real file\n")
+    code, err = run("evaluate", "--checkpoint", "missing", "--dataset", "multi30k", "--split", "test2016",
+                    "--data-dir", tmp_path)
+    assert_clean(code, err, 2, "test_2016_flickr.de.gz: sha256 is", "evaluate: --src/--ref")
 
 
 # ---- compare, prepare ---------------------------------------------------------------------------------------------

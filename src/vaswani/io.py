@@ -11,9 +11,12 @@ import contextlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Literal, Sequence, TextIO
+
+from vaswani.errors import EnvironmentFault, VaswaniError
 
 
 def default_file_mode() -> int:
@@ -58,8 +61,6 @@ def atomic_write_json(path: str | Path, payload: Any) -> None:
 def ensure_writable_directory(path: str | Path, what: str = "output directory") -> Path:
     """Create ``path`` if needed and prove it can be written by creating and removing a file in it, so a command
     fails before its work, not after. Raises EnvironmentFault naming the directory and the reason."""
-    from vaswani.errors import EnvironmentFault
-
     path = Path(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -79,8 +80,6 @@ def check_new_directory(out: str | Path, force: bool, inputs: Sequence[str | Pat
     """Before any work, refuse an output directory that cannot be (re)placed safely: a file, a non-empty directory
     without ``force``, and even with it a directory holding the current directory or one of the command's own
     ``inputs`` (replacing it would delete them); then prove its parent can be written."""
-    from vaswani.errors import VaswaniError
-
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise VaswaniError(f"{option} {out} is a file, not a directory")
@@ -119,3 +118,26 @@ def directory_written_whole(out: str | Path) -> Iterator[Path]:
             shutil.rmtree(previous, ignore_errors=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def check_output_file(path: str | Path, option: str) -> Path:
+    """Refuse, before a command's work, an output file it could not write at the end: ``path`` names a directory
+    or something else that is not a file (atomic_write would replace a device such as /dev/null with a file), or
+    its directory cannot be written. The one-line error names ``option`` (e.g. ``--output``) and the path."""
+    path = Path(path)
+    if path.is_dir():
+        raise VaswaniError(f"{option} {path}: is a directory; name a file")
+    if path.exists() and not path.is_file():
+        raise VaswaniError(f"{option} {path}: is not a regular file; name a file")
+    ensure_writable_directory(path.parent, f"{option} directory")
+    return path
+
+
+def standard_stream(name: Literal["stdin", "stdout"], instead: str) -> TextIO:
+    """``sys.stdin`` or ``sys.stdout``; a one-line error saying what to do ``instead`` when the shell started us
+    with it closed (``<&-``, ``>&-``), which Python shows as None."""
+    stream = getattr(sys, name)
+    if stream is None:
+        label = "standard input" if name == "stdin" else "standard output"
+        raise VaswaniError(f"{label} is closed; {instead}")
+    return stream

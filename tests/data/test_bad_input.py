@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import re
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from vaswani.data.corpora import ParallelCorpus, load_corpus, load_parallel_files
 from vaswani.data.preprocess import load_encoded, prepare
 from vaswani.data.tokenizer import Tokenizer
+from vaswani.data.textfiles import check_unicode_text, read_lines, read_stream_lines, read_text_file, unicode_problem
 from vaswani.errors import DataError
 
 
@@ -32,6 +34,27 @@ def test_invalid_utf8_inside_gzip_names_the_line(write_lines):
     src = write_lines("bad.de.gz", b"eins\nzwei\xc3\n")
     with pytest.raises(DataError, match=rf"^{re.escape(str(src))}:2: invalid UTF-8"):
         load_parallel_files(src, write_lines("ok.en", ["one", "two"]))
+
+
+def test_stdin_is_read_like_a_file(write_lines):
+    """translate reads stdin, evaluate and prepare read files: the same lines from the same bytes."""
+    data = "\ufeffeins\r\nzwei\rdrei\nvier".encode()  # byte-order mark, CRLF, a lone \r inside a line
+    expected = ["eins", "zwei\rdrei", "vier"]
+    for name in ("plain.de", "packed.de.gz"):
+        path = write_lines(name, data)
+        assert read_text_file(path).lines == read_lines(path) == expected
+        assert read_stream_lines(io.TextIOWrapper(io.BytesIO(path.read_bytes()), encoding="utf-8")) == expected
+    with pytest.raises(DataError, match=r"^standard input:2: invalid UTF-8 \(byte\(s\) e4\)"):
+        read_stream_lines(io.TextIOWrapper(io.BytesIO(b"eins\nM\xe4nn\n"), encoding="utf-8"))
+
+
+def test_text_python_decoded_from_bad_bytes_names_those_bytes():
+    assert check_unicode_text("Männer", "--text") == "Männer"
+    with pytest.raises(DataError, match=r"^--text: invalid UTF-8 \(byte\(s\) e4\); the text must be UTF-8"):
+        check_unicode_text("M\udce4nn", "--text")  # argv b"M\xe4nn" under a UTF-8 locale
+    assert unicode_problem("ab\ud800") == ("lone surrogate \\ud800 at character 3 is not a Unicode character; "
+                                           "send Unicode text")  # from a JSON escape: no byte behind it
+    assert unicode_problem("Männer") is None
 
 
 def test_empty_file(write_lines):

@@ -76,6 +76,54 @@ def test_translate_command_nbest_from_stdin(tiny_checkpoint, test_pairs, monkeyp
         assert float(score) <= 0.0
 
 
+# A byte-order mark, a CRLF line and a lone \r inside a line: three sentences, as evaluate and prepare read them.
+AWKWARD_TEXT = "\ufeffEin Mann fährt Fahrrad.\r\nZwei\rHunde spielen.\nEine Frau.\n".encode("utf-8")
+
+
+def test_translate_reads_files_and_stdin_line_for_line_like_evaluate(tiny_checkpoint, tmp_path, monkeypatch, capsys,
+                                                                     device) -> None:
+    from vaswani.data.textfiles import read_text_file
+
+    source = tmp_path / "awkward.de"
+    source.write_bytes(AWKWARD_TEXT)
+    sentences = read_text_file(source).lines  # what evaluate translates
+    assert sentences == ["Ein Mann fährt Fahrrad.", "Zwei\rHunde spielen.", "Eine Frau."]
+    expected = Translator.load(tiny_checkpoint, SearchConfig(beam_size=2), device=device).translate(sentences)
+    options = ["--checkpoint", str(tiny_checkpoint), "--beam", "2", "--device", device.type, "--precision", "fp32"]
+
+    assert main(["translate", *options, "--input", str(source), "--output", str(tmp_path / "out.en")]) == 0
+    assert (tmp_path / "out.en").read_text(encoding="utf-8") == "".join(line + "\n" for line in expected)
+    capsys.readouterr()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(AWKWARD_TEXT), encoding="utf-8"))
+    assert main(["translate", *options]) == 0
+    assert capsys.readouterr().out == "".join(line + "\n" for line in expected)
+
+
+class Terminal(io.TextIOWrapper):
+    """Typed lines as a terminal delivers them under a UTF-8 locale: bytes that are not UTF-8 become surrogates."""
+
+    def __init__(self, data: bytes):
+        super().__init__(io.BytesIO(data), encoding="utf-8", errors="surrogateescape")
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_interactive_translation_skips_a_typed_line_that_is_not_utf8(tiny_checkpoint, monkeypatch, capsys,
+                                                                     device) -> None:
+    monkeypatch.setattr(sys, "stdin", Terminal(b"Ein Mann.\nEin M\xe4nn.\nZwei Hunde.\n"))
+    code = main(["translate", "--checkpoint", str(tiny_checkpoint), "--beam", "2", "--device", device.type,
+                 "--precision", "fp32"])
+    assert code == 0
+    captured = capsys.readouterr()
+    first, third = Translator.load(tiny_checkpoint, SearchConfig(beam_size=2), device=device).translate(
+        ["Ein Mann.", "Zwei Hunde."])
+    assert captured.out == f"> {first}\n> > {third}\n> "  # a prompt per line; line 2 is not translated
+    assert ("standard input:2: not translated: invalid UTF-8 (byte(s) e4); the text must be UTF-8 encoded"
+            in captured.err.splitlines())
+    assert "Traceback" not in captured.err
+
+
 def test_translate_command_reports_bad_input(tiny_checkpoint, tmp_path, capsys) -> None:
     code = main(["translate", "--checkpoint", str(tiny_checkpoint), "--input", str(tmp_path / "missing.de")])
     assert code == 2

@@ -98,6 +98,8 @@ ERRORS = [
     ('{"texts": []}', 422, "texts"),
     ('{"texts": ["a", "b", "c", "d", "e"]}', 422, "texts"),
     ('{"texts": ["a", ""]}', 422, "texts[1]"),
+    ('{"texts": ["a", "Ein \\ud800"]}', 422, "texts[1]"),  # valid JSON, but no text: was a 500 (TypeError)
+    ('{"text": "\\udcff"}', 422, "text"),
     ('{"text": "' + "x" * 2100 + '"}', 413, "body"),  # over max_body_bytes: refused before parsing
 ]
 
@@ -109,6 +111,15 @@ def test_bad_requests_get_a_json_error_naming_the_field(client, raw: str, status
     error = answer.json()["error"]
     assert error["status"] == status and error["field"] == field and error["message"]
     assert "Traceback" not in answer.text
+
+
+def test_a_lone_surrogate_is_a_422_naming_the_item(client) -> None:
+    for path, body, field, position in (("/v1/translate", '{"texts": ["Ein Mann.", "Ein \\ud800"]}', "texts[1]", 5),
+                                        ("/v1/attention", '{"text": "\\ud800"}', "text", 1)):
+        answer = client.post(path, content=body.encode(), headers={"Content-Type": "application/json"})
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["error"] == {"status": 422, "field": field, "message": (
+            f"lone surrogate \\ud800 at character {position} is not a Unicode character; send Unicode text")}
 
 
 def test_attention_checks_its_input_too(client) -> None:

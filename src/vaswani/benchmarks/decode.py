@@ -38,7 +38,7 @@ from vaswani.decoding.config import SearchConfig
 from vaswani.decoding.reference import UncachedModel
 from vaswani.decoding.search import generate
 from vaswani.errors import VaswaniError
-from vaswani.io import atomic_write_json, atomic_write_text
+from vaswani.io import atomic_write_json, atomic_write_text, check_output_file, ensure_writable_directory
 from vaswani.precision import resolve_precision
 from vaswani.provenance import provenance, provenance_lines
 from vaswani.model import Transformer
@@ -181,6 +181,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Refused now, not after minutes of timing: with --peer a directory, else a JSON file and its .md beside it.
+    if args.out and args.peer:
+        ensure_writable_directory(args.out, "--out directory")
+    elif args.out:
+        for path in (args.out, args.out.with_suffix(".md")):
+            check_output_file(path, "--out")
     if args.peer:
         from vaswani.benchmarks.decode_peers import run_peers
 
@@ -281,7 +287,6 @@ def run(args: argparse.Namespace) -> int:
         print("compiled decoding step vs eager: " + ", ".join(f"{label} {x:.2f}x" for label, x in
                                                               compiled["speedup"].items()))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
         report = {
             **provenance(device),
             "arguments": {key: (str(v) if isinstance(v, Path) else v) for key, v in vars(args).items()

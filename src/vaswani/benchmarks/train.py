@@ -42,7 +42,7 @@ from vaswani.config import PRECISIONS, ModelConfig, add_settings_argument, apply
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.devices import resolve_device, reuse_freed_memory, synchronize
 from vaswani.errors import VaswaniError
-from vaswani.io import atomic_write_json, atomic_write_text
+from vaswani.io import atomic_write_json, atomic_write_text, check_output_file
 from vaswani.model import Dropout, Transformer, sinusoidal_table
 from vaswani.provenance import provenance, provenance_lines
 from vaswani.training.flops import peak_flops, training_flops
@@ -365,6 +365,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.out:  # refused now, not after minutes of timing
+        profile = [args.out.with_suffix(".profile.md")] if args.profile is not None else []
+        for path in (args.out, args.out.with_suffix(".md"), *profile):
+            check_output_file(path, "--out")
     if args.threads:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)

@@ -194,11 +194,21 @@ def _print_examples(texts, true_ids, predicted_ids, probs, labels, count: int, s
 
 def predict_command(args: argparse.Namespace) -> int:
     from vaswani.classification.predict import Classifier, predict_csv
+    from vaswani.data.textfiles import check_unicode_text
+    from vaswani.io import check_output_file, standard_stream
 
-    classifier = Classifier.load(args.model)
+    # What the user gave is checked before the model is loaded and the texts labelled.
     if args.text is not None:
+        check_unicode_text(args.text, "--text")
         if not args.text.strip():
             raise ConfigError("--text is empty")
+        standard_stream("stdout", "label a CSV with --csv FILE --output FILE instead")
+    elif args.output is not None:
+        check_output_file(args.output, "--output")
+    else:
+        standard_stream("stdout", "pass --output FILE")
+    classifier = Classifier.load(args.model)
+    if args.text is not None:
         probs = classifier.predict_proba([args.text])[0]
         print(classifier.labels[int(probs.argmax())])
         for label, p in sorted(zip(classifier.labels, probs), key=lambda pair: -pair[1]):

@@ -11,10 +11,12 @@ import hashlib
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from vaswani.errors import DataError
 
 GZIP_MAGIC = b"\x1f\x8b"
+STANDARD_INPUT = "standard input"  # how messages name stdin where they would name a file
 
 
 @dataclass
@@ -50,21 +52,55 @@ def read_bytes(path: str | Path) -> bytes:
         raise DataError(f"{path}: cannot read file: {error.strerror or error}") from None
 
 
-def decode_text(data: bytes, path: Path) -> str:
-    """Decompress (if gzip) and decode UTF-8; a bad byte becomes 'file:line: invalid UTF-8'."""
+def decode_text(data: bytes, name: str | Path) -> str:
+    """Decompress (if gzip) and decode UTF-8; a bad byte becomes 'name:line: invalid UTF-8'. ``name`` is the file's
+    path, or STANDARD_INPUT."""
     if data[:2] == GZIP_MAGIC:
         try:
             data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error) as error:
-            raise DataError(f"{path}: corrupt or truncated gzip file ({error})") from None
+            raise DataError(f"{name}: corrupt or truncated gzip file ({error})") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         line = data.count(b"\n", 0, error.start) + 1
-        bad = data[error.start : error.end].hex(" ")
-        raise DataError(f"{path}:{line}: invalid UTF-8 (byte(s) {bad}); the file must be UTF-8 encoded") from None
+        raise DataError(f"{name}:{line}: {_invalid_utf8(data[error.start : error.end])}") from None
     # A UTF-8 byte-order mark would otherwise become part of the first sentence.
     return text[1:] if text.startswith("\ufeff") else text
+
+
+def _invalid_utf8(bad: bytes) -> str:
+    return f"invalid UTF-8 (byte(s) {bad.hex(' ')}); the text must be UTF-8 encoded"
+
+
+def unicode_problem(text: str, from_bytes: bool = False) -> str | None:
+    """Why ``text`` is not Unicode text (the tokenizer would refuse it with a TypeError), or None if it is.
+
+    Such a string holds lone surrogates. JSON makes them from escapes such as "\\ud800"; Python makes them from
+    bytes that are not UTF-8 in argv and on a terminal's stdin ('surrogateescape': byte 0xE4 becomes U+DCE4), and
+    for such text (``from_bytes``) the message names those bytes, as a file's would.
+    """
+    try:
+        text.encode("utf-8")
+        return None
+    except UnicodeEncodeError as error:
+        start, bad = error.start, text[error.start : error.end]
+    if from_bytes:
+        try:
+            return _invalid_utf8(bad.encode("utf-8", "surrogateescape"))
+        except UnicodeEncodeError:  # a surrogate that no byte was turned into
+            pass
+    surrogate = ascii(bad[0])[1:-1]  # written as \ud800: the character itself cannot be printed
+    return f"lone surrogate {surrogate} at character {start + 1} is not a Unicode character; send Unicode text"
+
+
+def check_unicode_text(text: str, name: str) -> str:
+    """``text`` (from argv or a terminal) unchanged, or a DataError '``name``: invalid UTF-8 (byte(s) ..)' when it
+    holds bytes that were not UTF-8 (see unicode_problem). ``name`` is where it came from, e.g. ``--text``."""
+    problem = unicode_problem(text, from_bytes=True)
+    if problem is not None:
+        raise DataError(f"{name}: {problem}")
+    return text
 
 
 def split_lines(text: str) -> list[str]:
@@ -74,6 +110,26 @@ def split_lines(text: str) -> list[str]:
     if lines and lines[-1] == "":
         lines.pop()  # the final newline ends the last line; it does not start a new one
     return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def decode_lines(data: bytes, name: str | Path) -> list[str]:
+    """The lines of plain or gzip UTF-8 bytes, read the one way every command reads text: a byte-order mark
+    dropped, only \\n (or \\r\\n) ending a line, a bad byte reported as 'name:line: invalid UTF-8'."""
+    return split_lines(decode_text(data, name))
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """The lines of a plain or .gz UTF-8 file (see decode_lines); unlike read_text_file, an empty file is no
+    error and no checksum is taken."""
+    return decode_lines(read_bytes(path), path)
+
+
+def read_stream_lines(stream: TextIO, name: str = STANDARD_INPUT) -> list[str]:
+    """The lines of a text stream such as sys.stdin, read as bytes and decoded like a file (see decode_lines)."""
+    buffer = getattr(stream, "buffer", None)
+    # A stream without bytes underneath (an io.StringIO standing in for stdin) gives back the bytes Python decoded.
+    data = buffer.read() if buffer is not None else stream.read().encode("utf-8", "surrogateescape")
+    return decode_lines(data, name)
 
 
 def read_text_file(path: str | Path, expected_sha256: str | None = None) -> TextFile:
@@ -88,9 +144,10 @@ def read_text_file(path: str | Path, expected_sha256: str | None = None) -> Text
     if expected_sha256 is not None and checksum != expected_sha256:
         raise DataError(
             f"{path}: sha256 is {checksum} but {expected_sha256} was expected; the file is corrupt or a "
-            "different version. Delete it so that it is downloaded again, or pass your own files with --src/--tgt"
+            "different version. Delete it so that it is downloaded again, or use your own files instead (prepare: "
+            "--src/--tgt, evaluate: --src/--ref)"
         )
-    lines = split_lines(decode_text(data, path))
+    lines = decode_lines(data, path)
     if not lines or all(not line.strip() for line in lines):
         raise DataError(f"{path}: file is empty (no non-blank lines)")
     return TextFile(path=path, lines=lines, sha256=checksum)

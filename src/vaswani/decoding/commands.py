@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from vaswani.data.textfiles import STANDARD_INPUT, read_lines, read_stream_lines, unicode_problem
 from vaswani.decoding.arguments import add_search_arguments, search_config_from_args, translator_from_args
-from vaswani.errors import VaswaniError
-from vaswani.io import atomic_write_text, ensure_writable_directory
+from vaswani.io import atomic_write_text, check_output_file, standard_stream
 
 if TYPE_CHECKING:  # the translator imports torch; the parser is built without it
     from vaswani.decoding.translator import Translation, Translator
@@ -33,12 +33,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def translate_command(args: argparse.Namespace) -> int:
     # Everything the user gave is checked before the model is loaded and the input translated.
     search_config_from_args(args)
-    if args.output is not None:
-        if args.output.is_dir():
-            raise VaswaniError(f"--output {args.output}: is a directory; name a file")
-        ensure_writable_directory(args.output.parent, "--output directory")
-    interactive = args.input is None and sys.stdin.isatty()
-    lines = None if interactive else _read_lines(args.input)
+    if args.output is None:
+        standard_stream("stdout", "pass --output FILE")
+    else:
+        check_output_file(args.output, "--output")
+    stdin = standard_stream("stdin", "pass --input FILE") if args.input is None else None
+    interactive = stdin is not None and stdin.isatty()
+    if not interactive:
+        # The one way evaluate and prepare read text too: same lines, same byte-order mark and UTF-8 handling.
+        lines = read_lines(args.input) if stdin is None else read_stream_lines(stdin)
     translator = translator_from_args(args)
     if interactive:
         return _interactive(translator, args.nbest)
@@ -50,23 +53,6 @@ def translate_command(args: argparse.Namespace) -> int:
         _write(buffer, nbest, args.nbest)
         atomic_write_text(args.output, buffer.getvalue())
     return 0
-
-
-def _read_lines(path: Path | None) -> list[str]:
-    if path is None:
-        try:
-            return [line.rstrip("\r\n") for line in sys.stdin]
-        except UnicodeDecodeError as error:
-            raise VaswaniError(f"standard input is not UTF-8 text ({error.reason} at byte {error.start})") from None
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return [line.rstrip("\r\n") for line in handle]
-    except FileNotFoundError:
-        raise VaswaniError(f"{path}: no such input file") from None
-    except IsADirectoryError:
-        raise VaswaniError(f"--input {path}: is a directory; name a file with one sentence per line") from None
-    except UnicodeDecodeError as error:
-        raise VaswaniError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
 
 
 def _write(out: TextIO, nbest: list[list[Translation]], n: int, offset: int = 0) -> None:
@@ -81,13 +67,20 @@ def _write(out: TextIO, nbest: list[list[Translation]], n: int, offset: int = 0)
 
 def _interactive(translator: Translator, n: int) -> int:
     print("Type a German sentence and press Enter (Ctrl-D to quit).", file=sys.stderr)
-    count = 0
+    count = number = 0
     while True:
+        number += 1
         try:
             line = input("> ")
         except EOFError:
             print(file=sys.stderr)
             return 0
+        # Bytes the terminal sent that are not UTF-8 (typed in a Latin-1 terminal, say) reach us as lone
+        # surrogates, which the tokenizer cannot take: say so and wait for the next line.
+        problem = unicode_problem(line, from_bytes=True)
+        if problem is not None:
+            print(f"{STANDARD_INPUT}:{number}: not translated: {problem}", file=sys.stderr)
+            continue
         _write(sys.stdout, translator.translate_nbest([line]), n, offset=count)
         sys.stdout.flush()
         count += 1

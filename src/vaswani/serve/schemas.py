@@ -2,7 +2,24 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic_core import PydanticCustomError
+
+from vaswani.data.textfiles import unicode_problem
+
+
+def _unicode_text(text: str) -> str:
+    problem = unicode_problem(text)
+    if problem is not None:
+        # A 422 naming the field (texts[1], ...), where the tokenizer would raise a TypeError (a 500).
+        raise PydanticCustomError("unicode_text", problem)
+    return text
+
+
+# A JSON string may hold a lone surrogate ("\ud800"): valid JSON, but no text; refused with the request.
+UnicodeText = Annotated[str, AfterValidator(_unicode_text)]
 
 
 class SearchSettings(BaseModel):
@@ -22,12 +39,12 @@ class TranslateRequest(SearchSettings):
     """``{"text": "..."}`` or ``{"texts": ["...", ...]}``, plus optional search settings. The checks that depend
     on the server's limits (and on two fields at once) are made by the endpoint, so that every error names its field."""
 
-    text: str | None = Field(None, description="one German sentence")
-    texts: list[str] | None = Field(None, description="several sentences, translated together")
+    text: UnicodeText | None = Field(None, description="one German sentence")
+    texts: list[UnicodeText] | None = Field(None, description="several sentences, translated together")
     nbest: int = Field(1, ge=1, description="hypotheses per text, best first (at most beam)")
 
 
 class AttentionRequest(SearchSettings):
     """One sentence: its translation and the cross-attention weights behind it."""
 
-    text: str = Field(description="one German sentence")
+    text: UnicodeText = Field(description="one German sentence")
