@@ -68,3 +68,10 @@ def test_unreachable_server_is_a_data_error(tmp_path):
     # The autouse fixture points VASWANI_MIRROR at a closed port.
     with pytest.raises(DataError, match=r"download of http://127.0.0.1:9/multi30k/val.de.gz failed"):
         resolve_file(VAL_DE, data_dir=tmp_path / "none", cache_dir=tmp_path / "cache")
+
+
+def test_a_mirror_that_is_not_a_url_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("VASWANI_MIRROR", "notaurl")  # was urllib's ValueError: unknown url type
+    with pytest.raises(DataError, match=r"mirror 'notaurl' is not a URL: VASWANI_MIRROR must be a base URL"):
+        resolve_file(VAL_DE, data_dir=tmp_path / "none", cache_dir=tmp_path / "cache")
+    assert leftovers(tmp_path / "cache") == []

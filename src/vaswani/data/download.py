@@ -17,6 +17,7 @@ import hashlib
 import http.client
 import logging
 import os
+import re
 import tempfile
 import urllib.error
 import urllib.request
@@ -73,6 +74,9 @@ def default_mirror() -> str | None:
 
 def url_for(file: RemoteFile, mirror: str | None = None) -> str:
     mirror = mirror if mirror is not None else default_mirror()
+    if mirror and not re.match(r"(https?|file)://", mirror):
+        raise DataError(f"mirror {mirror!r} is not a URL: VASWANI_MIRROR must be a base URL starting with http://, "
+                        "https:// or file://")
     return f"{mirror.rstrip('/')}/{file.path}" if mirror else file.url
 
 
