@@ -102,6 +102,7 @@ def test_invalid_settings_are_refused_naming_the_field(run, setting: str, field:
     (b"model: {preset: tiny, colour: blue}\n", "colour"),  # TypeError from the preset
     (b"model: {preset: tiny}\ndata: {vocab_size: 100}\n", "data.vocab_size"),
     (b"model: {preset: tiny\n", "invalid YAML"),
+    (b"model: {preset: tiny}\ntrain:\n  max_steps: 5\n  max_steps: 50\n", "key 'max_steps' is given twice"),  # 50
 ])
 def test_malformed_preset_files_are_refused(run, tmp_path, content: bytes, fragment: str) -> None:
     preset = tmp_path / "preset.yaml"

@@ -58,3 +58,5 @@ def test_a_run_without_a_final_model_is_refused_with_the_command_that_makes_one(
     (run_dir / "summary.json").unlink()
     with pytest.raises(VaswaniError, match="has not finished"):
         final_model_row(Path(run_dir))
+    with pytest.raises(VaswaniError, match="no such run directory"):  # not "has not finished": it never started
+        final_model_row(tmp_path / "typo")

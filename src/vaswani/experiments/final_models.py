@@ -61,6 +61,8 @@ def run(args: argparse.Namespace) -> int:
 def final_model_row(run_dir: Path) -> dict[str, Any]:
     """The numbers of one finished run's final model, read from its files."""
     summary_file, selection_file = run_dir / "summary.json", run_dir / "checkpoints" / FINAL / SELECTION_FILE
+    if not run_dir.is_dir():
+        raise VaswaniError(f"{run_dir}: no such run directory")
     if not summary_file.is_file():
         raise VaswaniError(f"{run_dir}: no summary.json; the run has not finished (continue it with --resume)")
     if not selection_file.is_file():

@@ -215,10 +215,27 @@ def load_preset(name_or_path: str) -> RunConfig:
             raise ConfigError(f"unknown preset {name_or_path!r}; choose from {preset_names()} or give a YAML file")
         text, source = candidate.read_text(), f"preset {name_or_path}"
     try:
-        values = yaml.safe_load(text) or {}
+        values = yaml.load(text, Loader=_StrictLoader) or {}
     except yaml.YAMLError as error:
         raise ConfigError(f"{source}: invalid YAML ({' '.join(str(error).split())})") from None
     return RunConfig.from_dict(values, source)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.safe_load``, except that a key given twice in one mapping is an error: YAML would keep the last one
+    silently, and a preset edited by hand easily holds a setting twice."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, str):
+                continue  # other keys are refused later, as unknown settings
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} is given twice",
+                                                        key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def read_text_file(path: Path, what: str) -> str:
