@@ -94,6 +94,14 @@ def test_invalid_settings_are_refused_naming_the_field(run, setting: str, field:
     assert_clean(*run("train", "--preset", "smoke", "--set", setting, "--print-config"), 2, field)
 
 
+def test_finalize_refuses_settings_that_the_trained_weights_cannot_follow(run, tmp_path) -> None:
+    from vaswani.training.config import load_preset
+
+    (tmp_path / "config.yaml").write_text(load_preset("smoke").to_yaml())
+    assert_clean(*run("finalize", "--run-dir", tmp_path, "--set", "model.d_model=8"), 2,
+                 "'model.d_model=8'", "section train")  # was silently ignored
+
+
 @pytest.mark.parametrize("content, fragment", [
     (b"model: tiny\n", "section model must be a mapping"),  # AttributeError/ValueError
     (b"train: [1, 2]\n", "section train must be a mapping"),

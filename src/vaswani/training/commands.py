@@ -70,11 +70,14 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def run_finalize(args: argparse.Namespace) -> int:
-    from vaswani.training.config import RunConfig, apply_settings, load_preset
+    from vaswani.config import parse_settings
+    from vaswani.training.config import apply_settings, load_preset
 
     config_file = args.run_dir / "config.yaml"
     if not config_file.is_file():
         raise VaswaniError(f"{args.run_dir}: no config.yaml; is it a run directory written by `vaswani train`?")
+    # Only how the final model is chosen may change: the weights were trained with the run's model and data.
+    parse_settings(args.settings, ("train",))
     config = apply_settings(load_preset(str(config_file)), args.settings)
     if args.data_dir is not None:
         config.data.data_dir = str(args.data_dir)
