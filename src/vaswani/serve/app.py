@@ -131,30 +131,46 @@ def attention_of(translator: Translator, text: str, config: SearchConfig) -> dic
 
 
 # ---- the app ---------------------------------------------------------------------------------------------------
-def create_app(checkpoint: str | Path | Translator, settings: ServeSettings | None = None) -> FastAPI:
-    """The app for a checkpoint (loaded at start-up) or an already loaded :class:`Translator`."""
+@dataclasses.dataclass
+class ServedModel:
+    """A loaded translator and what /v1/model reports of it."""
+
+    translator: Translator
+    info: dict[str, Any]
+
+
+def load_served_model(checkpoint: str | Path | Translator, settings: ServeSettings) -> ServedModel:
+    """The model to serve: a checkpoint loaded (and compiled, when asked) with its stored search, or an already
+    loaded :class:`Translator`. A checkpoint that cannot be served raises the VaswaniError `translate` would give
+    for it, so `vaswani serve` calls this before it starts listening."""
+    torch.set_num_threads(settings.threads)
+    if isinstance(checkpoint, Translator):
+        return ServedModel(checkpoint, unknown_model("in-process"))
+    directory = resolve_checkpoint(checkpoint)
+    translator = Translator.load(directory, SearchConfig(**read_stored_search(directory)),
+                                 device=settings.device, compile=settings.compile)
+    if settings.compile:
+        # Compile before the first request, not during it: two sentences, so the step that compiles
+        # (batches of two or more, from the third position on) is reached.
+        log.info("compiling the decoding step")
+        translator.translate(WARM_UP_TEXTS)
+    return ServedModel(translator, checkpoint_info(directory))
+
+
+def create_app(model: str | Path | Translator | ServedModel, settings: ServeSettings | None = None) -> FastAPI:
+    """The app for a checkpoint (loaded at start-up), an already loaded :class:`Translator`, or a
+    :class:`ServedModel` from :func:`load_served_model` (how `vaswani serve` loads it before listening)."""
     settings = settings or ServeSettings()
     service: dict[str, Any] = {}
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         torch.set_num_threads(settings.threads)
-        if isinstance(checkpoint, Translator):
-            translator, directory = checkpoint, None
-        else:
-            directory = resolve_checkpoint(checkpoint)
-            translator = Translator.load(directory, SearchConfig(**read_stored_search(directory)),
-                                         device=settings.device, compile=settings.compile)
-            if settings.compile:
-                # Compile before the first request, not during it: two sentences, so the step that compiles
-                # (batches of two or more, from the third position on) is reached.
-                log.info("compiling the decoding step")
-                translator.translate(WARM_UP_TEXTS)
-        info = checkpoint_info(directory) if directory else unknown_model("in-process")
-        batcher = Batcher(translator, settings)
+        served = model if isinstance(model, ServedModel) else load_served_model(model, settings)
+        batcher = Batcher(served.translator, settings)
         batcher.start()
-        service.update(translator=translator, batcher=batcher, info=info)
-        log.info("model %s ready", info["id"])
+        service.update(translator=served.translator, batcher=batcher, info=served.info)
+        log.info("model %s ready", served.info["id"])
         yield
         await batcher.stop()  # uvicorn has already finished the requests in flight
         service.clear()
