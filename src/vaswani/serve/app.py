@@ -25,11 +25,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from vaswani.decoding import SearchConfig, Translator, generate
 from vaswani.decoding.config import read_stored_search, stored_settings
+from vaswani.errors import VaswaniError
 from vaswani.model.serialization import resolve_checkpoint
 from vaswani.serve.batcher import Batcher, QueueFull
 from vaswani.serve.schemas import AttentionRequest, SearchSettings, TranslateRequest
 from vaswani.serve.settings import ServeSettings
 from vaswani.training.finalize import SELECTION_FILE
+from vaswani.training.metrics import METRICS_FILE, read_metrics
 
 log = logging.getLogger("vaswani.serve")
 STATIC = files("vaswani.serve") / "static"
@@ -69,7 +71,7 @@ def checkpoint_info(checkpoint: Path) -> dict[str, Any]:
         return info
     info["step"] = _json(checkpoint / "meta.json").get("step")
     if info["step"] is not None and (run / "checkpoints").is_dir():
-        for row in _jsonl(run / "metrics.jsonl"):
+        for row in _metrics(run / METRICS_FILE):
             if row.get("kind") == "valid" and row.get("step") == info["step"]:
                 info["val_bleu"], info["val_loss"] = row.get("bleu"), row.get("loss")
                 info["val_bleu_on"] = "the run's validation subset, greedy"
@@ -90,18 +92,12 @@ def _json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
+def _metrics(path: Path) -> list[dict[str, Any]]:
+    """The run's metrics records, or [] when its log is damaged (the info is optional, never fatal)."""
+    try:
+        return read_metrics(path)
+    except VaswaniError:
         return []
-    rows = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
 
 
 def display_tokens(translator: Translator, ids: list[int]) -> list[str]:
