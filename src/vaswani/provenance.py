@@ -15,6 +15,7 @@ from typing import Any, Sequence
 import torch
 
 
+PROVENANCE_FILE = "provenance.jsonl"  # in a run directory: one record per start or resume of its training
 _command: str | None = None
 
 
@@ -38,6 +39,27 @@ def provenance(device: torch.device | str = "cpu", command: str | None = None) -
         "hardware": hardware(device),
         "versions": versions(),
     }
+
+
+def first_training_start(run_dir: Path) -> dict[str, Any]:
+    """The first record of a run's ``provenance.jsonl``: the command, commit and machine its training started with
+    ({} when the run has none). A first line that is not a JSON object is a VaswaniError naming ``path:line``."""
+    from vaswani.errors import VaswaniError
+
+    path = Path(run_dir) / PROVENANCE_FILE
+    if not path.is_file():
+        return {}
+    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            record = None
+        if not isinstance(record, dict):
+            raise VaswaniError(f"{path}:{number}: not a provenance record (a JSON object); the file is damaged")
+        return record
+    return {}
 
 
 def provenance_lines(record: dict[str, Any]) -> list[str]:

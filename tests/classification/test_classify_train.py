@@ -115,3 +115,111 @@ def test_bf16_autocast_step_runs_and_learns() -> None:
     settings = TrainSettings(precision="bf16")
     losses = [train_step(model, optimizer, ids, targets, settings) for _ in range(15)]
     assert losses[-1] < losses[0]
+
+
+# ---- what a run refuses before it trains, and how it stops ----------------------------------------------------
+ONE_EPOCH = [*FAST, "--epochs", "1", "--examples", "0"]
+
+
+@pytest.fixture
+def never_trains(monkeypatch) -> None:
+    import vaswani.classification.train as train_module
+
+    monkeypatch.setattr(train_module, "train_classifier", lambda *args, **kwargs: pytest.fail("the model trained"))
+
+
+def test_texts_without_a_tfidf_word_are_refused_before_training(tmp_path: Path, csv_file, synthetic, never_trains,
+                                                                capsys) -> None:
+    emoji = csv_file(tmp_path / "emoji.csv", ["text", "target"], [[f"😀 {i % 2}", str(i % 2)] for i in range(200)])
+    out = tmp_path / "out"
+    assert main(["classify", "train", "--csv", str(emoji), "--out", str(out), *ONE_EPOCH]) == 2
+    assert capsys.readouterr().err == (
+        f"vaswani classify: error: {emoji}: the texts of column 'text' hold no word of two or more letters or "
+        "digits, so the TF-IDF baseline has nothing to count; check that --text-column names the column with the "
+        "text\n")
+    # the label column given as the text: "finance", "sports"… are words, but one-digit labels are not
+    numbered = csv_file(tmp_path / "numbered.csv", ["sentence", "label"],
+                        [[row[1], str(i % 3)] for i, row in enumerate(synthetic(90, seed=3))])
+    assert main(["classify", "train", "--csv", str(numbered), "--text-column", "label", "--label-column", "label",
+                 "--out", str(out), *ONE_EPOCH]) == 2
+    assert "the texts of column 'label' hold no word" in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--lr", "inf", "--lr must be a number > 0 and <= 1, got inf"),
+    ("--lr", "nan", "--lr must be a number > 0 and <= 1, got nan"),
+    ("--lr", "5", "--lr must be a number > 0 and <= 1, got 5.0"),
+    ("--weight-decay", "inf", "--weight-decay must be a number >= 0 and <= 1, got inf"),
+    ("--clip", "nan", "--clip must be a finite number > 0, got nan"),
+])
+def test_hyperparameters_that_train_to_nan_are_refused(synthetic_csv: Path, tmp_path: Path, never_trains, capsys,
+                                                       option: str, value: str, message: str) -> None:
+    out = tmp_path / "out"
+    code = main(["classify", "train", "--csv", str(synthetic_csv), "--text-column", "sentence", "--label-column",
+                 "label", "--out", str(out), *ONE_EPOCH, option, value])
+    assert (code, capsys.readouterr().err) == (2, f"vaswani classify: error: {message}\n")
+    assert not out.exists()
+
+
+def test_an_out_holding_files_is_kept_unless_force(trained: Path, synthetic_csv: Path, tmp_path: Path,
+                                                   capsys) -> None:
+    import shutil
+
+    out = tmp_path / "earlier"
+    shutil.copytree(trained, out)
+    before = {path.name: path.read_bytes() for path in out.iterdir()}
+    args = ["classify", "train", "--csv", str(synthetic_csv), "--text-column", "sentence", "--label-column", "label",
+            "--out", str(out), *ONE_EPOCH]
+    assert main(args) == 2
+    assert capsys.readouterr().err == (f"vaswani classify: error: --out {out} exists and is not empty; pass --force "
+                                       "to replace it\n")
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before  # not one byte changed
+    assert main([*args, "--force"]) == 0
+    assert (out / "model.safetensors").read_bytes() != before["model.safetensors"]  # --force: the new model
+
+
+def test_an_out_that_is_a_file_is_refused_before_the_csv_is_read(tmp_path: Path, never_trains, capsys) -> None:
+    out = tmp_path / "model"
+    out.write_text("keep me")
+    code = main(["classify", "train", "--csv", str(tmp_path / "not-read.csv"), "--out", str(out), *ONE_EPOCH])
+    assert (code, capsys.readouterr().err) == (2, f"vaswani classify: error: --out {out} is a file, not a directory\n")
+    assert out.read_text() == "keep me"
+
+
+def test_a_diverging_run_stops_in_one_line_and_never_saves_nan_weights(synthetic_csv: Path, tmp_path: Path,
+                                                                       monkeypatch, capsys) -> None:
+    import torch.nn.functional as F
+    from safetensors.torch import load_file
+
+    out = tmp_path / "out"
+    real = F.cross_entropy
+
+    def nan_once_saved(logits, targets):  # noqa: ANN001 - F.cross_entropy's; diverges from epoch 2's first batch
+        loss = real(logits, targets)
+        return loss * float("nan") if (out / "model.safetensors").exists() else loss
+
+    monkeypatch.setattr(F, "cross_entropy", nan_once_saved)
+    code = main(["classify", "train", "--csv", str(synthetic_csv), "--text-column", "sentence", "--label-column",
+                 "label", "--out", str(out), *FAST, "--epochs", "3"])
+    assert (code, capsys.readouterr().err) == (
+        2, f"vaswani classify: error: epoch 2, batch 1: the training loss is nan, so training stopped ({out} keeps "
+        "the model of epoch 1); lower --lr (now 0.002) or --clip (now 1)\n")
+    weights = load_file(out / "model.safetensors")
+    assert all(torch.isfinite(tensor).all() for tensor in weights.values())  # epoch 1's model, intact
+    assert not (out / "report.md").exists() and not (out / "metrics.json").exists()
+
+
+def test_a_step_with_a_nan_gradient_is_not_taken() -> None:
+    from vaswani.classification.train import TrainingDiverged
+
+    config = dataclasses.replace(ModelConfig.preset("tiny"), vocab_size=20, max_len=16)
+    model = TransformerClassifier(config, 2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ids, targets = torch.randint(4, 20, (8, 6)), torch.tensor([0, 1] * 4)
+    weights = {name: p.detach().clone() for name, p in model.named_parameters()}
+    first = next(model.parameters())
+    first.register_hook(lambda grad: grad * float("inf"))  # one gradient overflows, the loss stays finite
+    with pytest.raises(TrainingDiverged, match="the gradient norm is (nan|inf)"):
+        train_step(model, optimizer, ids, targets, TrainSettings())
+    assert all(torch.equal(p, weights[name]) for name, p in model.named_parameters())

@@ -27,6 +27,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.fixture
+def port() -> int:
+    """A loopback port nothing listens on."""
+    return free_port()
+
+
 class ServerProcess:
     """`vaswani serve` in a subprocess on a free loopback port, ready once /health answers."""
 

@@ -156,6 +156,9 @@ def test_settings_out_of_range_name_their_flag() -> None:
         ServeSettings(max_queue=0)
     with pytest.raises(ConfigError, match="--batch-wait-ms"):
         ServeSettings(batch_wait_ms=-1)
+    for endless in (float("inf"), float("nan"), 1e9):  # a wait no request would live through
+        with pytest.raises(ConfigError, match="--batch-wait-ms"):
+            ServeSettings(batch_wait_ms=endless)
 
 
 def test_a_request_without_search_settings_gets_the_models_stored_search(tiny_checkpoint, tmp_path) -> None:

@@ -55,7 +55,7 @@ from vaswani.decoding.search import generate
 from vaswani.errors import VaswaniError
 from vaswani.io import atomic_write_json, atomic_write_text
 from vaswani.model import Transformer
-from vaswani.provenance import provenance, provenance_lines
+from vaswani.provenance import PROVENANCE_FILE, first_training_start, provenance, provenance_lines
 
 PEERS = ("marian", "ctranslate2")
 DEFAULT_THREADS = [2]
@@ -275,10 +275,9 @@ def _trained(args: argparse.Namespace):
 def _training_record(checkpoint: Path) -> dict[str, Any] | None:
     """How the checkpoint was trained, from its run directory (command, commit, where it stopped), if there."""
     run_dir = checkpoint.resolve().parent.parent if checkpoint.resolve().parent.name == "checkpoints" else None
-    if run_dir is None or not (run_dir / "provenance.jsonl").is_file():
+    if run_dir is None or not (run_dir / PROVENANCE_FILE).is_file():
         return None
-    lines = (run_dir / "provenance.jsonl").read_text().strip().splitlines()
-    record = {"provenance": json.loads(lines[0]) if lines else None}
+    record = {"provenance": first_training_start(run_dir) or None}
     if (run_dir / "summary.json").is_file():
         record["summary"] = json.loads((run_dir / "summary.json").read_text())
     return record

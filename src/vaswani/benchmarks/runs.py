@@ -11,14 +11,13 @@ cores); the table records when each started.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 from vaswani.errors import VaswaniError
 from vaswani.io import atomic_write_json, atomic_write_text
-from vaswani.provenance import provenance
-from vaswani.training.metrics import read_metrics, training_speed
+from vaswani.provenance import first_training_start, provenance
+from vaswani.training.metrics import METRICS_FILE, read_metrics, training_speed
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,13 +28,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_speed(run_dir: Path) -> dict[str, Any]:
     """Tokens/s, seconds per update and what trained the run, from its own files."""
-    records = read_metrics(run_dir / "metrics.jsonl")
+    path = run_dir / METRICS_FILE
+    if not path.is_file():
+        raise VaswaniError(f"{run_dir}: no {METRICS_FILE}; was it trained by `vaswani train`?")
+    records = read_metrics(path)
     if not records:
-        raise VaswaniError(f"{run_dir}: no metrics.jsonl; was it trained by `vaswani train`?")
-    starts = [json.loads(line) for line in (run_dir / "provenance.jsonl").read_text().splitlines() if line.strip()] \
-        if (run_dir / "provenance.jsonl").is_file() else []
+        raise VaswaniError(f"{path} is empty: the run logged no step; train it longer or give another run")
     train = [r for r in records if r["kind"] == "train"]
-    first = starts[0] if starts else {}
+    first = first_training_start(run_dir)
     return {"run_dir": str(run_dir), "updates": train[-1]["step"] if train else 0, **training_speed(records),
             "commit": (first.get("git") or {}).get("commit"), "dirty": (first.get("git") or {}).get("dirty"),
             "command": first.get("command"), "threads": first.get("torch_threads"),

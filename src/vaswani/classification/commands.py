@@ -10,6 +10,8 @@ from pathlib import Path
 from vaswani.classification.settings import TrainSettings
 from vaswani.config import add_settings_argument, parse_settings, ranged
 from vaswani.errors import ConfigError
+# The one check of an output directory the commands share (export's --out/--force; cheap to import).
+from vaswani.export.commands import check_output_directory
 
 DEFAULTS = TrainSettings()  # the command line's defaults are the dataclass's: one place to change them
 
@@ -26,6 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train = commands.add_parser("train", help="train a classifier on a labelled CSV and write its evaluation report")
     _add_training_arguments(train)
     train.add_argument("--out", type=Path, default=Path("runs/classifier"), help="output directory (model + report)")
+    train.add_argument("--force", action="store_true",
+                       help="write into --out even if it holds files (an earlier classifier is overwritten)")
     train.add_argument("--seed", type=ranged(int, ge=0), default=DEFAULTS.seed,
                        help="seed of the split, the initialisation and the batch order")
     train.add_argument("--examples", type=ranged(int, ge=0), default=5,
@@ -135,9 +139,7 @@ def _set_threads(threads: int) -> None:
 
 # ---- handlers --------------------------------------------------------------------------------------------------
 def train_command(args: argparse.Namespace) -> int:
-    from vaswani.classification.baseline import train_and_predict_baseline
-    from vaswani.classification.encoding import normalize
-    from vaswani.classification.metrics import evaluate
+    from vaswani.classification.baseline import baseline_metrics
     from vaswani.classification.report import write_run_report
     from vaswani.provenance import command_line, git_state, hardware
     from vaswani.classification.data import load_dataset
@@ -145,15 +147,15 @@ def train_command(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     _set_threads(args.threads)
+    # Everything that can fail without training fails first: --out, the CSV, the baseline's vocabulary.
+    check_output_directory(args.out, args.force)
     data = load_dataset(args.csv, settings)
     _report_skipped(args.csv, data, settings)
+    baseline = baseline_metrics(data, settings, args.csv)
     result = train_classifier(data, settings, args.out, progress=args.progress)
 
-    train_texts, train_ids = data.split("train")
+    train_texts, _ = data.split("train")
     val_texts, val_ids = data.split("val")
-    probs = train_and_predict_baseline(normalize(train_texts, settings.lowercase), train_ids,
-                                       normalize(val_texts, settings.lowercase))
-    baseline = evaluate(val_ids, probs.argmax(axis=1).tolist(), len(data.labels))
     details = {
         "command": command_line(), "git": git_state(), "hardware": hardware("cpu"), "csv": str(args.csv),
         "settings": settings.to_dict(), "parameters": result.n_parameters, "best_epoch": result.best_epoch,

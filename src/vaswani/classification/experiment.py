@@ -19,9 +19,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from vaswani.classification.baseline import BaselineSettings, train_and_predict_baseline
-from vaswani.classification.encoding import normalize
-from vaswani.classification.metrics import Metrics, evaluate
+from vaswani.classification.baseline import BaselineSettings, baseline_metrics
+from vaswani.classification.metrics import Metrics
 from vaswani.provenance import command_line, git_state, hardware
 from vaswani.classification.report import (
     confusion_markdown, plot_confusions, plot_learning_curves,
@@ -60,20 +59,17 @@ def run_experiment(
     started = time.perf_counter()
     settings = dataclasses.replace(settings, split_seed=split_seed)
     data = load_dataset(csv_path, settings)  # the split does not depend on the training seed
-    train_texts, train_ids = data.split("train")
-    val_texts, val_ids = data.split("val")
-    n_classes = len(data.labels)
+    train_texts, _ = data.split("train")
+    val_texts, _ = data.split("val")
+    # The baseline sees the same (lowercased) texts; it is deterministic, so it is fitted once, before any
+    # Transformer trains, and every seed gets the same numbers.
+    baseline = baseline_metrics(data, settings, csv_path)
 
     per_seed, histories, first_confusions = [], {}, None
     for seed in seeds:
         log(f"--- seed {seed} ---")
         run = train_classifier(data, dataclasses.replace(settings, seed=seed), runs_dir / f"seed_{seed}",
                                progress=progress, log=log)
-        # The baseline sees the same (lowercased) texts; it is deterministic, so every seed gets the same numbers.
-        probs = train_and_predict_baseline(
-            normalize(train_texts, settings.lowercase), train_ids, normalize(val_texts, settings.lowercase)
-        )
-        baseline = evaluate(val_ids, probs.argmax(axis=1).tolist(), n_classes)
         log(f"seed {seed}: Transformer macro-F1 {run.val_metrics.macro_f1:.4f} (epoch {run.best_epoch}), "
             f"baseline {baseline.macro_f1:.4f}")
         histories[f"seed {seed}"] = run.history

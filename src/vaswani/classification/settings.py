@@ -6,6 +6,7 @@ Kept free of torch so that building the command line (``vaswani --help``) stays 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from vaswani.errors import ConfigError
@@ -58,10 +59,13 @@ class TrainSettings:
             (self.min_frequency >= 1, f"--min-frequency must be >= 1, got {self.min_frequency}"),
             (self.epochs >= 1, f"--epochs must be >= 1, got {self.epochs}"),
             (self.batch_size >= 1, f"--batch-size must be >= 1, got {self.batch_size}"),
-            (self.lr > 0, f"--lr must be > 0, got {self.lr}"),
+            # Finite and bounded: inf or nan trains to NaN weights; a step of AdamW moves each weight by about lr,
+            # and decoupled weight decay scales weights by 1 - lr * weight_decay, which must not turn negative.
+            (math.isfinite(self.lr) and 0 < self.lr <= 1, f"--lr must be a number > 0 and <= 1, got {self.lr}"),
             (self.warmup >= 0, f"--warmup must be >= 0, got {self.warmup}"),
-            (self.weight_decay >= 0, f"--weight-decay must be >= 0, got {self.weight_decay}"),
-            (self.clip > 0, f"--clip must be > 0, got {self.clip}"),
+            (math.isfinite(self.weight_decay) and 0 <= self.weight_decay <= 1,
+             f"--weight-decay must be a number >= 0 and <= 1, got {self.weight_decay}"),
+            (math.isfinite(self.clip) and self.clip > 0, f"--clip must be a finite number > 0, got {self.clip}"),
             (self.patience >= 1, f"--patience must be >= 1, got {self.patience}"),
         ]
         for ok, message in checks:

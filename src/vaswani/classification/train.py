@@ -33,7 +33,7 @@ from vaswani.classification.predict import predict_proba
 from vaswani.classification.settings import TrainSettings
 from vaswani.config import ModelConfig, apply_overrides
 from vaswani.data.batching import TokenBudgetSampler
-from vaswani.errors import ConfigError
+from vaswani.errors import ConfigError, VaswaniError
 from vaswani.precision import autocast
 from vaswani.training.optim import parameter_groups
 from vaswani.training.schedule import decay_lr
@@ -68,6 +68,11 @@ def linear_schedule(optimizer: torch.optim.Optimizer, settings: TrainSettings,
 
 
 # ---- training --------------------------------------------------------------------------------------------------
+class TrainingDiverged(VaswaniError):
+    """The loss or the gradient of a step became inf or nan. The step is not taken, so the weights stay finite
+    and no nan model is ever saved."""
+
+
 @dataclass
 class EpochStats:
     epoch: int
@@ -140,8 +145,15 @@ def train_classifier(
             length_bucketed_batches(lengths, settings.batch_size, settings.seed, epoch),
             desc=f"epoch {epoch}/{settings.epochs}", leave=False, disable=not progress, file=sys.stderr,
         )
-        for rows in bar:
-            loss = train_step(model, optimizer, pad_batch([train_seqs[i] for i in rows]), targets[rows], settings)
+        for batch, rows in enumerate(bar, start=1):
+            try:
+                loss = train_step(model, optimizer, pad_batch([train_seqs[i] for i in rows]), targets[rows],
+                                  settings)
+            except TrainingDiverged as error:
+                kept = f"{out_dir} keeps the model of epoch {best[1]}" if best else f"nothing was saved to {out_dir}"
+                raise TrainingDiverged(
+                    f"epoch {epoch}, batch {batch}: {error}, so training stopped ({kept}); lower --lr (now "
+                    f"{settings.lr:g}) or --clip (now {settings.clip:g})") from None
             schedule.step()
             losses.append(loss)
             bar.set_postfix(loss=f"{loss:.3f}")
@@ -196,9 +208,13 @@ def train_step(
     instructions (AVX2-only, like the machines these results come from) it is several times *slower* than fp32."""
     with autocast(torch.device("cpu"), settings.precision):  # the classifier trains on the CPU
         loss = F.cross_entropy(model(ids).float(), targets)
+    if not math.isfinite(loss.item()):
+        raise TrainingDiverged(f"the training loss is {loss.item()}")
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), settings.clip)
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.clip)
+    if not math.isfinite(norm.item()):  # clipping cannot rescue an inf/nan gradient: it would make every weight nan
+        raise TrainingDiverged(f"the gradient norm is {norm.item()}")
     optimizer.step()
     return loss.item()
 
@@ -209,6 +225,6 @@ def cross_entropy(probs: np.ndarray, ids: list[int]) -> float:
 
 
 __all__ = [
-    "EpochStats", "TrainResult", "train_classifier", "train_step", "length_bucketed_batches",
+    "EpochStats", "TrainResult", "TrainingDiverged", "train_classifier", "train_step", "length_bucketed_batches",
     "build_model_config", "linear_schedule",
 ]

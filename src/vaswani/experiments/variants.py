@@ -28,7 +28,9 @@ import yaml
 from vaswani.config import add_settings_argument, ranged
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.errors import VaswaniError
+from vaswani.provenance import first_training_start
 from vaswani.training.config import RunConfig, apply_settings, load_preset
+from vaswani.training.metrics import METRICS_FILE, read_metrics
 from vaswani.training.trainer import train
 
 
@@ -166,10 +168,10 @@ def load_final_model(run_dir: Path, device: torch.device):
 
 
 def metrics(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "metrics.jsonl"
+    path = run_dir / METRICS_FILE
     if not path.is_file():
         raise VaswaniError(f"{path}: missing; was {run_dir} trained by `vaswani train`?")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_metrics(path)
 
 
 def final_validation(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -182,10 +184,7 @@ def final_validation(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run_provenance(run_dir: Path) -> dict[str, Any]:
     """The first provenance record of the run (command, commit, hardware of its training)."""
-    path = run_dir / "provenance.jsonl"
-    if not path.is_file():
-        return {}
-    return json.loads(path.read_text().splitlines()[0])
+    return first_training_start(run_dir)
 
 
 def load_splits(config: dict[str, Any], splits: Sequence[str], data_dir: Path | None):

@@ -14,8 +14,9 @@ from vaswani.serve.settings import ServeSettings
 __all__ = ["ServeSettings", "create_app"]
 
 
-def create_app(checkpoint, settings: ServeSettings | None = None):  # noqa: ANN001, ANN201 - lazy FastAPI import
-    """The FastAPI app serving ``checkpoint`` (imported lazily so ``vaswani --help`` never needs FastAPI)."""
+def create_app(model, settings: ServeSettings | None = None):  # noqa: ANN001, ANN201 - lazy FastAPI import
+    """The FastAPI app serving ``model``: a checkpoint, a Translator or a ServedModel (imported lazily so
+    ``vaswani --help`` never needs FastAPI)."""
     from vaswani.serve.app import create_app as create
 
-    return create(checkpoint, settings)
+    return create(model, settings)

@@ -25,11 +25,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from vaswani.decoding import SearchConfig, Translator, generate
 from vaswani.decoding.config import read_stored_search, stored_settings
+from vaswani.errors import VaswaniError
 from vaswani.model.serialization import resolve_checkpoint
 from vaswani.serve.batcher import Batcher, QueueFull
 from vaswani.serve.schemas import AttentionRequest, SearchSettings, TranslateRequest
 from vaswani.serve.settings import ServeSettings
 from vaswani.training.finalize import SELECTION_FILE
+from vaswani.training.metrics import METRICS_FILE, read_metrics
 
 log = logging.getLogger("vaswani.serve")
 STATIC = files("vaswani.serve") / "static"
@@ -69,7 +71,7 @@ def checkpoint_info(checkpoint: Path) -> dict[str, Any]:
         return info
     info["step"] = _json(checkpoint / "meta.json").get("step")
     if info["step"] is not None and (run / "checkpoints").is_dir():
-        for row in _jsonl(run / "metrics.jsonl"):
+        for row in _metrics(run / METRICS_FILE):
             if row.get("kind") == "valid" and row.get("step") == info["step"]:
                 info["val_bleu"], info["val_loss"] = row.get("bleu"), row.get("loss")
                 info["val_bleu_on"] = "the run's validation subset, greedy"
@@ -90,18 +92,12 @@ def _json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
+def _metrics(path: Path) -> list[dict[str, Any]]:
+    """The run's metrics records, or [] when its log is damaged (the info is optional, never fatal)."""
+    try:
+        return read_metrics(path)
+    except VaswaniError:
         return []
-    rows = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
 
 
 def display_tokens(translator: Translator, ids: list[int]) -> list[str]:
@@ -131,30 +127,46 @@ def attention_of(translator: Translator, text: str, config: SearchConfig) -> dic
 
 
 # ---- the app ---------------------------------------------------------------------------------------------------
-def create_app(checkpoint: str | Path | Translator, settings: ServeSettings | None = None) -> FastAPI:
-    """The app for a checkpoint (loaded at start-up) or an already loaded :class:`Translator`."""
+@dataclasses.dataclass
+class ServedModel:
+    """A loaded translator and what /v1/model reports of it."""
+
+    translator: Translator
+    info: dict[str, Any]
+
+
+def load_served_model(checkpoint: str | Path | Translator, settings: ServeSettings) -> ServedModel:
+    """The model to serve: a checkpoint loaded (and compiled, when asked) with its stored search, or an already
+    loaded :class:`Translator`. A checkpoint that cannot be served raises the VaswaniError `translate` would give
+    for it, so `vaswani serve` calls this before it starts listening."""
+    torch.set_num_threads(settings.threads)
+    if isinstance(checkpoint, Translator):
+        return ServedModel(checkpoint, unknown_model("in-process"))
+    directory = resolve_checkpoint(checkpoint)
+    translator = Translator.load(directory, SearchConfig(**read_stored_search(directory)),
+                                 device=settings.device, compile=settings.compile)
+    if settings.compile:
+        # Compile before the first request, not during it: two sentences, so the step that compiles
+        # (batches of two or more, from the third position on) is reached.
+        log.info("compiling the decoding step")
+        translator.translate(WARM_UP_TEXTS)
+    return ServedModel(translator, checkpoint_info(directory))
+
+
+def create_app(model: str | Path | Translator | ServedModel, settings: ServeSettings | None = None) -> FastAPI:
+    """The app for a checkpoint (loaded at start-up), an already loaded :class:`Translator`, or a
+    :class:`ServedModel` from :func:`load_served_model` (how `vaswani serve` loads it before listening)."""
     settings = settings or ServeSettings()
     service: dict[str, Any] = {}
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         torch.set_num_threads(settings.threads)
-        if isinstance(checkpoint, Translator):
-            translator, directory = checkpoint, None
-        else:
-            directory = resolve_checkpoint(checkpoint)
-            translator = Translator.load(directory, SearchConfig(**read_stored_search(directory)),
-                                         device=settings.device, compile=settings.compile)
-            if settings.compile:
-                # Compile before the first request, not during it: two sentences, so the step that compiles
-                # (batches of two or more, from the third position on) is reached.
-                log.info("compiling the decoding step")
-                translator.translate(WARM_UP_TEXTS)
-        info = checkpoint_info(directory) if directory else unknown_model("in-process")
-        batcher = Batcher(translator, settings)
+        served = model if isinstance(model, ServedModel) else load_served_model(model, settings)
+        batcher = Batcher(served.translator, settings)
         batcher.start()
-        service.update(translator=translator, batcher=batcher, info=info)
-        log.info("model %s ready", info["id"])
+        service.update(translator=served.translator, batcher=batcher, info=served.info)
+        log.info("model %s ready", served.info["id"])
         yield
         await batcher.stop()  # uvicorn has already finished the requests in flight
         service.clear()

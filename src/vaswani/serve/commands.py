@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import socket
 from pathlib import Path
 
 from vaswani.config import ranged
-from vaswani.errors import VaswaniError
+from vaswani.errors import ConfigError, EnvironmentFault, VaswaniError
 from vaswani.serve.settings import ServeSettings
 
 DEFAULTS = ServeSettings()
@@ -90,16 +92,56 @@ def serve_command(args: argparse.Namespace) -> int:
         import uvicorn
     except ModuleNotFoundError:
         raise VaswaniError("serving needs FastAPI and uvicorn: pip install -e '.[serve]'") from None
-    from vaswani.model.serialization import resolve_checkpoint
-    from vaswani.serve.app import create_app
 
     settings = settings_from_args(args)
-    resolve_checkpoint(args.checkpoint)  # a wrong path is a one-line error now, not a failed start-up later
-    print(f"vaswani serve: http://{args.host}:{args.port}/  (API docs at /docs)", flush=True)
-    # uvicorn handles SIGTERM/SIGINT: stop accepting, finish the requests in flight, run the shutdown, exit.
-    uvicorn.run(create_app(args.checkpoint, settings), host=args.host, port=args.port, log_level="info",
-                timeout_graceful_shutdown=30)
+    # Claim the address first (milliseconds, before even torch is imported), then load the model (seconds, minutes
+    # with --compile): a port in use is reported at once, and any problem of the checkpoint is the one-line error
+    # translate gives, not a failed start-up inside uvicorn.
+    listener = listening_socket(args.host, args.port)
+    try:
+        from vaswani.serve.app import create_app, load_served_model
+
+        served = load_served_model(args.checkpoint, settings)
+        print(f"vaswani serve: http://{args.host}:{args.port}/  (API docs at /docs)", flush=True)
+        # uvicorn handles SIGTERM/SIGINT: stop accepting, finish the requests in flight, run the shutdown, exit.
+        config = uvicorn.Config(create_app(served, settings), host=args.host, port=args.port, log_level="info",
+                                timeout_graceful_shutdown=30)
+        try:
+            uvicorn.Server(config).run(sockets=[listener])
+        except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it handled once its shutdown is complete
+            pass
+    finally:
+        listener.close()
     return 0
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host``:``port`` (as uvicorn binds it: IPv6 when the host has a colon), or a one-line
+    error naming --host or --port: a name that does not resolve, an address of another machine, a port in use."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        address = socket.getaddrinfo(host, port, family, socket.SOCK_STREAM)[0][4]
+    except (socket.gaierror, UnicodeError) as error:
+        reason = error.strerror if isinstance(error, socket.gaierror) else str(error)
+        raise ConfigError(f"--host {host}: cannot be resolved ({reason}); give an address of this machine, e.g. "
+                          "127.0.0.1 (this machine only) or 0.0.0.0 (every interface)") from None
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a restart need not wait
+    try:
+        listener.bind(address)
+    except OSError as error:
+        listener.close()
+        if error.errno == errno.EADDRINUSE:
+            raise EnvironmentFault(f"--port {port}: {host}:{port} is already in use; stop what listens there or "
+                                   "choose another --port") from None
+        if error.errno == errno.EADDRNOTAVAIL:
+            raise ConfigError(f"--host {host}: not an address of this machine; give one of its addresses, e.g. "
+                              "127.0.0.1 or 0.0.0.0") from None
+        if error.errno == errno.EACCES:
+            raise EnvironmentFault(f"--port {port}: not allowed to listen on it (ports below 1024 need "
+                                   "privileges); choose --port 1024 or above") from None
+        raise EnvironmentFault(f"cannot listen on {host}:{port} ({error.strerror or error})") from None
+    return listener
 
 
 def bench_command(args: argparse.Namespace) -> int:

@@ -48,7 +48,7 @@ class Server:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise VaswaniError(f"the server did not start: {self.process.stderr.read().strip()[-2000:]}")
+                raise VaswaniError(f"the server did not start: {startup_error(self.process.stderr.read())}")
             try:
                 if httpx.get(self.url + "/health", timeout=1).status_code == 200:
                     return
@@ -64,6 +64,21 @@ class Server:
                 self.process.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 self.process.kill()
+
+
+SERVE_ERROR = "vaswani serve: error: "
+
+
+def startup_error(stderr: str) -> str:
+    """Why a `vaswani serve` that exited at start-up stopped, in one line: its own error message, or else the last
+    line of what it printed (a bug's traceback ends with the exception) and where to see the rest."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if line.startswith(SERVE_ERROR):
+            return line.removeprefix(SERVE_ERROR)
+    if not lines:
+        return "it exited without a message"
+    return f"{lines[-1]} (run `vaswani serve` with the same --checkpoint to see all it printed)"
 
 
 async def _drive(url: str, clients: int, seconds: float, sentences: list[str], beam: int) -> dict[str, Any]:

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vaswani.config import Limit, validate_settings
 from vaswani.errors import ConfigError
+
+# A sentence waits this long for company before its batch starts: beyond a second the wait, not the search,
+# would be most of every request's latency (and an endless wait, `inf`, would answer no request at all).
+MAX_BATCH_WAIT_MS = 1000.0
 
 
 @dataclass
@@ -25,14 +30,21 @@ class ServeSettings:
     device: str | None = None  # None: cuda when available
     compile: bool = False  # torch.compile the decoding step, once, at start-up (decoding/compiled.py)
 
+    SECTION = "serve"
+    LIMITS = {
+        **{name: Limit(ge=1) for name in ("max_chars", "max_texts", "max_body_bytes", "max_queue", "max_beam",
+                                          "max_batch_sentences", "max_batch_tokens", "threads")},
+        "batch_wait_ms": Limit(ge=0, le=MAX_BATCH_WAIT_MS),
+    }
+
     def __post_init__(self) -> None:
-        for name in ("max_chars", "max_texts", "max_body_bytes", "max_queue", "max_beam", "max_batch_sentences",
-                     "max_batch_tokens", "threads"):
-            if getattr(self, name) < 1:
-                flag = "--" + name.replace("_", "-")
-                raise ConfigError(f"serve.{name} ({flag}) must be >= 1, got {getattr(self, name)}")
-        if self.batch_wait_ms < 0:
-            raise ConfigError(f"serve.batch_wait_ms (--batch-wait-ms) must be >= 0, got {self.batch_wait_ms}")
+        try:
+            validate_settings(self)  # types, finite numbers (no inf or nan), LIMITS
+        except ConfigError as error:
+            # Every field is also a command-line flag of `vaswani serve`: name it, as translate names its own.
+            name = (error.field or "").removeprefix("serve.")
+            raise ConfigError(f"--{name.replace('_', '-')} {getattr(self, name)}: {error}",
+                              field=error.field) from None
 
     @property
     def sentences_per_batch(self) -> int:

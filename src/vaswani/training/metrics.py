@@ -46,19 +46,58 @@ class MetricsLog:
             self.writer.close()
 
 
+# Fields the trainer writes as numbers in its "train" and "valid" records (null where it has none, e.g. bleu).
+NUMERIC_FIELDS = ("epoch", "loss", "nll", "accuracy", "lr", "grad_norm", "tokens_per_s", "elapsed_s", "mfu", "bleu")
+
+
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The records of ``metrics.jsonl``; a torn last line (the process was killed while appending it) is dropped."""
+    """The records of ``metrics.jsonl``, each checked (see :func:`metrics_record_problem`); a torn last line (the
+    process was killed while appending it) is dropped. Any other damaged line is a VaswaniError naming
+    ``path:line``, so no reader of the log meets a record it cannot use."""
     if not path.is_file():
         return []
-    lines = [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+    lines = [(number, line) for number, line in
+             enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1) if line.strip()]
     records = []
-    for number, line in enumerate(lines, start=1):
+    for index, (number, line) in enumerate(lines):
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError:
-            if number < len(lines):
-                raise VaswaniError(f"{path}:{number}: not a JSON record; the metrics log is damaged") from None
+            if index == len(lines) - 1:
+                continue
+            raise VaswaniError(f"{path}:{number}: not a JSON record; the metrics log is damaged") from None
+        problem = metrics_record_problem(record)
+        if problem:
+            raise VaswaniError(f"{path}:{number}: not a metrics record ({problem}); the metrics log is damaged")
+        records.append(record)
     return records
+
+
+def metrics_record_problem(record: Any) -> str | None:
+    """What makes ``record`` unlike the trainer's records, or None: an object with a string "kind", a whole
+    "step" >= 0 and, in "train" and "valid" records, numbers (or null) in the :data:`NUMERIC_FIELDS`."""
+    if not isinstance(record, dict):
+        shape = {list: "an array", str: "a string", bool: "true or false", type(None): "null"}
+        return f"{shape.get(type(record), 'a number')}, not a JSON object"
+    for name in ("kind", "step"):
+        if name not in record:
+            return f'no "{name}"'
+    if not isinstance(record["kind"], str):
+        return f'"kind" is {_shown(record["kind"])}, not a string'
+    step = record["step"]
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        return f'"step" is {_shown(step)}, not a whole number >= 0'
+    if record["kind"] in ("train", "valid"):
+        for name in NUMERIC_FIELDS:
+            value = record.get(name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                return f'"{name}" is {_shown(value)}, not a number'
+    return None
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def training_speed(records: list[dict[str, Any]]) -> dict[str, float | None]:
@@ -69,6 +108,8 @@ def training_speed(records: list[dict[str, Any]]) -> dict[str, float | None]:
     seconds = []
     for before, after in zip(train, train[1:]):
         if any(before["step"] <= s < after["step"] for s in eval_steps) or after["step"] <= before["step"]:
+            continue
+        if before.get("elapsed_s") is None or after.get("elapsed_s") is None:  # a log older than the field
             continue
         seconds.append((after["elapsed_s"] - before["elapsed_s"]) / (after["step"] - before["step"]))
     rates = [r["tokens_per_s"] for r in train if r.get("tokens_per_s")]
