@@ -10,8 +10,8 @@ from pathlib import Path
 from vaswani.classification.settings import TrainSettings
 from vaswani.config import add_settings_argument, parse_settings, ranged
 from vaswani.errors import ConfigError
+from vaswani.io import check_new_directory
 # The one check of an output directory the commands share (export's --out/--force; cheap to import).
-from vaswani.export.commands import check_output_directory
 
 DEFAULTS = TrainSettings()  # the command line's defaults are the dataclass's: one place to change them
 
@@ -148,7 +148,7 @@ def train_command(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     _set_threads(args.threads)
     # Everything that can fail without training fails first: --out, the CSV, the baseline's vocabulary.
-    check_output_directory(args.out, args.force)
+    check_new_directory(args.out, args.force, inputs=[args.csv])
     data = load_dataset(args.csv, settings)
     _report_skipped(args.csv, data, settings)
     baseline = baseline_metrics(data, settings, args.csv)
