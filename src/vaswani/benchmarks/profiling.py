@@ -122,25 +122,19 @@ def matmul_rate(profile: dict[str, Any]) -> float | None:
 
 def matmul_peak(threads: int, size: int = 1024, repeats: int = 25) -> float:
     """GFLOP/s of ``torch.mm`` on two (size × size) float32 matrices at ``threads`` threads, the best of
-    ``repeats``: what this machine's matrix products reach on a product large enough to hide every overhead.
-    Measured in the run whose profiles it is set against, because a shared machine's speed drifts between runs;
-    the best of many repeats, because a few can all land in a slow moment and put the profiled products above
-    "the peak"."""
+    ``repeats`` (:func:`vaswani.training.flops.measured_matmul_flops`). Measured in the run whose profiles it is
+    set against, because a shared machine's speed drifts between runs; the best of many repeats, because a few can
+    all land in a slow moment and put the profiled products above "the peak"."""
     import torch
+
+    from vaswani.training.flops import measured_matmul_flops
 
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        a, b = torch.randn(size, size), torch.randn(size, size)
-        torch.mm(a, b)  # warm-up: thread pool and caches
-        best = float("inf")
-        for _ in range(repeats):
-            start = time.perf_counter()
-            torch.mm(a, b)
-            best = min(best, time.perf_counter() - start)
+        return measured_matmul_flops(torch.device("cpu"), torch.float32, size, repeats) / 1e9
     finally:
         torch.set_num_threads(before)
-    return 2 * size**3 / best / 1e9
 
 
 def ceiling_line(name: str, profile: dict[str, Any], peer: str, peer_ms: float, measure: str) -> str:
