@@ -78,3 +78,15 @@ def test_summary_refuses_other_splits_and_foreign_folders(experiments: tuple[Pat
     assert main(["classify", "summary", str(other)]) == 2
     assert "no command, data, settings, seeds, summary" in capsys.readouterr().err
     assert not (tmp_path / "R.md").exists()
+
+
+def test_a_second_experiment_keeps_the_first_ones_classifiers_unless_force(experiments, synthetic_csv: Path,
+                                                                           capsys) -> None:
+    runs = experiments[0].parent / "runs" / experiments[0].name
+    before = {p: p.read_bytes() for p in runs.rglob("*") if p.is_file()}
+    code = main(["classify", "experiment", "--csv", str(synthetic_csv), "--text-column", "sentence",
+                 "--label-column", "label", "--seeds", "1", "--out", str(experiments[0].parent / "again"),
+                 "--runs-dir", str(runs), *FAST])
+    assert code == 2
+    assert f"--runs-dir {runs / 'seed_1'} exists and is not empty; pass --force" in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in runs.rglob("*") if p.is_file()} == before

@@ -11,7 +11,6 @@ from vaswani.classification.settings import TrainSettings
 from vaswani.config import add_settings_argument, parse_settings, ranged
 from vaswani.errors import ConfigError
 from vaswani.io import check_new_directory
-# The one check of an output directory the commands share (export's --out/--force; cheap to import).
 
 DEFAULTS = TrainSettings()  # the command line's defaults are the dataclass's: one place to change them
 
@@ -55,6 +54,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     experiment.add_argument("--out", type=Path, default=Path("results/classifier"))
     experiment.add_argument("--runs-dir", type=Path, default=Path("runs/classifier-experiment"),
                             help="where the trained models go (one directory per seed)")
+    experiment.add_argument("--force", action="store_true",
+                            help="replace the seeds' directories in --runs-dir if they hold an earlier experiment's")
     experiment.set_defaults(handler=experiment_command)
 
     summary = commands.add_parser(
@@ -229,6 +230,8 @@ def experiment_command(args: argparse.Namespace) -> int:
     from vaswani.classification.experiment import run_experiment
 
     settings = settings_from_args(args)
+    for seed in args.seeds:  # an earlier experiment's trained classifiers are kept unless --force
+        check_new_directory(args.runs_dir / f"seed_{seed}", args.force, inputs=[args.csv], option="--runs-dir")
     _set_threads(args.threads)
     results = run_experiment(args.csv, args.seeds, args.out, settings, args.runs_dir, args.split_seed,
                              progress=args.progress)
