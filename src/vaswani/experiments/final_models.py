@@ -18,7 +18,8 @@ import torch
 
 from vaswani.errors import VaswaniError
 from vaswani.experiments.common import fixed, log, markdown_table, pyplot, write_results
-from vaswani.experiments.variants import metrics, run_provenance
+from vaswani.experiments.variants import metrics
+from vaswani.provenance import first_training_start
 from vaswani.training.config import RunConfig, load_preset
 from vaswani.training.finalize import FINAL, SELECTION_FILE
 
@@ -71,7 +72,7 @@ def final_model_row(run_dir: Path) -> dict[str, Any]:
     summary = json.loads(summary_file.read_text())
     selection = json.loads(selection_file.read_text())
     config: RunConfig = load_preset(str(run_dir / "config.yaml"))
-    provenance = run_provenance(run_dir)
+    provenance = first_training_start(run_dir)
     valid = [r for r in metrics(run_dir) if r.get("kind") == "valid"]
     candidates = {c["weights"]: c["greedy_valid"]["bleu"] for c in selection["candidates"]}
     chosen_greedy = next(s["valid"]["bleu"] for s in selection["searches"] if s["search"] == "greedy")

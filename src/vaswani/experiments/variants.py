@@ -28,7 +28,6 @@ import yaml
 from vaswani.config import add_settings_argument, ranged
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.errors import VaswaniError
-from vaswani.provenance import first_training_start
 from vaswani.training.config import RunConfig, apply_settings, load_preset
 from vaswani.training.metrics import METRICS_FILE, read_metrics
 from vaswani.training.trainer import train
@@ -180,11 +179,6 @@ def final_validation(records: list[dict[str, Any]]) -> dict[str, Any]:
     if not valid:
         raise VaswaniError("the run has no validation record: it ended before its first evaluation")
     return valid[-1]
-
-
-def run_provenance(run_dir: Path) -> dict[str, Any]:
-    """The first provenance record of the run (command, commit, hardware of its training)."""
-    return first_training_start(run_dir)
 
 
 def load_splits(config: dict[str, Any], splits: Sequence[str], data_dir: Path | None):

@@ -161,7 +161,6 @@ def create_app(model: str | Path | Translator | ServedModel, settings: ServeSett
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        torch.set_num_threads(settings.threads)
         served = model if isinstance(model, ServedModel) else load_served_model(model, settings)
         batcher = Batcher(served.translator, settings)
         batcher.start()

@@ -31,7 +31,7 @@ from vaswani.io import atomic_write_json
 from vaswani.model import Transformer
 from vaswani.model.serialization import load_weights
 from vaswani.precision import resolve_precision
-from vaswani.provenance import provenance
+from vaswani.provenance import PROVENANCE_FILE, provenance
 from vaswani.training import data as training_data
 from vaswani.training.checkpoint import load_trainer_state, point, prune, save_checkpoint
 from vaswani.training.config import RunConfig
@@ -111,7 +111,7 @@ class Trainer:
             (self.run_dir / "config.yaml").write_text(self.config.to_yaml())
             record = {**provenance(self.device), "precision": self.precision, "world_size": self.world.size,
                       "torch_threads": torch.get_num_threads(), "resumed": resume}
-            with (self.run_dir / "provenance.jsonl").open("a") as handle:  # one line per start or resume
+            with (self.run_dir / PROVENANCE_FILE).open("a") as handle:  # one line per start or resume
                 handle.write(json.dumps(record) + "\n")
 
         torch.manual_seed(tc.seed)  # identical initial weights on every rank
