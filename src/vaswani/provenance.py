@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 import torch
 
+from vaswani.errors import VaswaniError
 
 PROVENANCE_FILE = "provenance.jsonl"  # in a run directory: one record per start or resume of its training
 _command: str | None = None
@@ -44,8 +45,6 @@ def provenance(device: torch.device | str = "cpu", command: str | None = None) -
 def first_training_start(run_dir: Path) -> dict[str, Any]:
     """The first record of a run's ``provenance.jsonl``: the command, commit and machine its training started with
     ({} when the run has none). A first line that is not a JSON object is a VaswaniError naming ``path:line``."""
-    from vaswani.errors import VaswaniError
-
     path = Path(run_dir) / PROVENANCE_FILE
     if not path.is_file():
         return {}
