@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from safetensors.torch import load_file
 
 from vaswani.errors import VaswaniError
@@ -92,8 +93,11 @@ def test_resume_after_sigkill_is_bit_exact(workdir: Path) -> None:
     assert train_steps == list(range(1, 15))
 
 
-def test_ctrl_c_saves_a_checkpoint_and_resume_can_change_the_learning_rate(workdir: Path) -> None:
-    run_dir = workdir / "interrupted"
+@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_stop_signal_saves_a_checkpoint_and_resume_can_change_the_learning_rate(
+        workdir: Path, stop_signal: signal.Signals) -> None:
+    """Ctrl-C and a scheduler's SIGTERM both end the update in flight, save, and exit 128 + the signal's number."""
+    run_dir = workdir / f"interrupted-{stop_signal.name}"
     process = subprocess.Popen(_train_command(run_dir, "train.max_steps=400", "train.save_every_steps=3"),
                                cwd=workdir, env=_env(workdir), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
@@ -101,10 +105,10 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_can_change_the_learning_rate(workd
     while not (run_dir / "checkpoints" / "step_0000003").exists():
         assert process.poll() is None and time.time() < deadline
         time.sleep(0.02)
-    process.send_signal(signal.SIGINT)
+    process.send_signal(stop_signal)
     _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 130, stderr[-2000:]
-    assert "interrupted: saved a checkpoint" in stderr
+    assert process.returncode == 128 + stop_signal.value, stderr[-2000:]
+    assert f"interrupted by {stop_signal.name}: saved a checkpoint" in stderr
     meta = json.loads((run_dir / "checkpoints" / "last" / "meta.json").read_text())
     assert meta["reason"] == "interrupt" and meta["step"] >= 3
     last_lr = [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
@@ -118,6 +122,35 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_can_change_the_learning_rate(workd
     # each record's lr is the one the next update uses: the new factor applies from the first resumed update
     assert last_lr == pytest.approx(noam_lr(meta["step"] + 1, 64, 10, factor=2.0))
     assert first_resumed["lr"] == pytest.approx(noam_lr(meta["step"] + 2, 64, 10, factor=1.0))
+
+
+def test_resume_keeps_the_runs_own_settings_and_records_what_set_changes(workdir: Path) -> None:
+    run_dir = workdir / "own-settings"
+    _run(_train_command(run_dir, "train.max_steps=4", "train.max_tokens=500"), workdir)
+    # resumed with the preset alone and one new setting: the run's --set values stay, only max_steps changes
+    command = [sys.executable, "-m", "vaswani.cli", "train", "--preset", "smoke", "--run-dir", str(run_dir),
+               "--resume", "--set", "train.max_steps=6"]
+    resumed = _run(command, workdir)
+    assert "train.max_steps changed 4 -> 6" in resumed.stderr
+    assert "max_tokens changed" not in resumed.stderr and "vocab_size" not in resumed.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["step"] == 6
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["train"]["max_tokens"] == 500 and config["data"]["vocab_size"] == 400
+    starts = [json.loads(line) for line in (run_dir / "provenance.jsonl").read_text().splitlines()]
+    assert [start["resumed"] for start in starts] == [False, True]
+    assert starts[1]["changed_settings"] == {"train.max_steps": [4, 6]}
+    assert "changed_settings" not in starts[0]
+
+
+def test_resume_refuses_a_changed_architecture_in_one_line(workdir: Path) -> None:
+    run_dir = workdir / "architecture"
+    _run(_train_command(run_dir, "train.max_steps=2"), workdir)
+    result = subprocess.run(_train_command(run_dir, "train.max_steps=3", "model.d_ff=96", resume=True), cwd=workdir,
+                            env=_env(workdir), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2  # the command line's fault, not the machine's
+    assert result.stderr.strip().splitlines() == [
+        "vaswani train: error: --resume cannot change the architecture (['d_ff']); start a new run directory instead"]
 
 
 def test_updates_within_budget_follows_the_pace_and_never_passes_the_plan() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -26,8 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_settings_argument(parser, ("model", "data", "train"), "model.positions=rope")
     start = parser.add_mutually_exclusive_group()
     start.add_argument("--resume", action="store_true",
-                       help="continue the run in --run-dir from its last checkpoint; --set may change training "
-                       "settings such as the learning rate, and each change is printed")
+                       help="continue the run in --run-dir from its last checkpoint with the run's own settings "
+                       "(--preset is not read); only --set given now changes training settings such as the "
+                       "learning rate, and each change is printed and recorded in the run's provenance.jsonl")
     start.add_argument("--start-over", action="store_true",
                        help="start a new run in a --run-dir that holds one: the earlier run's files are moved into "
                        "RUN_DIR/superseded-<time>/ (nothing is deleted)")
@@ -52,21 +54,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_train(args: argparse.Namespace) -> int:
     from vaswani.training.config import apply_settings, load_preset
+    from vaswani.training.trainer import resumed_config, train
 
-    config = apply_settings(load_preset(args.preset), args.settings)
+    run_dir = args.run_dir or Path("runs") / Path(args.preset).stem
+    if args.resume:  # the run continues as it was: its saved settings, changed only by the --set given now
+        config = resumed_config(run_dir, args.settings)
+    else:
+        config = apply_settings(load_preset(args.preset), args.settings)
     if args.data_dir is not None:
         config.data.data_dir = str(args.data_dir)
     if args.print_config:
         print(config.to_yaml())
         return 0
-    run_dir = args.run_dir or Path("runs") / Path(args.preset).stem
-
-    from vaswani.training.trainer import train
 
     summary = train(config, run_dir, resume=args.resume, start_over=args.start_over)
     if summary is not None:  # rank 0 of a distributed run, or a single process
         print(json.dumps(summary), file=sys.stdout)
-    return 0 if summary is None or summary["stop_reason"] != "interrupted" else 130
+    if summary is not None and "signal" in summary:  # stopped by a signal: the shell's convention, 128 + its number
+        return 128 + signal.Signals[summary["signal"]].value
+    return 0
 
 
 def run_finalize(args: argparse.Namespace) -> int:

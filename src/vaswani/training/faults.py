@@ -3,14 +3,15 @@ bit-identical to a run that was never interrupted and that every checkpoint left
 
     python -m vaswani.training.faults --kills 20 --out results/reliability
 
-A *life* is one training process, forked from the loop's process after it has imported torch (so a life starts
-at once, not after the seconds an interpreter takes to import torch; it is still a process of its own that SIGKILL
-ends as it would end ``vaswani train``; both sides use one intra-op thread, which keeps torch safe across fork). It reports what it is doing through a pipe, one
-``NAME STEP`` message before each phase (``step``: an optimizer update; ``evaluation``: validation loss and greedy BLEU; ``checkpoint``:
-writing a checkpoint, moving ``last``, pruning). The loop picks a phase for each kill, lets the life reach it
-(skipping a random number of occurrences), waits a random few milliseconds and kills the process. Where the kill
-landed is the last phase line the process wrote before it died: a pipe keeps every line written, so the reading
-is exact even though the kill itself is asynchronous.
+A *life* is one training process, forked from a fork server that has imported torch and the trainer (so a life
+starts at once, not after the seconds an interpreter takes to import torch; it is still a process of its own that
+SIGKILL ends as it would end ``vaswani train``, and it never inherits the loop's own state, such as a CUDA
+context). It reports what it is doing through a pipe, one ``NAME STEP`` message before each phase (``step``: an
+optimizer update; ``evaluation``: validation loss and greedy BLEU; ``checkpoint``: writing a checkpoint, moving
+``last``, pruning). The loop picks a phase for each kill, lets the life reach it (skipping a random number of
+occurrences), waits a random few milliseconds and kills the process. Where the kill landed is the last phase line
+the process wrote before it died: a pipe keeps every line written, so the reading is exact even though the kill
+itself is asynchronous.
 
 After each kill: every ``step_*`` checkpoint on disk must be complete and load (weights and trainer state), and
 the next life resumes from the newest one (or starts over, moving the earlier files aside, when the kill came
@@ -34,7 +35,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 # A tiny model on short sentences that still does everything a real run does: dropout (RNG state), epochs ending
 # mid-run (the sampler's order), periodic checkpoints, pruning, evaluations with greedy BLEU, and checkpoints re-saved
@@ -49,7 +50,7 @@ PHASES = ("step", "checkpoint", "evaluation")
 # How long after a phase starts the kill may come (seconds): within a tiny model's update, a checkpoint write,
 # an evaluation with a few greedy translations.
 MAX_DELAY = {"step": 0.01, "checkpoint": 0.004, "evaluation": 0.05}
-# Imported once by the loop, before the lives are forked from it.
+# Imported once by the fork server, before the lives are forked from it.
 PRELOAD = ["vaswani.training.trainer", "torch.utils.tensorboard", "matplotlib.pyplot", "tokenizers"]
 _channel = None  # this life's end of the pipe
 
@@ -64,7 +65,7 @@ def _mark(name: str, step: int) -> None:
 def run_life(preset: str, run_dir: Path, settings: list[str], resume: bool, start_over: bool) -> int:
     """Train as ``vaswani train`` does, announcing each phase on stdout."""
     from vaswani.training.config import apply_settings, load_preset
-    from vaswani.training.trainer import Callback, train
+    from vaswani.training.trainer import Callback, resumed_config, train
 
     class PhaseReporter(Callback):
         def on_update_start(self, trainer):
@@ -79,14 +80,14 @@ def run_life(preset: str, run_dir: Path, settings: list[str], resume: bool, star
         def on_checkpoint_end(self, trainer, reason):
             _mark("after-checkpoint", trainer.progress.step)
 
-    config = apply_settings(load_preset(preset), settings)
+    config = resumed_config(run_dir, settings) if resume else apply_settings(load_preset(preset), settings)
     summary = train(config, run_dir, resume=resume, start_over=start_over, callbacks=[PhaseReporter()])
     _mark("finished", summary["step"])
     return 0
 
 
 def _life(channel, workdir: str, environment: dict[str, str], log: str, *arguments) -> None:
-    """Entry point of a forked life: its own directory, environment and log, then training."""
+    """Entry point of a life: its own directory, environment and log, then training."""
     global _channel
     _channel = channel
     os.chdir(workdir)
@@ -94,7 +95,7 @@ def _life(channel, workdir: str, environment: dict[str, str], log: str, *argumen
     descriptor = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(descriptor, 1)
     os.dup2(descriptor, 2)
-    # Python's own streams too: the parent's may be replaced objects (pytest's capture), which the fork inherits.
+    # Python's own streams too, so that everything the life prints lands in its log.
     sys.stdout = sys.stderr = os.fdopen(descriptor, "w", buffering=1)
     import torch
 
@@ -144,16 +145,13 @@ class Life:
         self.channel.close()
 
 
-def _context():
-    import importlib
-
-    import torch
-
-    for module in PRELOAD:
-        importlib.import_module(module)
-    # An OpenMP pool the parent had started would not exist in a forked child; with one thread none is started.
-    torch.set_num_threads(1)
-    return multiprocessing.get_context("fork")
+def _context() -> multiprocessing.context.BaseContext:
+    """Lives start from a fork server: a fresh interpreter that imports torch and the trainer once and forks each
+    life from itself. A life therefore starts at once, and never inherits this process's state (a CUDA context
+    cannot survive a fork, and the loop's caller may have created one)."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    return context
 
 
 def check_checkpoints(run_dir: Path) -> dict[str, Any]:
@@ -195,105 +193,139 @@ class LifeFailed(RuntimeError):
         super().__init__(f"{what} failed with exit status {exitcode}{cause} (whole log: {log})")
 
 
-def _run_to_end(context, preset: str, run_dir: Path, settings: list[str], workdir: Path, log: Path,
-                timeout: float) -> list[tuple[str, int]]:
-    life = Life(context, preset, run_dir, settings, workdir, log)
-    life.drain(timeout)
-    if life.process.exitcode != 0:
-        raise LifeFailed("a training life", life.process.exitcode, log)
-    return life.phases
+class FaultLoop:
+    """The loop's steps, sharing one clock, one random generator and the lives' settings."""
 
+    def __init__(self, workdir: Path, preset: str, settings: list[str], seed: int, life_timeout: float,
+                 log: Callable[[str], None]):
+        self.workdir, self.preset, self.settings, self.life_timeout = workdir, preset, settings, life_timeout
+        self.rng = random.Random(seed)
+        self.context = _context()
+        self.reference_dir, self.faulty_dir = workdir / "reference", workdir / "faulty"
+        self.started = time.perf_counter()
+        self._log = log
 
-def fault_loop(workdir: Path, kills: int = 20, seed: int = 0, max_steps: int | None = None,
-               preset: str = "smoke", settings: list[str] | None = None, life_timeout: float = 300.0,
-               log=print) -> dict[str, Any]:
-    started = time.perf_counter()
-    say = log
-    log = lambda message: say(f"[{time.perf_counter() - started:6.1f} s] {message}")  # noqa: E731
-    """Run the reference, then the loop of ``kills`` kills and a final life; return the record of it all."""
-    from vaswani.training.checkpoint import latest_checkpoint
+    def log(self, message: str) -> None:
+        self._log(f"[{self.seconds():6.1f} s] {message}")
 
-    workdir = Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    max_steps = max_steps or 3 * kills + 12
-    settings = [*DEFAULT_SETTINGS, *(settings or []), f"train.max_steps={max_steps}"]
-    rng = random.Random(seed)
-    start = time.perf_counter()
-    context = _context()
+    def seconds(self) -> float:
+        return time.perf_counter() - self.started
 
-    reference_dir, faulty_dir = workdir / "reference", workdir / "faulty"
-    for directory in (reference_dir, faulty_dir):
-        shutil.rmtree(directory, ignore_errors=True)
-    log(f"reference: {max_steps} uninterrupted updates")
-    reference_phases = _run_to_end(context, preset, reference_dir, settings, workdir, workdir / "reference.log",
-                                   life_timeout)
+    def start_life(self, run_dir: Path, log: Path) -> Life:
+        return Life(self.context, self.preset, run_dir, self.settings, self.workdir, log)
 
-    records: list[dict[str, Any]] = []
-    finished_early = False
-    for index in range(1, kills + 1):
-        latest = latest_checkpoint(faulty_dir / "checkpoints")
-        resumed_from = json.loads((latest / "meta.json").read_text())["step"] if latest is not None else None
-        target = PHASES[(index - 1) % len(PHASES)] if index <= len(PHASES) else rng.choice(PHASES)
-        skip = rng.randrange({"step": 4, "checkpoint": 2, "evaluation": 1}[target])
-        delay = rng.uniform(0.0, MAX_DELAY[target])
-        life = Life(context, preset, faulty_dir, settings, workdir, workdir / "faulty.log")
+    def run_to_end(self, run_dir: Path, log: Path) -> list[tuple[str, int]]:
+        """A life that must finish on its own; returns the phases it announced."""
+        life = self.start_life(run_dir, log)
+        life.drain(self.life_timeout)
+        if life.process.exitcode != 0:
+            raise LifeFailed("a training life", life.process.exitcode, log)
+        return life.phases
+
+    def run_reference(self) -> list[tuple[str, int]]:
+        for directory in (self.reference_dir, self.faulty_dir):
+            shutil.rmtree(directory, ignore_errors=True)
+        return self.run_to_end(self.reference_dir, self.workdir / "reference.log")
+
+    def resumes_from(self) -> int | None:
+        """The update the next life of the faulty run continues from (None: it starts from scratch)."""
+        from vaswani.training.checkpoint import latest_checkpoint
+
+        latest = latest_checkpoint(self.faulty_dir / "checkpoints")
+        return json.loads((latest / "meta.json").read_text())["step"] if latest is not None else None
+
+    def kill_once(self, index: int, kills: int) -> dict[str, Any] | None:
+        """Start a life of the faulty run, SIGKILL it in the phase picked for kill ``index``, check what it left
+        on disk; None when the life finished before the kill came."""
+        resumed_from = self.resumes_from()
+        # the first kills cover every phase once; the rest pick at random
+        target = PHASES[index - 1] if index <= len(PHASES) else self.rng.choice(PHASES)
+        skip = self.rng.randrange({"step": 4, "checkpoint": 2, "evaluation": 1}[target])
+        delay = self.rng.uniform(0.0, MAX_DELAY[target])
+        life = self.start_life(self.faulty_dir, self.workdir / "faulty.log")
         seen = 0
-        while (phase := life.next_phase(life_timeout)) is not None:
+        while (phase := life.next_phase(self.life_timeout)) is not None:
             if phase[0] == target:
                 if seen == skip:
                     time.sleep(delay)
                     life.process.kill()  # SIGKILL
                     break
                 seen += 1
-        life.drain(life_timeout)  # the phases the process announced before it died
-        phases = life.phases
+        life.drain(self.life_timeout)  # the phases the process announced before it died
         if life.process.exitcode == 0:
-            finished_early = True
-            log(f"kill {index}: the run finished before the kill; the loop stops here")
-            break
+            return None
         if life.process.exitcode != -signal.SIGKILL:
-            raise LifeFailed(f"training life {index}", life.process.exitcode, workdir / "faulty.log")
-        landed, step = phases[-1] if phases else ("start-up", 0)
-        staging = sorted(p.name for p in (faulty_dir / "checkpoints").glob(".*-step_*")) \
-            if (faulty_dir / "checkpoints").is_dir() else []
-        checkpoints = check_checkpoints(faulty_dir)
+            raise LifeFailed(f"training life {index}", life.process.exitcode, self.workdir / "faulty.log")
+        landed, step = life.phases[-1] if life.phases else ("start-up", 0)
+        checkpoints_dir = self.faulty_dir / "checkpoints"
+        staging = sorted(p.name for p in checkpoints_dir.glob(".*-step_*")) if checkpoints_dir.is_dir() else []
+        checkpoints = check_checkpoints(self.faulty_dir)
         record = {"kill": index, "target": target, "landed": landed, "step": step, "delay_ms": round(1e3 * delay, 2),
                   "resumed_from": resumed_from, "partial_files_left": staging,
                   "checkpoints_on_disk": len(checkpoints["checked"]) + len(checkpoints["broken"]),
                   "checkpoints_loaded": len(checkpoints["checked"]), "broken": checkpoints["broken"]}
-        records.append(record)
-        log(f"kill {index}/{kills}: aimed at {target}, landed in {landed} at update {step} "
-            f"(life resumed from {resumed_from}); {record['checkpoints_loaded']}/{record['checkpoints_on_disk']} "
-            f"checkpoints load" + (f"; left {staging}" if staging else ""))
+        self.log(f"kill {index}/{kills}: aimed at {target}, landed in {landed} at update {step} "
+                 f"(life resumed from {resumed_from}); {record['checkpoints_loaded']}/{record['checkpoints_on_disk']} "
+                 f"checkpoints load" + (f"; left {staging}" if staging else ""))
+        return record
 
-    latest = latest_checkpoint(faulty_dir / "checkpoints")
-    final_resumed_from = json.loads((latest / "meta.json").read_text())["step"] if latest is not None else None
-    log("final life: runs to the end")
-    _run_to_end(context, preset, faulty_dir, settings, workdir, workdir / "faulty.log", life_timeout)
-    expected, actual = _weights(reference_dir), _weights(faulty_dir)
-    differing = sorted(name for name in expected if name not in actual or not bool((expected[name] ==
-                                                                                    actual[name]).all()))
-    final_checkpoints = check_checkpoints(faulty_dir)
-    steps = _train_steps(faulty_dir)
+    def compare(self, max_steps: int) -> dict[str, Any]:
+        """The finished faulty run against the reference: weights bit for bit, checkpoints, the metrics log."""
+        expected, actual = _weights(self.reference_dir), _weights(self.faulty_dir)
+        differing = sorted(name for name in expected
+                           if name not in actual or not bool((expected[name] == actual[name]).all()))
+        return {
+            "bit_identical": not differing and expected.keys() == actual.keys(),
+            "differing_tensors": differing,
+            "tensors_compared": len(expected),
+            "final_checkpoints_broken": check_checkpoints(self.faulty_dir)["broken"],
+            "metrics_hold_each_update_once": _train_steps(self.faulty_dir) == list(range(1, max_steps + 1)),
+        }
+
+
+def fault_loop(workdir: Path, kills: int = 20, seed: int = 0, max_steps: int | None = None,
+               preset: str = "smoke", settings: list[str] | None = None, life_timeout: float = 300.0,
+               log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the reference, then the loop of ``kills`` kills and a final life; return the record of it all."""
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    max_steps = max_steps or 3 * kills + 12
+    settings = [*DEFAULT_SETTINGS, *(settings or []), f"train.max_steps={max_steps}"]
+    loop = FaultLoop(workdir, preset, settings, seed, life_timeout, log)
+
+    loop.log(f"reference: {max_steps} uninterrupted updates")
+    reference_phases = loop.run_reference()
+
+    records: list[dict[str, Any]] = []
+    for index in range(1, kills + 1):
+        record = loop.kill_once(index, kills)
+        if record is None:
+            loop.log(f"kill {index}: the run finished before the kill; the loop stops here")
+            break
+        records.append(record)
+
+    final_resumed_from = loop.resumes_from()
+    loop.log("final life: runs to the end")
+    loop.run_to_end(loop.faulty_dir, workdir / "faulty.log")
+    comparison = loop.compare(max_steps)
+    broken_at_the_end = comparison.pop("final_checkpoints_broken")
     return {
         "kills": records,
         "kills_done": len(records),
         "kills_asked": kills,
-        "finished_before_all_kills": finished_early,
+        "finished_before_all_kills": len(records) < kills,
         "final_life_resumed_from": final_resumed_from,
         "max_steps": max_steps,
         "reference_updates": sum(1 for name, _ in reference_phases if name == "step"),
-        "bit_identical": not differing and expected.keys() == actual.keys(),
-        "differing_tensors": differing,
-        "tensors_compared": len(expected),
-        "every_checkpoint_loaded": all(not r["broken"] for r in records) and not final_checkpoints["broken"],
-        "metrics_hold_each_update_once": steps == list(range(1, max_steps + 1)),
+        **comparison,
+        "every_checkpoint_loaded": all(not r["broken"] for r in records) and not broken_at_the_end,
         "landed": {phase: sum(1 for r in records if r["landed"] == phase) for phase in
                    sorted({r["landed"] for r in records})},
+        "life_start_method": loop.context.get_start_method(),
         "seed": seed,
         "settings": settings,
         "preset": preset,
-        "seconds": round(time.perf_counter() - start, 1),
+        "seconds": round(loop.seconds(), 1),
     }
 
 

@@ -1,5 +1,8 @@
 """The training loop: teacher forcing, mixed precision, accumulation, DDP, evaluation, checkpoints, exact resume.
 
+    trainer = Trainer(config, run_dir)     # device, data, model, optimizer (or the state of a resumed run)
+    summary = trainer.fit()                # epochs of updates until a limit, evaluating and saving on the way
+
 One *update* consumes a *group* of G = grad_accum × world_size consecutive batches of the epoch's deterministic
 batch list; rank r takes batches r·accum … r·accum+accum-1 of the group. Every rank therefore knows every batch
 of the group, so the loss can be normalised by the group's real target tokens without communication, and a run
@@ -10,13 +13,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import enum
 import json
-import os
 import math
+import os
 import random
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -33,8 +38,8 @@ from vaswani.model.serialization import load_weights
 from vaswani.precision import resolve_precision
 from vaswani.provenance import PROVENANCE_FILE, provenance
 from vaswani.training import data as training_data
-from vaswani.training.checkpoint import load_trainer_state, point, prune, save_checkpoint
-from vaswani.training.config import RunConfig
+from vaswani.training.checkpoint import latest_checkpoint, load_trainer_state, point, prune, save_checkpoint
+from vaswani.training.config import RunConfig, apply_settings
 from vaswani.training.distributed import World, collective_device, init_world, shutdown
 from vaswani.training.flops import peak_flops, training_flops
 from vaswani.training.loss import TranslationLoss
@@ -43,6 +48,20 @@ from vaswani.training.optim import build_optimizer
 from vaswani.training.rundir import check_start, claim
 from vaswani.training.schedule import build_scheduler
 from vaswani.training.step import StepResult, train_step
+
+# Signals that end a run the way Ctrl-C does: finish the update in flight, save a checkpoint, exit. SIGTERM is how
+# schedulers (Slurm, Kubernetes, systemd) stop a job.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Stop(enum.Enum):
+    """Why a run stopped (the summary's ``stop_reason``)."""
+
+    MAX_EPOCHS = "finished"
+    MAX_STEPS = "max_steps"
+    MAX_MINUTES = "max_minutes"
+    EARLY_STOP = "early_stop"
+    INTERRUPTED = "interrupted"
 
 
 @dataclass
@@ -83,93 +102,92 @@ class Callback:
 
 
 class Trainer:
+    """One training run in ``run_dir``. ``resume=True`` continues the run from its latest checkpoint with
+    ``config`` (build it with :func:`resumed_config` so the run keeps its own settings); the model and data
+    settings must be the run's, training settings may change, and each change is printed and recorded in the
+    run's provenance."""
+
     def __init__(self, config: RunConfig, run_dir: str | Path, resume: bool = False, world: World | None = None,
                  callbacks: Sequence[Callback] = ()):
         self.run_dir = Path(run_dir)
         self.callbacks = list(callbacks)
         self.world = world or init_world(device_type(config.train.device))
-        tc = config.train
-        self.device = resolve_device(tc.device, self.world.local_rank)
-        self.precision = resolve_precision(tc.precision, self.device)
+        self.config = config
+        self.device, self.precision = self._set_up_device()
+        saved = load_trainer_state(self.run_dir) if resume else None
+        changes = self._check_resumable(*saved) if saved is not None else {}
+        self.data = training_data.load(self.config, self.run_dir, self.world)
+        self.config.model = dataclasses.replace(self.config.model, vocab_size=self.data.tokenizer.vocab_size,
+                                                pad_id=self.data.tokenizer.pad_id)
+        self._record_start(resumed=saved is not None, changes=changes)
+        self.progress = Progress()
+        self._build_model_and_optimizer()
+        if saved is not None:
+            self._restore(*saved)
+        # The step of the newest checkpoint this process knows of: a resumed run starts at its checkpoint's.
+        self.checkpointed_step: int | None = self.progress.step if saved is not None else None
+        if self.world.rank > 0:  # dropout masks differ per rank, as they would across one process's micro-batches
+            torch.manual_seed(self.config.train.seed + 1000 * self.world.rank + self.progress.step)
+        self.loss_model = self._wrap_for_training()
+        self.metrics = MetricsLog(self.run_dir, tensorboard=True) if self.world.is_main else None
+        if self.metrics is not None and saved is not None:
+            self.metrics.truncate_after(self.progress.step)
+        self._peak: tuple[float, str] | None = None
+        self._stop_signal: int | None = None
+
+    # ---- building the trainer, in the order __init__ calls these ------------------------------------------------
+    def _set_up_device(self) -> tuple[torch.device, str]:
+        tc = self.config.train
+        device = resolve_device(tc.device, self.world.local_rank)
         if tc.num_threads:
             torch.set_num_threads(tc.num_threads)
-        if self.device.type == "cpu" and tc.reuse_freed_memory:
+        if device.type == "cpu" and tc.reuse_freed_memory:
             reuse_freed_memory()
         if tc.deterministic:
             torch.use_deterministic_algorithms(True)
-        resume_state = None
-        if resume:
-            checkpoint_dir, resume_state = load_trainer_state(self.run_dir)
-            config = self._merge_resumed_config(checkpoint_dir, resume_state, config)
-        self.config = config
+        return device, resolve_precision(tc.precision, device)
 
-        self.data = training_data.load(config, self.run_dir, self.world)
-        self.config.model = dataclasses.replace(self.config.model, vocab_size=self.data.tokenizer.vocab_size,
-                                                pad_id=self.data.tokenizer.pad_id)
+    def _check_resumable(self, checkpoint_dir: Path, state: dict) -> dict[str, tuple[Any, Any]]:
+        """Refuse a resume that would change the model or the data under the checkpoint; return the training
+        settings that differ from the run's saved ones, ``{"train.lr": (old, new)}``."""
+        saved = _config_of(checkpoint_dir, state)
+        if _without_data_dir(self.config.data) != _without_data_dir(saved.data):
+            raise VaswaniError("--resume cannot change data settings; start a new run directory instead")
+        changed_model = sorted(k for k, v in self.config.model.to_dict().items()
+                               if v != saved.model.to_dict()[k] and k not in ("vocab_size", "pad_id"))
+        if changed_model:
+            raise VaswaniError(f"--resume cannot change the architecture ({changed_model}); start a new run "
+                               "directory instead")
+        changes = {f"train.{k}": (getattr(saved.train, k), getattr(self.config.train, k))
+                   for k in dataclasses.asdict(saved.train) if getattr(saved.train, k) != getattr(self.config.train, k)}
         if self.world.is_main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / "config.yaml").write_text(self.config.to_yaml())
-            record = {**provenance(self.device), "precision": self.precision, "world_size": self.world.size,
-                      "torch_threads": torch.get_num_threads(), "resumed": resume}
-            with (self.run_dir / PROVENANCE_FILE).open("a") as handle:  # one line per start or resume
-                handle.write(json.dumps(record) + "\n")
+            for key, (old, new) in changes.items():
+                print(f"resume: {key} changed {old!r} -> {new!r}", file=sys.stderr)
+        return changes
 
+    def _record_start(self, resumed: bool, changes: dict[str, tuple[Any, Any]]) -> None:
+        """The resolved config, and one provenance line per start or resume (with the settings it changed)."""
+        if not self.world.is_main:
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.yaml").write_text(self.config.to_yaml())
+        record = {**provenance(self.device), "precision": self.precision, "world_size": self.world.size,
+                  "torch_threads": torch.get_num_threads(), "resumed": resumed}
+        if changes:
+            record["changed_settings"] = {key: [old, new] for key, (old, new) in changes.items()}
+        with (self.run_dir / PROVENANCE_FILE).open("a") as handle:
+            handle.write(json.dumps(record) + "\n")
+
+    def _build_model_and_optimizer(self) -> None:
+        tc = self.config.train
         torch.manual_seed(tc.seed)  # identical initial weights on every rank
         random.seed(tc.seed)
         self.model = Transformer(self.config.model).to(self.device)
         self.optimizer = build_optimizer(self.model, tc, self.device)
         self.total_steps = self._planned_steps()
-        self.progress = Progress()
         self.scheduler = build_scheduler(self.optimizer, tc, self.config.model.d_model, self.total_steps,
                                          elapsed_seconds=lambda: self.progress.elapsed_seconds)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
-        if resume_state is not None:
-            self._restore(checkpoint_dir, resume_state)
-        if self.world.rank > 0:  # dropout masks differ per rank, as they would across one process's micro-batches
-            torch.manual_seed(tc.seed + 1000 * self.world.rank + self.progress.step)
-
-        self.train_model: torch.nn.Module = TranslationLoss(self.model, tc.label_smoothing)
-        if tc.compile:
-            self.train_model = torch.compile(self.train_model)
-        if self.world.distributed:
-            self.train_model = DistributedDataParallel(
-                self.train_model, device_ids=[self.device.index] if self.device.type == "cuda" else None
-            )
-        self.metrics = MetricsLog(self.run_dir, tensorboard=self.world.is_main) if self.world.is_main else None
-        if self.metrics is not None and resume_state is not None:
-            self.metrics.truncate_after(self.progress.step)
-        self._peak: tuple[float, str] | None = None
-        self._stop_requested = False
-
-    # ---- setup helpers -----------------------------------------------------------------------------------------
-    @property
-    def steps_per_epoch(self) -> int:
-        return math.ceil(self.data.batches_per_epoch / (self.config.train.grad_accum * self.world.size))
-
-    def _planned_steps(self) -> int | None:
-        tc = self.config.train
-        candidates = [tc.max_steps] if tc.max_steps else []
-        if tc.max_epochs:
-            candidates.append(self.steps_per_epoch * tc.max_epochs)
-        return min(candidates) if candidates else None
-
-    def _merge_resumed_config(self, checkpoint_dir: Path, state: dict, config: RunConfig) -> RunConfig:
-        """The run's saved config, with explicit command-line changes applied and announced."""
-        saved = RunConfig.from_dict(_yaml_load(state["config_yaml"]), source=f"{checkpoint_dir}/trainer_state.pt")
-        # The architecture and data must not change under a checkpoint; training settings may (e.g. lr).
-        if config.data != saved.data and config.data != RunConfig().data:
-            raise VaswaniError("--resume cannot change data settings; start a new run directory instead")
-        changed_model = {k: v for k, v in config.model.to_dict().items()
-                         if v != saved.model.to_dict()[k] and k not in ("vocab_size", "pad_id")}
-        default_model = RunConfig().model.to_dict()
-        if changed_model and any(default_model.get(k) != v for k, v in changed_model.items()):
-            raise VaswaniError(f"--resume cannot change the architecture ({sorted(changed_model)})")
-        changes = {k: (getattr(saved.train, k), getattr(config.train, k))
-                   for k in dataclasses.asdict(saved.train) if getattr(saved.train, k) != getattr(config.train, k)}
-        if changes and self.world.is_main:
-            for key, (old, new) in changes.items():
-                print(f"resume: train.{key} changed {old!r} -> {new!r}", file=sys.stderr)
-        return RunConfig(model=saved.model, data=saved.data, train=config.train)
 
     def _restore(self, checkpoint_dir: Path, state: dict) -> None:
         load_weights(self.model, checkpoint_dir / "model.safetensors", self.device)
@@ -190,117 +208,128 @@ class Trainer:
             print(f"resumed from {checkpoint_dir} at step {self.progress.step} (epoch {self.progress.epoch + 1}, "
                   f"update {self.progress.group_in_epoch} of the epoch)", file=sys.stderr)
 
+    def _wrap_for_training(self) -> torch.nn.Module:
+        """The module a training step calls: the model inside its loss, compiled and wrapped by DDP as asked."""
+        loss_model: torch.nn.Module = TranslationLoss(self.model, self.config.train.label_smoothing)
+        if self.config.train.compile:
+            loss_model = torch.compile(loss_model)
+        if self.world.distributed:
+            loss_model = DistributedDataParallel(
+                loss_model, device_ids=[self.device.index] if self.device.type == "cuda" else None
+            )
+        return loss_model
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return math.ceil(self.data.batches_per_epoch / (self.config.train.grad_accum * self.world.size))
+
+    def _planned_steps(self) -> int | None:
+        tc = self.config.train
+        candidates = [tc.max_steps] if tc.max_steps else []
+        if tc.max_epochs:
+            candidates.append(self.steps_per_epoch * tc.max_epochs)
+        return min(candidates) if candidates else None
+
     # ---- the loop ----------------------------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
+        """Train until a limit (epochs, updates, minutes), early stopping or a stop signal; the last update is
+        always evaluated and saved (a stopped run only saved). Returns the run's summary."""
         tc = self.config.train
-        previous_handler = signal.getsignal(signal.SIGINT)
-        signal.signal(signal.SIGINT, self._on_interrupt)
-        start = time.perf_counter() - self.progress.elapsed_seconds
-        stop_reason = "finished"
-        # A run ended by the clock estimates its last update from the average pace (see _log_train), and the
+        started = time.perf_counter() - self.progress.elapsed_seconds
+        # A run ended by the clock estimates its last update from the average pace (see _log_update), and the
         # bar's ETA must use the same pace (smoothing=0) to read as the time left.
         self._session_start = (self.progress.step, self.progress.elapsed_seconds)
         bar = tqdm(total=self.total_steps, initial=self.progress.step, unit="step", dynamic_ncols=True,
                    smoothing=0 if tc.max_minutes is not None else 0.3,
                    disable=not (tc.progress and self.world.is_main), file=sys.stderr)
         try:
-            while stop_reason == "finished":
-                if tc.max_epochs is not None and self.progress.epoch >= tc.max_epochs:
-                    break
-                stop_reason = self._run_epoch(bar, start)
-                if stop_reason == "finished":
-                    self.progress.epoch += 1
-                    self.progress.group_in_epoch = 0
-                    if self.config.train.eval_every_steps is None:
-                        stop_reason = self._evaluate_and_checkpoint()
-            if stop_reason in ("max_steps", "max_minutes", "finished"):
-                if not self._last_is_current():
-                    self._evaluate_and_checkpoint()
-        except torch.cuda.OutOfMemoryError:
-            raise VaswaniError(
-                f"out of GPU memory with train.max_tokens={tc.max_tokens}, train.grad_accum={tc.grad_accum}, "
-                f"data.max_len={self.config.data.max_len}, model d_model={self.config.model.d_model}; lower "
-                "train.max_tokens (and raise train.grad_accum to keep the same tokens per update)"
-            ) from None
+            with self._stop_signals_end_the_run(), self._out_of_memory_named():
+                stop = self._train(bar, started)
         finally:
             bar.close()
-            signal.signal(signal.SIGINT, previous_handler)
             if self.metrics is not None:
                 self.metrics.close()
-        if stop_reason == "interrupted":
-            self._save("interrupt")
+        if stop is Stop.INTERRUPTED:
+            self._checkpoint("interrupt")
             if self.world.is_main:
-                print(f"interrupted: saved a checkpoint at step {self.progress.step}; continue with --resume",
-                      file=sys.stderr)
-        summary = {"stop_reason": stop_reason, "step": self.progress.step, "epoch": self.progress.epoch,
+                print(f"interrupted by {signal.Signals(self._stop_signal).name}: saved a checkpoint at step "
+                      f"{self.progress.step}; continue with --resume", file=sys.stderr)
+        summary = {"stop_reason": stop.value, "step": self.progress.step, "epoch": self.progress.epoch,
                    "best_metric": self.progress.best_metric, "skipped_updates": self.progress.skipped_updates,
-                   "minutes": round((time.perf_counter() - start) / 60, 2), "world_size": self.world.size}
+                   "minutes": round((time.perf_counter() - started) / 60, 2), "world_size": self.world.size}
+        if stop is Stop.INTERRUPTED:
+            summary["signal"] = signal.Signals(self._stop_signal).name
         if self.world.distributed:
             summary["ranks_identical"] = self._ranks_identical()
         shutdown(self.world)
         return summary
 
-    def _ranks_identical(self) -> bool:
-        """Do all ranks hold the same parameters? Compares per-tensor checksums by all-reducing their min and max."""
-        import torch.distributed as dist
+    def _train(self, bar: tqdm, started: float) -> Stop:
+        """Epochs of updates. After each update: log it, save it when a periodic save is due, evaluate (and save)
+        when an evaluation is due or the run is about to stop, then stop if a limit was reached."""
+        tc = self.config.train
+        log_window = _LogWindow()
+        while tc.max_epochs is None or self.progress.epoch < tc.max_epochs:
+            groups = self._groups(self.progress.epoch)
+            for group_index in range(self.progress.group_in_epoch, len(groups)):
+                if self._stop_signal is not None:
+                    return Stop.INTERRUPTED
+                if tc.max_steps is not None and self.progress.step >= tc.max_steps:  # resumed after its last update
+                    return Stop.MAX_STEPS
+                result = self.update(groups[group_index])
+                self.progress.elapsed_seconds = time.perf_counter() - started
+                end_of_epoch = group_index + 1 == len(groups)
+                self.progress.group_in_epoch = 0 if end_of_epoch else group_index + 1
+                self.progress.epoch += end_of_epoch
+                log_window.add(result, self._group_flops(groups[group_index]))
+                if result.finite:
+                    bar.update(1)
+                    if self.progress.step % tc.log_every_steps == 0:
+                        self._log_update(result, log_window, bar)
+                    if tc.save_every_steps and self.progress.step % tc.save_every_steps == 0:
+                        with log_window.paused():
+                            self._checkpoint("periodic")
+                stop = self._limit_reached()
+                if self._evaluation_due(result, end_of_epoch, stopping=stop is not None):
+                    with log_window.paused():
+                        patience_spent = self._evaluate_and_checkpoint()
+                    if stop is None and patience_spent:
+                        stop = Stop.EARLY_STOP
+                if stop is not None:
+                    return stop
+        return Stop.MAX_EPOCHS  # a run resumed after its last epoch: nothing left to do
 
-        sums = torch.stack([torch.stack([p.detach().double().sum(), p.detach().double().square().sum()])
-                            for p in self.model.parameters()]).flatten().to(collective_device())
-        low, high = sums.clone(), sums.clone()
-        dist.all_reduce(low, op=dist.ReduceOp.MIN)
-        dist.all_reduce(high, op=dist.ReduceOp.MAX)
-        return bool(torch.equal(low, high))
+    def _limit_reached(self) -> Stop | None:
+        tc = self.config.train
+        if tc.max_steps is not None and self.progress.step >= tc.max_steps:
+            return Stop.MAX_STEPS
+        if tc.max_minutes is not None and self.progress.elapsed_seconds >= 60 * tc.max_minutes:
+            return Stop.MAX_MINUTES
+        if tc.max_epochs is not None and self.progress.epoch >= tc.max_epochs:
+            return Stop.MAX_EPOCHS
+        return None
 
-    def _on_interrupt(self, signum: int, frame: Any) -> None:
-        if self._stop_requested:  # a second Ctrl-C: give up immediately
-            raise KeyboardInterrupt
-        self._stop_requested = True
+    def _evaluation_due(self, result: StepResult, end_of_epoch: bool, stopping: bool) -> bool:
+        """Every ``eval_every_steps`` updates, else at the end of every epoch; and always for the last weights of a
+        run that is about to stop, unless they are already saved."""
+        if stopping and self.checkpointed_step != self.progress.step:
+            return True
+        every = self.config.train.eval_every_steps
+        if every:
+            return result.finite and self.progress.step % every == 0
+        return end_of_epoch
 
     def _groups(self, epoch: int) -> list[list[list[int]]]:
-        """The epoch's updates: each a list of this rank's micro-batches (lists of example indices)."""
+        """The epoch's updates: each a list of micro-batches (lists of example indices) for every rank."""
         batches = self.data.epoch_batches(epoch)
         size = self.config.train.grad_accum * self.world.size
         return [batches[i : i + size] for i in range(0, len(batches), size)]
 
-    def _run_epoch(self, bar: tqdm, start: float) -> str:
-        tc = self.config.train
-        groups = self._groups(self.progress.epoch)
-        window_tokens, window_start = 0, time.perf_counter()
-        for group_index in range(self.progress.group_in_epoch, len(groups)):
-            if self._stop_requested:
-                return "interrupted"
-            if tc.max_steps is not None and self.progress.step >= tc.max_steps:  # resumed after its last update
-                return "max_steps"
-            group = groups[group_index]
-            for callback in self.callbacks:
-                callback.on_update_start(self)
-            result = self.update(group)
-            for callback in self.callbacks:
-                callback.on_update_end(self, result)
-            self.progress.group_in_epoch = group_index + 1
-            self.progress.elapsed_seconds = time.perf_counter() - start
-            window_tokens += result.tokens
-            step = self.progress.step
-            if result.finite:
-                bar.update(1)
-            if step % tc.log_every_steps == 0 and result.finite:
-                elapsed = time.perf_counter() - window_start
-                self._log_train(result, group, window_tokens / max(elapsed, 1e-9), bar)
-                window_tokens, window_start = 0, time.perf_counter()
-            if tc.save_every_steps and step % tc.save_every_steps == 0 and result.finite:
-                self._save("periodic")
-            if tc.eval_every_steps and step % tc.eval_every_steps == 0 and result.finite:
-                if self._evaluate_and_checkpoint() == "early_stop":
-                    return "early_stop"
-            if tc.max_steps is not None and step >= tc.max_steps:
-                return "max_steps"
-            if tc.max_minutes is not None and self.progress.elapsed_seconds >= 60 * tc.max_minutes:
-                return "max_minutes"
-        return "finished"
-
     def update(self, group: list[list[int]]) -> StepResult:
         """One optimizer update over a group of batches (this rank's share of it); a non-finite one is skipped
         and counted."""
+        for callback in self.callbacks:
+            callback.on_update_start(self)
         tc = self.config.train
         accum, rank = tc.grad_accum, self.world.rank
         mine = group[rank * accum : (rank + 1) * accum]
@@ -309,7 +338,7 @@ class Trainer:
         weights = [1.0] * len(mine) + [0.0] * (accum - len(mine))
         mine = mine + [group[0]] * (accum - len(mine))
         result = train_step(
-            self.train_model, self.optimizer, (self.data.collate(indices, self.device) for indices in mine),
+            self.loss_model, self.optimizer, (self.data.collate(indices, self.device) for indices in mine),
             tokens=sum(self.data.target_tokens(b) for b in group), precision=self.precision,
             clip_grad_norm=tc.clip_grad_norm, scaler=self.scaler, scheduler=self.scheduler, weights=weights,
             world=self.world,
@@ -319,6 +348,8 @@ class Trainer:
             self.progress.consecutive_nonfinite = 0
         else:
             self._skip_nonfinite(result.loss_sum)
+        for callback in self.callbacks:
+            callback.on_update_end(self, result)
         return result
 
     def _skip_nonfinite(self, loss: float) -> None:
@@ -339,16 +370,57 @@ class Trainer:
                 "lower the learning rate (train.lr_factor / train.lr) or use bf16/fp32, then --resume"
             )
 
+    # ---- stop signals and memory -------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _stop_signals_end_the_run(self) -> Iterator[None]:
+        """SIGINT and SIGTERM let the update in flight finish, then the loop stops and saves; a second one gives
+        up at once."""
+
+        def request_stop(signum: int, frame: Any) -> None:
+            if self._stop_signal is not None:
+                raise KeyboardInterrupt
+            self._stop_signal = signum
+
+        previous = {signum: signal.signal(signum, request_stop) for signum in STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+    @contextlib.contextmanager
+    def _out_of_memory_named(self) -> Iterator[None]:
+        """An allocation that fails during training names the settings that size it."""
+        try:
+            yield
+        except (torch.OutOfMemoryError, RuntimeError) as error:
+            if not isinstance(error, torch.OutOfMemoryError) and "can't allocate memory" not in str(error):
+                raise
+            tc = self.config.train
+            where = "GPU" if self.device.type == "cuda" else "host"
+            raise VaswaniError(
+                f"out of {where} memory with train.max_tokens={tc.max_tokens}, train.grad_accum={tc.grad_accum}, "
+                f"data.max_len={self.config.data.max_len}, model d_model={self.config.model.d_model}; lower "
+                "train.max_tokens (and raise train.grad_accum to keep the same tokens per update)"
+            ) from None
+
     # ---- logging, evaluation, checkpoints ----------------------------------------------------------------------
-    def _log_train(self, result: StepResult, group: list[list[int]], tokens_per_second: float, bar: tqdm) -> None:
+    def _group_flops(self, group: list[list[int]]) -> float:
+        """Model FLOPs of one update (every rank's batches), for MFU; counted only where MFU is logged."""
+        if self.device.type != "cuda":
+            return 0.0
+        return sum(training_flops(self.config.model, *self.data.flop_shape(b)) for b in group)
+
+    def _log_update(self, result: StepResult, window: _LogWindow, bar: tqdm) -> None:
+        tokens_per_second, flops_per_second = window.rates()
         lr = self.optimizer.param_groups[0]["lr"]
         record = {"epoch": round(self.progress.step / max(self.steps_per_epoch, 1), 3),
                   "loss": round(result.loss, 5), "nll": round(result.nll, 5), "accuracy": round(result.accuracy, 5),
                   "lr": lr, "grad_norm": round(result.grad_norm, 4), "tokens_per_s": round(tokens_per_second, 1),
                   "elapsed_s": round(self.progress.elapsed_seconds, 1)}
-        mfu = self._mfu(group, tokens_per_second, result.tokens)
+        mfu = self._mfu(flops_per_second)
         if mfu is not None:
-            record["mfu"] = round(mfu, 4)
+            record["mfu"] = float(f"{mfu:.4g}")  # significant digits: a small model's MFU is far below 1e-4
         bar.set_postfix(loss=f"{result.loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_second:,.0f}",
                         **({"mfu": f"{mfu:.1%}"} if mfu is not None else {}))
         if self.config.train.max_minutes is not None and not bar.disable:
@@ -362,18 +434,19 @@ class Trainer:
             bar.refresh()
         if self.metrics is not None:
             self.metrics.write("train", self.progress.step, **record)
+        window.restart()
 
-    def _mfu(self, group: list[list[int]], tokens_per_second: float, group_tokens: int) -> float | None:
-        """Model FLOPs utilisation of the last update, against the device's peak (GPU only; CPU peaks vary)."""
+    def _mfu(self, flops_per_second: float) -> float | None:
+        """Model FLOPs utilisation since the last log line, against the device's peak (GPU only: a CPU's peak
+        depends on what else runs on it)."""
         if self.device.type != "cuda":
             return None
         if self._peak is None:
             self._peak = peak_flops(self.device, self.precision)
-        flops = sum(training_flops(self.config.model, *self.data.flop_shape(b)) for b in group)
-        seconds = group_tokens / max(tokens_per_second, 1e-9)
-        return flops / seconds / self._peak[0]
+        return flops_per_second / self._peak[0]
 
-    def _evaluate_and_checkpoint(self) -> str:
+    def _evaluate_and_checkpoint(self) -> bool:
+        """Validate, track the best metric, save a checkpoint; True when early stopping's patience is spent."""
         from vaswani.training.evaluate import validate
 
         tc = self.config.train
@@ -398,27 +471,27 @@ class Trainer:
             if result.get("bleu") is not None:
                 message += f", greedy BLEU {result['bleu']:.2f} on {result['bleu_sentences']} sentences"
             print(message + (" *" if improved else ""), file=sys.stderr)
-        self._save("best" if improved else "eval")
+        self._checkpoint("best" if improved else "eval")
         if self.world.is_main:
             plot_run(self.run_dir)
-        if tc.patience is not None and self.progress.evals_without_improvement >= tc.patience:
-            if self.world.is_main:
-                print(f"early stopping: no improvement of {tc.early_stopping_metric} for {tc.patience} evaluations",
-                      file=sys.stderr)
-            return "early_stop"
-        return "finished"
+        patience_spent = tc.patience is not None and self.progress.evals_without_improvement >= tc.patience
+        if patience_spent and self.world.is_main:
+            print(f"early stopping: no improvement of {tc.early_stopping_metric} for {tc.patience} evaluations",
+                  file=sys.stderr)
+        return patience_spent
 
-    def _save(self, reason: str) -> None:
+    def _checkpoint(self, reason: str) -> None:
+        """Write a checkpoint of the current step (the main rank writes, every rank waits for it)."""
         for callback in self.callbacks:
             callback.on_checkpoint_start(self, reason)
-        self._write_checkpoint(reason)
+        if self.world.is_main:
+            self._write_checkpoint(reason)
+        self.world.barrier()
+        self.checkpointed_step = self.progress.step
         for callback in self.callbacks:
             callback.on_checkpoint_end(self, reason)
 
     def _write_checkpoint(self, reason: str) -> None:
-        if not self.world.is_main:
-            self.world.barrier()
-            return
         checkpoints = self.run_dir / "checkpoints"
         state = {
             "optimizer": self.optimizer.state_dict(),
@@ -438,11 +511,54 @@ class Trainer:
         if reason == "best":
             point(checkpoints, "best", directory)
         prune(checkpoints, self.config.train.keep_checkpoints)
-        self.world.barrier()
 
-    def _last_is_current(self) -> bool:
-        last = self.run_dir / "checkpoints" / "last"
-        return last.exists() and last.resolve().name == f"step_{self.progress.step:07d}"
+    def _ranks_identical(self) -> bool:
+        """Do all ranks hold the same parameters? Compares per-tensor checksums by all-reducing their min and max."""
+        import torch.distributed as dist
+
+        sums = torch.stack([torch.stack([p.detach().double().sum(), p.detach().double().square().sum()])
+                            for p in self.model.parameters()]).flatten().to(collective_device())
+        low, high = sums.clone(), sums.clone()
+        dist.all_reduce(low, op=dist.ReduceOp.MIN)
+        dist.all_reduce(high, op=dist.ReduceOp.MAX)
+        return bool(torch.equal(low, high))
+
+
+class _LogWindow:
+    """Tokens, model FLOPs and training time since the last log line: the rates a log line reports (evaluations
+    and checkpoint writes are not training time)."""
+
+    def __init__(self) -> None:
+        self.restart()
+
+    def restart(self) -> None:
+        self.tokens, self.flops, self.started = 0, 0.0, time.perf_counter()
+
+    def add(self, result: StepResult, flops: float) -> None:
+        self.tokens += result.tokens
+        self.flops += flops if result.finite else 0.0
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        paused_at = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.started += time.perf_counter() - paused_at
+
+    def rates(self) -> tuple[float, float]:
+        """(tokens/s, model FLOP/s)."""
+        seconds = max(time.perf_counter() - self.started, 1e-9)
+        return self.tokens / seconds, self.flops / seconds
+
+
+def resumed_config(run_dir: str | Path, settings: Sequence[str] = ()) -> RunConfig:
+    """The config a resumed run continues with: the one saved in its latest checkpoint, changed only by the
+    ``section.key=value`` settings given now (what ``vaswani train --resume --set ...`` passes)."""
+    if latest_checkpoint(Path(run_dir) / "checkpoints") is None:
+        check_start(Path(run_dir), resume=True, start_over=False)  # names what the directory holds instead
+    checkpoint_dir, state = load_trainer_state(run_dir)
+    return apply_settings(_config_of(checkpoint_dir, state), list(settings))
 
 
 def train(config: RunConfig, run_dir: str | Path, resume: bool = False, start_over: bool = False,
@@ -462,7 +578,7 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False, start_ov
         summary = trainer.fit()
         if not trainer.world.is_main:
             return None
-        if trainer.config.train.final_model and summary["stop_reason"] != "interrupted":
+        if trainer.config.train.final_model and summary["stop_reason"] != Stop.INTERRUPTED.value:
             from vaswani.training.finalize import finalize, summarize
 
             finalizing = time.perf_counter()
@@ -484,16 +600,20 @@ def updates_within_budget(step: int, planned: int | None, seconds_left: float,
     return max(step, reachable if planned is None else min(planned, reachable))
 
 
+def _config_of(checkpoint_dir: Path, state: dict) -> RunConfig:
+    import yaml
+
+    return RunConfig.from_dict(yaml.safe_load(state["config_yaml"]), source=f"{checkpoint_dir}/trainer_state.pt")
+
+
+def _without_data_dir(data: Any) -> Any:
+    """Data settings that define the corpus (where its files lie may change between machines)."""
+    return dataclasses.replace(data, data_dir=None)
+
+
 def _python_rng_to_list(state: tuple) -> list:
     return [state[0], list(state[1]), state[2]]
 
 
 def _python_rng_from(state: list) -> tuple:
     return (state[0], tuple(state[1]), state[2])
-
-
-def _yaml_load(text: str) -> dict:
-    import yaml
-
-    return yaml.safe_load(text)
-
