@@ -47,7 +47,9 @@ RANDOM_SOURCE_LENGTHS = (8, 24)  # tokens incl. </s>: roughly Multi30k German wi
 
 
 @dataclass
-class Timing:
+class SearchTiming:
+    """One contender's decoding speed: the same sentences searched ``len(runs)`` times."""
+
     name: str
     sentences: int
     tokens: int  # output tokens of the best hypotheses, </s> included
@@ -104,7 +106,8 @@ def batches(sources: list[list[int]], batch_size: int, device: torch.device) -> 
 
 
 # ---- timing ---------------------------------------------------------------------------------------------------
-def time_search(name: str, model: Any, src_batches: list[torch.Tensor], config: SearchConfig, repeats: int) -> Timing:
+def time_search(name: str, model: Any, src_batches: list[torch.Tensor], config: SearchConfig,
+                repeats: int) -> SearchTiming:
     """Wall time of searching all batches, ``repeats`` times (after one untimed warm-up batch)."""
     generate(model, src_batches[-1][:2], config)  # warm-up: allocator, kernels, lazy init
     runs, tokens = [], 0
@@ -115,12 +118,12 @@ def time_search(name: str, model: Any, src_batches: list[torch.Tensor], config: 
             tokens += sum(len(nbest[0].tokens) + 1 for nbest in generate(model, src, config))
         synchronize(src_batches[0].device)
         runs.append(time.perf_counter() - start)
-    return Timing(name, sum(b.size(0) for b in src_batches), tokens, runs)
+    return SearchTiming(name, sum(b.size(0) for b in src_batches), tokens, runs)
 
 
 
 def time_interleaved(models: dict[str, Any], src_batches: list[torch.Tensor], config: SearchConfig,
-                     repeats: int, configs: dict[str, SearchConfig] | None = None) -> list[Timing]:
+                     repeats: int, configs: dict[str, SearchConfig] | None = None) -> list[SearchTiming]:
     """Like :func:`time_search` for several models, their repeats interleaved (A, B, A, B, …) so that a change of
     load on the machine hits all of them alike. ``configs`` gives some of them a search of their own."""
     configs = {name: (configs or {}).get(name, config) for name in models}
@@ -138,7 +141,7 @@ def time_interleaved(models: dict[str, Any], src_batches: list[torch.Tensor], co
             runs[name].append(time.perf_counter() - start)
             tokens[name] = count
     n = sum(b.size(0) for b in src_batches)
-    return [Timing(name, n, tokens[name], runs[name]) for name in models]
+    return [SearchTiming(name, n, tokens[name], runs[name]) for name in models]
 
 
 # ---- command --------------------------------------------------------------------------------------------------
@@ -352,7 +355,7 @@ class _Table:
         self.markdown = ["| search | sentences | seconds (fastest repeat) | sentences/s | tokens/s |",
                          "|---|---:|---:|---:|---:|"]
 
-    def add(self, row: Timing) -> Timing:
+    def add(self, row: SearchTiming) -> SearchTiming:
         print(f"{row.name:<{self.WIDTH}}  {row.sentences:>9}  {row.seconds:>8.2f}  {row.sentences_per_s:>8.1f}  "
               f"{row.tokens_per_s:>9.0f}", flush=True)
         self.markdown.append(f"| {row.name} | {row.sentences} | {row.seconds:.2f} | {row.sentences_per_s:.1f} | "

@@ -7,5 +7,5 @@
 - ``robustness``: the position encodings under shuffled, dropped and repeated source tokens.
 
 They are built on the core's public API (``vaswani.training.trainer.train`` and its callbacks,
-``vaswani.training.step.train_step``, ``vaswani.training.evaluate``'s scores); the core never imports them.
+``vaswani.training.step.train_step``, ``vaswani.training.scoring``'s scores); the core never imports them.
 """

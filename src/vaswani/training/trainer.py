@@ -374,7 +374,7 @@ class Trainer:
         return flops / seconds / self._peak[0]
 
     def _evaluate_and_checkpoint(self) -> str:
-        from vaswani.training.evaluate import validate
+        from vaswani.training.scoring import validate
 
         tc = self.config.train
         for callback in self.callbacks:
