@@ -262,7 +262,7 @@ def multi30k_batches(vocab_size: int, max_tokens: int, n_batches: int, data_dir:
                            f"vocab_size {vocab_size}")
     sampler = TokenBudgetSampler(train.src_lengths, train.tgt_lengths, max_tokens, seed=seed, shuffle=True)
     out = []
-    for indices in sampler.all_batches(0)[:n_batches]:
+    for indices in sampler.batches(0)[:n_batches]:
         batch = collate([train[int(i)] for i in indices], tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
         out.append(TrainBatch(batch.src, batch.tgt_in, batch.tgt_out))
     return out
