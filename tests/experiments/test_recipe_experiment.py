@@ -4,7 +4,6 @@ custom variants that reach the run's config, and malformed ones refused by name.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml

@@ -26,12 +26,12 @@ from vaswani.experiments.common import (
     free_memory,
     log,
     markdown_table,
+    preset_model_config,
     provenance_line,
     pyplot,
     sync,
     write_results,
 )
-from vaswani.experiments.memory import model_config
 from vaswani.precision import resolve_precision
 
 MULTI30K_TRAIN_PAIRS = 29_000
@@ -125,7 +125,7 @@ def time_training_phases(config: ModelConfig, batches: list[TeacherForcedBatch],
 
 def run(args: argparse.Namespace) -> int:
     settings = resolve_settings(args)
-    config = model_config(settings.preset, settings.model_settings)
+    config = preset_model_config(settings.preset, settings.model_settings)
     devices = [torch.device("cpu")]
     if args.device != "cpu" and torch.cuda.is_available():
         devices.append(torch.device("cuda"))
