@@ -75,7 +75,7 @@ def test_float32_greedy_ids_equal_ours_up_to_exact_ties(exports: dict[str, Path]
 
 
 def test_int8_stays_close_to_float32(exports: dict[str, Path], sentences: list[str]) -> None:
-    """The issue's bar is BLEU within 0.5 of float32 on test2016 (measured in results/export); here cheaper proxies
+    """The target is BLEU within 0.5 of float32 on test2016 (measured in results/export); here cheaper proxies
     on the float32 model's own greedy outputs: per-token teacher-forced log-prob gaps.
 
     Two error sources, checked apart: the int8 *weights* (read back with float32 arithmetic) must be nearly
