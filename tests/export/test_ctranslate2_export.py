@@ -50,7 +50,7 @@ def _log_prob(model, source: list[int], output: list[int]) -> float:
 
 def test_readme_snippet_translates_like_our_greedy_search(exports: dict[str, Path], trained_checkpoint: Path,
                                                          sentences: list[str]) -> None:
-    # The README's snippet, verbatim:
+    # The snippet of docs/export.md, with a length limit to match ours:
     translator = Ct2Translator(exports["float32"])
     theirs = translator.translate(sentences + ["  "], beam_size=1, max_decoding_length=MAX_OUTPUT - 1)
     ours = Translator.load(trained_checkpoint, SearchConfig(beam_size=1, max_len_a=0.0, max_len_b=MAX_OUTPUT),
