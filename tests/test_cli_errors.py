@@ -327,11 +327,11 @@ def test_input_that_is_not_utf8_names_its_line_or_option(run, monkeypatch, tmp_p
     code, err = run("translate", "--checkpoint", "missing")
     assert_clean(code, err, 2)
     assert err == ("vaswani translate: error: standard input:2: invalid UTF-8 (byte(s) e4); the text must be UTF-8 "
-                   "encoded\n")  # was a TypeError from the tokenizer
+                   "encoded\n")  # named here, before the tokenizer could fail on it with a TypeError
     bad = tmp_path / "bad.de"
     bad.write_bytes(b"Ein Mann.\nEin M\xe4nn.\n")
     assert_clean(*run("translate", "--checkpoint", "missing", "--input", bad), 2,
-                 f"{bad}:2: invalid UTF-8 (byte(s) e4)")  # was a byte offset
+                 f"{bad}:2: invalid UTF-8 (byte(s) e4)")  # a line number, which an editor can go to
     # argv is decoded the same way: $'\xff' arrives as '\udcff'
     assert_clean(*run("classify", "predict", "--model", "missing", "--text", "\udcff"), 2,
                  "--text: invalid UTF-8 (byte(s) ff); the text must be UTF-8 encoded")

@@ -58,31 +58,64 @@ def test_each_result_names_its_command_and_a_clean_commit(path: Path) -> None:
         assert git.get("dirty") is False, f"{path} came from a tree with uncommitted changes: measure it again"
 
 
-# ---- the numbers the READMEs quote ------------------------------------------------------------------------------
-# The results tables of README.md and results/README.md quote figures from the files each row links to. A figure
-# that is in none of them (a stale number after a re-run, a hand-typed one, a difference worked out by hand) is
-# what this catches: quote the file's own numbers, at their printed precision or rounded from them.
+# ---- the numbers the pages quote ---------------------------------------------------------------------------------
+# README.md, results/README.md and docs/*.md quote figures from the results files they link: in table rows, and in
+# paragraphs or list items that link a results file. A figure that is in none of the linked files (a stale number
+# after a re-run, a hand-typed one, a difference worked out by hand) is what this catches: quote the file's own
+# numbers, at their printed precision or rounded from them.
+ROOT = RESULTS.parent
+PAGES = [ROOT / "README.md", RESULTS / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 QUOTED_NUMBER = re.compile(r"(?<![\w.`/])[−-]?\d+(?:,\d{3})*(?:\.\d+)?(?:e-?\d+)?")
 FILE_NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:e[-+]?\d+)?")
 LINK = re.compile(r"\]\(([^)#\s]+)\)")
 
 
-def results_table_rows(readme: Path) -> list[tuple[int, str]]:
+def results_table_rows(page: Path) -> list[tuple[int, str]]:
     """(line number, line) of every table row that links a file."""
-    lines = readme.read_text(encoding="utf-8").splitlines()
+    lines = page.read_text(encoding="utf-8").splitlines()
     return [(i, line) for i, line in enumerate(lines, 1) if line.startswith("|") and LINK.search(line)]
 
 
-def numbers_in_files(readme: Path, row: str) -> list[float]:
-    """Every number in the files the row links to, and in the JSON each linked table was written with."""
+def prose_blocks(page: Path, results: Path = RESULTS) -> list[tuple[int, str]]:
+    """(first line number, text) of every paragraph or list item outside code blocks and tables that links a
+    file under results/."""
+    blocks: list[tuple[int, list[str]]] = []
+    in_code = False
+    for i, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+        if line.startswith("```"):
+            in_code = not in_code
+        if in_code or line.startswith("```") or not line.strip() or line.startswith(("|", "#", "![")):
+            blocks.append((i, []))  # ends the block before it
+        elif line.lstrip().startswith(("- ", "* ")) or re.match(r"\s*\d+\. ", line) or not blocks or not blocks[-1][1]:
+            blocks.append((i, [line]))  # starts a block
+        else:
+            blocks[-1][1].append(line)
+    texts = [(i, " ".join(lines)) for i, lines in blocks if lines]
+    return [(i, text) for i, text in texts if any(_in(results, page, link) for link in LINK.findall(text))]
+
+
+def _in(results: Path, page: Path, link: str) -> bool:
+    return not link.startswith("http") and results.resolve() in (page.parent / link).resolve().parents
+
+
+def numbers_in_files(page: Path, text: str, results: Path = RESULTS) -> list[float]:
+    """Every number in the results files ``text`` links to, and in the JSON each linked table was written with."""
     values = []
-    for link in LINK.findall(row):
-        path = readme.parent / link
-        assert path.is_file(), f"{readme.name} links {link}, which is not a file"
+    for link in LINK.findall(text):
+        path = page.parent / link
+        assert path.exists(), f"{page.name} links {link}, which does not exist"
+        if not _in(results, page, link) or not path.is_file():
+            continue
         for source in {path, path.with_suffix(".json"), path.parent / "results.json"}:
             if source.is_file():
                 values += [float(n.replace(",", "")) for n in FILE_NUMBER.findall(source.read_text(encoding="utf-8"))]
     return values
+
+
+def _numbers(text: str) -> list[str]:
+    text = re.sub(r"\[[^\]]*\]\([^)]*\)", "", text)
+    text = re.sub(r"`[^`]*`", "", text)
+    return [m.replace("−", "-").lstrip("-").replace(",", "") for m in QUOTED_NUMBER.findall(text)]
 
 
 def quoted_numbers(row: str) -> list[str]:
@@ -90,10 +123,7 @@ def quoted_numbers(row: str) -> list[str]:
     claim column; links and code spans do not count."""
     cells = row.strip("|").split(" | ")
     first = 2 if len(cells) > 3 else 1
-    text = " | ".join(cells[first:-1])
-    text = re.sub(r"\[[^\]]*\]\([^)]*\)", "", text)
-    text = re.sub(r"`[^`]*`", "", text)
-    return [m.replace("−", "-").lstrip("-").replace(",", "") for m in QUOTED_NUMBER.findall(text)]
+    return _numbers(" | ".join(cells[first:-1]))
 
 
 def found(quoted: str, values: list[float]) -> bool:
@@ -104,13 +134,26 @@ def found(quoted: str, values: list[float]) -> bool:
     return any(abs(abs(v) - x) <= 0.5 * 10**-decimals + 1e-9 for v in values)
 
 
-@pytest.mark.parametrize("readme", [RESULTS.parent / "README.md", RESULTS / "README.md"], ids=lambda p: p.parent.name)
-def test_every_number_in_the_results_tables_is_in_a_linked_file(readme: Path) -> None:
-    rows = results_table_rows(readme)
-    assert len(rows) > 10
-    missing = [f"{readme.name}:{i}: {quoted}" for i, row in rows for quoted in quoted_numbers(row)
-               if not found(quoted, numbers_in_files(readme, row))]
-    assert not missing, "numbers in no file the row links to:\n" + "\n".join(missing)
+def missing_figures(page: Path) -> tuple[int, list[str]]:
+    """(how many figures were checked, the ones in no linked file) of one page."""
+    checks = [(i, quoted_numbers(row), row) for i, row in results_table_rows(page)]
+    checks += [(i, _numbers(text), text) for i, text in prose_blocks(page)]
+    missing = [f"{page.relative_to(ROOT)}:{i}: {quoted}" for i, numbers, text in checks for quoted in numbers
+               if not found(quoted, numbers_in_files(page, text))]
+    return sum(len(numbers) for _, numbers, _ in checks), missing
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_figure_a_page_quotes_is_in_a_file_it_links(page: Path) -> None:
+    _, missing = missing_figures(page)
+    assert not missing, "numbers in no results file the row or paragraph links to:\n" + "\n".join(missing)
+
+
+def test_the_pages_quote_figures_where_the_reader_looks_for_them() -> None:
+    checked = {page.relative_to(ROOT).as_posix(): missing_figures(page)[0] for page in PAGES}
+    assert checked["README.md"] >= 8 and checked["results/README.md"] >= 100, checked
+    for page in ("benchmarks", "experiments", "serving"):
+        assert checked[f"docs/{page}.md"] >= 5, checked
 
 
 def test_the_number_check_catches_a_stale_figure(tmp_path: Path) -> None:
@@ -120,9 +163,21 @@ def test_the_number_check_catches_a_stale_figure(tmp_path: Path) -> None:
                       "| a | **40.7** BLEU, 1,021 MiB, 9.7e-8, −40.67 | [`t`](table.md) |\n"
                       "| b | 40.58 BLEU | [`t`](table.md) |\n")
     (first_line, first), (second_line, second) = results_table_rows(readme)
-    values = numbers_in_files(readme, first)
+    values = numbers_in_files(readme, first, results=tmp_path)
     assert [found(q, values) for q in quoted_numbers(first)] == [True, True, True, True]
     assert quoted_numbers(second) == ["40.58"] and not found("40.58", values)
+
+
+def test_a_paragraph_that_links_a_results_file_is_checked_too(tmp_path: Path) -> None:
+    (tmp_path / "table.md").write_text("| x | 40.67 | 2 cores |\n")
+    page = tmp_path / "page.md"
+    page.write_text("# A page\n\nThe run scored 40.67 on 2 cores\n([table](table.md)).\n\n"
+                    "- a list item: 40.58 BLEU, [table](table.md)\n\n```bash\nvaswani train  # 99 in code\n```\n\n"
+                    "A paragraph with 12 and no link.\n")
+    (first_line, first), (second_line, second) = prose_blocks(page, results=tmp_path)
+    assert (first_line, second_line) == (3, 6)
+    assert [found(q, numbers_in_files(page, first, results=tmp_path)) for q in _numbers(first)] == [True, True]
+    assert _numbers(second) == ["40.58"] and not found("40.58", numbers_in_files(page, second, results=tmp_path))
 
 
 def test_a_tree_copied_without_git_takes_its_commit_from_the_environment(monkeypatch) -> None:

@@ -161,9 +161,6 @@ def validate_settings(obj: Any) -> None:
                 raise ConfigError(f"{name}={_short(coerced)} must be {limit.describe()}", field=name)
 
 
-validate_literals = validate_settings  # the earlier name, kept for callers that still use it
-
-
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -307,6 +304,5 @@ __all__ = [
     "parse_settings",
     "parse_variant",
     "ranged",
-    "validate_literals",
     "validate_settings",
 ]

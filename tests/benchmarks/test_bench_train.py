@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from vaswani.benchmarks.profiling import profile_by_kind
-from vaswani.benchmarks.train import TorchTransformerBaseline, fixed_batches, make_batches
+from vaswani.benchmarks.train_batches import fixed_batches, make_batches
+from vaswani.benchmarks.train_peers import TorchTransformerBaseline
 from vaswani.cli import main
 from vaswani.config import ModelConfig
 from vaswani.model import Transformer
@@ -24,7 +25,7 @@ def test_baseline_has_our_parameter_count_up_to_nn_transformers_final_norms() ->
 
 def test_marian_peer_has_exactly_our_trainable_parameters() -> None:
     pytest.importorskip("transformers", reason="the MarianMT peer needs the bench extra (transformers)")
-    from vaswani.benchmarks.train import MarianPeer
+    from vaswani.benchmarks.train_peers import MarianPeer
 
     config = ModelConfig.preset("tiny")
     peer = MarianPeer(config)
@@ -36,7 +37,7 @@ def test_marian_peer_has_exactly_our_trainable_parameters() -> None:
 
 def test_marian_peers_use_the_attention_implementation_they_name() -> None:
     pytest.importorskip("transformers", reason="the MarianMT peer needs the bench extra (transformers)")
-    from vaswani.benchmarks.train import PEERS
+    from vaswani.benchmarks.train_peers import PEERS
 
     config = ModelConfig.preset("tiny")
     batch = fixed_batches(1000, 1)[0]
@@ -61,7 +62,7 @@ def test_batches_respect_the_budget_and_shift_the_target() -> None:
 
 
 def test_a_budget_below_the_longest_sentence_is_refused_in_one_line(tmp_path, capsys) -> None:
-    # as the training sampler refuses it; this used to end in a traceback (max() of an empty sequence)
+    # as the training sampler refuses it: no batch could hold the longest sentence
     assert main(["bench", "train", "--preset", "tiny", "--batches", "random", "--max-tokens", "20",
                  "--out", str(tmp_path / "b.json")]) == 2
     err = capsys.readouterr().err

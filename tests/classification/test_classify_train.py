@@ -14,7 +14,7 @@ import torch
 from vaswani.classification.predict import Classifier, predict_csv
 from vaswani.classification.settings import TrainSettings
 from vaswani.classification.data import load_dataset
-from vaswani.classification.train import train_classifier, train_step
+from vaswani.classification.train import train_classifier, classifier_step
 from vaswani.cli import main
 from vaswani.config import ModelConfig
 from vaswani.classification.model import TransformerClassifier
@@ -113,7 +113,7 @@ def test_bf16_autocast_step_runs_and_learns() -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     ids, targets = torch.randint(4, 20, (8, 6)), torch.tensor([0, 1] * 4)
     settings = TrainSettings(precision="bf16")
-    losses = [train_step(model, optimizer, ids, targets, settings) for _ in range(15)]
+    losses = [classifier_step(model, optimizer, ids, targets, settings) for _ in range(15)]
     assert losses[-1] < losses[0]
 
 
@@ -221,5 +221,5 @@ def test_a_step_with_a_nan_gradient_is_not_taken() -> None:
     first = next(model.parameters())
     first.register_hook(lambda grad: grad * float("inf"))  # one gradient overflows, the loss stays finite
     with pytest.raises(TrainingDiverged, match="the gradient norm is (nan|inf)"):
-        train_step(model, optimizer, ids, targets, TrainSettings())
+        classifier_step(model, optimizer, ids, targets, TrainSettings())
     assert all(torch.equal(p, weights[name]) for name, p in model.named_parameters())

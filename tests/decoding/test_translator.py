@@ -148,7 +148,7 @@ def test_long_sources_are_cut_for_learned_positions(tiny_checkpoint, test_pairs,
 
 
 def test_a_huge_line_is_cut_not_a_crash_for_positions_that_extrapolate(translator: Translator, capsys) -> None:
-    """A 100,000-word line used to ask standard attention for 160 GB; it is cut, the file still translates."""
+    """A 100,000-word line would ask standard attention for 160 GB; it is cut, the file still translates."""
     from vaswani.decoding.translator import LONGEST_SOURCE
 
     assert translator.model.config.positions == "sinusoidal" and translator.model.config.max_len < LONGEST_SOURCE

@@ -9,12 +9,8 @@ import pytest
 import torch
 
 from vaswani.config import ModelConfig
-from vaswani.experiments.memory import (
-    BatchShape,
-    estimate_training_memory,
-    largest_batch_within,
-    measure_training_peak,
-)
+from vaswani.experiments.memory import measure_training_peak
+from vaswani.experiments.memory_estimate import BatchShape, estimate_training_memory, largest_batch_within
 from vaswani.model import Transformer
 
 CONFIGS = {

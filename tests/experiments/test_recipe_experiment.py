@@ -4,14 +4,13 @@ custom variants that reach the run's config, and malformed ones refused by name.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml
 
 from vaswani.cli import main
 from vaswani.errors import ConfigError
-from vaswani.experiments.recipe import BASELINE, NOISE, RECIPE, VARIANTS, findings, parse_variant, proxy_settings
+from vaswani.experiments.recipe import BASELINE, NOISE, RECIPE, VARIANTS, findings, parse_run_variant, proxy_settings
 from vaswani.experiments.variants import variant_config
 
 
@@ -66,10 +65,10 @@ def test_every_built_in_variant_is_a_valid_run_of_the_real_recipe(jobs: int) -> 
 @pytest.mark.parametrize("spec", ["nocolon", "name:", ":model.d_ff=3", "name:d_ff=3", "name:model.d_ff"])
 def test_a_malformed_variant_is_refused_naming_it(spec: str) -> None:
     with pytest.raises(ConfigError, match="--variant"):
-        parse_variant(spec)
-    assert parse_variant("wide:model.d_ff=1024,model.dropout=0.2").settings == ("model.d_ff=1024",
+        parse_run_variant(spec)
+    assert parse_run_variant("wide:model.d_ff=1024,model.dropout=0.2").settings == ("model.d_ff=1024",
                                                                                  "model.dropout=0.2")
-    assert parse_variant("adam:train.betas=0.9,0.995").settings == ("train.betas=0.9,0.995",)
+    assert parse_run_variant("adam:train.betas=0.9,0.995").settings == ("train.betas=0.9,0.995",)
 
 
 def test_an_invalid_setting_in_a_variant_is_refused_before_any_run(tmp_path, data_dir) -> None:

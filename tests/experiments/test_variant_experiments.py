@@ -16,8 +16,8 @@ from vaswani.config import ModelConfig
 from vaswani.errors import VaswaniError
 from vaswani.experiments.ablation import ABLATION_VARIANTS, findings, join_groups
 from vaswani.experiments.perturb import CONDITIONS, drop_tokens, perturb_all, repeat_tokens, shuffle_middle
-from vaswani.training.evaluate import id_batches, teacher_forced_scores
-from vaswani.experiments.variants import Variant, train_variants
+from vaswani.training.scoring import id_batches, teacher_forced_scores
+from vaswani.experiments.variants import RunVariant, train_variants
 from vaswani.training.metrics import training_speed
 from vaswani.model import Transformer
 from vaswani.training.loss import translation_loss
@@ -197,7 +197,7 @@ def test_a_run_with_another_config_is_never_mistaken_for_a_variant(workdir: Path
     runs = workdir / "other-runs"
     shutil.copytree(workdir / "runs" / "sinusoidal", runs / "gelu", symlinks=True)  # a sinusoidal/ReLU run
     with pytest.raises(VaswaniError, match="another config"):
-        train_variants([Variant("gelu", "GELU", ("model.activation=gelu",))], "smoke", runs, data_dir,
+        train_variants([RunVariant("gelu", "GELU", ("model.activation=gelu",))], "smoke", runs, data_dir,
                        ["train.max_steps=4", "train.max_epochs=null", "train.progress=false",
                         "train.eval_every_steps=4", "train.bleu_subset=0"])
     summary = json.loads((workdir / "runs" / "sinusoidal" / "summary.json").read_text())

@@ -50,7 +50,7 @@ def _log_prob(model, source: list[int], output: list[int]) -> float:
 
 def test_readme_snippet_translates_like_our_greedy_search(exports: dict[str, Path], trained_checkpoint: Path,
                                                          sentences: list[str]) -> None:
-    # The README's snippet, verbatim:
+    # The snippet of docs/export.md, with a length limit to match ours:
     translator = Ct2Translator(exports["float32"])
     theirs = translator.translate(sentences + ["  "], beam_size=1, max_decoding_length=MAX_OUTPUT - 1)
     ours = Translator.load(trained_checkpoint, SearchConfig(beam_size=1, max_len_a=0.0, max_len_b=MAX_OUTPUT),
@@ -75,7 +75,7 @@ def test_float32_greedy_ids_equal_ours_up_to_exact_ties(exports: dict[str, Path]
 
 
 def test_int8_stays_close_to_float32(exports: dict[str, Path], sentences: list[str]) -> None:
-    """The issue's bar is BLEU within 0.5 of float32 on test2016 (measured in results/export); here cheaper proxies
+    """The target is BLEU within 0.5 of float32 on test2016 (measured in results/export); here cheaper proxies
     on the float32 model's own greedy outputs: per-token teacher-forced log-prob gaps.
 
     Two error sources, checked apart: the int8 *weights* (read back with float32 arithmetic) must be nearly

@@ -98,7 +98,7 @@ ERRORS = [
     ('{"texts": []}', 422, "texts"),
     ('{"texts": ["a", "b", "c", "d", "e"]}', 422, "texts"),
     ('{"texts": ["a", ""]}', 422, "texts[1]"),
-    ('{"texts": ["a", "Ein \\ud800"]}', 422, "texts[1]"),  # valid JSON, but no text: was a 500 (TypeError)
+    ('{"texts": ["a", "Ein \\ud800"]}', 422, "texts[1]"),  # valid JSON, but no text: a 422, not a 500
     ('{"text": "\\udcff"}', 422, "text"),
     ('{"text": "' + "x" * 2100 + '"}', 413, "body"),  # over max_body_bytes: refused before parsing
 ]

@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
 
 from vaswani.config import ModelConfig
 from vaswani.errors import VaswaniError

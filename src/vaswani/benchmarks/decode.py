@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,9 @@ RANDOM_SOURCE_LENGTHS = (8, 24)  # tokens incl. </s>: roughly Multi30k German wi
 
 
 @dataclass
-class Timing:
+class SearchTiming:
+    """One contender's decoding speed: the same sentences searched ``len(runs)`` times."""
+
     name: str
     sentences: int
     tokens: int  # output tokens of the best hypotheses, </s> included
@@ -104,7 +106,8 @@ def batches(sources: list[list[int]], batch_size: int, device: torch.device) -> 
 
 
 # ---- timing ---------------------------------------------------------------------------------------------------
-def time_search(name: str, model: Any, src_batches: list[torch.Tensor], config: SearchConfig, repeats: int) -> Timing:
+def time_search(name: str, model: Any, src_batches: list[torch.Tensor], config: SearchConfig,
+                repeats: int) -> SearchTiming:
     """Wall time of searching all batches, ``repeats`` times (after one untimed warm-up batch)."""
     generate(model, src_batches[-1][:2], config)  # warm-up: allocator, kernels, lazy init
     runs, tokens = [], 0
@@ -115,12 +118,12 @@ def time_search(name: str, model: Any, src_batches: list[torch.Tensor], config: 
             tokens += sum(len(nbest[0].tokens) + 1 for nbest in generate(model, src, config))
         synchronize(src_batches[0].device)
         runs.append(time.perf_counter() - start)
-    return Timing(name, sum(b.size(0) for b in src_batches), tokens, runs)
+    return SearchTiming(name, sum(b.size(0) for b in src_batches), tokens, runs)
 
 
 
 def time_interleaved(models: dict[str, Any], src_batches: list[torch.Tensor], config: SearchConfig,
-                     repeats: int, configs: dict[str, SearchConfig] | None = None) -> list[Timing]:
+                     repeats: int, configs: dict[str, SearchConfig] | None = None) -> list[SearchTiming]:
     """Like :func:`time_search` for several models, their repeats interleaved (A, B, A, B, …) so that a change of
     load on the machine hits all of them alike. ``configs`` gives some of them a search of their own."""
     configs = {name: (configs or {}).get(name, config) for name in models}
@@ -138,7 +141,7 @@ def time_interleaved(models: dict[str, Any], src_batches: list[torch.Tensor], co
             runs[name].append(time.perf_counter() - start)
             tokens[name] = count
     n = sum(b.size(0) for b in src_batches)
-    return [Timing(name, n, tokens[name], runs[name]) for name in models]
+    return [SearchTiming(name, n, tokens[name], runs[name]) for name in models]
 
 
 # ---- command --------------------------------------------------------------------------------------------------
@@ -181,12 +184,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # Refused now, not after minutes of timing: with --peer a directory, else a JSON file and its .md beside it.
-    if args.out and args.peer:
-        ensure_writable_directory(args.out, "--out directory")
-    elif args.out:
-        for path in (args.out, args.out.with_suffix(".md")):
-            check_output_file(path, "--out")
+    _check_outputs(args)
     if args.peer:
         from vaswani.benchmarks.decode_peers import run_peers
 
@@ -196,120 +194,174 @@ def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     torch.manual_seed(args.seed)
     model, sources, fixed_length = _model_and_sources(args, device)
+    natural, fixed = search_configs(args, model, device, fixed_length)
+    session = _Session(batches(sources, args.batch_size, device), args.repeats, _Table(args, device))
+    searches = [("greedy", natural)] + [(f"beam {k}", replace(natural, beam_size=k)) for k in args.beams]
+
+    speeds = {label: session.time(label, model, session.batches, search) for label, search in searches}
+    cache = _cache_speedups(session, model, batches(sources[: args.uncached_sentences], args.batch_size, device),
+                            fixed, args.output_len)
+    beam_label = f"beam {args.beams[0]}"
+    one_by_one = session.time(f"{beam_label} one sentence at a time", model,
+                              batches(sources[: args.single_sentences], 1, device), dict(searches)[beam_label])
+    batched = speeds[beam_label]
+    # What preallocating the self-attention caches buys against growing them by a copy per step (the default).
+    preallocation = session.speedups(searches, "preallocated caches", model, "caches grown per step (default)",
+                                     model, candidate_settings={"preallocate_cache": True})
+    backends = _attention_backend_speedups(session, searches, model, device)
+    compiled = _compiled_speedups(session, searches, model) if args.compile else None
+
+    comparisons = {
+        **cache,
+        "batched_beam_speedup_per_sentence": (one_by_one.seconds / one_by_one.sentences)
+        / (batched.seconds / batched.sentences),
+        "preallocated_cache_speedup": preallocation,  # median over interleaved repeats of grown / preallocated
+        # median over interleaved repeats of (time with the other backend) / (time with the model's own)
+        "attention_backend": backends,
+        "compiled_step": compiled,  # speedup: median of eager / compiled; first pass: seconds, compiling included
+    }
+    _print_comparisons(comparisons, beam_label)
+    if args.out:
+        _write_report(args, device, model, fixed_length, natural, fixed, session, comparisons)
+    return 0
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Refuse an output that cannot be written before minutes of timing, not after: with --peer a directory,
+    else a JSON file and its .md beside it."""
+    if args.out and args.peer:
+        ensure_writable_directory(args.out, "--out directory")
+    elif args.out:
+        for path in (args.out, args.out.with_suffix(".md")):
+            check_output_file(path, "--out")
+
+
+def search_configs(args: argparse.Namespace, model: Transformer, device: torch.device,
+                   fixed_length: bool) -> tuple[SearchConfig, SearchConfig]:
+    """(natural, fixed): the search every measurement uses, and the one with a fixed output length. A random model
+    searches with the fixed one throughout (it rarely emits </s>)."""
+    if model.config.positions == "learned" and args.output_len > model.config.max_len:
+        raise VaswaniError(f"--output-len {args.output_len} exceeds the learned positions' max_len "
+                           f"{model.config.max_len}")
     base = SearchConfig(beam_size=1, precision=resolve_precision(args.precision, device))
     # Fixed length: no </s> before the limit, and a limit that does not depend on the source length (the
     # default 1.5·|src| + 10 would stop short sentences early).
     fixed = replace(base, allow_eos=False, max_len_a=0.0, max_len_b=args.output_len)
-    natural = fixed if fixed_length else base
-    if model.config.positions == "learned" and args.output_len > model.config.max_len:
-        raise VaswaniError(f"--output-len {args.output_len} exceeds the learned positions' max_len "
-                           f"{model.config.max_len}")
+    return (fixed if fixed_length else base), fixed
 
-    table = _Table(args, device)
-    all_batches = batches(sources, args.batch_size, device)
-    rows = [table.add(time_search("greedy", model, all_batches, natural, args.repeats))]
-    for k in args.beams:
-        rows.append(table.add(time_search(f"beam {k}", model, all_batches, replace(natural, beam_size=k),
-                                          args.repeats)))
-    batched_beam = rows[1]
 
-    few = batches(sources[: args.uncached_sentences], args.batch_size, device)
-    length = args.output_len
-    cached = table.add(time_search(f"greedy cached, {length} tokens", model, few, fixed, args.repeats))
-    uncached = table.add(time_search(f"greedy uncached model(src, prefix), {length} tokens", UncachedModel(model),
-                                     few, fixed, args.repeats))
-    decoder_only = table.add(time_search(f"greedy uncached decoder, encoder kept, {length} tokens",
-                                         UncachedModel(model, reencode=False), few, fixed, args.repeats))
-    k = args.beams[0]
-    single = batches(sources[: args.single_sentences], 1, device)
-    one_by_one = table.add(time_search(f"beam {k} one sentence at a time", model, single,
-                                       replace(natural, beam_size=k), args.repeats))
-    rows += [cached, uncached, decoder_only, one_by_one]
+@dataclass
+class _Session:
+    """What every measurement of one run shares: the batches, the repeats, and the table each row goes to
+    (``rows`` in the order they were measured)."""
 
-    searches = [("greedy", natural)] + [(f"beam {b}", replace(natural, beam_size=b)) for b in args.beams]
+    batches: list[torch.Tensor]
+    repeats: int
+    table: "_Table"
+    rows: list[SearchTiming] = field(default_factory=list)
 
-    def speedups(now_name: str, now_model: Any, before_name: str, before_model: Any,
-                 now_search: dict[str, Any] | None = None) -> dict[str, float]:
-        """Per search, the median over interleaved repeats of before / now (> 1: ``now`` is faster); ``now_search``:
-        settings that only the ``now`` contender searches with."""
+    def time(self, name: str, model: Any, src_batches: list[torch.Tensor], config: SearchConfig) -> SearchTiming:
+        row = self.table.add(time_search(name, model, src_batches, config, self.repeats))
+        self.rows.append(row)
+        return row
+
+    def speedups(self, searches: list[tuple[str, SearchConfig]], candidate_name: str, candidate: Any,
+                 reference_name: str, reference: Any,
+                 candidate_settings: dict[str, Any] | None = None) -> dict[str, float]:
+        """Per search, the median over interleaved repeats of reference time / candidate time (> 1: the candidate
+        is faster); ``candidate_settings``: search settings that only the candidate searches with."""
         ratios = {}
         for label, search in searches:
-            now_label = f"{label}, {now_name}"
-            now, before = time_interleaved({now_label: now_model, f"{label}, {before_name}": before_model},
-                                           all_batches, search, args.repeats,
-                                           configs={now_label: replace(search, **(now_search or {}))})
-            rows.extend([table.add(now), table.add(before)])
-            ratios[label] = statistics.median(b / a for a, b in zip(now.runs, before.runs))
+            candidate_label = f"{label}, {candidate_name}"
+            timed_candidate, timed_reference = time_interleaved(
+                {candidate_label: candidate, f"{label}, {reference_name}": reference}, self.batches, search,
+                self.repeats, configs={candidate_label: replace(search, **(candidate_settings or {}))})
+            for row in (timed_candidate, timed_reference):
+                self.rows.append(self.table.add(row))
+            ratios[label] = statistics.median(r / c for c, r in zip(timed_candidate.runs, timed_reference.runs))
         return ratios
 
-    # What preallocating the self-attention caches buys against growing them by a copy per step (the default).
-    preallocation = speedups("preallocated caches", model, "caches grown per step (default)", model,
-                             now_search={"preallocate_cache": True})
 
-    # What the attention backend costs when decoding: the same weights under the other backend, interleaved.
+def _cache_speedups(session: _Session, model: Transformer, few: list[torch.Tensor], fixed: SearchConfig,
+                    length: int) -> dict[str, float]:
+    """What the key/value cache saves: cached greedy against rerunning ``model(src, prefix)`` every step, and
+    against rerunning the decoder only, at a fixed output length."""
+    cached = session.time(f"greedy cached, {length} tokens", model, few, fixed)
+    uncached = session.time(f"greedy uncached model(src, prefix), {length} tokens", UncachedModel(model), few,
+                            fixed)
+    decoder_only = session.time(f"greedy uncached decoder, encoder kept, {length} tokens",
+                                UncachedModel(model, reencode=False), few, fixed)
+    return {"cache_speedup": uncached.seconds / cached.seconds,
+            "cache_speedup_decoder_only": decoder_only.seconds / cached.seconds}
+
+
+def _attention_backend_speedups(session: _Session, searches: list[tuple[str, SearchConfig]], model: Transformer,
+                                device: torch.device) -> dict[str, Any]:
+    """What the attention backend costs when decoding: the same weights under the other backend, interleaved."""
     other = "sdpa" if model.config.attention == "standard" else "standard"
     twin = Transformer(replace(model.config, attention=other)).to(device).eval()
     twin.load_state_dict(model.state_dict())
-    backends = speedups(f"{model.config.attention} attention (the model's)", model, f"{other} attention", twin)
+    own = session.speedups(searches, f"{model.config.attention} attention (the model's)", model,
+                           f"{other} attention", twin)
+    return {"model": model.config.attention, "other": other, "own_speedup": own}
 
-    # What torch.compile buys once compiled, and what the first pass over the batches costs (it compiles).
-    compiled = None
-    if args.compile:
-        decoder = CompiledDecoder(model)
-        first_pass = {}
-        for label, search in searches:
-            start = time.perf_counter()
-            for src in all_batches:
-                generate(decoder, src, search)
-            first_pass[label] = time.perf_counter() - start
-        compiled = {"speedup": speedups("compiled decoding step", decoder, "eager", model),
-                    "first_pass_seconds": first_pass}
 
-    comparisons = {
-        "cache_speedup": uncached.seconds / cached.seconds,
-        "cache_speedup_decoder_only": decoder_only.seconds / cached.seconds,
-        "batched_beam_speedup_per_sentence": (one_by_one.seconds / one_by_one.sentences)
-        / (batched_beam.seconds / batched_beam.sentences),
-        "preallocated_cache_speedup": preallocation,  # median over interleaved repeats of before / now
-        # median over interleaved repeats of (time with the other backend) / (time with the model's own)
-        "attention_backend": {"model": model.config.attention, "other": other, "own_speedup": backends},
-        "compiled_step": compiled,  # speedup: median of eager / compiled; first pass: seconds, compiling included
-    }
+def _compiled_speedups(session: _Session, searches: list[tuple[str, SearchConfig]],
+                       model: Transformer) -> dict[str, Any]:
+    """What torch.compile buys once compiled, and what the first pass over the batches costs (it compiles)."""
+    decoder = CompiledDecoder(model)
+    first_pass = {}
+    for label, search in searches:
+        start = time.perf_counter()
+        for src in session.batches:
+            generate(decoder, src, search)
+        first_pass[label] = time.perf_counter() - start
+    return {"speedup": session.speedups(searches, "compiled decoding step", decoder, "eager", model),
+            "first_pass_seconds": first_pass}
+
+
+def _print_comparisons(comparisons: dict[str, Any], beam_label: str) -> None:
+    backends = comparisons["attention_backend"]
     print(f"KV cache: {comparisons['cache_speedup']:.1f}x faster than model(src, prefix) "
           f"({comparisons['cache_speedup_decoder_only']:.1f}x than recomputing the decoder only)")
-    print("preallocated caches: " + ", ".join(f"{label} {x:.2f}x" for label, x in preallocation.items())
+    print("preallocated caches: " + ", ".join(f"{label} {x:.2f}x" for label, x in
+                                              comparisons["preallocated_cache_speedup"].items())
           + " faster than caches grown per step")
-    print(f"batched beam {k}: {comparisons['batched_beam_speedup_per_sentence']:.1f}x faster per sentence than one "
-          "sentence at a time")
-    print(f"{model.config.attention} attention vs {other}: "
-          + ", ".join(f"{label} {x:.2f}x" for label, x in backends.items()))
-    if compiled:
+    print(f"batched {beam_label}: {comparisons['batched_beam_speedup_per_sentence']:.1f}x faster per sentence than "
+          "one sentence at a time")
+    print(f"{backends['model']} attention vs {backends['other']}: "
+          + ", ".join(f"{label} {x:.2f}x" for label, x in backends["own_speedup"].items()))
+    if comparisons["compiled_step"]:
         print("compiled decoding step vs eager: " + ", ".join(f"{label} {x:.2f}x" for label, x in
-                                                              compiled["speedup"].items()))
-    if args.out:
-        report = {
-            **provenance(device),
-            "arguments": {key: (str(v) if isinstance(v, Path) else v) for key, v in vars(args).items()
-                          if key not in ("handler",)},
-            "model": {"checkpoint": args.checkpoint, "preset": None if args.checkpoint else args.preset,
-                      "parameters": model.num_parameters(), "config": model.config.to_dict()},
-            "fixed_output_length": fixed_length,
-            "search": {"natural": asdict(natural), "fixed": asdict(fixed)},
-            "results": [row.to_dict() for row in rows],
-            "comparisons": comparisons,
-        }
-        atomic_write_json(args.out, report)
-        speedups = ", ".join(f"{label} {x:.2f}×" for label, x in preallocation.items())
-        atomic_write_text(args.out.with_suffix(".md"), "\n".join([
-            f"# `vaswani bench decode`: {table.title}", "", *table.markdown, "",
-            f"Preallocated caches vs caches grown per step (median of interleaved repeats): {speedups}.  ",
-            f"KV cache vs model(src, prefix): {comparisons['cache_speedup']:.1f}×.  ",
-            f"The model's {model.config.attention} attention vs the same weights with {other} attention (median of "
-            "interleaved repeats, > 1: the model's own is faster): "
-            + ", ".join(f"{label} {x:.2f}×" for label, x in backends.items()) + ".",
-            *_compiled_lines(compiled), "", *provenance_lines(report), ""]))
-        print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
-    return 0
+                                                              comparisons["compiled_step"]["speedup"].items()))
+
+
+def _write_report(args: argparse.Namespace, device: torch.device, model: Transformer, fixed_length: bool,
+                  natural: SearchConfig, fixed: SearchConfig, session: _Session, comparisons: dict[str, Any]) -> None:
+    """The JSON at ``--out`` and its markdown table beside it."""
+    report = {
+        **provenance(device),
+        "arguments": {key: (str(v) if isinstance(v, Path) else v) for key, v in vars(args).items()
+                      if key not in ("handler",)},
+        "model": {"checkpoint": args.checkpoint, "preset": None if args.checkpoint else args.preset,
+                  "parameters": model.num_parameters(), "config": model.config.to_dict()},
+        "fixed_output_length": fixed_length,
+        "search": {"natural": asdict(natural), "fixed": asdict(fixed)},
+        "results": [row.to_dict() for row in session.rows],
+        "comparisons": comparisons,
+    }
+    atomic_write_json(args.out, report)
+    backends = comparisons["attention_backend"]
+    preallocation = ", ".join(f"{label} {x:.2f}×" for label, x in comparisons["preallocated_cache_speedup"].items())
+    atomic_write_text(args.out.with_suffix(".md"), "\n".join([
+        f"# `vaswani bench decode`: {session.table.title}", "", *session.table.markdown, "",
+        f"Preallocated caches vs caches grown per step (median of interleaved repeats): {preallocation}.  ",
+        f"KV cache vs model(src, prefix): {comparisons['cache_speedup']:.1f}×.  ",
+        f"The model's {backends['model']} attention vs the same weights with {backends['other']} attention (median "
+        "of interleaved repeats, > 1: the model's own is faster): "
+        + ", ".join(f"{label} {x:.2f}×" for label, x in backends["own_speedup"].items()) + ".",
+        *_compiled_lines(comparisons["compiled_step"]), "", *provenance_lines(report), ""]))
+    print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
 
 
 def _compiled_lines(compiled: dict | None) -> list[str]:
@@ -352,7 +404,7 @@ class _Table:
         self.markdown = ["| search | sentences | seconds (fastest repeat) | sentences/s | tokens/s |",
                          "|---|---:|---:|---:|---:|"]
 
-    def add(self, row: Timing) -> Timing:
+    def add(self, row: SearchTiming) -> SearchTiming:
         print(f"{row.name:<{self.WIDTH}}  {row.sentences:>9}  {row.seconds:>8.2f}  {row.sentences_per_s:>8.1f}  "
               f"{row.tokens_per_s:>9.0f}", flush=True)
         self.markdown.append(f"| {row.name} | {row.sentences} | {row.seconds:.2f} | {row.sentences_per_s:.1f} | "

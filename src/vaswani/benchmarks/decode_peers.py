@@ -23,8 +23,8 @@ Two settings:
 - ``--checkpoint RUN``: a trained model on the first ``--sentences`` of a real test set (Multi30k test2016), with
   BLEU of each engine's outputs. Every engine gets the same output limit per batch, 1.5 × its longest source
   + 10 tokens (generate and CTranslate2 take one limit per call); outputs end at </s>.
-- no checkpoint: random weights at issue 13's fixed shape (d_model 256, 3+3 layers, 8 heads, d_ff 1024,
-  vocabulary 8000), 64 random 16-token sources, and exactly ``--output-len`` decoder steps for every sentence
+- no checkpoint: random weights at the fixed shape the speed targets are stated at (d_model 256, 3+3 layers,
+  8 heads, d_ff 1024, vocabulary 8000), 64 random 16-token sources, and exactly ``--output-len`` decoder steps for every sentence
   (</s> suppressed until the last step in every engine): pure decoding speed, no BLEU.
 
 Search settings that match across engines: beam scores are log P / |Y| (our length_norm=average, generate's
@@ -59,7 +59,7 @@ from vaswani.provenance import PROVENANCE_FILE, first_training_start, provenance
 
 PEERS = ("marian", "ctranslate2")
 DEFAULT_THREADS = [2]
-# Issue 13's fixed shape for the random-weights comparison.
+# The fixed shape the decoding speed targets are stated at, for the random-weights comparison.
 FIXED_SHAPE = dict(vocab_size=8000, d_model=256, n_heads=8, n_encoder_layers=3, n_decoder_layers=3, d_ff=1024,
                    max_len=128, dropout=0.0)
 FIXED_SOURCE_LEN = 16  # tokens incl. </s>

@@ -14,7 +14,7 @@ import numpy as np
 
 from vaswani.classification.data import Dataset
 from vaswani.classification.encoding import normalize
-from vaswani.classification.metrics import Metrics, evaluate
+from vaswani.classification.metrics import Metrics, score_predictions
 from vaswani.classification.settings import TrainSettings
 from vaswani.errors import DataError
 
@@ -69,7 +69,7 @@ def baseline_metrics(data: Dataset, settings: TrainSettings, csv_path: str | Pat
             f"{csv_path}: the texts of column {columns} hold no word of two or more letters or digits, so the "
             "TF-IDF baseline has nothing to count; check that --text-column names the column with the text"
         ) from None
-    return evaluate(val_ids, probs.argmax(axis=1).tolist(), len(data.labels))
+    return score_predictions(val_ids, probs.argmax(axis=1).tolist(), len(data.labels))
 
 
 __all__ = ["BaselineSettings", "baseline_metrics", "train_and_predict_baseline"]

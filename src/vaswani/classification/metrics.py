@@ -22,7 +22,7 @@ class Metrics:
         return {"accuracy": self.accuracy, "macro_f1": self.macro_f1, "confusion": self.confusion}
 
 
-def evaluate(true_ids: Sequence[int], predicted_ids: Sequence[int], n_classes: int) -> Metrics:
+def score_predictions(true_ids: Sequence[int], predicted_ids: Sequence[int], n_classes: int) -> Metrics:
     classes = list(range(n_classes))  # so a class never predicted still gets its row, column and F1 of 0
     return Metrics(
         accuracy=float(accuracy_score(true_ids, predicted_ids)),
@@ -31,4 +31,4 @@ def evaluate(true_ids: Sequence[int], predicted_ids: Sequence[int], n_classes: i
     )
 
 
-__all__ = ["Metrics", "evaluate"]
+__all__ = ["Metrics", "score_predictions"]

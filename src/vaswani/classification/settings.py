@@ -45,7 +45,7 @@ class TrainSettings:
     weight_decay: float = 0.01
     clip: float = 1.0  # max gradient L2 norm
     patience: int = 3  # epochs without a better validation macro-F1 before stopping
-    precision: str = "fp32"  # or "bf16" (autocast); see train_step for why fp32 is the default
+    precision: str = "fp32"  # or "bf16" (autocast); see classifier_step for why fp32 is the default
 
     def __post_init__(self) -> None:
         # Fail before reading data or training a tokenizer, with the option's name in the message.

@@ -28,7 +28,7 @@ from tqdm import tqdm
 from vaswani.classification.checkpoint import ClassifierInfo, save_classifier
 from vaswani.classification.data import Dataset
 from vaswani.classification.encoding import TextEncoder, normalize, pad_batch, train_tokenizer
-from vaswani.classification.metrics import Metrics, evaluate
+from vaswani.classification.metrics import Metrics, score_predictions
 from vaswani.classification.predict import predict_proba
 from vaswani.classification.settings import TrainSettings
 from vaswani.config import ModelConfig, apply_overrides
@@ -147,8 +147,8 @@ def train_classifier(
         )
         for batch, rows in enumerate(bar, start=1):
             try:
-                loss = train_step(model, optimizer, pad_batch([train_seqs[i] for i in rows]), targets[rows],
-                                  settings)
+                loss = classifier_step(model, optimizer, pad_batch([train_seqs[i] for i in rows]), targets[rows],
+                                       settings)
             except TrainingDiverged as error:
                 kept = f"{out_dir} keeps the model of epoch {best[1]}" if best else f"nothing was saved to {out_dir}"
                 raise TrainingDiverged(
@@ -159,7 +159,7 @@ def train_classifier(
             bar.set_postfix(loss=f"{loss:.3f}")
 
         probs = predict_proba(model, val_seqs)
-        metrics = evaluate(val_ids, probs.argmax(axis=1).tolist(), len(data.labels))
+        metrics = score_predictions(val_ids, probs.argmax(axis=1).tolist(), len(data.labels))
         stats = EpochStats(
             epoch=epoch,
             train_loss=float(np.mean(losses)),
@@ -190,14 +190,14 @@ def train_classifier(
         history=history,
         best_epoch=best[1],
         val_probs=probs,
-        val_metrics=evaluate(val_ids, probs.argmax(axis=1).tolist(), len(data.labels)),
+        val_metrics=score_predictions(val_ids, probs.argmax(axis=1).tolist(), len(data.labels)),
         n_parameters=model.num_parameters(),
         model_config=config,
         seconds=time.perf_counter() - started,
     )
 
 
-def train_step(
+def classifier_step(
     model: TransformerClassifier,
     optimizer: torch.optim.Optimizer,
     ids: torch.Tensor,
@@ -225,6 +225,6 @@ def cross_entropy(probs: np.ndarray, ids: list[int]) -> float:
 
 
 __all__ = [
-    "EpochStats", "TrainResult", "TrainingDiverged", "train_classifier", "train_step", "length_bucketed_batches",
+    "EpochStats", "TrainResult", "TrainingDiverged", "train_classifier", "classifier_step", "length_bucketed_batches",
     "build_model_config", "linear_schedule",
 ]

@@ -1,16 +1,16 @@
 """Data pipeline: corpora -> shared BPE tokenizer -> encoded, cached splits -> token-budget batches.
 
-Typical use from training code::
+How the trainer uses it (``training/data.py``)::
 
-    from vaswani.data import prepare_dataset, TokenBudgetSampler, make_dataloader
+    from vaswani.data import prepare_dataset, TokenBudgetSampler, collate
 
     data = prepare_dataset("multi30k", data_dir=..., vocab_size=8000, max_len=64)
-    train = data.splits["train"]
+    train, tokenizer = data.splits["train"], data.tokenizer
     sampler = TokenBudgetSampler(train.src_lengths, train.tgt_lengths, max_tokens=4096, seed=0)
-    loader = make_dataloader(train, sampler, num_workers=2)
     for epoch in range(n_epochs):
-        sampler.set_epoch(epoch)
-        for batch in loader: ...   # batch.src, batch.tgt_in, batch.tgt_out, batch.n_tgt_tokens
+        for indices in sampler.batches(epoch):
+            batch = collate([train[i] for i in indices], tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
+            ...   # batch.src, batch.tgt_in, batch.tgt_out, batch.n_tgt_tokens
 
 Names are imported lazily so that ``vaswani --help`` (which imports ``vaswani.data.commands``) does not pay
 for torch, numpy or tokenizers.
@@ -46,10 +46,8 @@ _EXPORTS = {
     "prepare": "preprocess",
     # batching.py
     "Batch": "batching",
-    "Collator": "batching",
     "TokenBudgetSampler": "batching",
     "collate": "batching",
-    "make_dataloader": "batching",
     "pad_sources": "batching",
     # pipeline.py
     "PreparedData": "pipeline",

@@ -1,4 +1,4 @@
-"""Token-budget batches of similar-length pairs, deterministic per (seed, epoch), sharded across ranks.
+"""Token-budget batches of similar-length pairs, deterministic per (seed, epoch).
 
 How an epoch's batches are made (``TokenBudgetSampler.batches(epoch)``):
 
@@ -7,21 +7,16 @@ How an epoch's batches are made (``TokenBudgetSampler.batches(epoch)``):
    pairs of similar length (little padding) while the epoch stays random at the chunk scale;
 3. fill batches greedily in that order: a batch takes pairs while ``n_pairs * longest <= max_tokens``, where a
    pair's size is its number of positions on its longer side (``max(n_src, n_tgt) + 1``, see preprocess.py);
-4. shuffle the order of the batches, so lengths are mixed over training time;
-5. for ``world_size > 1``: if the number of batches does not divide by ``world_size``, split the largest
-   batches in two (each half is still within budget) until it does. Nothing is dropped or duplicated: every
-   pair is in exactly one batch of exactly one rank per epoch, and every rank gets the same number of
-   batches (ranks must step together). Rank r takes batches r, r + world_size, r + 2 * world_size, ...
+4. shuffle the order of the batches, so lengths are mixed over training time.
 
-Iteration can start mid-epoch (``set_epoch(epoch, start=k)``) to resume training exactly where it stopped.
-The sampler yields lists of indices, so it plugs into ``torch.utils.data.DataLoader(batch_sampler=...)``:
-the main process draws the index lists and hands each to one worker, so workers never repeat or lose pairs.
+The batches are the same on every rank: the trainer gives each rank its share of every update's group of
+batches (``training/trainer.py``), and resumes mid-epoch by its position in this list.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -53,19 +48,12 @@ class Batch:
         return Batch(move(self.src), move(self.tgt_in), move(self.tgt_out), self.n_src_tokens,
                      self.n_tgt_tokens, self.indices)
 
-    def pin_memory(self) -> "Batch":
-        # Called by DataLoader(pin_memory=True) on custom batch types.
-        return Batch(self.src.pin_memory(), self.tgt_in.pin_memory(), self.tgt_out.pin_memory(),
-                     self.n_src_tokens, self.n_tgt_tokens, self.indices)
-
 
 def pad_sources(
     sequences: Sequence[Sequence[int]], eos_id: int = EOS_ID, pad_id: int = PAD_ID
 ) -> torch.Tensor:
-    """(B, S) long tensor of ``x1 … xn </s>`` rows padded with ``pad_id``: the encoder input convention.
-
-    Decoding code uses this too, so translation sees sources exactly as training did.
-    """
+    """(B, S) long tensor of ``x1 … xn </s>`` rows padded with ``pad_id``: the encoder input convention (the
+    source side of :func:`collate`)."""
     width = max(len(seq) for seq in sequences) + 1
     out = np.full((len(sequences), width), pad_id, dtype=np.int64)
     for row, seq in enumerate(sequences):
@@ -104,21 +92,11 @@ def collate(
     )
 
 
-class Collator:
-    """``collate`` with a tokenizer's special ids, picklable for DataLoader workers."""
-
-    def __init__(self, pad_id: int = PAD_ID, bos_id: int = BOS_ID, eos_id: int = EOS_ID) -> None:
-        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
-
-    def __call__(self, items: Sequence[tuple[int, np.ndarray, np.ndarray]]) -> Batch:
-        return collate(items, self.pad_id, self.bos_id, self.eos_id)
-
-
 # ---------------------------------------------------------------------------------------------- sampler
 
 
 class TokenBudgetSampler:
-    """Yields lists of dataset indices: this rank's batches of one epoch, from ``start``.
+    """An epoch's batches as lists of dataset indices.
 
     ``src_lengths``/``tgt_lengths`` are BPE token counts without specials (``EncodedCorpus.src_lengths``);
     each side then occupies length + 1 positions.
@@ -131,8 +109,6 @@ class TokenBudgetSampler:
         max_tokens: int,
         seed: int = 0,
         shuffle: bool = True,
-        rank: int = 0,
-        world_size: int = 1,
         chunk_size: int = 8192,
         max_sentences: int | None = None,
     ) -> None:
@@ -140,8 +116,6 @@ class TokenBudgetSampler:
         tgt_lengths = np.asarray(tgt_lengths, dtype=np.int64)
         if src_lengths.shape != tgt_lengths.shape or src_lengths.ndim != 1:
             raise ConfigError("src_lengths and tgt_lengths must be 1-d arrays of the same length")
-        if not 0 <= rank < world_size:
-            raise ConfigError(f"rank={rank} must be in [0, world_size={world_size})")
         self.sizes = np.maximum(src_lengths, tgt_lengths) + 1  # positions on the longer side
         if len(self.sizes) == 0:
             raise ConfigError("cannot batch an empty dataset")
@@ -150,30 +124,22 @@ class TokenBudgetSampler:
                 f"max_tokens={max_tokens} is smaller than the longest example ({int(self.sizes.max())} positions); "
                 "raise max_tokens or prepare the data with a smaller max_len"
             )
-        if len(self.sizes) < world_size:
-            raise ConfigError(f"{len(self.sizes)} examples cannot be shared by world_size={world_size} ranks")
         if max_sentences is not None and max_sentences < 1:
             raise ConfigError(f"max_sentences={max_sentences} must be at least 1")
         self.max_tokens = max_tokens
         self.max_sentences = max_sentences
         self.seed = seed
         self.shuffle = shuffle
-        self.rank = rank
-        self.world_size = world_size
         self.chunk_size = chunk_size
-        self.epoch = 0
-        self.start = 0
-        self._cache: tuple[int, list[np.ndarray]] | None = None
+        self._cache: tuple[int, list[np.ndarray]] | None = None  # the last epoch asked for: the trainer asks often
 
-    def set_epoch(self, epoch: int, start: int = 0) -> None:
-        """Choose the epoch to iterate next, and the batch (of this rank) to begin with when resuming."""
-        self.epoch = epoch
-        self.start = start
+    def batches(self, epoch: int) -> list[list[int]]:
+        """The batches of ``epoch``, deterministic in (seed, epoch)."""
+        if self._cache is None or self._cache[0] != epoch:
+            self._cache = (epoch, self._make(epoch))
+        return [batch.tolist() for batch in self._cache[1]]
 
-    def all_batches(self, epoch: int) -> list[np.ndarray]:
-        """Every rank's batches of ``epoch`` (before sharding); deterministic in (seed, epoch)."""
-        if self._cache is not None and self._cache[0] == epoch:
-            return self._cache[1]
+    def _make(self, epoch: int) -> list[np.ndarray]:
         rng = np.random.default_rng([self.seed, epoch])
         order = rng.permutation(len(self.sizes)) if self.shuffle else np.arange(len(self.sizes))
         batches: list[np.ndarray] = []
@@ -183,20 +149,7 @@ class TokenBudgetSampler:
             batches += pack(chunk, self.sizes[chunk], self.max_tokens, self.max_sentences)
         if self.shuffle:
             batches = [batches[i] for i in rng.permutation(len(batches))]
-        batches = split_to_multiple(batches, self.world_size)
-        self._cache = (epoch, batches)
         return batches
-
-    def batches(self, epoch: int | None = None) -> list[list[int]]:
-        """This rank's batches of ``epoch`` (default: the current one), as lists of dataset indices."""
-        epoch = self.epoch if epoch is None else epoch
-        return [batch.tolist() for batch in self.all_batches(epoch)[self.rank :: self.world_size]]
-
-    def __iter__(self) -> Iterator[list[int]]:
-        yield from self.batches(self.epoch)[self.start :]
-
-    def __len__(self) -> int:
-        return max(0, len(self.all_batches(self.epoch)) // self.world_size - self.start)
 
 
 def pack(indices: np.ndarray, sizes: np.ndarray, max_tokens: int,
@@ -219,39 +172,3 @@ def pack(indices: np.ndarray, sizes: np.ndarray, max_tokens: int,
         batches.append(indices[i : i + k])
         i += k
     return batches
-
-
-def split_to_multiple(batches: list[np.ndarray], world_size: int) -> list[np.ndarray]:
-    """Split the largest batches in two until ``len(batches)`` is a multiple of ``world_size``.
-
-    Halving a batch never breaks the token budget, and keeps every example exactly once.
-    """
-    batches = list(batches)
-    while len(batches) % world_size:
-        largest = max(range(len(batches)), key=lambda b: (len(batches[b]), -b))
-        batch = batches[largest]
-        if len(batch) < 2:
-            raise ConfigError(f"too few examples to give each of {world_size} ranks the same number of batches")
-        half = len(batch) // 2
-        batches[largest : largest + 1] = [batch[:half], batch[half:]]
-    return batches
-
-
-def make_dataloader(
-    dataset,
-    sampler: TokenBudgetSampler,
-    num_workers: int = 0,
-    pin_memory: bool = False,
-    pad_id: int = PAD_ID,
-    bos_id: int = BOS_ID,
-    eos_id: int = EOS_ID,
-) -> torch.utils.data.DataLoader:
-    """A DataLoader of Batches over an EncodedCorpus; call ``sampler.set_epoch`` before each epoch."""
-    return torch.utils.data.DataLoader(
-        dataset,
-        batch_sampler=sampler,
-        collate_fn=Collator(pad_id, bos_id, eos_id),
-        num_workers=num_workers,
-        pin_memory=pin_memory,
-        persistent_workers=False,
-    )

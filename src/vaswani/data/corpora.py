@@ -26,7 +26,7 @@ IWSLT_URL = (
     "1b51a63297e25428ec8243cb04571eb9bd50da97/.data/iwslt/de-en"
 )
 # The WMT17 training data (News Commentary v12, Europarl v7, Common Crawl, Rapid; ~5.9M pairs) on the HF hub.
-WMT17_HUB_ID = "wmt/wmt17"  # the canonical (parquet) home of what load_dataset("wmt17") used to load
+WMT17_HUB_ID = "wmt/wmt17"  # the hub's parquet copy of WMT17: `datasets` runs no loading scripts
 WMT17_HUB_CONFIG = "de-en"
 
 

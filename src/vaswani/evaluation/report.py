@@ -104,6 +104,6 @@ def _search_summary(search: dict[str, Any]) -> str:
         text += f", repetition penalty {search['repetition_penalty']}"
     if search["no_repeat_ngram"]:
         text += f", no-repeat-{search['no_repeat_ngram']}-gram"
-    # Results written before the precision setting existed record a bf16 flag instead.
+    # Some published results.json files (results/bench/decode-cache-small.json) record a bf16 flag instead.
     precision = search.get("precision") or ("bf16" if search.get("bf16") else "fp32")
     return f"{text}, {precision}"

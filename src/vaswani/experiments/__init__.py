@@ -1,11 +1,20 @@
 """Experiments that explain the design choices: each is `vaswani experiment NAME` and writes results/<name>/.
 
-- ``attention``: standard vs SDPA vs sliding-window attention (time, memory, FLOPs, training comparison);
-- ``memory``: training memory estimated from first principles vs measured, largest batch for a budget;
-- ``devices``: CPU vs GPU training step, phase by phase;
-- ``ablation``: post-LN vs pre-LN, warmup, ReLU vs GELU, sinusoidal vs RoPE vs learned, against seed noise;
-- ``robustness``: the position encodings under shuffled, dropped and repeated source tokens.
+    attention.py          ``attention``: standard vs SDPA vs sliding-window attention (time, memory, FLOPs,
+                          training comparison)
+    memory.py             ``memory``: training memory estimated (memory_estimate.py) vs measured, the largest
+                          batch for a budget; memory_report.py writes its table and plot
+    device_comparison.py  ``devices``: CPU vs GPU training step, phase by phase
+    ablation.py           ``ablation``: post-LN vs pre-LN, warmup, ReLU vs GELU, sinusoidal vs RoPE vs learned,
+                          against seed noise
+    robustness.py         ``robustness``: the position encodings under shuffled, dropped and repeated source
+                          tokens (perturb.py)
+    recipe.py             ``recipe``: what buys BLEU per CPU-minute for the CPU preset
+    final_models.py       ``final-models``: one table of finished runs' final models
+    variants.py           the training runs a study compares (RunVariant), trained or reused
+    common.py             what every experiment shares: results files, timing, peak memory, a training step
+    commands.py           `vaswani experiment NAME`
 
 They are built on the core's public API (``vaswani.training.trainer.train`` and its callbacks,
-``vaswani.training.step.train_step``, ``vaswani.training.evaluate``'s scores); the core never imports them.
+``vaswani.training.step.train_step``, ``vaswani.training.scoring``'s scores); the core never imports them.
 """

@@ -24,7 +24,7 @@ from vaswani.experiments.variants import (
     POSITION_LABELS, TrainedRun, add_variant_arguments, final_validation, load_final_model, load_splits, metrics,
     setup,
 )
-from vaswani.training.evaluate import greedy_scores, id_batches, teacher_forced_scores
+from vaswani.training.scoring import greedy_scores, id_batches, teacher_forced_scores
 from vaswani.training.metrics import training_speed
 
 ABLATION_VARIANTS = ("sinusoidal", "pre-ln", "post-ln-no-warmup", "pre-ln-no-warmup", "gelu", "rope", "learned",

@@ -16,7 +16,7 @@ EXPERIMENTS = {
                   "standard vs SDPA vs sliding-window attention: time, memory, FLOPs; optional training comparison"),
     "memory": ("vaswani.experiments.memory",
                "training memory estimated from first principles vs measured; the largest batch for a budget"),
-    "devices": ("vaswani.experiments.devices",
+    "devices": ("vaswani.experiments.device_comparison",
                 "CPU vs GPU: forward, backward, optimizer and step time, epoch time, peak memory"),
     "ablation": ("vaswani.experiments.ablation",
                  "post-LN vs pre-LN, warmup, ReLU vs GELU, sinusoidal vs RoPE vs learned: one budget, one seed"),

@@ -24,6 +24,7 @@ The provenance record is :mod:`vaswani.provenance`'s, so every results file of t
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import json
 import math
@@ -35,11 +36,14 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
+from vaswani.config import ModelConfig, apply_model_settings
 from vaswani.data.batching import Batch
 from vaswani.devices import synchronize as sync
 from vaswani.io import atomic_write_text
 from vaswani.provenance import git_state, hardware, provenance
+from vaswani.training.config import load_preset
 from vaswani.training.step import TeacherForcedBatch
+
 MiB = 2**20
 GiB = 2**30
 
@@ -215,6 +219,11 @@ CPU_METHOD = ("torch.profiler(profile_memory=True): replay of every CPU-allocato
               "Python objects and fragmentation (a lower bound of RSS growth)")
 
 
+def memory_method(device: torch.device) -> str:
+    """How :func:`track_peak_memory` measures on ``device``, in words for a results file."""
+    return CUDA_METHOD if device.type == "cuda" else CPU_METHOD
+
+
 @contextlib.contextmanager
 def track_peak_memory(device: torch.device, live_at_start: int = 0) -> Iterator[PeakMemory]:
     """Measure the peak tensor memory of the enclosed code, as ``live_at_start`` + the region's high-water mark.
@@ -224,7 +233,7 @@ def track_peak_memory(device: torch.device, live_at_start: int = 0) -> Iterator[
     """
     if device.type == "cuda":
         sync(device)
-        result = PeakMemory(CUDA_METHOD, at_start=live_at_start)
+        result = PeakMemory(memory_method(device), at_start=live_at_start)
         allocated = torch.cuda.memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device)
         yield result
@@ -234,7 +243,7 @@ def track_peak_memory(device: torch.device, live_at_start: int = 0) -> Iterator[
         return
     from torch.profiler import ProfilerActivity, profile
 
-    result = PeakMemory(CPU_METHOD, at_start=live_at_start)
+    result = PeakMemory(memory_method(device), at_start=live_at_start)
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         yield result
     result.above_start = _replay_allocations(prof)
@@ -306,6 +315,14 @@ def free_memory(device: torch.device) -> None:
 
 
 # ---- a training step on synthetic batches -------------------------------------------------------------------
+def preset_model_config(preset: str, model_settings: Sequence[str] = ()) -> ModelConfig:
+    """A run preset's ModelConfig with the vocabulary the trainer would give it (the tokenizer's, ≈
+    data.vocab_size), then ``model_settings`` (``model.key=value`` items) applied."""
+    run_config = load_preset(preset)
+    config = dataclasses.replace(run_config.model, vocab_size=run_config.data.vocab_size)
+    return apply_model_settings(config, list(model_settings))
+
+
 def synthetic_batch(vocab_size: int, batch_size: int, src_len: int, tgt_len: int, device: torch.device,
                     seed: int = 0) -> Batch:
     """A batch of random real tokens, no padding: every position counts, shapes are exact.

@@ -20,16 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from vaswani.config import add_settings_argument, ranged
-from vaswani.config import parse_variant as config_parse_variant
+from vaswani.config import add_settings_argument, parse_variant, ranged
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.errors import ConfigError
 from vaswani.experiments.common import device_label, fixed, log, markdown_table, pyplot, write_results
 from vaswani.experiments.variants import (
-    TrainedRun, Variant, final_validation, load_final_model, metrics, train_variants, variant_config,
+    RunVariant, TrainedRun, final_validation, load_final_model, metrics, train_variants, variant_config,
 )
 from vaswani.training.config import load_preset
-from vaswani.training.evaluate import greedy_scores
+from vaswani.training.scoring import greedy_scores
 
 RECIPE = "multi30k-cpu"
 SMOKE_RECIPE = "smoke"
@@ -38,19 +37,19 @@ BASELINE, NOISE = "baseline", "baseline-seed1"
 # the quick BLEU on the preset's validation subset at every epoch for the BLEU-vs-minutes curve.
 PROXY_SETTINGS = ("train.final_model=false", "train.patience=null", "train.progress=false")
 
-VARIANTS: dict[str, Variant] = {v.name: v for v in (
-    Variant(BASELINE, "multi30k-cpu as it is"),
-    Variant(NOISE, "the same, seed 1 (noise reference)", ("train.seed=1",)),
-    Variant("vocab-6000", "joint BPE vocabulary 6,000", ("data.vocab_size=6000",)),
-    Variant("vocab-10000", "joint BPE vocabulary 10,000", ("data.vocab_size=10000",)),
-    Variant("wider", "d_model 192, d_ff 768", ("model.d_model=192", "model.d_ff=768")),
-    Variant("deeper", "4+4 layers", ("model.n_encoder_layers=4", "model.n_decoder_layers=4")),
-    Variant("dropout-0.2", "dropout 0.2", ("model.dropout=0.2",)),
-    Variant("lr-high", "peak learning rate ×1.43 (lr_factor 0.5)", ("train.lr_factor=0.5",)),
-    Variant("batch-2000", "2,000 tokens per batch", ("train.max_tokens=2000",)),
-    Variant("smoothing-0.2", "label smoothing 0.2", ("train.label_smoothing=0.2",)),
-    Variant("adam-l2", "the paper's Adam + L2 instead of AdamW", ("train.optimizer=adam-l2",)),
-    Variant("pre-ln", "pre-LN", ("model.norm=pre",)),
+VARIANTS: dict[str, RunVariant] = {v.name: v for v in (
+    RunVariant(BASELINE, "multi30k-cpu as it is"),
+    RunVariant(NOISE, "the same, seed 1 (noise reference)", ("train.seed=1",)),
+    RunVariant("vocab-6000", "joint BPE vocabulary 6,000", ("data.vocab_size=6000",)),
+    RunVariant("vocab-10000", "joint BPE vocabulary 10,000", ("data.vocab_size=10000",)),
+    RunVariant("wider", "d_model 192, d_ff 768", ("model.d_model=192", "model.d_ff=768")),
+    RunVariant("deeper", "4+4 layers", ("model.n_encoder_layers=4", "model.n_decoder_layers=4")),
+    RunVariant("dropout-0.2", "dropout 0.2", ("model.dropout=0.2",)),
+    RunVariant("lr-high", "peak learning rate ×1.43 (lr_factor 0.5)", ("train.lr_factor=0.5",)),
+    RunVariant("batch-2000", "2,000 tokens per batch", ("train.max_tokens=2000",)),
+    RunVariant("smoothing-0.2", "label smoothing 0.2", ("train.label_smoothing=0.2",)),
+    RunVariant("adam-l2", "the paper's Adam + L2 instead of AdamW", ("train.optimizer=adam-l2",)),
+    RunVariant("pre-ln", "pre-LN", ("model.norm=pre",)),
 )}
 
 
@@ -70,10 +69,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_data_dir_argument(parser)
 
 
-def parse_variant(spec: str) -> Variant:
-    """``NAME:section.key=value,section.key=value`` → a Variant; a malformed spec is a ConfigError naming it."""
-    name, items = config_parse_variant(spec, ("model", "data", "train"))
-    return Variant(name, ", ".join(items), tuple(items))
+def parse_run_variant(spec: str) -> RunVariant:
+    """``NAME:section.key=value,section.key=value`` → a RunVariant; a malformed spec is a ConfigError naming it."""
+    name, items = parse_variant(spec, ("model", "data", "train"))
+    return RunVariant(name, ", ".join(items), tuple(items))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -131,12 +130,12 @@ def proxy_settings(minutes: float, smoke: bool, jobs: int, settings: list[str]) 
     return extra
 
 
-def _chosen_variants(args: argparse.Namespace) -> list[Variant]:
+def _chosen_variants(args: argparse.Namespace) -> list[RunVariant]:
     names = args.variants or ([BASELINE, NOISE, "dropout-0.2"] if args.smoke else list(VARIANTS))
     unknown = [name for name in names if name not in VARIANTS]
     if unknown:
         raise ConfigError(f"--variants: unknown {unknown}; choose from {list(VARIANTS)} or add --variant NAME:…")
-    chosen = [VARIANTS[name] for name in names] + [parse_variant(spec) for spec in args.variant]
+    chosen = [VARIANTS[name] for name in names] + [parse_run_variant(spec) for spec in args.variant]
     seen = [v.name for v in chosen]
     if len(set(seen)) != len(seen):
         raise ConfigError(f"--variant: a name is used twice ({seen})")
@@ -254,4 +253,4 @@ def _plot(curves: dict[str, list[dict[str, float]]], rows: list[dict[str, Any]])
     return figure
 
 
-__all__ = ["VARIANTS", "add_arguments", "findings", "parse_variant", "proxy_settings", "run"]
+__all__ = ["VARIANTS", "add_arguments", "findings", "parse_run_variant", "proxy_settings", "run"]

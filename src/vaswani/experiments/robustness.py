@@ -19,7 +19,7 @@ import torch
 from vaswani.config import ranged
 from vaswani.experiments.common import device_label, log, markdown_table, provenance_line, pyplot, write_results
 from vaswani.experiments.perturb import CONDITIONS, DESCRIPTIONS, perturb_all
-from vaswani.training.evaluate import greedy_scores, id_batches, teacher_forced_scores
+from vaswani.training.scoring import greedy_scores, id_batches, teacher_forced_scores
 from vaswani.experiments.variants import (
     POSITION_LABELS, add_variant_arguments, final_validation, load_final_model, load_splits, metrics, setup,
 )

@@ -34,7 +34,9 @@ from vaswani.training.trainer import train
 
 
 @dataclass(frozen=True)
-class Variant:
+class RunVariant:
+    """One training run of a study: the recipe preset with a few settings changed."""
+
     name: str  # run directory name and table key
     label: str  # what a reader sees in tables and legends
     settings: tuple[str, ...] = ()  # --set overrides of the recipe
@@ -45,12 +47,12 @@ POSITION_LABELS = {"sinusoidal": "sinusoidal", "learned": "learned", "rope": "Ro
 
 @dataclass(frozen=True)
 class TrainedRun:
-    variant: Variant
+    variant: RunVariant
     run_dir: Path
     reused: bool
 
 
-def variant_config(recipe: str, variant: Variant, extra: Sequence[str] = ()) -> dict[str, Any]:
+def variant_config(recipe: str, variant: RunVariant, extra: Sequence[str] = ()) -> dict[str, Any]:
     """The resolved config a variant trains with (what its run's config.yaml must hold)."""
     return run_config(recipe, variant, None, extra).to_dict()
 
@@ -80,7 +82,7 @@ def _state(run_dir: Path, expected: dict[str, Any]) -> str:
     return "partial" if (run_dir / "checkpoints" / "last").exists() else "empty"
 
 
-def run_config(recipe: str, variant: Variant, data_dir: Path | None, extra: Sequence[str]) -> RunConfig:
+def run_config(recipe: str, variant: RunVariant, data_dir: Path | None, extra: Sequence[str]) -> RunConfig:
     """The RunConfig a variant trains with (its run's config.yaml, plus where the corpora are)."""
     config = apply_settings(load_preset(recipe), [*extra, *variant.settings])
     if data_dir is not None:
@@ -88,10 +90,10 @@ def run_config(recipe: str, variant: Variant, data_dir: Path | None, extra: Sequ
     return config
 
 
-def train_variants(variants: Sequence[Variant], recipe: str, runs_dir: Path, data_dir: Path | None = None,
+def train_variants(variants: Sequence[RunVariant], recipe: str, runs_dir: Path, data_dir: Path | None = None,
                    extra: Sequence[str] = (), jobs: int = 1) -> list[TrainedRun]:
     """Make sure every variant has a finished run under ``runs_dir``; returns them in the order given."""
-    pending: list[tuple[Variant, RunConfig, bool]] = []
+    pending: list[tuple[RunVariant, RunConfig, bool]] = []
     runs: list[TrainedRun] = []
     for variant in variants:
         run_dir = runs_dir / variant.name
@@ -115,7 +117,7 @@ def train_variants(variants: Sequence[Variant], recipe: str, runs_dir: Path, dat
     return runs
 
 
-def _train_in_parallel(pending: list[tuple[Variant, RunConfig, bool]], runs_dir: Path, jobs: int) -> None:
+def _train_in_parallel(pending: list[tuple[RunVariant, RunConfig, bool]], runs_dir: Path, jobs: int) -> None:
     """Worker processes, at most ``jobs`` at a time; each one's output goes to ``<runs_dir>/<variant>.log``."""
     runs_dir.mkdir(parents=True, exist_ok=True)
     # "spawn": a fresh interpreter per run, as `vaswani train` would be (no forked torch thread pools).
@@ -200,17 +202,17 @@ SMOKE_STEPS = 4
 
 # The recipe itself is the paper's layout: post-LN, warmup, ReLU, sinusoidal positions. Every other variant
 # changes one thing (or, for pre-LN without warmup, the two things whose interaction is the claim).
-VARIANTS: dict[str, Variant] = {v.name: v for v in (
-    Variant("sinusoidal", "post-LN · warmup · ReLU · sinusoidal (paper)"),
-    Variant("pre-ln", "pre-LN", ("model.norm=pre",)),
-    Variant("post-ln-no-warmup", "post-LN, no warmup", ("train.warmup_ramp=false",)),
-    Variant("pre-ln-no-warmup", "pre-LN, no warmup", ("model.norm=pre", "train.warmup_ramp=false")),
-    Variant("gelu", "GELU", ("model.activation=gelu",)),
-    Variant("rope", "RoPE", ("model.positions=rope",)),
-    Variant("learned", "learned positions", ("model.positions=learned",)),
+VARIANTS: dict[str, RunVariant] = {v.name: v for v in (
+    RunVariant("sinusoidal", "post-LN · warmup · ReLU · sinusoidal (paper)"),
+    RunVariant("pre-ln", "pre-LN", ("model.norm=pre",)),
+    RunVariant("post-ln-no-warmup", "post-LN, no warmup", ("train.warmup_ramp=false",)),
+    RunVariant("pre-ln-no-warmup", "pre-LN, no warmup", ("model.norm=pre", "train.warmup_ramp=false")),
+    RunVariant("gelu", "GELU", ("model.activation=gelu",)),
+    RunVariant("rope", "RoPE", ("model.positions=rope",)),
+    RunVariant("learned", "learned positions", ("model.positions=learned",)),
     # The paper layout again from another seed: how far apart two runs land when nothing changes but the
     # seed, the scale against which every other difference must be read.
-    Variant("sinusoidal-seed1", "paper layout, seed 1 (noise reference)", ("train.seed=1",)),
+    RunVariant("sinusoidal-seed1", "paper layout, seed 1 (noise reference)", ("train.seed=1",)),
 )}
 
 
@@ -228,7 +230,7 @@ def add_variant_arguments(parser: argparse.ArgumentParser) -> None:
     add_data_dir_argument(parser)
 
 
-def train_from_args(args: argparse.Namespace, variants: Sequence[Variant]) -> tuple[str, list[TrainedRun]]:
+def train_from_args(args: argparse.Namespace, variants: Sequence[RunVariant]) -> tuple[str, list[TrainedRun]]:
     """Resolve --recipe/--steps/--smoke into extra settings (kept on ``args.settings`` so every later
     config lookup agrees) and train or reuse the variants."""
     recipe = args.recipe or (SMOKE_RECIPE if args.smoke else RECIPE)

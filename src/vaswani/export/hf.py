@@ -10,7 +10,7 @@ checked against ``transformers/models/marian/modeling_marian.py`` (5.x):
   permute the model's *hidden basis*: every weight that reads or writes the d_model-wide residual stream has that
   axis reordered the same way (embeddings, LayerNorms, attention/FFN input columns and output rows). LayerNorm and
   the residual sums do not care about the order of features, so the permuted model computes the same function and
-  its positions now line up with Marian's table.
+  its positions line up with Marian's table.
 - **Decoding conventions.** Our decoder starts with ``<s>`` (id 1), Marian checkpoints usually start with ``<pad>``;
   ``decoder_start_token_id`` is set to ours. ``final_logits_bias`` is zero (our output projection has no bias).
 
@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from vaswani.config import ModelConfig
+from vaswani.data.batching import BOS_ID, EOS_ID, PAD_ID
 from vaswani.data.tokenizer import BOS, EOS, PAD, UNK, Tokenizer
 from vaswani.errors import VaswaniError
 from vaswani.model.serialization import load_model, resolve_checkpoint
@@ -123,14 +124,14 @@ def marian_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     return out
 
 
-def marian_config(config: ModelConfig, tokenizer: Tokenizer) -> Any:
-    """The ``MarianConfig`` of our architecture (raises VaswaniError for what Marian cannot express)."""
+def marian_config(config: ModelConfig, pad_id: int = PAD_ID, bos_id: int = BOS_ID, eos_id: int = EOS_ID) -> Any:
+    """The ``MarianConfig`` of our architecture (raises VaswaniError for what Marian cannot express): what the
+    export writes, and the MarianMT peer that ``vaswani bench train`` trains against ours."""
     from transformers import MarianConfig
 
     reason = marian_unsupported(config)
     if reason is not None:
-        raise VaswaniError(f"the Hugging Face (MarianMT) format cannot express {reason}; "
-                           "export with --format ctranslate2 instead")
+        raise VaswaniError(f"MarianMT cannot express {reason}")
     return MarianConfig(
         vocab_size=config.vocab_size,
         decoder_vocab_size=config.vocab_size,
@@ -142,20 +143,20 @@ def marian_config(config: ModelConfig, tokenizer: Tokenizer) -> Any:
         encoder_ffn_dim=config.d_ff,
         decoder_ffn_dim=config.d_ff,
         activation_function=config.activation,  # ACT2FN: "relu", and "gelu" = the exact erf GELU, as F.gelu
-        # Our one dropout rate is applied to the residual branches, the attention weights and after the FFN
-        # activation; Marian has a rate for each (they only matter for fine-tuning the export).
+        # Ours drops the residual branches and, inside the feed-forward, the activation with model.dropout, and
+        # the attention weights with model.attention_dropout; Marian has a rate for each.
         dropout=config.dropout,
-        attention_dropout=config.dropout,
+        attention_dropout=config.attention_dropout,
         activation_dropout=config.dropout,
         max_position_embeddings=max(MAX_POSITIONS, config.max_len),
         scale_embedding=config.scale_embeddings,
         share_encoder_decoder_embeddings=config.tie_embeddings == "all-three",
         tie_word_embeddings=config.tie_embeddings != "none",
-        pad_token_id=tokenizer.pad_id,
-        eos_token_id=tokenizer.eos_id,
-        bos_token_id=tokenizer.bos_id,
-        decoder_start_token_id=tokenizer.bos_id,  # ours reads <s> first (Marian checkpoints usually read <pad>)
-        forced_eos_token_id=tokenizer.eos_id,
+        pad_token_id=pad_id,
+        eos_token_id=eos_id,
+        bos_token_id=bos_id,
+        decoder_start_token_id=bos_id,  # ours reads <s> first (Marian checkpoints usually read <pad>)
+        forced_eos_token_id=eos_id,
         is_encoder_decoder=True,
     )
 
@@ -164,7 +165,7 @@ def to_marian(model: Transformer, tokenizer: Tokenizer) -> Any:
     """An in-memory ``MarianMTModel`` computing the same function as ``model`` (eval mode)."""
     from transformers import MarianMTModel
 
-    hf_model = MarianMTModel(marian_config(model.config, tokenizer))
+    hf_model = MarianMTModel(marian_config(model.config, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id))
     missing, unexpected = hf_model.load_state_dict(marian_state_dict(model), strict=False)
     # The position tables are computed, not loaded; everything else must have been filled.
     missing = [name for name in missing if not name.endswith("embed_positions.weight")]

@@ -1,5 +1,7 @@
 """The Transformer of "Attention Is All You Need", one concept per module: masks, positions, attention,
-dropout, blocks (FFN, residual/norm, layers), transformer (embeddings, encoder, decoder)."""
+dropout, blocks (FFN, residual/norm, layers), transformer (embeddings, encoder, decoder).
+
+docs/architecture.md maps each section of the paper to the function here that implements it."""
 
 from vaswani.model.attention import KVCache, MultiHeadAttention, sdpa_attention, standard_attention
 from vaswani.model.dropout import Dropout, dropout

@@ -1,7 +1,7 @@
 """Dropout (section 5.4 of the paper: on every sublayer output, and on the embedding sums), cheap on the CPU.
 
 ``F.dropout`` draws one Bernoulli sample per element through ``bernoulli_`` and keeps a float mask for backward.
-On the CPU that was the largest cost of a training step after the matrix products (12-14 % of a step of the
+On the CPU that is the largest cost of a training step after the matrix products (12-14 % of a step of the
 Multi30k preset, profiled by ``vaswani bench train --profile``). Here each 64-bit draw of the generator is cut into
 four 16-bit integers and an element is kept when its integer clears a threshold: four times fewer draws, and a
 1-byte boolean mask saved for backward instead of a 4-byte float one.

@@ -1,0 +1,19 @@
+"""Training a translation model: the loop, what one update does, and what a run leaves behind.
+
+    step.py        train_step: one optimizer update (forward, backward, clipping, the optimizer and schedule)
+    trainer.py     Trainer and train(): epochs of updates, evaluation, checkpoints, callbacks, exact resume
+    loss.py        the label-smoothed cross-entropy over real target tokens
+    optim.py       AdamW (or the paper's Adam + L2) with weight decay on matrices only
+    schedule.py    learning-rate schedules: the paper's inverse square root, linear, cosine, constant
+    scoring.py     teacher-forced loss and accuracy, greedy BLEU: validation and the studies score through it
+    finalize.py    the final model: weights and search chosen on validation data, then the test sets scored
+    checkpoint.py  checkpoints written whole (safetensors + trainer state), found again after a crash
+    rundir.py      one owner per run directory, and what is already in it
+    data.py        what the trainer needs from the data pipeline
+    distributed.py data parallelism through torchrun
+    metrics.py     metrics.jsonl, TensorBoard and the plots
+    flops.py       model FLOPs of a step and the device's peak, for MFU
+    config.py      the run's settings: model, data and train sections, presets, --set
+    faults.py      the fault loop: SIGKILL at random points, resume, compare bit for bit
+    commands.py    `vaswani train`, `vaswani finalize`
+"""

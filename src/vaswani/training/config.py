@@ -208,7 +208,7 @@ def load_preset(name_or_path: str) -> RunConfig:
     """A preset name (``multi30k-cpu``) or the path of a YAML file of the same shape."""
     path = Path(name_or_path)
     if path.suffix in {".yaml", ".yml"} and path.exists():
-        text, source = read_text_file(path, "preset"), str(path)
+        text, source = read_config_text(path, "preset"), str(path)
     else:
         candidate = resources.files("vaswani.configs") / f"{name_or_path}.yaml"
         if not candidate.is_file():
@@ -238,7 +238,7 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def read_text_file(path: Path, what: str) -> str:
+def read_config_text(path: Path, what: str) -> str:
     """A UTF-8 text file's content, or a ConfigError naming the file and what is wrong with it."""
     try:
         return path.read_text(encoding="utf-8")

@@ -28,19 +28,19 @@ class TrainingData:
     train: EncodedCorpus
     valid: EncodedCorpus
     valid_corpus: ParallelCorpus
-    sampler: TokenBudgetSampler  # over train, unsharded: the trainer assigns batches to ranks itself
+    sampler: TokenBudgetSampler  # over train: every rank's batches; the trainer gives each rank its share
     valid_sampler: TokenBudgetSampler
 
     @property
     def batches_per_epoch(self) -> int:
-        return len(self.sampler.all_batches(0))
+        return len(self.sampler.batches(0))
 
     def epoch_batches(self, epoch: int) -> list[list[int]]:
         """All batches of the epoch (every rank's), deterministic in (seed, epoch)."""
-        return [batch.tolist() for batch in self.sampler.all_batches(epoch)]
+        return self.sampler.batches(epoch)
 
     def valid_batches(self) -> list[list[int]]:
-        return [batch.tolist() for batch in self.valid_sampler.all_batches(0)]
+        return self.valid_sampler.batches(0)
 
     def target_tokens(self, indices: list[int]) -> int:
         """Real target positions (y1 … yn </s>) of a batch: the loss's normaliser."""

@@ -447,7 +447,7 @@ class Trainer:
 
     def _evaluate_and_checkpoint(self) -> bool:
         """Validate, track the best metric, save a checkpoint; True when early stopping's patience is spent."""
-        from vaswani.training.evaluate import validate
+        from vaswani.training.scoring import validate
 
         tc = self.config.train
         for callback in self.callbacks:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from vaswani.experiments.devices import epoch_steps
+from vaswani.experiments.device_comparison import epoch_steps
 
 
 def test_smoke_run_writes_results(tmp_path: Path, device, experiment) -> None:

@@ -26,12 +26,12 @@ from vaswani.experiments.common import (
     free_memory,
     log,
     markdown_table,
+    preset_model_config,
     provenance_line,
     pyplot,
     sync,
     write_results,
 )
-from vaswani.experiments.memory import model_config
 from vaswani.precision import resolve_precision
 
 MULTI30K_TRAIN_PAIRS = 29_000
@@ -83,12 +83,12 @@ def resolve_settings(args: argparse.Namespace) -> DevicesSettings:
 
 def epoch_steps(max_tokens: int, n_pairs: int = MULTI30K_TRAIN_PAIRS) -> int:
     """Batches in one epoch of ``n_pairs`` pairs with Multi30k-like lengths, filled greedily as
-    ``benchmarks.train.make_batches`` fills them (a batch takes pairs while pairs × longest ≤ max_tokens).
+    ``benchmarks.train_batches.make_batches`` fills them (a batch takes pairs while pairs × longest ≤ max_tokens).
 
     The trainer's sampler sorts pairs by length within chunks and so pads less: its epochs have somewhat fewer
     steps, which makes this extrapolation err long.
     """
-    from vaswani.benchmarks.train import sentence_lengths
+    from vaswani.benchmarks.train_batches import sentence_lengths
 
     steps = size = longest = 0
     for pair in sentence_lengths(n_pairs):
@@ -125,7 +125,7 @@ def time_training_phases(config: ModelConfig, batches: list[TeacherForcedBatch],
 
 def run(args: argparse.Namespace) -> int:
     settings = resolve_settings(args)
-    config = model_config(settings.preset, settings.model_settings)
+    config = preset_model_config(settings.preset, settings.model_settings)
     devices = [torch.device("cpu")]
     if args.device != "cpu" and torch.cuda.is_available():
         devices.append(torch.device("cuda"))
@@ -136,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     if settings.threads:
         torch.set_num_threads(settings.threads)
 
-    from vaswani.benchmarks.train import make_batches
+    from vaswani.benchmarks.train_batches import make_batches
 
     batches = make_batches(config, settings.max_tokens, settings.warmup + settings.steps)
     n_epoch_steps = epoch_steps(settings.max_tokens)

@@ -1,0 +1,240 @@
+"""What `vaswani bench train` computes: every model trained by the same code on the same batches, their steps
+alternated, then tokens/s, the ratios between them, model FLOP/s and MFU, and (``profile_threads``) where each
+model's step spends its time.
+
+Every model is trained by :func:`vaswani.training.step.train_step` with AdamW and the same loss (cross-entropy
+summed over real target tokens, plain or label-smoothed), in the same precision. Timed steps alternate between the
+models (A, B, A, B, …) in one process, so a load change on the machine hits every model alike; the median of the
+repeats is reported with the spread.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+import torch.nn as nn
+
+from vaswani.benchmarks.profiling import PROFILE_PASSES, profile_by_kind
+from vaswani.benchmarks.train_batches import TrainBatch, benchmark_batches
+from vaswani.benchmarks.train_peers import PEERS, SPEEDUPS, TwoCrossEntropiesLoss, with_torch_dropout
+from vaswani.config import ModelConfig
+from vaswani.devices import synchronize
+from vaswani.model import Transformer
+from vaswani.training.flops import peak_flops
+from vaswani.training.loss import TranslationLoss
+from vaswani.training.step import train_step
+
+OURS = "vaswani"
+PROFILED_BATCHES = 3  # the first batches of a setting, profiled per model
+
+
+@dataclass
+class TrainBenchSettings:
+    """What one `vaswani bench train` measures: every combination of batch kind, loss and precision."""
+
+    config: ModelConfig  # ours; every peer is built with the same dimensions
+    variants: list[tuple[str, ModelConfig]] = field(default_factory=list)  # ours with other model settings
+    peers: list[str] = field(default_factory=lambda: ["torch"])  # keys of PEERS
+    batch_kinds: list[str] = field(default_factory=lambda: ["random"])
+    losses: list[str] = field(default_factory=lambda: ["smoothed"])  # "plain" | "smoothed" (0.1)
+    precisions: list[str] = field(default_factory=lambda: ["fp32"])
+    max_tokens: int = 2048
+    steps: int = 8
+    warmup: int = 3
+    repeats: int = 3
+    speedups: bool = False  # also race ours with each speed-up undone
+    foreach: bool = False  # AdamW for-each for every model instead of fused
+    profile_threads: list[int] = field(default_factory=list)
+    profile_passes: int = PROFILE_PASSES
+    data_dir: str | None = None
+
+
+class Contender:
+    """One model, its optimizer and its step over the benchmark's batches."""
+
+    def __init__(self, name: str, module: nn.Module, precision: str, fused: bool = True):
+        self.name, self.module, self.precision = name, module, precision
+        self.optimizer = torch.optim.AdamW(module.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=fused)
+        self.rates: list[float] = []
+        self.parameters = sum(p.numel() for p in module.parameters() if p.requires_grad)
+
+    def step(self, batch: TrainBatch) -> int:
+        tokens = batch.tokens
+        train_step(self.module, self.optimizer, [batch], tokens, precision=self.precision)
+        return tokens
+
+    def timed_step(self, batch: TrainBatch, device: torch.device) -> tuple[int, float]:
+        synchronize(device)
+        start = time.perf_counter()
+        tokens = self.step(batch)
+        synchronize(device)
+        return tokens, time.perf_counter() - start
+
+    def summary(self) -> dict[str, float | list[float]]:
+        return {"tokens_per_s": statistics.median(self.rates), "min": min(self.rates), "max": max(self.rates),
+                "runs": self.rates, "parameters": self.parameters}
+
+
+def race(contenders: list[Contender], batches: list[TrainBatch], device: torch.device, warmup: int,
+         repeats: int) -> None:
+    """Warm every contender up, then take turns *step by step* on the same batches (A, B, A, B, …): on a shared
+    machine the load changes within seconds, and alternating single steps exposes every model to it alike.
+    Each repeat gives every contender one tokens/s figure over all timed batches."""
+    for contender in contenders:
+        for batch in batches[:warmup]:
+            contender.step(batch)
+    for _ in range(repeats):
+        totals = {id(c): [0, 0.0] for c in contenders}
+        for batch in batches[warmup:]:
+            for contender in contenders:
+                tokens, seconds = contender.timed_step(batch, device)
+                totals[id(contender)][0] += tokens
+                totals[id(contender)][1] += seconds
+        for contender in contenders:
+            tokens, seconds = totals[id(contender)]
+            contender.rates.append(tokens / seconds)
+
+
+def profile_steps(contender: Contender, batches: list[TrainBatch], threads: int,
+                  passes: int = PROFILE_PASSES) -> dict:
+    """A few steps of ``contender`` under torch.profiler at ``threads`` intra-op threads, by operator kind."""
+    threads_outside = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return {"threads": threads,
+                **profile_by_kind(lambda: [contender.step(batch) for batch in batches], passes=passes)}
+    finally:
+        torch.set_num_threads(threads_outside)
+
+
+def measure(settings: TrainBenchSettings, device: torch.device,
+            on_row: Callable[[dict], None] = lambda row: None) -> tuple[list[dict], dict[str, list]]:
+    """One result row per (batch kind, loss, precision), each handed to ``on_row`` as it is measured, and the
+    profiles by setting (empty without ``profile_threads``)."""
+    rows: list[dict] = []
+    profiles: dict[str, list] = {}
+    peaks: dict[str, tuple[float, str]] = {}
+    for kind in settings.batch_kinds:
+        batches = benchmark_batches(kind, settings.config, settings.max_tokens, settings.warmup + settings.steps,
+                                    settings.data_dir)
+        for loss in settings.losses:
+            for precision in settings.precisions:
+                contenders = build_contenders(settings, _label_smoothing(loss), precision, device)
+                device_batches = [b.to(device) for b in batches]
+                race(contenders, device_batches, device, settings.warmup, settings.repeats)
+                if precision not in peaks:
+                    peaks[precision] = peak_flops(device, precision)
+                row = result_row(settings, kind, loss, precision, batches, contenders, peaks[precision])
+                rows.append(row)
+                on_row(row)
+                for threads in settings.profile_threads:
+                    key = f"{kind} batches, {loss} loss, {precision}, {threads} thread{'s' if threads > 1 else ''}"
+                    profiles[key] = profile_contenders(contenders, device_batches, threads, settings.profile_passes)
+    return rows, profiles
+
+
+def _label_smoothing(loss: str) -> float:
+    return 0.1 if loss == "smoothed" else 0.0
+
+
+def build_contenders(settings: TrainBenchSettings, smoothing: float, precision: str,
+                     device: torch.device) -> list[Contender]:
+    """Ours first, then our variants, the peers and (``speedups``) ours with each speed-up undone: each built from
+    the same seed."""
+    config = settings.config
+    builds = [(OURS, lambda c=config: TranslationLoss(Transformer(c), smoothing))] + [
+        (f"{OURS} {label}", lambda c=c: TranslationLoss(Transformer(c), smoothing))
+        for label, c in settings.variants
+    ] + [(PEERS[p][0], lambda p=p: PEERS[p][1](config, smoothing)) for p in settings.peers]
+    contenders = []
+    for name, build in builds:
+        torch.manual_seed(0)
+        contenders.append(Contender(name, build().to(device), precision, fused=not settings.foreach))
+    if settings.speedups:
+        contenders += speedup_contenders(config, smoothing, precision, device)
+    return contenders
+
+
+def speedup_contenders(config: ModelConfig, smoothing: float, precision: str,
+                       device: torch.device) -> list[Contender]:
+    """Ours with each of :data:`SPEEDUPS` undone, one at a time."""
+    def ours(c: ModelConfig = config) -> nn.Module:
+        torch.manual_seed(0)
+        return TranslationLoss(Transformer(c), smoothing).to(device)
+
+    dropout, loss, adamw, torch_dropout, compiled = SPEEDUPS
+    torch.manual_seed(0)
+    return [
+        Contender(f"{OURS}, {dropout}", ours(ModelConfig(**{**config.to_dict(), "attention_dropout": 0.1})),
+                  precision),
+        Contender(f"{OURS}, {loss}", TwoCrossEntropiesLoss(Transformer(config), smoothing).to(device), precision),
+        Contender(f"{OURS}, {adamw}", ours(), precision, fused=False),
+        Contender(f"{OURS}, {torch_dropout}", with_torch_dropout(ours()), precision),
+        Contender(f"{OURS}, {compiled}", torch.compile(ours()), precision),
+    ]
+
+
+def result_row(settings: TrainBenchSettings, kind: str, loss: str, precision: str, batches: list[TrainBatch],
+               contenders: list[Contender], peak: tuple[float, str]) -> dict:
+    """The row of one setting: the batches, each model's tokens/s with its model FLOP/s and MFU, and the ratios."""
+    row = {"batches": kind, "loss": loss, "precision": precision,
+           "sentences_per_batch": statistics.mean(b.src.size(0) for b in batches),
+           "target_tokens_per_batch": statistics.mean(b.tokens for b in batches),
+           "padding": 1 - statistics.mean(b.tokens / b.tgt_out.numel() for b in batches),
+           "models": {c.name: c.summary() for c in contenders}}
+    row["peak_flops"], row["peak_source"] = peak
+    _add_model_flops(row, settings, batches[settings.warmup :], contenders)
+    _add_ratios(row, settings, contenders)
+    return row
+
+
+def _add_model_flops(row: dict, settings: TrainBenchSettings, timed: list[TrainBatch],
+                     contenders: list[Contender]) -> None:
+    """Model FLOPs utilisation: FLOPs per token of the timed batches × tokens/s over the device's peak (the
+    datasheet's on a known GPU, a large matmul's measured in this run elsewhere)."""
+    # The dimensions that set a model's FLOPs: a variant's own, everyone else's are ours.
+    dims = {OURS: settings.config, **{f"{OURS} {label}": c for label, c in settings.variants}}
+    for c in contenders:
+        stats = row["models"][c.name]
+        per_token = sum(b.training_flops(dims.get(c.name, settings.config)) for b in timed) / sum(
+            b.tokens for b in timed)
+        stats["model_flops_per_s"] = per_token * stats["tokens_per_s"]
+        stats["mfu"] = stats["model_flops_per_s"] / row["peak_flops"]
+
+
+def _add_ratios(row: dict, settings: TrainBenchSettings, contenders: list[Contender]) -> None:
+    ours, others = contenders[0], contenders[1:]
+    # Median over repeats of the ratio within a repeat: each repeat's steps alternated, so its ratio saw one load;
+    # the ratio of the medians is kept too.
+    row["ours_over"] = {c.name: statistics.median(a / b for a, b in zip(ours.rates, c.rates)) for c in others}
+    ours_median = row["models"][OURS]["tokens_per_s"]
+    row["ours_over_medians"] = {c.name: ours_median / row["models"][c.name]["tokens_per_s"] for c in others}
+    # Each variant against each peer too: a variant that switches something off (dropout, say) bounds what making
+    # that thing cheaper could buy against the peer.
+    n_variants = len(settings.variants)
+    variants_raced = contenders[1 : 1 + n_variants]
+    peers_raced = contenders[1 + n_variants : 1 + n_variants + len(settings.peers)]
+    row["variants_over_peers"] = {
+        v.name: {p.name: statistics.median(a / b for a, b in zip(v.rates, p.rates)) for p in peers_raced}
+        for v in variants_raced}
+
+
+def profile_contenders(contenders: list[Contender], batches: list[TrainBatch], threads: int,
+                       passes: int) -> list[tuple[str, dict]]:
+    """Each model's first :data:`PROFILED_BATCHES` steps under torch.profiler, with the time those batches took it
+    at its median speed in the timed (unprofiled) steps when those ran at the profile's thread count: the time
+    the ceiling is taken against."""
+    first = batches[:PROFILED_BATCHES]
+    tokens = sum(b.tokens for b in first)
+    return [(c.name, {**profile_steps(c, first, threads, passes),
+                      "timed_ms": 1e3 * tokens / statistics.median(c.rates)
+                      if threads == torch.get_num_threads() else None})
+            for c in contenders]
+
+
+__all__ = ["Contender", "OURS", "TrainBenchSettings", "build_contenders", "measure", "profile_contenders",
+           "profile_steps", "race", "result_row", "speedup_contenders"]
