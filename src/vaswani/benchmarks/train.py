@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -47,7 +48,9 @@ from vaswani.model import Dropout, Transformer, sinusoidal_table
 from vaswani.provenance import provenance, provenance_lines
 from vaswani.training.flops import peak_flops, training_flops
 from vaswani.training.loss import TranslationLoss
-from vaswani.training.step import train_step
+from vaswani.training.device_choices import (compile_options, defers_host_reads, loss_over_all_positions,
+                                             recompile_limit)
+from vaswani.training.step import deferred_train_step, train_step
 
 PAD, BOS, EOS = 0, 1, 2
 
@@ -249,9 +252,11 @@ def make_batches(config: ModelConfig, max_tokens: int, n_batches: int, seed: int
 
 
 def multi30k_batches(vocab_size: int, max_tokens: int, n_batches: int, data_dir: str | None,
-                     seed: int = 0) -> list[TrainBatch]:
-    """The first ``n_batches`` of a shuffled Multi30k training epoch, through our tokenizer, sampler and collate."""
+                     seed: int = 0, length_buckets: int | None = None) -> list[TrainBatch]:
+    """The first ``n_batches`` of a shuffled Multi30k training epoch, through our tokenizer, sampler and collate
+    (with ``length_buckets``, the fixed shapes of ``train.length_buckets``)."""
     from vaswani.data.batching import TokenBudgetSampler, collate
+    from vaswani.data.buckets import BucketSampler, bucket_lengths, pad_to_shape
     from vaswani.data.pipeline import default_out_dir, prepare_dataset
 
     prepared = prepare_dataset("multi30k", splits=("train",), data_dir=data_dir, vocab_size=vocab_size,
@@ -260,10 +265,16 @@ def multi30k_batches(vocab_size: int, max_tokens: int, n_batches: int, data_dir:
     if tokenizer.vocab_size > vocab_size:
         raise VaswaniError(f"the Multi30k tokenizer has {tokenizer.vocab_size} tokens, more than the model's "
                            f"vocab_size {vocab_size}")
-    sampler = TokenBudgetSampler(train.src_lengths, train.tgt_lengths, max_tokens, seed=seed, shuffle=True)
+    if length_buckets:
+        lengths = bucket_lengths(np.maximum(train.src_lengths, train.tgt_lengths) + 1, length_buckets)
+        sampler = BucketSampler(train.src_lengths, train.tgt_lengths, max_tokens, lengths, seed=seed)
+    else:
+        sampler = TokenBudgetSampler(train.src_lengths, train.tgt_lengths, max_tokens, seed=seed, shuffle=True)
     out = []
-    for indices in sampler.all_batches(0)[:n_batches]:
+    for indices in sampler.batches(0)[:n_batches]:
         batch = collate([train[int(i)] for i in indices], tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
+        if length_buckets:
+            batch = pad_to_shape(batch, *sampler.shape(indices), tokenizer.pad_id)
         out.append(TrainBatch(batch.src, batch.tgt_in, batch.tgt_out))
     return out
 
@@ -272,15 +283,17 @@ def multi30k_batches(vocab_size: int, max_tokens: int, n_batches: int, data_dir:
 class Contender:
     """One model, its optimizer and its step over the benchmark's batches."""
 
-    def __init__(self, name: str, module: nn.Module, precision: str, fused: bool = True):
+    def __init__(self, name: str, module: nn.Module, precision: str, fused: bool = True, deferred: bool = False):
         self.name, self.module, self.precision = name, module, precision
+        self.deferred = deferred  # the step training takes on this device (training/device_choices.py)
         self.optimizer = torch.optim.AdamW(module.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=fused)
         self.rates: list[float] = []
         self.parameters = sum(p.numel() for p in module.parameters() if p.requires_grad)
 
     def step(self, batch: TrainBatch) -> int:
         tokens = batch.tokens
-        train_step(self.module, self.optimizer, [batch], tokens, precision=self.precision)
+        step = deferred_train_step if self.deferred else train_step
+        step(self.module, self.optimizer, [batch], tokens, precision=self.precision)
         return tokens
 
     def timed_step(self, batch: TrainBatch, device: torch.device) -> tuple[int, float]:
@@ -350,6 +363,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="torch intra-op threads (default: torch's)")
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto")
     add_data_dir_argument(parser)
+    parser.add_argument("--length-buckets", type=ranged(int, ge=1), default=None, metavar="N",
+                        help="multi30k batches of N fixed shapes, as train.length_buckets makes them (all models)")
+    parser.add_argument("--compile", action="store_true",
+                        help="ours compiled once per batch shape, as train.compile compiles it")
+    parser.add_argument("--cuda-graphs", action="store_true",
+                        help="ours replayed as CUDA graphs, as train.cuda_graphs does (needs --length-buckets)")
     parser.add_argument("--speedups", action="store_true",
                         help="also race ours with each training speed-up undone (and with torch.compile)")
     parser.add_argument("--foreach", action="store_true",
@@ -374,6 +393,14 @@ def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     allocator = "reuse" if args.allocator == "reuse" and reuse_freed_memory() else "system"
     config = apply_model_settings(ModelConfig.preset(args.preset, dropout=0.1), args.settings)
+    if args.cuda_graphs and not args.length_buckets:
+        raise VaswaniError("--cuda-graphs needs --length-buckets: a CUDA graph replays one batch shape")
+    if args.cuda_graphs and device.type != "cuda":
+        raise VaswaniError(f"--cuda-graphs needs a CUDA device, and this run is on {device.type}")
+    # ours as training runs it on this device: its step, its loss and its compilation (training/device_choices.py)
+    ours_compiled = compile_options(args.compile, args.cuda_graphs, device, bucketed=bool(args.length_buckets))
+    ours_all_positions = loss_over_all_positions(device, compiled=ours_compiled is not None)
+    deferred = defers_host_reads("auto", device)
     variants = _variants(args.variant, config)
     n_batches = args.warmup + args.steps
     results, profiles = [], {}
@@ -384,7 +411,8 @@ def run(args: argparse.Namespace) -> int:
             smoothing = 0.1 if loss == "smoothed" else 0.0
             for precision in args.precision:
                 contenders = []
-                builds = [("vaswani", lambda c=config: TranslationLoss(Transformer(c), smoothing))] + [
+                builds = [("vaswani", lambda c=config: TranslationLoss(Transformer(c), smoothing,
+                                                                      ours_all_positions))] + [
                     (f"vaswani {label}", lambda c=c: TranslationLoss(Transformer(c), smoothing))
                     for label, c in variants
                 ] + [(PEERS[p][0], lambda p=p: PEERS[p][1](config, smoothing)) for p in args.peer]
@@ -392,10 +420,19 @@ def run(args: argparse.Namespace) -> int:
                 dims = {"vaswani": config, **{f"vaswani {label}": c for label, c in variants}}
                 for name, build in builds:
                     torch.manual_seed(0)
-                    contenders.append(Contender(name, build().to(device), precision, fused=not args.foreach))
+                    module = build().to(device)
+                    if name == "vaswani" and ours_compiled is not None:
+                        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit,
+                                                                   recompile_limit(args.length_buckets or 1))
+                        module = torch.compile(module, **ours_compiled)
+                    contenders.append(Contender(name, module, precision, fused=not args.foreach, deferred=deferred))
                 if args.speedups:
                     contenders += _speedup_contenders(config, smoothing, precision, device)
                 device_batches = [b.to(device) for b in batches]
+                if ours_compiled is not None:  # every shape compiled (and recorded) before anything is timed
+                    shapes = {(b.src.shape, b.tgt_in.shape): b for b in device_batches}
+                    for batch in list(shapes.values()) * 3:
+                        contenders[0].step(batch)
                 race(contenders, device_batches, device, args.warmup, args.repeats)
                 row = {"batches": kind, "loss": loss, "precision": precision,
                        "sentences_per_batch": statistics.mean(b.src.size(0) for b in batches),
@@ -445,7 +482,8 @@ def run(args: argparse.Namespace) -> int:
         report = {**provenance(device), "preset": args.preset, "settings": args.settings,
                   "model": config.to_dict(), "variants": {label: c.to_dict() for label, c in variants},
                   "torch_threads": torch.get_num_threads(), "max_tokens": args.max_tokens, "steps": args.steps,
-                  "warmup": args.warmup, "repeats": args.repeats,
+                  "warmup": args.warmup, "repeats": args.repeats, "length_buckets": args.length_buckets,
+                  "ours_compile": args.compile, "ours_cuda_graphs": args.cuda_graphs, "deferred_step": deferred,
                   "optimizer": f"AdamW(lr=1e-4, betas=(0.9, 0.98), {'for-each' if args.foreach else 'fused'})",
                   "allocator": allocator,
                   "results": results,
@@ -491,7 +529,8 @@ def _batches(kind: str, config: ModelConfig, args: argparse.Namespace, n: int) -
     if kind == "fixed":
         return fixed_batches(config.vocab_size, n)
     if kind == "multi30k":
-        return multi30k_batches(config.vocab_size, args.max_tokens, n, args.data_dir)
+        return multi30k_batches(config.vocab_size, args.max_tokens, n, args.data_dir,
+                                length_buckets=args.length_buckets)
     return make_batches(config, args.max_tokens, n)
 
 
@@ -525,6 +564,20 @@ def profile_markdown(report: dict, profiles: dict[str, list[tuple[str, dict]]]) 
     return "\n".join(lines)
 
 
+def _training_setup(report: dict) -> str:
+    """How the run batched and stepped, where it did more than the defaults."""
+    parts = []
+    if report.get("length_buckets"):
+        parts.append(f"multi30k batches in {report['length_buckets']} length buckets (fixed shapes)")
+    if report.get("deferred_step"):
+        parts.append("every model stepped with no host read (deferred_train_step)")
+    ours = [name for key, name in (("ours_compile", "torch.compile"), ("ours_cuda_graphs", "CUDA graphs"))
+            if report.get(key)]
+    if ours:
+        parts.append(f"ours with {' and '.join(ours)}")
+    return f" Setup: {'; '.join(parts)}." if parts else ""
+
+
 def markdown_table(report: dict) -> str:
     """The results as a markdown table, with the provenance the numbers need."""
     m = report["model"]
@@ -538,7 +591,7 @@ def markdown_table(report: dict) -> str:
         f"after {report['warmup']} warm-up steps; {report['optimizer']}; freed memory "
         f"{_ALLOCATORS[report.get('allocator', 'system')]}. Each repeat alternates single steps of "
         "the models; tokens/s is the median (and range) over repeats, *ours / model* the median over repeats of "
-        "the ratio within a repeat.",
+        "the ratio within a repeat." + _training_setup(report),
         "",
         "| batches | loss | precision | model | tokens/s (median) | min–max | ours / model | model TFLOP/s | MFU |",
         "|---|---|---|---|---:|---:|---:|---:|---:|",
