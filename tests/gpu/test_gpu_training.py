@@ -24,7 +24,7 @@ from vaswani.training.device_choices import compile_options, defers_host_reads, 
 from vaswani.training.loss import TranslationLoss
 from vaswani.training.optim import build_optimizer
 from vaswani.training.schedule import build_scheduler
-from vaswani.training.step import deferred_train_step, read_results
+from vaswani.training.step import read_results, train_step
 from vaswani.training.trainer import train
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -65,13 +65,13 @@ def test_the_cuda_rules_defer_host_reads_and_use_the_loss_over_all_positions() -
 def test_a_deferred_update_on_bucketed_batches_never_waits_for_the_device() -> None:
     _, module, optimizer, scheduler = training()
     batches = [bucketed_batch(24, 12, 20, seed) for seed in range(4)]
-    deferred_train_step(module, optimizer, batches[:1], batches[0].n_tgt_tokens, precision="bf16",
-                        clip_grad_norm=1.0, scheduler=scheduler)  # warm-up: library handles, kernels
+    train_step(module, optimizer, batches[:1], batches[0].n_tgt_tokens, precision="bf16", clip_grad_norm=1.0,
+               scheduler=scheduler, defer_reads=True)  # warm-up: library handles, kernels
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")  # any host synchronisation raises
     try:
-        results = [deferred_train_step(module, optimizer, [batch], batch.n_tgt_tokens, precision="bf16",
-                                       clip_grad_norm=1.0, scheduler=scheduler) for batch in batches[1:]]
+        results = [train_step(module, optimizer, [batch], batch.n_tgt_tokens, precision="bf16", clip_grad_norm=1.0,
+                              scheduler=scheduler, defer_reads=True) for batch in batches[1:]]
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert all(result.finite for result in read_results(results))
@@ -85,8 +85,8 @@ def test_cuda_graph_training_takes_the_eager_updates() -> None:
     weights, losses = [], []
     for options in (None, compile_options(False, True, CUDA, bucketed=True)):
         model, module, optimizer, scheduler = training(options)
-        results = [deferred_train_step(module, optimizer, [batch], batch.n_tgt_tokens, clip_grad_norm=1.0,
-                                       scheduler=scheduler) for batch in batches]
+        results = [train_step(module, optimizer, [batch], batch.n_tgt_tokens, clip_grad_norm=1.0,
+                              scheduler=scheduler, defer_reads=True) for batch in batches]
         losses.append([result.loss for result in read_results(results)])
         weights.append({name: tensor.clone() for name, tensor in model.state_dict().items()})
     assert counters["stats"]["unique_graphs"] == len(shapes)  # one graph per batch shape

@@ -1,5 +1,6 @@
 """The hand-written label-smoothed cross-entropy is F.cross_entropy: same loss, same gradient, with or without
-padded rows to ignore; the loss over all positions is the loss over the gathered real ones."""
+padded rows to ignore; the loss over all positions of a bucket-padded batch is the loss over its gathered real
+positions."""
 
 from __future__ import annotations
 
@@ -47,8 +48,12 @@ def test_ignored_rows_match_torch_cross_entropy_with_ignore_index(smoothing: flo
     assert (grad[targets == 0] == 0).all()
 
 
-def test_the_loss_over_all_positions_is_the_loss_over_the_gathered_ones() -> None:
+def test_the_loss_over_all_positions_of_a_bucket_is_the_loss_over_the_gathered_real_positions() -> None:
+    """The GPU path (the batch padded to its bucket's shape, with inert rows, and the loss over all positions) gives
+    the CPU path's loss, NLL, accuracy and gradients (the real positions gathered from the batch as collated)."""
     from vaswani.config import ModelConfig
+    from vaswani.data.batching import Batch
+    from vaswani.data.buckets import pad_to_shape
     from vaswani.model import Transformer
     from vaswani.training.loss import TranslationLoss
 
@@ -58,17 +63,19 @@ def test_the_loss_over_all_positions_is_the_loss_over_the_gathered_ones() -> Non
     src[1, 6:] = 0
     tgt[2, 4:] = 0
     tgt[4, 6:] = 0
+    batch = Batch(src, tgt[:, :-1], tgt[:, 1:], int((src != 0).sum()), int((tgt[:, 1:] != 0).sum()), torch.arange(5))
+    bucket = pad_to_shape(batch, rows=8, length=12, pad_id=0)
     outputs = []
-    for all_positions in (False, True):
-        loss, nll, correct = TranslationLoss(model, 0.1, all_positions=all_positions)(src, tgt[:, :-1], tgt[:, 1:])
+    for all_positions, b in ((False, batch), (True, bucket)):
+        loss, nll, correct = TranslationLoss(model, 0.1, all_positions=all_positions)(b.src, b.tgt_in, b.tgt_out)
         loss.backward()
         outputs.append((loss.detach(), nll, correct, [p.grad.clone() for p in model.parameters()]))
         model.zero_grad()
-    (loss, nll, correct, grads), (loss_all, nll_all, correct_all, grads_all) = outputs
-    torch.testing.assert_close(loss_all, loss)
-    torch.testing.assert_close(nll_all, nll)
-    assert correct_all == correct
-    for expected, got in zip(grads, grads_all):
+    (loss, nll, correct, grads), (bucket_loss, bucket_nll, bucket_correct, bucket_grads) = outputs
+    torch.testing.assert_close(bucket_loss, loss)
+    torch.testing.assert_close(bucket_nll, nll)
+    assert bucket_correct == correct
+    for expected, got in zip(grads, bucket_grads):
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-6)
 
 

@@ -14,7 +14,7 @@ from vaswani.training.config import TrainConfig
 from vaswani.training.loss import TranslationLoss
 from vaswani.training.optim import build_optimizer
 from vaswani.training.schedule import build_scheduler
-from vaswani.training.step import deferred_train_step, read_results, train_step
+from vaswani.training.step import read_results, train_step
 
 CPU = torch.device("cpu")
 VOCAB = 60
@@ -53,10 +53,10 @@ def training(all_positions: bool = False, dropout: float = 0.1):
 
 def test_the_deferred_step_is_the_synchronous_step_when_every_update_is_finite() -> None:
     runs = []
-    for step in (train_step, deferred_train_step):
+    for defer_reads in (False, True):
         model, optimizer, scheduler = training()
-        results = [step(model, optimizer, [batch], batch.tokens, clip_grad_norm=1.0, scheduler=scheduler)
-                   for batch in batches(5)]
+        results = [train_step(model, optimizer, [batch], batch.tokens, clip_grad_norm=1.0, scheduler=scheduler,
+                              defer_reads=defer_reads) for batch in batches(5)]
         runs.append((model.state_dict(), optimizer.state_dict()["state"], results))
     (weights, moments, synchronous), (deferred_weights, deferred_moments, deferred) = runs
     for name, tensor in weights.items():
@@ -72,20 +72,21 @@ def test_the_deferred_step_is_the_synchronous_step_when_every_update_is_finite()
 def test_a_nan_update_changes_no_weight_and_is_reported_when_read(monkeypatch) -> None:
     model, optimizer, scheduler = training()
     first, nan_batch, last = batches(3)
-    deferred_train_step(model, optimizer, [first], first.tokens, clip_grad_norm=1.0, scheduler=scheduler)
+    train_step(model, optimizer, [first], first.tokens, clip_grad_norm=1.0, scheduler=scheduler, defer_reads=True)
     before = copy.deepcopy((model.state_dict(), optimizer.state_dict()["state"]))
     original = TranslationLoss.forward
     monkeypatch.setattr(TranslationLoss, "forward",
                         lambda self, *batch: tuple(v * float("nan") for v in original(self, *batch)))
-    skipped = deferred_train_step(model, optimizer, [nan_batch], nan_batch.tokens, clip_grad_norm=1.0,
-                                  scheduler=scheduler)
+    skipped = train_step(model, optimizer, [nan_batch], nan_batch.tokens, clip_grad_norm=1.0, scheduler=scheduler,
+                         defer_reads=True)
     weights, moments = before
     assert all(torch.equal(model.state_dict()[name], tensor) for name, tensor in weights.items())
     for index, state in optimizer.state_dict()["state"].items():  # moments and step counts too
         assert all(torch.equal(value, moments[index][key]) for key, value in state.items())
     assert scheduler.last_epoch == 2  # the schedule advances: the host did not know the update was skipped
     monkeypatch.setattr(TranslationLoss, "forward", original)
-    taken = deferred_train_step(model, optimizer, [last], last.tokens, clip_grad_norm=1.0, scheduler=scheduler)
+    taken = train_step(model, optimizer, [last], last.tokens, clip_grad_norm=1.0, scheduler=scheduler,
+                       defer_reads=True)
     assert [r.finite for r in read_results([skipped, taken])] == [False, True]
     assert not torch.equal(model.state_dict()["model.output.weight"], weights["model.output.weight"])
 
@@ -100,7 +101,8 @@ def test_the_deferred_step_never_reads_a_device_value_on_the_host(all_positions:
     batch = batches(1)[0]
     tokens = batch.tokens  # the trainer counts them on the host, from the sentence lengths
     with host_reads() as deferred_reads:
-        result = deferred_train_step(model, optimizer, [batch], tokens, clip_grad_norm=1.0, scheduler=scheduler)
+        result = train_step(model, optimizer, [batch], tokens, clip_grad_norm=1.0, scheduler=scheduler,
+                            defer_reads=True)
     with host_reads() as synchronous_reads:
         train_step(model, optimizer, [batch], tokens, clip_grad_norm=1.0, scheduler=scheduler)
     if all_positions:
@@ -116,4 +118,4 @@ def test_a_deferred_step_needs_the_fused_optimizer() -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
     batch = batches(1)[0]
     with pytest.raises(ValueError, match="fused optimizer"):
-        deferred_train_step(model, optimizer, [batch], batch.tokens)
+        train_step(model, optimizer, [batch], batch.tokens, defer_reads=True)

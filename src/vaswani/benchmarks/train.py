@@ -50,7 +50,7 @@ from vaswani.training.flops import peak_flops, training_flops
 from vaswani.training.loss import TranslationLoss
 from vaswani.training.device_choices import (compile_options, defers_host_reads, loss_over_all_positions,
                                              recompile_limit)
-from vaswani.training.step import deferred_train_step, train_step
+from vaswani.training.step import train_step
 
 PAD, BOS, EOS = 0, 1, 2
 
@@ -292,8 +292,7 @@ class Contender:
 
     def step(self, batch: TrainBatch) -> int:
         tokens = batch.tokens
-        step = deferred_train_step if self.deferred else train_step
-        step(self.module, self.optimizer, [batch], tokens, precision=self.precision)
+        train_step(self.module, self.optimizer, [batch], tokens, precision=self.precision, defer_reads=self.deferred)
         return tokens
 
     def timed_step(self, batch: TrainBatch, device: torch.device) -> tuple[int, float]:
@@ -570,7 +569,7 @@ def _training_setup(report: dict) -> str:
     if report.get("length_buckets"):
         parts.append(f"multi30k batches in {report['length_buckets']} length buckets (fixed shapes)")
     if report.get("deferred_step"):
-        parts.append("every model stepped with no host read (deferred_train_step)")
+        parts.append("every model stepped with no host read (train_step's defer_reads)")
     ours = [name for key, name in (("ours_compile", "torch.compile"), ("ours_cuda_graphs", "CUDA graphs"))
             if report.get(key)]
     if ours:

@@ -8,8 +8,8 @@
 
 A non-finite update changes no weight: it is reported (``finite=False``) and the caller decides what to do.
 
-:func:`deferred_train_step` is the same update for a GPU, where reading the loss on the host after each update
-would make the host wait for the device: its values stay on the device until :func:`read_results`.
+``train_step(..., defer_reads=True)`` is the same update for a GPU, where reading the loss on the host after each
+update would make the host wait for the device: its values stay on the device until :func:`read_results`.
 """
 
 from __future__ import annotations
@@ -59,6 +59,15 @@ class StepResult:
         return self.correct / self.tokens
 
 
+@dataclass
+class DeferredStepResult:
+    """An update of ``train_step(..., defer_reads=True)`` whose values are still on the device;
+    :func:`read_results` brings any number of them to the host in one wait."""
+
+    values: torch.Tensor  # (5,) float32: loss_sum, nll_sum, correct, grad_norm, 1.0 if the update was skipped
+    tokens: int  # real target tokens: the normaliser of the update (known on the host)
+
+
 def train_step(
     loss_model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -71,7 +80,8 @@ def train_step(
     weights: Sequence[float] | None = None,
     world: World | None = None,
     on_phase: Callable[[str], None] | None = None,
-) -> StepResult:
+    defer_reads: bool = False,
+) -> StepResult | DeferredStepResult:
     """One update over ``micro_batches`` (gradient accumulation when there are several).
 
     ``loss_model`` maps (src, tgt_in, tgt_out) to (loss_sum, nll_sum, n_correct) — a
@@ -80,11 +90,26 @@ def train_step(
     the update of one process with N× the accumulation. ``weights`` (one per micro-batch, default 1) lets a rank
     without a batch of its own join DDP's collective backward with weight 0. ``on_phase`` is called with
     "forward", "backward" and "optimizer" right after each phase (the studies time phases with it).
+
+    ``defer_reads``: no host read of a device value (see :func:`_step_on_the_device`); the result is a
+    :class:`DeferredStepResult`, else a :class:`StepResult`.
     """
+    if defer_reads and not optimizer.defaults.get("fused"):
+        raise ValueError("deferred reads need a fused optimizer: only its kernel skips an update on the device")
     world = world or World()
     sums = _accumulate_gradients(loss_model, micro_batches, tokens, precision, scaler, weights, world, on_phase)
-    loss_sum, nll_sum, correct = (world.sum(v) for v in sums.tolist())
+    step = _step_on_the_device if defer_reads else _step_on_the_host
+    result = step(loss_model, optimizer, sums, tokens, clip_grad_norm, scaler, scheduler, world)
+    optimizer.zero_grad(set_to_none=True)
+    _notify(on_phase, "optimizer")
+    return result
 
+
+def _step_on_the_host(loss_model: torch.nn.Module, optimizer: torch.optim.Optimizer, sums: torch.Tensor,
+                      tokens: int, clip_grad_norm: float | None, scaler: torch.amp.GradScaler | None,
+                      scheduler: torch.optim.lr_scheduler.LRScheduler | None, world: World) -> StepResult:
+    """The host reads the sums and the gradient norm, and takes or skips the update itself."""
+    loss_sum, nll_sum, correct = (world.sum(v) for v in sums.tolist())
     finite = math.isfinite(loss_sum)
     grad_norm = float("nan")
     if finite:
@@ -104,46 +129,21 @@ def train_step(
             scheduler.step()
     elif scaler is not None and scaler.is_enabled():
         scaler.update()  # an fp16 overflow: let the scaler lower its scale for the next try
-    optimizer.zero_grad(set_to_none=True)
-    _notify(on_phase, "optimizer")
     return StepResult(finite, loss_sum, nll_sum, correct, tokens, grad_norm)
 
 
-@dataclass
-class DeferredStepResult:
-    """An update of :func:`deferred_train_step` whose values are still on the device; :func:`read_results` brings
-    any number of them to the host in one wait."""
-
-    values: torch.Tensor  # (5,) float32: loss_sum, nll_sum, correct, grad_norm, 1.0 if the update was skipped
-    tokens: int  # real target tokens: the normaliser of the update (known on the host)
-
-
-def deferred_train_step(
-    loss_model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    micro_batches: Iterable[TeacherForcedBatch],
-    tokens: int,
-    precision: str = "fp32",
-    clip_grad_norm: float | None = None,
-    scaler: torch.amp.GradScaler | None = None,
-    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
-    weights: Sequence[float] | None = None,
-    world: World | None = None,
-    on_phase: Callable[[str], None] | None = None,
-) -> DeferredStepResult:
-    """:func:`train_step`'s update with no host read of a device value: the host queues the whole update and goes
-    on to the next while the device computes.
+def _step_on_the_device(loss_model: torch.nn.Module, optimizer: torch.optim.Optimizer, sums: torch.Tensor,
+                        tokens: int, clip_grad_norm: float | None, scaler: torch.amp.GradScaler | None,
+                        scheduler: torch.optim.lr_scheduler.LRScheduler | None, world: World) -> DeferredStepResult:
+    """The same update with no host read: the host queues it all and goes on to the next update while the device
+    computes.
 
     Whether the update is finite is decided on the device: the skip flag (loss or gradient norm not finite, on
     any rank) is handed to the fused optimizer as ``found_inf``, the mechanism GradScaler uses, and its kernel then
-    changes no weight, moment or step count. Two things differ from :func:`train_step`: the schedule advances on a
-    skipped update too (the host does not know it was skipped), and the gradient norm is measured even without
-    clipping (the skip reads it).
+    changes no weight, moment or step count. Two things differ from :func:`_step_on_the_host`: the schedule
+    advances on a skipped update too (the host does not know it was skipped), and the gradient norm is measured
+    even without clipping (the skip reads it).
     """
-    if not optimizer.defaults.get("fused"):
-        raise ValueError("a deferred step needs a fused optimizer: only its kernel skips an update on the device")
-    world = world or World()
-    sums = _accumulate_gradients(loss_model, micro_batches, tokens, precision, scaler, weights, world, on_phase)
     if world.distributed:
         dist.all_reduce(sums)
     if scaler is not None:
@@ -164,8 +164,6 @@ def deferred_train_step(
         scaler.update()  # an fp16 overflow lowers the scale for the next update (disabled scaler: nothing)
     if scheduler is not None:
         scheduler.step()
-    optimizer.zero_grad(set_to_none=True)
-    _notify(on_phase, "optimizer")
     return DeferredStepResult(torch.cat([sums, grad_norm.reshape(1).float(), skipped.reshape(1)]), tokens)
 
 

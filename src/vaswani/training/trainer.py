@@ -51,7 +51,7 @@ from vaswani.training.metrics import MetricsLog, plot_run
 from vaswani.training.optim import build_optimizer
 from vaswani.training.rundir import check_start, claim
 from vaswani.training.schedule import build_scheduler
-from vaswani.training.step import DeferredStepResult, StepResult, deferred_train_step, read_results, train_step
+from vaswani.training.step import DeferredStepResult, StepResult, read_results, train_step
 
 # Signals that end a run the way Ctrl-C does: finish the update in flight, save a checkpoint, exit. SIGTERM is how
 # schedulers (Slurm, Kubernetes, systemd) stop a job.
@@ -382,12 +382,11 @@ class Trainer:
         tc = self.config.train
         micro_batches, weights = self._share(group)
         number = self.progress.step + 1
-        step = deferred_train_step if self.defer_reads else train_step
-        result = step(
+        result = train_step(
             self.loss_model, self.optimizer, itertools.islice(batches, len(micro_batches)),
             tokens=sum(self.data.target_tokens(b) for b in group), precision=self.precision,
             clip_grad_norm=tc.clip_grad_norm, scaler=self.scaler, scheduler=self.scheduler, weights=weights,
-            world=self.world,
+            world=self.world, defer_reads=self.defer_reads,
         )
         if isinstance(result, DeferredStepResult) or result.finite:
             self.progress.step += 1
