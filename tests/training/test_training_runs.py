@@ -269,7 +269,7 @@ def test_the_trainer_is_the_plain_training_loop(workdir: Path, monkeypatch) -> N
     from vaswani.training.trainer import Trainer
 
     _in_process(workdir, monkeypatch)
-    config = apply_settings(load_preset("smoke"), [*TINY_RUN, "train.max_steps=5"])
+    config = apply_settings(load_preset("smoke"), [*TINY_RUN, "train.max_steps=5", "train.device=cpu"])
     trainer = Trainer(config, workdir / "plain")
     trainer.fit()
 
@@ -316,7 +316,7 @@ def test_deferred_host_reads_train_the_same_weights_and_read_nothing_in_an_updat
 
     _in_process(workdir, monkeypatch)
     monkeypatch.setattr(trainer_module, "loss_over_all_positions", lambda device, compiled: True)
-    settings = [*TINY_RUN, "train.max_steps=6", "train.log_every_steps=3", "train.length_buckets=3"]
+    settings = [*TINY_RUN, "train.max_steps=6", "train.log_every_steps=3", "train.length_buckets=3", "train.device=cpu"]
     weights, reads = [], []
     for host_sync in ("every-update", "log-steps"):
         counter = ReadsDuringUpdates()
@@ -347,7 +347,7 @@ def test_a_deferred_nonfinite_update_is_skipped_by_the_device_and_counted_when_r
     monkeypatch.setattr(loss_module.TranslationLoss, "forward", third_is_nan)
     _in_process(workdir, monkeypatch)
     config = apply_settings(load_preset("smoke"), [*TINY_RUN, "train.max_steps=5", "train.log_every_steps=4",
-                                                   "train.host_sync=log-steps"])
+                                                   "train.host_sync=log-steps", "train.device=cpu"])
     run_dir = workdir / "deferred-nan"
     trainer = Trainer(config, run_dir)
     summary = trainer.fit()
@@ -375,7 +375,7 @@ def test_the_gpu_preset_runs_on_a_cpu_with_its_time_limits(workdir: Path, monkey
             self.sampler = trainer.data.sampler
 
     _in_process(workdir, monkeypatch)
-    cpu = ["train.cuda_graphs=false", "train.precision=fp32", "train.progress=false"]
+    cpu = ["train.device=cpu", "train.cuda_graphs=false", "train.precision=fp32", "train.progress=false"]
     tiny = ["model.d_model=32", "model.n_heads=2", "model.d_ff=64", "model.n_encoder_layers=1",
             "model.n_decoder_layers=1", "data.vocab_size=400", "train.max_tokens=600", "train.bleu_subset=0",
             "train.eval_every_steps=3", "train.final_valid_sentences=12", "train.final_test_splits=",
