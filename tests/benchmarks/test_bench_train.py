@@ -127,3 +127,28 @@ def test_bench_train_profile_puts_every_model_side_by_side(tmp_path) -> None:
     assert profile[two]["torch.nn.Transformer"]["timed_ms"] is None
     assert text.count("vaswani would run at most at ") == 1
     assert "torch.nn.Transformer's time in the timed steps" in text
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--cuda-graphs"], "--cuda-graphs needs --length-buckets"),
+    (["--cuda-graphs", "--length-buckets", "3"], "--cuda-graphs needs a CUDA device, and this run is on cpu"),
+], ids=["no-buckets", "cpu"])
+def test_cuda_graphs_are_refused_in_one_line_where_they_cannot_run(tmp_path, capsys, options, message) -> None:
+    assert main(["bench", "train", "--preset", "tiny", "--device", "cpu", *options, "--out",
+                 str(tmp_path / "b.json")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "b.json").exists()
+
+
+def test_multi30k_batches_in_length_buckets_have_their_buckets_shapes(tmp_path, monkeypatch, data_dir) -> None:
+    from vaswani.benchmarks.train_batches import multi30k_batches
+
+    monkeypatch.chdir(tmp_path)  # the prepared data is cached under runs/data/
+    monkeypatch.setenv("VASWANI_CACHE", str(tmp_path / "cache"))
+    batches = multi30k_batches(400, 900, 12, str(data_dir), length_buckets=3)
+    shapes = {batch.src.shape for batch in batches}
+    assert len(shapes) <= 3 and all(rows == 900 // length for rows, length in shapes)
+    for batch in batches:
+        assert batch.src.shape == batch.tgt_in.shape == batch.tgt_out.shape
+        assert batch.tokens == int((batch.tgt_out != 0).sum()) > 0

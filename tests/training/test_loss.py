@@ -1,4 +1,6 @@
-"""The hand-written label-smoothed cross-entropy is F.cross_entropy: same loss, same gradient."""
+"""The hand-written label-smoothed cross-entropy is F.cross_entropy: same loss, same gradient, with or without
+padded rows to ignore; the loss over all positions of a bucket-padded batch is the loss over its gathered real
+positions."""
 
 from __future__ import annotations
 
@@ -24,6 +26,57 @@ def test_matches_torch_cross_entropy_and_its_gradient(smoothing: float) -> None:
     torch.testing.assert_close(grad, reference_logits.grad)
     torch.testing.assert_close(nll, F.cross_entropy(logits.detach(), targets, reduction="sum"))
     assert torch.equal(correct, logits.argmax(-1) == targets) and not nll.requires_grad
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_ignored_rows_match_torch_cross_entropy_with_ignore_index(smoothing: float) -> None:
+    """The loss over all positions: rows whose target is padding add nothing, to the loss or to the gradient."""
+    torch.manual_seed(1)
+    logits = (3 * torch.randn(41, 53)).requires_grad_()
+    targets = torch.randint(0, 53, (41,))
+    targets[::4] = 0  # padding
+    loss, nll, hits = smoothed_cross_entropy(logits, targets, smoothing, ignore_index=0)
+    (grad,) = torch.autograd.grad(1.5 * loss, logits)
+
+    reference_logits = logits.detach().clone().requires_grad_()
+    reference = F.cross_entropy(reference_logits, targets, ignore_index=0, label_smoothing=smoothing, reduction="sum")
+    (1.5 * reference).backward()
+    torch.testing.assert_close(loss, reference)
+    torch.testing.assert_close(grad, reference_logits.grad)
+    torch.testing.assert_close(nll, F.cross_entropy(logits.detach(), targets, ignore_index=0, reduction="sum"))
+    assert torch.equal(hits, (logits.argmax(-1) == targets) & (targets != 0))
+    assert (grad[targets == 0] == 0).all()
+
+
+def test_the_loss_over_all_positions_of_a_bucket_is_the_loss_over_the_gathered_real_positions() -> None:
+    """The GPU path (the batch padded to its bucket's shape, with inert rows, and the loss over all positions) gives
+    the CPU path's loss, NLL, accuracy and gradients (the real positions gathered from the batch as collated)."""
+    from vaswani.config import ModelConfig
+    from vaswani.data.batching import Batch
+    from vaswani.data.buckets import pad_to_shape
+    from vaswani.model import Transformer
+    from vaswani.training.loss import TranslationLoss
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=50, dropout=0.0))
+    src, tgt = torch.randint(3, 50, (5, 9)), torch.randint(3, 50, (5, 8))
+    src[1, 6:] = 0
+    tgt[2, 4:] = 0
+    tgt[4, 6:] = 0
+    batch = Batch(src, tgt[:, :-1], tgt[:, 1:], int((src != 0).sum()), int((tgt[:, 1:] != 0).sum()), torch.arange(5))
+    bucket = pad_to_shape(batch, rows=8, length=12, pad_id=0)
+    outputs = []
+    for all_positions, b in ((False, batch), (True, bucket)):
+        loss, nll, correct = TranslationLoss(model, 0.1, all_positions=all_positions)(b.src, b.tgt_in, b.tgt_out)
+        loss.backward()
+        outputs.append((loss.detach(), nll, correct, [p.grad.clone() for p in model.parameters()]))
+        model.zero_grad()
+    (loss, nll, correct, grads), (bucket_loss, bucket_nll, bucket_correct, bucket_grads) = outputs
+    torch.testing.assert_close(bucket_loss, loss)
+    torch.testing.assert_close(bucket_nll, nll)
+    assert bucket_correct == correct
+    for expected, got in zip(grads, bucket_grads):
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-6)
 
 
 def test_gradient_matches_finite_differences_in_double_precision() -> None:

@@ -248,3 +248,142 @@ def test_loss_decreases_on_a_tiny_real_batch(data_dir: Path) -> None:
         optimizer.zero_grad()
     assert losses[0] == pytest.approx(math.log(tokenizer.vocab_size), rel=0.25)  # starts near uniform
     assert losses[-1] < 0.3 * losses[0], losses[::5]
+
+
+# ---- the trainer with its GPU options, on a CPU ----------------------------------------------------------------
+def _in_process(workdir: Path, monkeypatch) -> None:
+    monkeypatch.setenv("VASWANI_DATA", str(workdir / "data"))
+    monkeypatch.setenv("VASWANI_CACHE", str(workdir / "cache"))
+    monkeypatch.chdir(workdir)
+
+
+def test_the_trainer_is_the_plain_training_loop(workdir: Path, monkeypatch) -> None:
+    """With the GPU options off (the CPU's defaults) an update is exactly this loop's: token-budget batches, the
+    loss over the gathered real positions, backward of loss / tokens, clipping, fused AdamW, the schedule."""
+    from vaswani.data.batching import TokenBudgetSampler, collate
+    from vaswani.data.pipeline import default_out_dir, prepare_dataset
+    from vaswani.model import Transformer
+    from vaswani.training.loss import translation_loss
+    from vaswani.training.optim import build_optimizer
+    from vaswani.training.schedule import build_scheduler
+    from vaswani.training.trainer import Trainer
+
+    _in_process(workdir, monkeypatch)
+    config = apply_settings(load_preset("smoke"), [*TINY_RUN, "train.max_steps=5", "train.device=cpu"])
+    trainer = Trainer(config, workdir / "plain")
+    trainer.fit()
+
+    dc, tc = config.data, config.train
+    prepared = prepare_dataset(dc.dataset, splits=("train",), vocab_size=dc.vocab_size, max_len=dc.max_len,
+                               out_dir=default_out_dir(dc.dataset, dc.direction, dc.vocab_size))
+    train, tokenizer = prepared.splits["train"], prepared.tokenizer
+    torch.manual_seed(tc.seed)
+    model = Transformer(trainer.config.model)
+    optimizer = build_optimizer(model, tc, torch.device("cpu"))
+    scheduler = build_scheduler(optimizer, tc, trainer.config.model.d_model, trainer.total_steps)
+    sampler = TokenBudgetSampler(train.src_lengths, train.tgt_lengths, tc.max_tokens, seed=tc.seed)
+    model.train()
+    for indices in sampler.batches(0)[:5]:
+        batch = collate([train[i] for i in indices], tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
+        out = translation_loss(model, batch.src, batch.tgt_in, batch.tgt_out, tc.label_smoothing)
+        (out.loss_sum * (1.0 / batch.n_tgt_tokens)).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), tc.clip_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(trainer.model.state_dict()[name], tensor), name
+
+
+def test_deferred_host_reads_train_the_same_weights_and_read_nothing_in_an_update(
+        workdir: Path, monkeypatch, host_reads) -> None:
+    """train.host_sync=log-steps, as on CUDA: the same weights as reading every update, and (with the loss over all
+    positions, as on CUDA) not one host read of a value between the start and the end of an update."""
+    from vaswani.training import trainer as trainer_module
+    from vaswani.training.trainer import Callback, Trainer
+
+    class ReadsDuringUpdates(Callback):
+        def __init__(self) -> None:
+            self.reads: list[str] = []
+
+        def on_update_start(self, trainer) -> None:
+            self._mode = host_reads()
+            self._mode.__enter__()
+
+        def on_update_end(self, trainer, result) -> None:
+            self._mode.__exit__(None, None, None)
+            self.reads += self._mode.reads
+
+    _in_process(workdir, monkeypatch)
+    monkeypatch.setattr(trainer_module, "loss_over_all_positions", lambda device, compiled: True)
+    settings = [*TINY_RUN, "train.max_steps=6", "train.log_every_steps=3", "train.length_buckets=3", "train.device=cpu"]
+    weights, reads = [], []
+    for host_sync in ("every-update", "log-steps"):
+        counter = ReadsDuringUpdates()
+        trainer = Trainer(apply_settings(load_preset("smoke"), [*settings, f"train.host_sync={host_sync}"]),
+                          workdir / f"reads-{host_sync}", callbacks=[counter])
+        summary = trainer.fit()
+        assert summary["step"] == 6 and trainer.defer_reads == (host_sync == "log-steps")
+        weights.append(trainer.model.state_dict())
+        reads.append(counter.reads)
+    for name, tensor in weights[0].items():
+        assert torch.equal(weights[1][name], tensor), name
+    assert reads[0] and reads[1] == []
+
+
+def test_a_deferred_nonfinite_update_is_skipped_by_the_device_and_counted_when_read(
+        workdir: Path, monkeypatch) -> None:
+    from vaswani.training import loss as loss_module
+    from vaswani.training.trainer import Trainer
+
+    original = loss_module.TranslationLoss.forward
+    calls = {"n": 0}
+
+    def third_is_nan(self, src, tgt_in, tgt_out):
+        calls["n"] += 1
+        loss_sum, nll, correct = original(self, src, tgt_in, tgt_out)
+        return (loss_sum * float("nan") if calls["n"] == 3 else loss_sum), nll, correct
+
+    monkeypatch.setattr(loss_module.TranslationLoss, "forward", third_is_nan)
+    _in_process(workdir, monkeypatch)
+    config = apply_settings(load_preset("smoke"), [*TINY_RUN, "train.max_steps=5", "train.log_every_steps=4",
+                                                   "train.host_sync=log-steps", "train.device=cpu"])
+    run_dir = workdir / "deferred-nan"
+    trainer = Trainer(config, run_dir)
+    summary = trainer.fit()
+    # every update counts (the host learns of the skip at the log step after it), one of them was skipped
+    assert summary["step"] == 5 and summary["skipped_updates"] == 1 and trainer.progress.consecutive_nonfinite == 0
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["kind"] == "nonfinite"] == [2]
+    assert all(torch.isfinite(t).all() for t in trainer.model.state_dict().values())
+
+
+def test_the_gpu_preset_runs_on_a_cpu_with_its_time_limits(workdir: Path, monkeypatch) -> None:
+    """multi30k-gpu with its GPU settings turned into their CPU fallbacks and a tiny model: length buckets, the
+    clock ending training, and the final model's choice cut short by train.final_max_minutes."""
+    from vaswani.data.buckets import BucketSampler
+    from vaswani.training.trainer import Callback, train
+
+    preset = load_preset("multi30k-gpu")
+    tc = preset.train
+    assert (tc.length_buckets, tc.cuda_graphs, tc.host_sync, tc.final_model) == (5, True, "auto", True)
+    assert tc.max_minutes + tc.final_max_minutes <= 9  # the rest of 10 minutes: preparation and the test scores
+    assert tc.decay_on_clock and tc.schedule == "cosine"
+
+    class Shapes(Callback):
+        def on_update_start(self, trainer) -> None:
+            self.sampler = trainer.data.sampler
+
+    _in_process(workdir, monkeypatch)
+    cpu = ["train.device=cpu", "train.cuda_graphs=false", "train.precision=fp32", "train.progress=false"]
+    tiny = ["model.d_model=32", "model.n_heads=2", "model.d_ff=64", "model.n_encoder_layers=1",
+            "model.n_decoder_layers=1", "data.vocab_size=400", "train.max_tokens=600", "train.bleu_subset=0",
+            "train.eval_every_steps=3", "train.final_valid_sentences=12", "train.final_test_splits=",
+            "train.max_minutes=0.02", "train.final_max_minutes=0.0001"]
+    shapes = Shapes()
+    summary = train(apply_settings(preset, [*cpu, *tiny]), workdir / "gpu-preset", callbacks=[shapes])
+    assert isinstance(shapes.sampler, BucketSampler) and len(shapes.sampler.shapes()) == 5
+    assert summary["stop_reason"] == "max_minutes" and "final" in summary
+    selection = json.loads((workdir / "gpu-preset" / "checkpoints" / "final" / "selection.json").read_text())
+    assert selection["cut_short_by_time"] is True
+    assert len(selection["searches"]) == 1  # greedy, scored before the limit was looked at; no beam after it

@@ -27,7 +27,9 @@ from vaswani.config import (PRECISIONS, ModelConfig, add_settings_argument, appl
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.devices import resolve_device, reuse_freed_memory
 from vaswani.io import atomic_write_json, atomic_write_text, check_output_file
+from vaswani.errors import VaswaniError
 from vaswani.provenance import provenance
+from vaswani.training.device_choices import defers_host_reads
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,6 +54,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="torch intra-op threads (default: torch's)")
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto")
     add_data_dir_argument(parser)
+    parser.add_argument("--length-buckets", type=ranged(int, ge=1), default=None, metavar="N",
+                        help="multi30k batches of N fixed shapes, as train.length_buckets makes them (all models)")
+    parser.add_argument("--compile", action="store_true",
+                        help="ours compiled once per batch shape, as train.compile compiles it")
+    parser.add_argument("--cuda-graphs", action="store_true",
+                        help="ours replayed as CUDA graphs, as train.cuda_graphs does (needs --length-buckets)")
     parser.add_argument("--speedups", action="store_true",
                         help="also race ours with each training speed-up undone (and with torch.compile)")
     parser.add_argument("--foreach", action="store_true",
@@ -71,6 +79,10 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
+    if args.cuda_graphs and not args.length_buckets:
+        raise VaswaniError("--cuda-graphs needs --length-buckets: a CUDA graph replays one batch shape")
+    if args.cuda_graphs and device.type != "cuda":
+        raise VaswaniError(f"--cuda-graphs needs a CUDA device, and this run is on {device.type}")
     allocator = "reuse" if args.allocator == "reuse" and reuse_freed_memory() else "system"
     settings = settings_from_args(args)
     results, profiles = measure(settings, device, on_row=print_row)
@@ -103,7 +115,8 @@ def settings_from_args(args: argparse.Namespace) -> TrainBenchSettings:
                               precisions=list(args.precision), max_tokens=args.max_tokens, steps=args.steps,
                               warmup=args.warmup, repeats=args.repeats, speedups=args.speedups,
                               foreach=args.foreach, profile_threads=list(args.profile or []),
-                              profile_passes=args.profile_passes, data_dir=args.data_dir)
+                              profile_passes=args.profile_passes, data_dir=args.data_dir,
+                              length_buckets=args.length_buckets, compile=args.compile, cuda_graphs=args.cuda_graphs)
 
 
 def _report(args: argparse.Namespace, settings: TrainBenchSettings, device: torch.device, allocator: str,
@@ -112,7 +125,9 @@ def _report(args: argparse.Namespace, settings: TrainBenchSettings, device: torc
     return {**provenance(device), "preset": args.preset, "settings": args.settings,
             "model": settings.config.to_dict(), "variants": {label: c.to_dict() for label, c in settings.variants},
             "torch_threads": torch.get_num_threads(), "max_tokens": args.max_tokens, "steps": args.steps,
-            "warmup": args.warmup, "repeats": args.repeats,
+            "warmup": args.warmup, "repeats": args.repeats, "length_buckets": args.length_buckets,
+            "ours_compile": args.compile, "ours_cuda_graphs": args.cuda_graphs,
+            "deferred_step": defers_host_reads("auto", device),
             "optimizer": f"AdamW(lr=1e-4, betas=(0.9, 0.98), {'for-each' if args.foreach else 'fused'})",
             "allocator": allocator,
             "results": results,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from vaswani.config import ModelConfig
@@ -93,9 +94,11 @@ def make_batches(config: ModelConfig, max_tokens: int, n_batches: int, seed: int
 
 
 def multi30k_batches(vocab_size: int, max_tokens: int, n_batches: int, data_dir: str | None,
-                     seed: int = 0) -> list[TrainBatch]:
-    """The first ``n_batches`` of a shuffled Multi30k training epoch, through our tokenizer, sampler and collate."""
+                     seed: int = 0, length_buckets: int | None = None) -> list[TrainBatch]:
+    """The first ``n_batches`` of a shuffled Multi30k training epoch, through our tokenizer, sampler and collate
+    (with ``length_buckets``, the fixed shapes of ``train.length_buckets``)."""
     from vaswani.data.batching import TokenBudgetSampler, collate
+    from vaswani.data.buckets import BucketSampler, bucket_lengths, pad_to_shape
     from vaswani.data.pipeline import default_out_dir, prepare_dataset
 
     prepared = prepare_dataset("multi30k", splits=("train",), data_dir=data_dir, vocab_size=vocab_size,
@@ -104,21 +107,28 @@ def multi30k_batches(vocab_size: int, max_tokens: int, n_batches: int, data_dir:
     if tokenizer.vocab_size > vocab_size:
         raise VaswaniError(f"the Multi30k tokenizer has {tokenizer.vocab_size} tokens, more than the model's "
                            f"vocab_size {vocab_size}")
-    sampler = TokenBudgetSampler(train.src_lengths, train.tgt_lengths, max_tokens, seed=seed, shuffle=True)
+    if length_buckets:
+        lengths = bucket_lengths(np.maximum(train.src_lengths, train.tgt_lengths) + 1, length_buckets)
+        sampler = BucketSampler(train.src_lengths, train.tgt_lengths, max_tokens, lengths, seed=seed)
+    else:
+        sampler = TokenBudgetSampler(train.src_lengths, train.tgt_lengths, max_tokens, seed=seed, shuffle=True)
     out = []
     for indices in sampler.batches(0)[:n_batches]:
         batch = collate([train[int(i)] for i in indices], tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
+        if length_buckets:
+            batch = pad_to_shape(batch, *sampler.shape(indices), tokenizer.pad_id)
         out.append(TrainBatch(batch.src, batch.tgt_in, batch.tgt_out))
     return out
 
 
 def benchmark_batches(kind: str, config: ModelConfig, max_tokens: int, n: int,
-                      data_dir: str | None = None) -> list[TrainBatch]:
-    """``n`` batches of one of :data:`BATCH_KINDS` for a model of ``config``."""
+                      data_dir: str | None = None, length_buckets: int | None = None) -> list[TrainBatch]:
+    """``n`` batches of one of :data:`BATCH_KINDS` for a model of ``config`` (``length_buckets``: multi30k batches
+    of that many fixed shapes)."""
     if kind == "fixed":
         return fixed_batches(config.vocab_size, n)
     if kind == "multi30k":
-        return multi30k_batches(config.vocab_size, max_tokens, n, data_dir)
+        return multi30k_batches(config.vocab_size, max_tokens, n, data_dir, length_buckets=length_buckets)
     return make_batches(config, max_tokens, n)
 
 

@@ -25,6 +25,8 @@ from vaswani.config import ModelConfig
 from vaswani.devices import synchronize
 from vaswani.model import Transformer
 from vaswani.training.flops import peak_flops
+from vaswani.training.device_choices import (compile_options, defers_host_reads, loss_over_all_positions,
+                                             recompile_limit)
 from vaswani.training.loss import TranslationLoss
 from vaswani.training.step import train_step
 
@@ -51,20 +53,24 @@ class TrainBenchSettings:
     profile_threads: list[int] = field(default_factory=list)
     profile_passes: int = PROFILE_PASSES
     data_dir: str | None = None
+    length_buckets: int | None = None  # multi30k batches of this many fixed shapes, as train.length_buckets
+    compile: bool = False  # ours compiled once per batch shape, as train.compile
+    cuda_graphs: bool = False  # ours replayed as CUDA graphs, as train.cuda_graphs
 
 
 class Contender:
     """One model, its optimizer and its step over the benchmark's batches."""
 
-    def __init__(self, name: str, module: nn.Module, precision: str, fused: bool = True):
+    def __init__(self, name: str, module: nn.Module, precision: str, fused: bool = True, deferred: bool = False):
         self.name, self.module, self.precision = name, module, precision
+        self.deferred = deferred  # the step training takes on this device (training/device_choices.py)
         self.optimizer = torch.optim.AdamW(module.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=fused)
         self.rates: list[float] = []
         self.parameters = sum(p.numel() for p in module.parameters() if p.requires_grad)
 
     def step(self, batch: TrainBatch) -> int:
         tokens = batch.tokens
-        train_step(self.module, self.optimizer, [batch], tokens, precision=self.precision)
+        train_step(self.module, self.optimizer, [batch], tokens, precision=self.precision, defer_reads=self.deferred)
         return tokens
 
     def timed_step(self, batch: TrainBatch, device: torch.device) -> tuple[int, float]:
@@ -120,11 +126,15 @@ def measure(settings: TrainBenchSettings, device: torch.device,
     peaks: dict[str, tuple[float, str]] = {}
     for kind in settings.batch_kinds:
         batches = benchmark_batches(kind, settings.config, settings.max_tokens, settings.warmup + settings.steps,
-                                    settings.data_dir)
+                                    settings.data_dir, settings.length_buckets)
         for loss in settings.losses:
             for precision in settings.precisions:
                 contenders = build_contenders(settings, _label_smoothing(loss), precision, device)
                 device_batches = [b.to(device) for b in batches]
+                if settings.compile or settings.cuda_graphs:  # every shape compiled (and recorded) before timing
+                    shapes = {(b.src.shape, b.tgt_in.shape): b for b in device_batches}
+                    for batch in list(shapes.values()) * 3:
+                        contenders[0].step(batch)
                 race(contenders, device_batches, device, settings.warmup, settings.repeats)
                 if precision not in peaks:
                     peaks[precision] = peak_flops(device, precision)
@@ -146,14 +156,24 @@ def build_contenders(settings: TrainBenchSettings, smoothing: float, precision: 
     """Ours first, then our variants, the peers and (``speedups``) ours with each speed-up undone: each built from
     the same seed."""
     config = settings.config
-    builds = [(OURS, lambda c=config: TranslationLoss(Transformer(c), smoothing))] + [
+    # ours as training runs it on this device: its loss, its compilation and its step (training/device_choices.py)
+    ours_compiled = compile_options(settings.compile, settings.cuda_graphs, device,
+                                    bucketed=bool(settings.length_buckets))
+    all_positions = loss_over_all_positions(device, compiled=ours_compiled is not None)
+    deferred = defers_host_reads("auto", device)
+    builds = [(OURS, lambda c=config: TranslationLoss(Transformer(c), smoothing, all_positions))] + [
         (f"{OURS} {label}", lambda c=c: TranslationLoss(Transformer(c), smoothing))
         for label, c in settings.variants
     ] + [(PEERS[p][0], lambda p=p: PEERS[p][1](config, smoothing)) for p in settings.peers]
     contenders = []
     for name, build in builds:
         torch.manual_seed(0)
-        contenders.append(Contender(name, build().to(device), precision, fused=not settings.foreach))
+        module = build().to(device)
+        if name == OURS and ours_compiled is not None:
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit,
+                                                       recompile_limit(settings.length_buckets or 1))
+            module = torch.compile(module, **ours_compiled)
+        contenders.append(Contender(name, module, precision, fused=not settings.foreach, deferred=deferred))
     if settings.speedups:
         contenders += speedup_contenders(config, smoothing, precision, device)
     return contenders

@@ -38,6 +38,20 @@ def profile_markdown(report: dict, profiles: dict[str, list[tuple[str, dict]]]) 
     return "\n".join(lines)
 
 
+def _training_setup(report: dict) -> str:
+    """How the run batched and stepped, where it did more than the defaults."""
+    parts = []
+    if report.get("length_buckets"):
+        parts.append(f"multi30k batches in {report['length_buckets']} length buckets (fixed shapes)")
+    if report.get("deferred_step"):
+        parts.append("every model stepped with no host read (train_step's defer_reads)")
+    ours = [name for key, name in (("ours_compile", "torch.compile"), ("ours_cuda_graphs", "CUDA graphs"))
+            if report.get(key)]
+    if ours:
+        parts.append(f"ours with {' and '.join(ours)}")
+    return f" Setup: {'; '.join(parts)}." if parts else ""
+
+
 def speed_table(report: dict) -> str:
     """The results as a markdown table, with the provenance the numbers need."""
     m = report["model"]
@@ -51,7 +65,7 @@ def speed_table(report: dict) -> str:
         f"after {report['warmup']} warm-up steps; {report['optimizer']}; freed memory "
         f"{_ALLOCATORS[report.get('allocator', 'system')]}. Each repeat alternates single steps of "
         "the models; tokens/s is the median (and range) over repeats, *ours / model* the median over repeats of "
-        "the ratio within a repeat.",
+        "the ratio within a repeat." + _training_setup(report),
         "",
         "| batches | loss | precision | model | tokens/s (median) | min–max | ours / model | model TFLOP/s | MFU |",
         "|---|---|---|---|---:|---:|---:|---:|---:|",

@@ -50,6 +50,9 @@ class TrainConfig:
     seed: int = 0
     # batches
     max_tokens: int = 4096  # token budget per batch (padded size of the bigger side)
+    # batches of this many fixed shapes (data/buckets.py): every pair padded to one of this many lengths, a fixed
+    # number of rows per length; None: each batch padded to its longest pair
+    length_buckets: int | None = None
     grad_accum: int = 1
     num_workers: int = 0
     # length of training
@@ -75,7 +78,14 @@ class TrainConfig:
     clip_grad_norm: float | None = 1.0
     # precision and speed
     precision: Precision = "auto"  # auto: bf16 where supported, else fp16/fp32
-    compile: bool = False
+    compile: bool = False  # torch.compile the model and its loss; once per batch shape with train.length_buckets
+    # record each batch shape's forward and backward as CUDA graphs and replay them (CUDA only, needs
+    # train.length_buckets); with train.compile, of the compiled kernels
+    cuda_graphs: bool = False
+    # when the host reads an update's loss, gradient norm and finiteness: every-update (and a non-finite update
+    # is skipped at once), or log-steps (they stay on the device until a log step, an evaluation, a checkpoint or
+    # the end, and a non-finite update is skipped by the device); auto: log-steps on CUDA, every-update elsewhere
+    host_sync: Literal["auto", "every-update", "log-steps"] = "auto"
     device: str = "auto"
     num_threads: int | None = None  # CPU threads for intra-op parallelism (None: PyTorch's default, one per core)
     # CPU: keep freed memory for reuse instead of unmapping it (devices.reuse_freed_memory): the logits of every
@@ -101,9 +111,13 @@ class TrainConfig:
     final_alphas: tuple[float, ...] = (0.6, 1.0, 1.5)
     final_test_splits: tuple[str, ...] = ()
     final_valid_sentences: int | None = None  # None: the whole validation split (fewer: cheaper, noisier choice)
+    # the most minutes choosing the final model may take: when they are spent, the candidates and searches not yet
+    # scored are left out (the best so far is chosen); the test splits are scored either way
+    final_max_minutes: float | None = None
 
     LIMITS = {
         "seed": Limit(ge=0), "max_tokens": Limit(ge=1), "grad_accum": Limit(ge=1), "num_workers": Limit(ge=0),
+        "length_buckets": Limit(ge=1),
         "max_epochs": Limit(ge=1), "max_steps": Limit(ge=1), "max_minutes": Limit(gt=0),
         "label_smoothing": Limit(ge=0, lt=1), "betas": Limit(ge=0, lt=1), "eps": Limit(gt=0),
         "weight_decay": Limit(ge=0), "lr_factor": Limit(gt=0), "lr": Limit(gt=0), "warmup_steps": Limit(ge=0),
@@ -111,7 +125,7 @@ class TrainConfig:
         "eval_every_steps": Limit(ge=1), "bleu_subset": Limit(ge=0), "patience": Limit(ge=1),
         "save_every_steps": Limit(ge=1), "keep_checkpoints": Limit(ge=0), "log_every_steps": Limit(ge=1),
         "max_consecutive_nonfinite": Limit(ge=1), "average_last": Limit(ge=0), "final_beam": Limit(ge=1),
-        "final_alphas": Limit(ge=0), "final_valid_sentences": Limit(ge=1),
+        "final_alphas": Limit(ge=0), "final_valid_sentences": Limit(ge=1), "final_max_minutes": Limit(gt=0),
     }
 
     def __post_init__(self) -> None:
@@ -128,6 +142,12 @@ class TrainConfig:
         if self.schedule == "noam" and self.warmup_steps < 1:
             raise ConfigError("train.schedule=noam needs train.warmup_steps >= 1 (its peak is at the warmup's end)",
                               field="train.warmup_steps")
+        if self.cuda_graphs and not self.length_buckets:
+            raise ConfigError("train.cuda_graphs needs train.length_buckets: a CUDA graph replays one batch shape, and "
+                              "without buckets almost every batch has a shape of its own", field="train.cuda_graphs")
+        if self.cuda_graphs and self.grad_accum > 1:
+            raise ConfigError("train.cuda_graphs needs train.grad_accum=1: a replay overwrites the gradients of the "
+                              "micro-batch before it", field="train.cuda_graphs")
 
 
 @dataclass

@@ -1,7 +1,11 @@
-"""What the trainer needs from the data pipeline: prepared splits, the epoch's batches, collated tensors.
+"""What the trainer needs from the data pipeline: prepared splits, the epoch's batches, batches on the device.
 
 Preparation (tokenizer training, encoding, caching) runs on rank 0 first; the other ranks then load the same
 cache, so a distributed start never races on the files.
+
+Batches are token-budget batches padded to their longest pair, or, with ``train.length_buckets``, batches of a few
+fixed shapes (``vaswani.data.buckets``) for training and validation alike. :meth:`TrainingData.loader` hands them
+to the device one ahead of use: while the device computes on one batch the next is collated, pinned and copied.
 """
 
 from __future__ import annotations
@@ -9,10 +13,13 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable, Iterator
 
+import numpy as np
 import torch
 
 from vaswani.data.batching import Batch, TokenBudgetSampler, collate
+from vaswani.data.buckets import BucketSampler, bucket_lengths, pad_to_shape
 from vaswani.data.corpora import ParallelCorpus
 from vaswani.data.pipeline import default_out_dir, prepare_dataset
 from vaswani.data.preprocess import EncodedCorpus
@@ -28,8 +35,8 @@ class TrainingData:
     train: EncodedCorpus
     valid: EncodedCorpus
     valid_corpus: ParallelCorpus
-    sampler: TokenBudgetSampler  # over train: every rank's batches; the trainer gives each rank its share
-    valid_sampler: TokenBudgetSampler
+    sampler: TokenBudgetSampler | BucketSampler  # over train: every rank's batches; the trainer gives each its share
+    valid_sampler: TokenBudgetSampler | BucketSampler
 
     @property
     def batches_per_epoch(self) -> int:
@@ -49,13 +56,44 @@ class TrainingData:
     def flop_shape(self, indices: list[int]) -> tuple[int, int, int, int]:
         """(real source tokens, real target tokens, padded source length, padded target length)."""
         src, tgt = self.train.src_lengths[indices] + 1, self.train.tgt_lengths[indices] + 1
+        if isinstance(self.sampler, BucketSampler):
+            _, length = self.sampler.shape(indices)
+            return int(src.sum()), int(tgt.sum()), length, length
         return int(src.sum()), int(tgt.sum()), int(src.max()), int(tgt.max())
 
     def collate(self, indices: list[int], device: torch.device, split: str = "train") -> Batch:
-        corpus = self.train if split == "train" else self.valid
+        """The batch of these pairs on ``device``, in its bucket's shape when batches are bucketed."""
+        return self._to_device(self._collate(indices, split), device)
+
+    def loader(self, batches: Iterable[list[int]], device: torch.device) -> Iterator[Batch]:
+        """The training batches of these index lists on ``device``, in order, each one collated and on its way to
+        the device before the one ahead of it is handed out: the device never waits for the host to prepare its
+        next batch."""
+        upcoming = None
+        for indices in batches:
+            ready, upcoming = upcoming, self._to_device(self._collate(indices, "train"), device)
+            if ready is not None:
+                yield ready
+        if upcoming is not None:
+            yield upcoming
+
+    def _collate(self, indices: list[int], split: str) -> Batch:
+        corpus, sampler = (self.train, self.sampler) if split == "train" else (self.valid, self.valid_sampler)
         t = self.tokenizer
         batch = collate([corpus[i] for i in indices], t.pad_id, t.bos_id, t.eos_id)
-        return batch.to(device, non_blocking=device.type == "cuda")
+        if isinstance(sampler, BucketSampler):
+            batch = pad_to_shape(batch, *sampler.shape(indices), t.pad_id)
+        return batch
+
+    @staticmethod
+    def _to_device(batch: Batch, device: torch.device) -> Batch:
+        if device.type != "cuda":
+            return batch.to(device)
+        # From page-locked memory the copy is asynchronous: the host queues it and goes on (from ordinary memory
+        # CUDA first waits for the device to finish its queued work).
+        pinned = Batch(batch.src.pin_memory(), batch.tgt_in.pin_memory(), batch.tgt_out.pin_memory(),
+                       batch.n_src_tokens, batch.n_tgt_tokens, batch.indices)
+        return pinned.to(device, non_blocking=True)
 
     def valid_text(self, n: int) -> tuple[list[str], list[str]]:
         """The first n raw validation sentence pairs (for a quick BLEU against untokenized references)."""
@@ -81,8 +119,17 @@ def load(config: RunConfig, run_dir: Path, world: World) -> TrainingData:
     if world.is_main:
         shutil.copyfile(prepared.tokenizer_path, tokenizer_file)
     train, valid = prepared.splits["train"], prepared.splits[dc.valid_split]
-    sampler = TokenBudgetSampler(train.src_lengths, train.tgt_lengths, tc.max_tokens, seed=tc.seed, shuffle=True)
-    valid_sampler = TokenBudgetSampler(valid.src_lengths, valid.tgt_lengths, tc.max_tokens, shuffle=False)
+    if tc.length_buckets:
+        longest_valid = int(np.maximum(valid.src_lengths, valid.tgt_lengths).max()) + 1
+        lengths = bucket_lengths(np.maximum(train.src_lengths, train.tgt_lengths) + 1, tc.length_buckets,
+                                 longest=longest_valid)
+        sampler: TokenBudgetSampler | BucketSampler = BucketSampler(
+            train.src_lengths, train.tgt_lengths, tc.max_tokens, lengths, seed=tc.seed, shuffle=True)
+        valid_sampler: TokenBudgetSampler | BucketSampler = BucketSampler(
+            valid.src_lengths, valid.tgt_lengths, tc.max_tokens, lengths, shuffle=False)
+    else:
+        sampler = TokenBudgetSampler(train.src_lengths, train.tgt_lengths, tc.max_tokens, seed=tc.seed, shuffle=True)
+        valid_sampler = TokenBudgetSampler(valid.src_lengths, valid.tgt_lengths, tc.max_tokens, shuffle=False)
     return TrainingData(prepared.tokenizer, tokenizer_file, train, valid, prepared.corpora[dc.valid_split], sampler,
                         valid_sampler)
 

@@ -41,6 +41,7 @@ from vaswani.evaluation.metrics import CorpusScores, corpus_scores
 from vaswani.io import atomic_write_json
 from vaswani.training.checkpoint import STEP_NAME
 from vaswani.training.config import RunConfig
+from vaswani.training.device_choices import decoding_batches
 
 FINAL = "final"
 SELECTION_FILE = "selection.json"
@@ -59,11 +60,18 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
     staging = checkpoints / f".tmp-{FINAL}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
+    batches = decoding_batches(device)
+    # train.final_max_minutes: once spent, the candidates and searches not yet scored are left out
+    deadline = started + 60 * tc.final_max_minutes if tc.final_max_minutes else float("inf")
+    cut_short = False
     try:
         weights = []
         for name, (directory, steps) in _candidates(checkpoints, tc.average_last, staging).items():
-            scores = _score(Translator.load(directory, SearchConfig(beam_size=1, precision=precision), device=device),
-                            sources, references)
+            if weights and time.perf_counter() > deadline:
+                cut_short = True
+                break
+            scores = _score(Translator.load(directory, SearchConfig(beam_size=1, precision=precision), device=device,
+                                            **batches), sources, references)
             weights.append({"weights": name, "checkpoints": steps, "directory": directory,
                             "greedy_valid": scores.to_dict()})
             _say(f"final model: {name:<22} greedy val BLEU {scores.bleu:5.2f}  length ratio {scores.length_ratio:.3f}")
@@ -74,7 +82,10 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
         tried = []
         chosen_model = Translator.load(chosen["directory"], searches[0], device=device)  # loaded once, searched often
         for search in searches:
-            translator = Translator(chosen_model.model, chosen_model.tokenizer, search, device=device)
+            if tried and time.perf_counter() > deadline:
+                cut_short = True
+                break
+            translator = Translator(chosen_model.model, chosen_model.tokenizer, search, device=device, **batches)
             scores = _score(translator, sources, references)
             tried.append({"search": _describe(search), "settings": stored_settings(search), "valid": scores.to_dict()})
             _say(f"final search: {_describe(search):<22} val BLEU {scores.bleu:5.2f}  "
@@ -86,7 +97,7 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
-    translator = Translator.load(final, search, device=device)
+    translator = Translator.load(final, search, device=device, **batches)
     tests = {}
     for split in tc.final_test_splits:
         corpus = load_corpus(dc.dataset, split, dc.direction, data_dir=dc.data_dir)
@@ -104,9 +115,13 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
         "test": tests,
         "candidates": [{k: v for k, v in row.items() if k != "directory"} for row in weights],
         "searches": tried,
+        "cut_short_by_time": cut_short,
         "seconds": round(time.perf_counter() - started, 1),
     }
     atomic_write_json(final / SELECTION_FILE, selection)
+    if cut_short:
+        _say(f"final model: train.final_max_minutes={tc.final_max_minutes:g} ran out; chosen among the "
+             f"{len(weights)} weights and {len(tried)} searches scored by then")
     _say(f"final model: {chosen['weights']}, {best_search['search']} (chosen on {dc.valid_split}: BLEU "
          f"{best_search['valid']['bleu']:.2f}) -> {final}")
     for name, scores in tests.items():

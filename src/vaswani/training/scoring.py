@@ -16,6 +16,7 @@ from vaswani.decoding.translator import Translator
 from vaswani.evaluation.metrics import CorpusScores, corpus_scores
 from vaswani.model import Transformer
 from vaswani.precision import autocast
+from vaswani.training.device_choices import decoding_batches
 from vaswani.training.loss import translation_loss
 
 
@@ -69,7 +70,8 @@ def greedy_scores(model: Transformer, tokenizer: Tokenizer, sources: Sequence[st
     """Greedy translations of ``sources`` and their corpus scores (BLEU, chrF, length ratio) against
     ``references``. Sources are text, or BPE ids without ``</s>`` (padding ids inside them are masked out: the
     robustness study's dropped tokens)."""
-    translator = Translator(model, tokenizer, SearchConfig(beam_size=1, precision=precision), device=device)
+    translator = Translator(model, tokenizer, SearchConfig(beam_size=1, precision=precision), device=device,
+                            **decoding_batches(device))
     if all(isinstance(source, str) for source in sources):
         ids = translator.encode(sources)
     else:

@@ -7,6 +7,9 @@
     → gradients set to None
 
 A non-finite update changes no weight: it is reported (``finite=False``) and the caller decides what to do.
+
+``train_step(..., defer_reads=True)`` is the same update for a GPU, where reading the loss on the host after each
+update would make the host wait for the device: its values stay on the device until :func:`read_results`.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Protocol, Sequence
 
 import torch
+import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from vaswani.precision import autocast
@@ -55,6 +59,15 @@ class StepResult:
         return self.correct / self.tokens
 
 
+@dataclass
+class DeferredStepResult:
+    """An update of ``train_step(..., defer_reads=True)`` whose values are still on the device;
+    :func:`read_results` brings any number of them to the host in one wait."""
+
+    values: torch.Tensor  # (5,) float32: loss_sum, nll_sum, correct, grad_norm, 1.0 if the update was skipped
+    tokens: int  # real target tokens: the normaliser of the update (known on the host)
+
+
 def train_step(
     loss_model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -67,7 +80,8 @@ def train_step(
     weights: Sequence[float] | None = None,
     world: World | None = None,
     on_phase: Callable[[str], None] | None = None,
-) -> StepResult:
+    defer_reads: bool = False,
+) -> StepResult | DeferredStepResult:
     """One update over ``micro_batches`` (gradient accumulation when there are several).
 
     ``loss_model`` maps (src, tgt_in, tgt_out) to (loss_sum, nll_sum, n_correct) — a
@@ -76,27 +90,26 @@ def train_step(
     the update of one process with N× the accumulation. ``weights`` (one per micro-batch, default 1) lets a rank
     without a batch of its own join DDP's collective backward with weight 0. ``on_phase`` is called with
     "forward", "backward" and "optimizer" right after each phase (the studies time phases with it).
-    """
-    world = world or World()
-    distributed = isinstance(loss_model, DistributedDataParallel)
-    batches = list(micro_batches)
-    weights = list(weights) if weights is not None else [1.0] * len(batches)
-    loss_model.train()
-    sums = []  # per micro-batch (loss, nll, correct) tensors, read back in one host sync after the last backward
-    for i, (batch, weight) in enumerate(zip(batches, weights)):
-        # DDP all-reduces gradients in backward; only the last micro-batch of the update needs to.
-        last = i == len(batches) - 1
-        with contextlib.nullcontext() if last or not distributed else loss_model.no_sync():
-            with autocast(batch.src.device, precision):
-                batch_loss, batch_nll, batch_correct = loss_model(batch.src, batch.tgt_in, batch.tgt_out)
-            _notify(on_phase, "forward")
-            # DDP averages gradients over ranks: multiplying by the world size turns that into a sum.
-            scaled = batch_loss * (weight * world.size / tokens)
-            (scaler.scale(scaled) if scaler is not None else scaled).backward()
-            _notify(on_phase, "backward")
-        sums.append(torch.stack([batch_loss.detach().float(), batch_nll.float(), batch_correct.float()]) * weight)
-    loss_sum, nll_sum, correct = (world.sum(v) for v in torch.stack(sums).sum(0).tolist())
 
+    ``defer_reads``: no host read of a device value (see :func:`_step_on_the_device`); the result is a
+    :class:`DeferredStepResult`, else a :class:`StepResult`.
+    """
+    if defer_reads and not optimizer.defaults.get("fused"):
+        raise ValueError("deferred reads need a fused optimizer: only its kernel skips an update on the device")
+    world = world or World()
+    sums = _accumulate_gradients(loss_model, micro_batches, tokens, precision, scaler, weights, world, on_phase)
+    step = _step_on_the_device if defer_reads else _step_on_the_host
+    result = step(loss_model, optimizer, sums, tokens, clip_grad_norm, scaler, scheduler, world)
+    optimizer.zero_grad(set_to_none=True)
+    _notify(on_phase, "optimizer")
+    return result
+
+
+def _step_on_the_host(loss_model: torch.nn.Module, optimizer: torch.optim.Optimizer, sums: torch.Tensor,
+                      tokens: int, clip_grad_norm: float | None, scaler: torch.amp.GradScaler | None,
+                      scheduler: torch.optim.lr_scheduler.LRScheduler | None, world: World) -> StepResult:
+    """The host reads the sums and the gradient norm, and takes or skips the update itself."""
+    loss_sum, nll_sum, correct = (world.sum(v) for v in sums.tolist())
     finite = math.isfinite(loss_sum)
     grad_norm = float("nan")
     if finite:
@@ -116,9 +129,83 @@ def train_step(
             scheduler.step()
     elif scaler is not None and scaler.is_enabled():
         scaler.update()  # an fp16 overflow: let the scaler lower its scale for the next try
-    optimizer.zero_grad(set_to_none=True)
-    _notify(on_phase, "optimizer")
     return StepResult(finite, loss_sum, nll_sum, correct, tokens, grad_norm)
+
+
+def _step_on_the_device(loss_model: torch.nn.Module, optimizer: torch.optim.Optimizer, sums: torch.Tensor,
+                        tokens: int, clip_grad_norm: float | None, scaler: torch.amp.GradScaler | None,
+                        scheduler: torch.optim.lr_scheduler.LRScheduler | None, world: World) -> DeferredStepResult:
+    """The same update with no host read: the host queues it all and goes on to the next update while the device
+    computes.
+
+    Whether the update is finite is decided on the device: the skip flag (loss or gradient norm not finite, on
+    any rank) is handed to the fused optimizer as ``found_inf``, the mechanism GradScaler uses, and its kernel then
+    changes no weight, moment or step count. Two things differ from :func:`_step_on_the_host`: the schedule
+    advances on a skipped update too (the host does not know it was skipped), and the gradient norm is measured
+    even without clipping (the skip reads it).
+    """
+    if world.distributed:
+        dist.all_reduce(sums)
+    if scaler is not None:
+        scaler.unscale_(optimizer)
+    if clip_grad_norm:
+        grad_norm = torch.nn.utils.clip_grad_norm_(loss_model.parameters(), clip_grad_norm)
+    else:
+        grad_norm = torch.nn.utils.get_total_norm([p.grad for p in loss_model.parameters() if p.grad is not None])
+    skipped = (~(torch.isfinite(sums[0]) & torch.isfinite(grad_norm))).float()
+    if world.distributed:  # every rank must take the same decision, or their weights would drift apart
+        dist.all_reduce(skipped, op=dist.ReduceOp.MAX)
+    optimizer.found_inf = skipped  # the fused kernel skips the update when it is 1
+    try:
+        optimizer.step()
+    finally:
+        del optimizer.found_inf
+    if scaler is not None:
+        scaler.update()  # an fp16 overflow lowers the scale for the next update (disabled scaler: nothing)
+    if scheduler is not None:
+        scheduler.step()
+    return DeferredStepResult(torch.cat([sums, grad_norm.reshape(1).float(), skipped.reshape(1)]), tokens)
+
+
+def read_results(results: Sequence[DeferredStepResult]) -> list[StepResult]:
+    """The values of deferred updates on the host, in one wait for the device."""
+    if not results:
+        return []
+    rows = torch.stack([result.values for result in results]).tolist()
+    return [StepResult(skipped == 0.0, loss_sum, nll_sum, correct, result.tokens, grad_norm)
+            for result, (loss_sum, nll_sum, correct, grad_norm, skipped) in zip(results, rows)]
+
+
+def _accumulate_gradients(
+    loss_model: torch.nn.Module,
+    micro_batches: Iterable[TeacherForcedBatch],
+    tokens: int,
+    precision: str,
+    scaler: torch.amp.GradScaler | None,
+    weights: Sequence[float] | None,
+    world: World,
+    on_phase: Callable[[str], None] | None,
+) -> torch.Tensor:
+    """Forward and backward of every micro-batch, their gradients accumulating in the parameters; returns this
+    rank's (loss, nll, correct) sums over them, on the device."""
+    distributed = isinstance(loss_model, DistributedDataParallel)
+    batches = list(micro_batches)
+    weights = list(weights) if weights is not None else [1.0] * len(batches)
+    loss_model.train()
+    sums = []  # per micro-batch (loss, nll, correct) tensors
+    for i, (batch, weight) in enumerate(zip(batches, weights)):
+        # DDP all-reduces gradients in backward; only the last micro-batch of the update needs to.
+        last = i == len(batches) - 1
+        with contextlib.nullcontext() if last or not distributed else loss_model.no_sync():
+            with autocast(batch.src.device, precision):
+                batch_loss, batch_nll, batch_correct = loss_model(batch.src, batch.tgt_in, batch.tgt_out)
+            _notify(on_phase, "forward")
+            # DDP averages gradients over ranks: multiplying by the world size turns that into a sum.
+            scaled = batch_loss * (weight * world.size / tokens)
+            (scaler.scale(scaled) if scaler is not None else scaled).backward()
+            _notify(on_phase, "backward")
+        sums.append(torch.stack([batch_loss.detach().float(), batch_nll.float(), batch_correct.float()]) * weight)
+    return torch.stack(sums).sum(0)
 
 
 def _notify(on_phase: Callable[[str], None] | None, phase: str) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import itertools
 import json
 import math
 import os
@@ -30,6 +31,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
+from vaswani.data.batching import Batch
 from vaswani.devices import device_type, resolve_device, reuse_freed_memory
 from vaswani.errors import VaswaniError
 from vaswani.io import atomic_write_json
@@ -40,6 +42,8 @@ from vaswani.provenance import PROVENANCE_FILE, provenance
 from vaswani.training import data as training_data
 from vaswani.training.checkpoint import latest_checkpoint, load_trainer_state, point, prune, save_checkpoint
 from vaswani.training.config import RunConfig, apply_settings
+from vaswani.training.device_choices import (compile_options, defers_host_reads, loss_over_all_positions,
+                                             recompile_limit)
 from vaswani.training.distributed import World, collective_device, init_world, shutdown
 from vaswani.training.flops import peak_flops, training_flops
 from vaswani.training.loss import TranslationLoss
@@ -47,7 +51,7 @@ from vaswani.training.metrics import MetricsLog, plot_run
 from vaswani.training.optim import build_optimizer
 from vaswani.training.rundir import check_start, claim
 from vaswani.training.schedule import build_scheduler
-from vaswani.training.step import StepResult, train_step
+from vaswani.training.step import DeferredStepResult, StepResult, read_results, train_step
 
 # Signals that end a run the way Ctrl-C does: finish the update in flight, save a checkpoint, exit. SIGTERM is how
 # schedulers (Slurm, Kubernetes, systemd) stop a job.
@@ -83,10 +87,11 @@ class Callback:
     you need (a study times every update with ``on_update_start``/``on_update_end``, for example)."""
 
     def on_update_start(self, trainer: Trainer) -> None:
-        """Before the micro-batches of an update are read."""
+        """Before the micro-batches of an update are taken (each was collated while the update before it ran)."""
 
-    def on_update_end(self, trainer: Trainer, result: StepResult) -> None:
-        """After the optimizer step (or the skip of a non-finite update)."""
+    def on_update_end(self, trainer: Trainer, result: StepResult | DeferredStepResult) -> None:
+        """After the optimizer step (or the skip of a non-finite update); with deferred host reads the result's
+        values are still on the device (training/step.py)."""
 
     def on_evaluation_start(self, trainer: Trainer) -> None:
         """Before a validation pass."""
@@ -114,6 +119,11 @@ class Trainer:
         self.world = world or init_world(device_type(config.train.device))
         self.config = config
         self.device, self.precision = self._set_up_device()
+        # The choices that depend on the device (training/device_choices.py), made before any work so that a
+        # refused one costs nothing.
+        tc = config.train
+        self.defer_reads = defers_host_reads(tc.host_sync, self.device)
+        self.compile_options = compile_options(tc.compile, tc.cuda_graphs, self.device, bool(tc.length_buckets))
         saved = load_trainer_state(self.run_dir) if resume else None
         changes = self._check_resumable(*saved) if saved is not None else {}
         self.data = training_data.load(self.config, self.run_dir, self.world)
@@ -134,6 +144,12 @@ class Trainer:
             self.metrics.truncate_after(self.progress.step)
         self._peak: tuple[float, str] | None = None
         self._stop_signal: int | None = None
+        # Updates whose results the host has not read yet: (update number, result, model FLOPs); with deferred
+        # reads they wait for a log step, an evaluation, a checkpoint or the end.
+        self._unread: list[tuple[int, StepResult | DeferredStepResult, float]] = []
+        self._last_result: StepResult | None = None  # the newest update read
+        self._log_window = _LogWindow()
+        self._session_flops = 0.0  # model FLOPs of this session's updates that were taken, for the run's MFU
 
     # ---- building the trainer, in the order __init__ calls these ------------------------------------------------
     def _set_up_device(self) -> tuple[torch.device, str]:
@@ -210,9 +226,14 @@ class Trainer:
 
     def _wrap_for_training(self) -> torch.nn.Module:
         """The module a training step calls: the model inside its loss, compiled and wrapped by DDP as asked."""
-        loss_model: torch.nn.Module = TranslationLoss(self.model, self.config.train.label_smoothing)
-        if self.config.train.compile:
-            loss_model = torch.compile(loss_model)
+        tc = self.config.train
+        all_positions = loss_over_all_positions(self.device, compiled=self.compile_options is not None)
+        loss_model: torch.nn.Module = TranslationLoss(self.model, tc.label_smoothing, all_positions=all_positions)
+        if self.compile_options is not None:
+            if tc.length_buckets:  # one graph per batch shape: none may fall back to eager for want of room
+                limit = recompile_limit(len(self.data.sampler.shapes()))
+                torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, limit)
+            loss_model = torch.compile(loss_model, **self.compile_options)
         if self.world.distributed:
             loss_model = DistributedDataParallel(
                 loss_model, device_ids=[self.device.index] if self.device.type == "cuda" else None
@@ -235,7 +256,8 @@ class Trainer:
         """Train until a limit (epochs, updates, minutes), early stopping or a stop signal; the last update is
         always evaluated and saved (a stopped run only saved). Returns the run's summary."""
         tc = self.config.train
-        started = time.perf_counter() - self.progress.elapsed_seconds
+        session_started = time.perf_counter()
+        started = session_started - self.progress.elapsed_seconds
         # A run ended by the clock estimates its last update from the average pace (see _log_update), and the
         # bar's ETA must use the same pace (smoothing=0) to read as the time left.
         self._session_start = (self.progress.step, self.progress.elapsed_seconds)
@@ -257,6 +279,11 @@ class Trainer:
         summary = {"stop_reason": stop.value, "step": self.progress.step, "epoch": self.progress.epoch,
                    "best_metric": self.progress.best_metric, "skipped_updates": self.progress.skipped_updates,
                    "minutes": round((time.perf_counter() - started) / 60, 2), "world_size": self.world.size}
+        # Model FLOPs utilisation over this session's whole wall time: compilation, evaluations and checkpoints
+        # count as time in which the device did no training.
+        mfu = self._mfu(self._session_flops / max(time.perf_counter() - session_started, 1e-9))
+        if mfu is not None:
+            summary["mfu"] = float(f"{mfu:.4g}")
         if stop is Stop.INTERRUPTED:
             summary["signal"] = signal.Signals(self._stop_signal).name
         if self.world.distributed:
@@ -265,33 +292,45 @@ class Trainer:
         return summary
 
     def _train(self, bar: tqdm, started: float) -> Stop:
-        """Epochs of updates. After each update: log it, save it when a periodic save is due, evaluate (and save)
-        when an evaluation is due or the run is about to stop, then stop if a limit was reached."""
+        """Epochs of updates. After each update: read the results of the updates not read yet (after every update,
+        or only where one is logged, saved or evaluated: ``self.defer_reads``), log it, save it when a periodic
+        save is due, evaluate (and save) when an evaluation is due or the run is about to stop, then stop if a
+        limit was reached."""
         tc = self.config.train
-        log_window = _LogWindow()
+        self._log_window.restart()
         while tc.max_epochs is None or self.progress.epoch < tc.max_epochs:
             groups = self._groups(self.progress.epoch)
-            for group_index in range(self.progress.group_in_epoch, len(groups)):
+            first = self.progress.group_in_epoch
+            # this rank's micro-batches for the rest of the epoch, each sent to the device while the one before it
+            # computes
+            batches = self.data.loader((b for group in groups[first:] for b in self._share(group)[0]), self.device)
+            for group_index in range(first, len(groups)):
                 if self._stop_signal is not None:
                     return Stop.INTERRUPTED
                 if tc.max_steps is not None and self.progress.step >= tc.max_steps:  # resumed after its last update
                     return Stop.MAX_STEPS
-                result = self.update(groups[group_index])
+                step_before = self.progress.step
+                self.update(groups[group_index], batches)
+                counted = self.progress.step > step_before  # a skipped update is not (when known at once)
                 self.progress.elapsed_seconds = time.perf_counter() - started
                 end_of_epoch = group_index + 1 == len(groups)
                 self.progress.group_in_epoch = 0 if end_of_epoch else group_index + 1
                 self.progress.epoch += end_of_epoch
-                log_window.add(result, self._group_flops(groups[group_index]))
-                if result.finite:
-                    bar.update(1)
-                    if self.progress.step % tc.log_every_steps == 0:
-                        self._log_update(result, log_window, bar)
-                    if tc.save_every_steps and self.progress.step % tc.save_every_steps == 0:
-                        with log_window.paused():
-                            self._checkpoint("periodic")
                 stop = self._limit_reached()
-                if self._evaluation_due(result, end_of_epoch, stopping=stop is not None):
-                    with log_window.paused():
+                log_due = counted and self.progress.step % tc.log_every_steps == 0
+                save_due = counted and bool(tc.save_every_steps) and self.progress.step % tc.save_every_steps == 0
+                evaluation_due = self._evaluation_due(counted, end_of_epoch, stopping=stop is not None)
+                if not self.defer_reads or log_due or save_due or evaluation_due or stop is not None:
+                    self._read_updates()  # with deferred reads, the only places the host waits for the device
+                if counted:
+                    bar.update(1)
+                if log_due:
+                    self._log_update(bar)
+                if save_due:
+                    with self._log_window.paused():
+                        self._checkpoint("periodic")
+                if evaluation_due:
+                    with self._log_window.paused():
                         patience_spent = self._evaluate_and_checkpoint()
                     if stop is None and patience_spent:
                         stop = Stop.EARLY_STOP
@@ -309,14 +348,14 @@ class Trainer:
             return Stop.MAX_EPOCHS
         return None
 
-    def _evaluation_due(self, result: StepResult, end_of_epoch: bool, stopping: bool) -> bool:
+    def _evaluation_due(self, counted: bool, end_of_epoch: bool, stopping: bool) -> bool:
         """Every ``eval_every_steps`` updates, else at the end of every epoch; and always for the last weights of a
         run that is about to stop, unless they are already saved."""
         if stopping and self.checkpointed_step != self.progress.step:
             return True
         every = self.config.train.eval_every_steps
         if every:
-            return result.finite and self.progress.step % every == 0
+            return counted and self.progress.step % every == 0
         return end_of_epoch
 
     def _groups(self, epoch: int) -> list[list[list[int]]]:
@@ -325,47 +364,69 @@ class Trainer:
         size = self.config.train.grad_accum * self.world.size
         return [batches[i : i + size] for i in range(0, len(batches), size)]
 
-    def update(self, group: list[list[int]]) -> StepResult:
-        """One optimizer update over a group of batches (this rank's share of it); a non-finite one is skipped
-        and counted."""
+    def _share(self, group: list[list[int]]) -> tuple[list[list[int]], list[float]]:
+        """This rank's micro-batches of an update and their weights. The last group of an epoch may be short: a
+        rank without a batch of its own still runs the collective backward passes, on the group's first batch with
+        weight 0."""
+        accum, rank = self.config.train.grad_accum, self.world.rank
+        mine = group[rank * accum : (rank + 1) * accum]
+        weights = [1.0] * len(mine) + [0.0] * (accum - len(mine))
+        return mine + [group[0]] * (accum - len(mine)), weights
+
+    def update(self, group: list[list[int]], batches: Iterator[Batch]) -> StepResult | DeferredStepResult:
+        """One optimizer update over a group of batches (this rank's share of it, taken from ``batches``). Read
+        at once, a non-finite update is skipped and not counted; with deferred reads every update counts, and a
+        skipped one is accounted for when it is read (:meth:`_read_updates`)."""
         for callback in self.callbacks:
             callback.on_update_start(self)
         tc = self.config.train
-        accum, rank = tc.grad_accum, self.world.rank
-        mine = group[rank * accum : (rank + 1) * accum]
-        # The last group of an epoch may be short: a rank without a batch of its own still runs the collective
-        # backward passes, on the group's first batch with weight 0.
-        weights = [1.0] * len(mine) + [0.0] * (accum - len(mine))
-        mine = mine + [group[0]] * (accum - len(mine))
+        micro_batches, weights = self._share(group)
+        number = self.progress.step + 1
         result = train_step(
-            self.loss_model, self.optimizer, (self.data.collate(indices, self.device) for indices in mine),
+            self.loss_model, self.optimizer, itertools.islice(batches, len(micro_batches)),
             tokens=sum(self.data.target_tokens(b) for b in group), precision=self.precision,
             clip_grad_norm=tc.clip_grad_norm, scaler=self.scaler, scheduler=self.scheduler, weights=weights,
-            world=self.world,
+            world=self.world, defer_reads=self.defer_reads,
         )
-        if result.finite:
+        if isinstance(result, DeferredStepResult) or result.finite:
             self.progress.step += 1
-            self.progress.consecutive_nonfinite = 0
-        else:
-            self._skip_nonfinite(result.loss_sum)
+        self._unread.append((number, result, self._group_flops(group)))
         for callback in self.callbacks:
             callback.on_update_end(self, result)
         return result
 
-    def _skip_nonfinite(self, loss: float) -> None:
+    def _read_updates(self) -> None:
+        """Bring the results of the updates not read yet to the host (one wait for the device) and account for
+        them in order: tokens and FLOPs for the rates, and each skipped update, which stops the run after
+        ``train.max_consecutive_nonfinite`` in a row."""
+        if not self._unread:
+            return
+        numbers, results, flops = zip(*self._unread)
+        self._unread = []
+        if self.defer_reads:
+            results = read_results(results)
+        for number, result, update_flops in zip(numbers, results, flops):
+            self._log_window.add(result, update_flops)
+            self._last_result = result
+            if result.finite:
+                self.progress.consecutive_nonfinite = 0
+                self._session_flops += update_flops
+            else:
+                self._skip_nonfinite(result.loss_sum, number)
+
+    def _skip_nonfinite(self, loss: float, number: int) -> None:
         self.progress.consecutive_nonfinite += 1
         self.progress.skipped_updates += 1
-        step = self.progress.step
         if self.metrics is not None:
-            self.metrics.write("nonfinite", step, loss=loss if math.isfinite(loss) else str(loss),
+            self.metrics.write("nonfinite", number - 1, loss=loss if math.isfinite(loss) else str(loss),
                                consecutive=self.progress.consecutive_nonfinite)
         if self.world.is_main:
-            print(f"step {step + 1}: non-finite loss/gradient ({loss}); update skipped "
+            print(f"step {number}: non-finite loss/gradient ({loss}); update skipped "
                   f"({self.progress.consecutive_nonfinite} in a row)", file=sys.stderr)
         if self.progress.consecutive_nonfinite >= self.config.train.max_consecutive_nonfinite:
             last = self.run_dir / "checkpoints" / "last"
             raise VaswaniError(
-                f"stopping: {self.progress.consecutive_nonfinite} consecutive non-finite losses at step {step + 1}. "
+                f"stopping: {self.progress.consecutive_nonfinite} consecutive non-finite losses at step {number}. "
                 f"The last good checkpoint is {last.resolve() if last.exists() else 'not written yet'}; "
                 "lower the learning rate (train.lr_factor / train.lr) or use bf16/fp32, then --resume"
             )
@@ -411,7 +472,9 @@ class Trainer:
             return 0.0
         return sum(training_flops(self.config.model, *self.data.flop_shape(b)) for b in group)
 
-    def _log_update(self, result: StepResult, window: _LogWindow, bar: tqdm) -> None:
+    def _log_update(self, bar: tqdm) -> None:
+        """The newest update's loss, accuracy, rate and gradient norm, and the rates since the last log line."""
+        result, window = self._last_result, self._log_window
         tokens_per_second, flops_per_second = window.rates()
         lr = self.optimizer.param_groups[0]["lr"]
         record = {"epoch": round(self.progress.step / max(self.steps_per_epoch, 1), 3),
@@ -482,6 +545,7 @@ class Trainer:
 
     def _checkpoint(self, reason: str) -> None:
         """Write a checkpoint of the current step (the main rank writes, every rank waits for it)."""
+        self._read_updates()  # the saved progress counts every skipped update
         for callback in self.callbacks:
             callback.on_checkpoint_start(self, reason)
         if self.world.is_main:
