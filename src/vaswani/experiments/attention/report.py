@@ -230,9 +230,11 @@ def findings(results: dict[str, Any], settings: AttentionSettings, device: torch
 
 def _window_findings(results: dict[str, Any], settings: AttentionSettings) -> list[str]:
     """Memory against k at the sweep's length, for each backend that ran every window and the full layer."""
-    lines = []
+    lines: list[str] = []
     batch, length = settings.batch_sizes[0], settings.window_length
     narrow, wide = min(settings.windows), max(settings.windows)
+    if narrow == wide:
+        return lines
     for backend in ("standard", "sdpa"):
         ends = [_point(results["window_sweep"], backend, batch, length, k, by_backend=True) for k in (narrow, wide)]
         full = _point(results["window_sweep"], backend, batch, length, None, by_backend=True)
