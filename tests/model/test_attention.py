@@ -343,17 +343,19 @@ def test_windowed_attention_keeps_memory_linear_in_the_length(backend: str) -> N
     assert saved(2048, True) < saved(2048, False) / 10
 
 
-def test_a_module_with_a_window_attends_in_blocks_in_full_passes_and_through_its_cache_when_decoding() -> None:
+@pytest.mark.parametrize("length", [20, 64, 70], ids=["one-span", "whole-blocks", "ragged-last-block"])
+def test_a_module_with_a_window_attends_in_blocks_in_full_passes_and_through_its_cache_when_decoding(
+        length: int) -> None:
     torch.manual_seed(0)
     layer = MultiHeadAttention(32, 4, 0.0, "sdpa", window=6).eval()
-    x = torch.randn(2, 20, 32)
+    x = torch.randn(2, length, 32)
     full, _ = layer(x, is_causal=True)
     layer.window = None  # the same weights with the band as an explicit mask
-    band, _ = layer(x, mask=sliding_window_mask(20, 20, 6, causal=True))
+    band, _ = layer(x, mask=sliding_window_mask(length, length, 6, causal=True))
     torch.testing.assert_close(full, band, rtol=1e-5, atol=1e-6)
     layer.window = 6
     cache, steps = KVCache.empty(window=6), []
-    for t in range(20):
+    for t in range(length):
         out, cache = layer(x[:, t : t + 1], is_causal=True, cache=cache, position_offset=t)
         steps.append(out)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-6)

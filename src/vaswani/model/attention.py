@@ -152,7 +152,7 @@ def windowed_attention(
         windows = padded.unfold(2, span, block).transpose(-1, -2)  # (B, H, blocks, span, d), a view
         return windows.transpose(1, 2).reshape(batch * blocks, heads, span, head_dim)
 
-    query_blocks = F.pad(q, (0, 0, 0, extra)).view(batch, heads, blocks, block, head_dim)
+    query_blocks = F.pad(q, (0, 0, 0, extra)).reshape(batch, heads, blocks, block, head_dim)
     query_blocks = query_blocks.transpose(1, 2).reshape(batch * blocks, heads, block, head_dim)
     real = torch.ones(batch, length, dtype=torch.bool, device=q.device) if key_padding is None else (
         key_padding.reshape(batch, length))
