@@ -155,11 +155,12 @@ def run_microbenchmark(settings: AttentionSettings, device: torch.device, precis
 
 
 def window_sweep(settings: AttentionSettings, device: torch.device, precision: str) -> list[dict[str, Any]]:
-    """Each backend at one length with every window k, widest first, and without a window: memory against k."""
+    """Each backend at one length with every window k, narrowest first, then without a window: memory against k.
+    In this order each point costs more than the one before, from which the time cap predicts it."""
     points = []
     batch, length = settings.batch_sizes[0], settings.window_length
     for backend in ("standard", "sdpa"):
-        sizes = [(length, window) for window in sorted(settings.windows, reverse=True)] + [(length, None)]
+        sizes = [(length, window) for window in sorted(settings.windows)] + [(length, None)]
         points += _series(settings, backend, backend, None, batch, sizes, device, precision, sweep=True)
     return points
 
