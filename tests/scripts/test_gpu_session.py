@@ -64,6 +64,7 @@ def test_each_command_parses_and_its_settings_exist(argv: list[str]) -> None:
         assert re.fullmatch(r"(model|data|train)\.\w+=\S+", setting), setting
 
 
+@pytest.mark.slow
 def test_every_step_runs_end_to_end_on_the_cpu(tmp_path: Path, data_dir: Path) -> None:
     """``--cpu all``: each step's real command, with tiny sizes, into a folder of its own; the results it packs
     name the checkout's commit (a GPU session's name the commit in gpu_data/COMMIT)."""
