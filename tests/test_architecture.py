@@ -56,8 +56,11 @@ def _is_core(module: str) -> bool:
     return _area(module) not in (*BUILT_ON_THE_CORE, "cli", "__main__")
 
 
-@pytest.mark.parametrize("name,path,tree", [m for m in MODULES if _is_core(m[0])],
-                         ids=[m[0] for m in MODULES if _is_core(m[0])])
+CORE_MODULES = [module for module in MODULES if _is_core(module[0])]
+
+
+# Ids are the module names: the same in every process, as pytest-xdist requires of its workers' collections.
+@pytest.mark.parametrize("name,path,tree", CORE_MODULES, ids=[name for name, _, _ in CORE_MODULES])
 def test_the_core_never_imports_what_is_built_on_it(name: str, path: Path, tree: ast.Module) -> None:
     for module, _, line in _imports(tree):
         assert _is_core(module), f"{path}:{line}: the core module {name} imports {module}"

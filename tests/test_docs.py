@@ -45,21 +45,28 @@ def test_every_link_leads_to_a_file_and_heading(page: Path) -> None:
 
 
 def shell_commands(page: Path) -> list[tuple[int, list[str]]]:
-    """(line, words) of every simple command in the page's ```bash blocks: split at |, && and ;, comments gone."""
-    found, in_bash = [], False
+    """(line, words) of every simple command in the page's ```bash blocks: split at |, && and ;, comments gone; a
+    line ending in a backslash goes on in the next one."""
+    found, in_bash, pending, start = [], False, "", 0
     for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
         if line.startswith("```"):
             in_bash = line.strip() == "```bash"
             continue
         if not in_bash:
             continue
+        if not pending:
+            start = number
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        line, pending = pending + line, ""
         lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
         lexer.whitespace_split = True
         words: list[str] = []
         for word in [*lexer, "&&"]:
             if word in ("|", "&&", ";", "||"):
                 if words:
-                    found.append((number, words))
+                    found.append((start, words))
                 words = []
             else:
                 words.append(word)

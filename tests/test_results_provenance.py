@@ -181,7 +181,7 @@ def test_a_paragraph_that_links_a_results_file_is_checked_too(tmp_path: Path) ->
 
 
 def test_a_tree_copied_without_git_takes_its_commit_from_the_environment(monkeypatch) -> None:
-    """A lent GPU machine runs a copy of the working tree without .git: git fails there."""
+    """A lent GPU machine runs a copy of the working tree, maybe without .git: git fails there."""
     import subprocess
 
     from vaswani import provenance
@@ -194,3 +194,15 @@ def test_a_tree_copied_without_git_takes_its_commit_from_the_environment(monkeyp
     assert provenance.git_state() == {"commit": None, "dirty": None}
     monkeypatch.setenv("VASWANI_GIT_COMMIT", "a" * 40)
     assert provenance.git_state() == {"commit": "a" * 40, "dirty": False}
+
+
+def test_the_commit_in_the_environment_wins_over_an_enclosing_checkout(monkeypatch) -> None:
+    """The copy on a lent machine may sit inside another checkout (dirty, at another commit): the results must
+    still name the commit the copy was made from."""
+    from vaswani import provenance
+
+    monkeypatch.delenv("VASWANI_GIT_COMMIT", raising=False)
+    enclosing = provenance.git_state()
+    assert re.fullmatch(r"[0-9a-f]{40}", enclosing["commit"] or ""), enclosing  # this tree is a checkout
+    monkeypatch.setenv("VASWANI_GIT_COMMIT", "b" * 40)
+    assert provenance.git_state() == {"commit": "b" * 40, "dirty": False}

@@ -17,27 +17,50 @@ def device_type(name: str) -> str:
     return torch.device(name).type
 
 
-def resolve_device(name: str | torch.device | None = "auto", local_rank: int = 0) -> torch.device:
-    """"auto" (or None) -> CUDA when visible, else CPU; an explicit "cuda" without a GPU is an error, not a silent
-    CPU run. ``local_rank`` picks this process's GPU under torchrun."""
-    if isinstance(name, torch.device):
-        name = str(name)
-    name = name or "auto"
+def rank_device(requested: str, local_rank: int = 0, local_ranks: int = 1, gpus: int = 0) -> torch.device:
+    """The device one process computes on: the rule, with the machine's facts passed in.
+
+    ``requested`` is a setting (auto, cpu, cuda, cuda:N); ``local_rank`` of ``local_ranks`` processes on this
+    machine (torchrun's LOCAL_RANK and LOCAL_WORLD_SIZE; 0 of 1 without it); ``gpus`` CUDA devices are visible.
+    "auto" is CUDA when there is a GPU, else CPU. On CUDA each local rank gets its own GPU, ``cuda:<local rank>``:
+    two ranks on one GPU would share its memory and, under NCCL, fail. So more ranks than GPUs, a pinned
+    ``cuda:N`` under several ranks, and CUDA without a GPU are one-line errors that say what to run instead.
+    CPU processes (gloo) need no GPU and any number of them share the cores.
+    """
+    if requested == "auto":
+        requested = "cuda" if gpus > 0 else "cpu"
     try:
-        device = torch.device(device_type(name) if name == "auto" else name)
+        device = torch.device(requested)
     except RuntimeError:
-        raise ConfigError(f"device {name!r} is not a device name; use auto, cpu, cuda or cuda:N") from None
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise EnvironmentFault(f"device {name!r} was asked for but no CUDA device is visible (torch "
-                                   f"{torch.__version__}, CUDA build: {torch.version.cuda or 'no'}); "
-                                   "use --device cpu or train.device=cpu")
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise EnvironmentFault(f"device {name!r} was asked for but only {torch.cuda.device_count()} CUDA "
-                                   "device(s) are visible")
-        if device.index is None:
-            device = torch.device("cuda", local_rank)
+        raise ConfigError(f"device {requested!r} is not a device name; use auto, cpu, cuda or cuda:N") from None
+    if device.type != "cuda":
+        return device
+    if gpus == 0:
+        raise EnvironmentFault(f"device {requested!r} was asked for but no CUDA device is visible (torch "
+                               f"{torch.__version__}, CUDA build: {torch.version.cuda or 'no'}); "
+                               "use --device cpu or train.device=cpu")
+    if local_ranks > gpus:
+        raise EnvironmentFault(f"{local_ranks} processes on this machine but {gpus} CUDA device(s): one GPU per "
+                               f"rank, so start at most {gpus} (torchrun --nproc_per_node {gpus}), or set "
+                               "train.device=cpu to run the ranks on the CPU (gloo)")
+    if device.index is None:
+        return torch.device("cuda", local_rank)
+    if device.index >= gpus:
+        raise EnvironmentFault(f"device {requested!r} was asked for but only {gpus} CUDA device(s) are visible")
+    if local_ranks > 1:
+        raise ConfigError(f"device {requested!r} pins all {local_ranks} ranks to one GPU; use train.device=cuda "
+                          "(each rank takes the GPU of its local rank)")
     return device
+
+
+def resolve_device(name: str | torch.device | None = "auto", local_rank: int = 0,
+                   local_ranks: int = 1) -> torch.device:
+    """:func:`rank_device` on this machine: "auto" (or None) -> CUDA when visible, else CPU; an explicit "cuda"
+    without a GPU is an error, not a silent CPU run. ``local_rank`` of ``local_ranks`` picks this process's GPU
+    under torchrun."""
+    name = str(name) if name is not None else "auto"
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return rank_device(name, local_rank, local_ranks, gpus)
 
 
 def synchronize(device: torch.device) -> None:

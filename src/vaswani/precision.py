@@ -37,17 +37,24 @@ def _matmul_seconds(dtype: torch.dtype, size: int = 256, repeats: int = 3) -> fl
     return time.perf_counter() - start
 
 
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """"auto" -> bf16 where it is fast, fp16 on GPUs without bf16, fp32 otherwise; explicit values are checked."""
-    if precision == "auto":
-        if bf16_is_fast(device.type):
+def choose_precision(requested: str, device_type: str, bf16_fast: bool) -> str:
+    """The rule, with the hardware's answer passed in: "auto" -> bf16 where bf16 is fast, else fp16 on a GPU (its
+    half-precision units, with the gradient scaler), else fp32; explicit values are checked (fp16 only on CUDA)."""
+    if requested == "auto":
+        if bf16_fast:
             return "bf16"
-        return "fp16" if device.type == "cuda" else "fp32"
-    if precision == "fp16" and device.type != "cuda":
+        return "fp16" if device_type == "cuda" else "fp32"
+    if requested not in PRECISIONS:
+        raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {requested!r}")
+    if requested == "fp16" and device_type != "cuda":
         raise ConfigError("precision fp16 needs a CUDA device; use bf16 or fp32 on CPU")
-    if precision not in PRECISIONS:
-        raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    return precision
+    return requested
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """:func:`choose_precision` on this machine (bf16's speed is measured once per device type, and only for
+    "auto")."""
+    return choose_precision(precision, device.type, precision == "auto" and bf16_is_fast(device.type))
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:

@@ -70,19 +70,24 @@ def provenance_lines(record: dict[str, Any]) -> list[str]:
 
 
 def git_state() -> dict[str, Any]:
-    """The commit of this source tree and whether it had uncommitted changes. A copy of the tree without its
-    ``.git`` (a lent GPU machine gets one) cannot tell: ``VASWANI_GIT_COMMIT`` then names the commit it was copied
-    from, which ``scripts/gpu-session.sh prepare`` writes only after checking the tree is clean."""
+    """The commit of this source tree and whether it had uncommitted changes.
+
+    ``VASWANI_GIT_COMMIT``, when set, names the commit and wins over any git checkout around the tree: a lent GPU
+    machine runs a copy of the tree, which may sit inside another checkout or none, and
+    ``scripts/gpu-session.sh`` sets it to the commit the copy was made from (``prepare`` checks that tree is
+    clean first)."""
+    copied_from = os.environ.get("VASWANI_GIT_COMMIT")
+    if copied_from:
+        return {"commit": copied_from, "dirty": False}
     root = Path(__file__).resolve().parents[2]
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
         status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
                                 capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
-        commit = None
-    if commit is None or commit.returncode != 0:
-        copied_from = os.environ.get("VASWANI_GIT_COMMIT")
-        return {"commit": copied_from, "dirty": False if copied_from else None}
+        return {"commit": None, "dirty": None}
+    if commit.returncode != 0:
+        return {"commit": None, "dirty": None}
     return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}
 
 

@@ -34,8 +34,10 @@ def _tokens(hypotheses) -> list[list[list[int]]]:
 
 
 def _config(**overrides) -> SearchConfig:
-    # A random model rarely picks </s>: a small limit keeps outputs short and the tests fast.
-    return SearchConfig(**{**dict(max_len_a=1.0, max_len_b=4), **overrides})
+    # A random model rarely picks </s>: a small limit keeps outputs short and the tests fast. fp32 on every device:
+    # the scores are compared to 1e-4 with teacher-forced fp32 log-probabilities and across search variants, which
+    # "auto" precision (bf16 on a GPU) would round to about 1e-2.
+    return SearchConfig(**{**dict(max_len_a=1.0, max_len_b=4, precision="fp32"), **overrides})
 
 
 VARIANTS = [

@@ -20,6 +20,8 @@ from vaswani.export.ctranslate2 import Ct2Translator, export_ctranslate2, token_
 from vaswani.model.serialization import load_model  # noqa: E402
 
 MAX_OUTPUT = 40  # tokens incl. </s>; CTranslate2's max_decoding_length counts them without </s>
+# Our greedy search as the float32 export runs it: fp32 on any CPU ("auto" is bf16 on CPUs with bf16 units).
+GREEDY_FP32 = SearchConfig(beam_size=1, max_len_a=0.0, max_len_b=MAX_OUTPUT, precision="fp32")
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +55,7 @@ def test_readme_snippet_translates_like_our_greedy_search(exports: dict[str, Pat
     # The snippet of docs/export.md, with a length limit to match ours:
     translator = Ct2Translator(exports["float32"])
     theirs = translator.translate(sentences + ["  "], beam_size=1, max_decoding_length=MAX_OUTPUT - 1)
-    ours = Translator.load(trained_checkpoint, SearchConfig(beam_size=1, max_len_a=0.0, max_len_b=MAX_OUTPUT),
-                           device="cpu").translate(sentences + ["  "])
+    ours = Translator.load(trained_checkpoint, GREEDY_FP32, device="cpu").translate(sentences + ["  "])
     assert theirs[-1] == ""
     assert theirs == ours
 
@@ -65,8 +66,7 @@ def test_float32_greedy_ids_equal_ours_up_to_exact_ties(exports: dict[str, Path]
     translator = Ct2Translator(exports["float32"], intra_threads=1)
     sources = translator.tokenizer.encode_batch(sentences)
     theirs = translator.translate_ids(sources, beam_size=1, max_decoding_length=MAX_OUTPUT - 1)
-    ours = [h[0].tokens for h in generate(model, _padded(sources),
-                                          SearchConfig(beam_size=1, max_len_a=0.0, max_len_b=MAX_OUTPUT))]
+    ours = [h[0].tokens for h in generate(model, _padded(sources), GREEDY_FP32)]
     differ = [i for i in range(len(ours)) if ours[i] != theirs[i]]
     # A different greedy path is tolerated only where two continuations were tied to within float noise.
     for i in differ:
@@ -114,7 +114,7 @@ def test_every_variant_scores_and_decodes_like_ours(tmp_path: Path, random_check
     sources = [torch.randint(4, model.config.vocab_size, (n,), generator=generator).tolist() for n in (5, 11, 3)]
     length = 12  # a random model rarely says </s>: decode exactly `length` tokens on both sides
     theirs = translator.translate_ids(sources, beam_size=1, max_decoding_length=length, min_decoding_length=length)
-    config = SearchConfig(beam_size=1, allow_eos=False, max_len_a=0.0, max_len_b=length + 1)
+    config = SearchConfig(beam_size=1, allow_eos=False, max_len_a=0.0, max_len_b=length + 1, precision="fp32")
     ours = [h[0].tokens for h in generate(model, _padded(sources), config)]
     assert theirs == ours
     tokens = Tokenizer.load(checkpoint / "tokenizer.json")

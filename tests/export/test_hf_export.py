@@ -70,7 +70,7 @@ def test_logits_equal_ours_on_real_sentences(trained_checkpoint: Path, loaded, s
     model = load_model(trained_checkpoint).eval()
     tokenizer = Tokenizer.load(trained_checkpoint / "tokenizer.json")
     src = _sources(tokenizer, sentences)  # padded: the source mask matters
-    hypotheses = generate(model, src, SearchConfig(beam_size=1))
+    hypotheses = generate(model, src, SearchConfig(beam_size=1, precision="fp32"))
     width = max(len(h[0].tokens) for h in hypotheses) + 1
     tgt = torch.zeros(len(sentences), width, dtype=torch.long)
     for row, nbest in enumerate(hypotheses):
@@ -98,7 +98,8 @@ def test_generate_matches_our_search(trained_checkpoint: Path, loaded, sentences
     hf_model, _ = loaded
     model = load_model(trained_checkpoint).eval()
     src = _sources(Tokenizer.load(trained_checkpoint / "tokenizer.json"), sentences)
-    config = SearchConfig(beam_size=beam, length_norm=length_norm, max_len_a=0.0, max_len_b=MAX_OUTPUT)
+    config = SearchConfig(beam_size=beam, length_norm=length_norm, max_len_a=0.0, max_len_b=MAX_OUTPUT,
+                          precision="fp32")
     ours = [nbest[0].tokens for nbest in generate(model, src, config)]
     theirs = _hf_generate(hf_model, src, num_beams=beam, length_penalty=length_penalty, early_stopping=True)
     # At the length limit both force </s>, but `generate` gives the forced token log-prob 0 where we keep its
@@ -116,7 +117,7 @@ def test_translation_pipeline_uses_the_export(exported: Path, trained_checkpoint
     translate = pipeline("translation", model=str(exported), device="cpu")
     theirs = [out["translation_text"] for out in translate(sentences[:6], max_length=MAX_OUTPUT + 1)]
     # The export's generation_config: beam 4, length_penalty 1.0 (= our length_norm=average).
-    config = SearchConfig(beam_size=4, length_norm="average", max_len_a=0.0, max_len_b=MAX_OUTPUT)
+    config = SearchConfig(beam_size=4, length_norm="average", max_len_a=0.0, max_len_b=MAX_OUTPUT, precision="fp32")
     assert theirs == Translator.load(trained_checkpoint, config, device="cpu").translate(sentences[:6])
 
 

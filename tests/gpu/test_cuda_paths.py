@@ -1,8 +1,9 @@
 """What only a CUDA device exercises: fused AdamW, bf16 autocast over fp32 master weights, the fp16 gradient
-scaler, the out-of-memory message, MFU in metrics.jsonl and which SDPA kernel a training step runs.
+scaler, the out-of-memory message, MFU in metrics.jsonl, which SDPA kernel a training step runs, and that the real
+CUDA path follows the device rules the CPU tests check (tests/test_devices.py, tests/model/test_attention.py).
 
-Skipped without a GPU. On a lent one: ``python -m pytest -m gpu`` (``tools/gpu-session.sh tests`` runs them first,
-then the rest of the suite on the GPU). Everything else in the suite also runs on the GPU there, through the
+Skipped without a GPU. On a lent one: ``python -m pytest -m gpu`` (``scripts/gpu-session.sh tests`` runs them
+first, then the rest of the suite on the GPU). Everything else in the suite also runs on the GPU there, through the
 ``device`` fixture.
 """
 
@@ -15,9 +16,15 @@ from pathlib import Path
 import pytest
 import torch
 
+from torch.nn.attention import SDPBackend
+
 from vaswani.config import ModelConfig
-from vaswani.errors import VaswaniError
+from vaswani.devices import resolve_device
+from vaswani.errors import EnvironmentFault, VaswaniError
 from vaswani.model import Transformer
+from vaswani.model.attention import sdpa_backends, standard_attention, windowed_attention
+from vaswani.model.masks import sliding_window_mask
+from vaswani.precision import choose_precision, resolve_precision
 from vaswani.training.config import apply_settings, load_preset
 from vaswani.training.loss import TranslationLoss
 from vaswani.training.optim import build_optimizer
@@ -152,16 +159,65 @@ def _kernels_of_one_step(model: TranslationLoss, batch: Batch) -> set[str]:
     return {event.key for event in profiler.key_averages()}
 
 
+FUSED = {"aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention",
+         "aten::_scaled_dot_product_cudnn_attention"}
+KERNEL = {SDPBackend.FLASH_ATTENTION: "aten::_scaled_dot_product_flash_attention",
+          SDPBackend.EFFICIENT_ATTENTION: "aten::_scaled_dot_product_efficient_attention"}
+MATH = "aten::_scaled_dot_product_attention_math"
+
+
 @pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "padded"])
 def test_a_bf16_training_step_runs_fused_attention_kernels_never_the_math_path(padded: bool) -> None:
-    """Decoder self-attention needs no mask (causality is ``is_causal``, padded targets are never attended to by
-    real ones): FlashAttention. Encoder and cross-attention pass the padding mask, which FlashAttention does not
-    take: the memory-efficient (or cuDNN) kernel. Never the math path that materialises the B·H·T² scores."""
+    """Whatever fused kernel a GPU and torch version offer (flash, memory-efficient, cuDNN), forward and backward:
+    never the math path that materialises the B·H·T² scores."""
     model = loss_model(attention="sdpa", dropout=0.0)
     names = _kernels_of_one_step(model, fixed_batch(model.model.config.vocab_size, padded=padded))
     attention = sorted(name for name in names if "dot_product" in name)
-    assert {"aten::_scaled_dot_product_flash_attention",
-            "aten::_scaled_dot_product_flash_attention_backward"} <= names, attention
-    masked = {"aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_cudnn_attention"}
-    assert any(name in names and name + "_backward" in names for name in masked), attention
-    assert "aten::_scaled_dot_product_attention_math" not in names, attention
+    fused = names & FUSED
+    assert fused and all(name + "_backward" in names for name in fused), attention
+    assert MATH not in names, attention
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "padded"])
+def test_each_attention_call_runs_the_kernel_the_rule_chooses(padded: bool) -> None:
+    """``sdpa_backends`` on the real device: decoder self-attention (``is_causal``, no mask) FlashAttention;
+    encoder self-attention and cross-attention (the padding mask) the memory-efficient kernel; never cuDNN."""
+    model = loss_model(attention="sdpa", dropout=0.0)
+    names = _kernels_of_one_step(model, fixed_batch(model.model.config.vocab_size, padded=padded))
+    head_dim = model.model.config.head_dim
+    expected = {KERNEL[sdpa_backends("cuda", torch.bfloat16, head_dim, masked)[0]] for masked in (False, True)}
+    assert expected == {KERNEL[SDPBackend.FLASH_ATTENTION], KERNEL[SDPBackend.EFFICIENT_ATTENTION]}
+    assert expected <= names and all(name + "_backward" in names for name in expected), sorted(names & FUSED)
+    assert "aten::_scaled_dot_product_cudnn_attention" not in names and MATH not in names
+
+
+def test_the_device_and_precision_rules_hold_on_this_machine() -> None:
+    gpus = torch.cuda.device_count()
+    assert resolve_device("auto") == torch.device("cuda", 0)
+    assert resolve_device("cuda", local_rank=gpus - 1, local_ranks=gpus) == torch.device("cuda", gpus - 1)
+    with pytest.raises(EnvironmentFault, match=f"{gpus + 1} processes on this machine but {gpus} CUDA device"):
+        resolve_device("cuda", local_rank=0, local_ranks=gpus + 1)
+    assert resolve_device("cpu", local_rank=1, local_ranks=gpus + 1) == torch.device("cpu")  # gloo, when asked
+    assert resolve_precision("auto", CUDA) == choose_precision("auto", "cuda", torch.cuda.is_bf16_supported())
+
+
+def test_a_sliding_window_keeps_gpu_memory_linear_in_the_length() -> None:
+    """Forward + backward of the window in blocks: peak memory grows with T·k, the full band mask's with T²."""
+
+    def peak(length: int, windowed: bool) -> int:
+        q, k, v = (torch.randn(1, 8, length, 64, device=CUDA, dtype=torch.bfloat16, requires_grad=True)
+                   for _ in range(3))
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        start = torch.cuda.memory_allocated()
+        if windowed:
+            out = windowed_attention(q, k, v, 64, causal=False)
+        else:
+            out = standard_attention(q, k, v, mask=sliding_window_mask(length, length, 64, causal=False, device=CUDA))
+        out.sum().backward()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - start
+
+    assert peak(8192, True) < 2.5 * peak(4096, True)
+    assert peak(8192, False) > 3.5 * peak(4096, False)
+    assert peak(8192, True) < peak(8192, False) / 10

@@ -5,8 +5,19 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vaswani.model.attention import KVCache, MultiHeadAttention, sdpa_attention, standard_attention
-from vaswani.model.masks import causal_mask, padding_mask, sliding_window_mask
+from torch.nn.attention import SDPBackend
+
+from vaswani.model import attention
+from vaswani.model.attention import (
+    KVCache,
+    MultiHeadAttention,
+    sdpa_attention,
+    sdpa_backends,
+    standard_attention,
+    window_block,
+    windowed_attention,
+)
+from vaswani.model.masks import attended_keys, causal_mask, padding_mask, sliding_window_mask
 
 B, H, D = 3, 4, 16
 
@@ -172,11 +183,11 @@ def test_a_token_cannot_see_beyond_its_window() -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_sdpa_dispatches_to_flash_in_bf16_and_matches_standard() -> None:
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     q, k, v = _qkv(128, 128, "cuda", dtype=torch.bfloat16)
-    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):  # raises if the flash kernel cannot take these inputs
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
         flash = sdpa_attention(q, k, v, is_causal=True)
+    names = {event.key for event in profiler.key_averages()}
+    assert "aten::_scaled_dot_product_flash_attention" in names, sorted(n for n in names if "dot" in n)
     reference = standard_attention(q.float(), k.float(), v.float(), is_causal=True)
     torch.testing.assert_close(flash.float(), reference, rtol=2e-2, atol=2e-2)
 
@@ -233,3 +244,132 @@ def test_windowed_kv_cache_keeps_the_last_window_keys_as_a_ring() -> None:
     for k in steps:
         cache.append(k, k)
     assert cache.k.size(2) == 3 and sorted(cache.k[0, 0, :, 0].tolist()) == [4.0, 5.0, 6.0]
+
+
+# ---- which SDPA kernel: the rule, and that the model applies it -------------------------------------------------
+@pytest.mark.parametrize("device_type,dtype,head_dim,masked,first", [
+    ("cuda", torch.bfloat16, 64, False, SDPBackend.FLASH_ATTENTION),  # decoder self-attention: is_causal, no mask
+    ("cuda", torch.float16, 128, False, SDPBackend.FLASH_ATTENTION),
+    ("cuda", torch.bfloat16, 64, True, SDPBackend.EFFICIENT_ATTENTION),  # padding mask: flash takes none
+    ("cuda", torch.float32, 64, False, SDPBackend.EFFICIENT_ATTENTION),  # flash computes in half precision only
+    ("cuda", torch.bfloat16, 512, False, SDPBackend.EFFICIENT_ATTENTION),  # a head too wide for flash
+    ("cuda", torch.bfloat16, 12, False, SDPBackend.EFFICIENT_ATTENTION),  # not a multiple of 8
+], ids=["bf16-unmasked", "fp16-unmasked", "bf16-masked", "fp32", "head-512", "head-12"])
+def test_on_cuda_sdpa_takes_flash_where_it_applies_else_memory_efficient_never_cudnn(
+        device_type: str, dtype: torch.dtype, head_dim: int, masked: bool, first: SDPBackend) -> None:
+    backends = sdpa_backends(device_type, dtype, head_dim, masked)
+    assert backends[0] == first and backends[-1] == SDPBackend.MATH  # math only where no fused kernel fits
+    assert SDPBackend.CUDNN_ATTENTION not in backends  # a new execution plan for every new sequence length
+
+
+def test_on_the_cpu_pytorch_chooses_the_sdpa_kernel() -> None:
+    assert sdpa_backends("cpu", torch.float32, 64, masked=True) is None
+    assert sdpa_backends("cpu", torch.bfloat16, 64, masked=False) is None
+
+
+def test_the_model_runs_the_kernels_the_rule_allows(monkeypatch) -> None:
+    """The rule is applied at the model's SDPA call: restricted to the math path, the call runs the math path."""
+    q, k, v = _qkv(9, 9, "cpu")
+
+    def kernels() -> set[str]:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
+            sdpa_attention(q, k, v, is_causal=True)
+        return {event.key for event in profiler.key_averages() if "dot_product" in event.key}
+
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in kernels()
+    monkeypatch.setattr(attention, "sdpa_backends", lambda *args, **kwargs: [SDPBackend.MATH])
+    assert "aten::_scaled_dot_product_attention_math" in kernels()
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" not in kernels()
+
+
+# ---- the sliding window in O(T·k) memory ---------------------------------------------------------------------
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+@pytest.mark.parametrize("length,window", [(7, 4), (50, 5), (97, 8), (130, 40), (64, 1), (45, 64)],
+                         ids=["short", "blocks", "ragged-last-block", "wide-window", "window-1", "window-over-T"])
+@pytest.mark.parametrize("backend", ["standard", "sdpa"])
+def test_windowed_attention_equals_the_full_band_mask_forward_and_backward(causal: bool, length: int, window: int,
+                                                                           backend: str) -> None:
+    """Blocks of queries over the keys their window reaches compute exactly what the (T, T) band mask allows, on
+    every query with a key to attend to (rows of padding with none are never used: their outputs may differ)."""
+    generator = torch.Generator().manual_seed(length * window)
+    q, k, v = (torch.randn(2, 3, length, 8, generator=generator, requires_grad=True) for _ in range(3))
+    lengths = [length, max(1, length - 9)]  # the second sequence ends in padding
+    key_padding = padding_mask(_ids_with_padding(length, lengths, "cpu"))
+    queries = torch.arange(length)[None, :] < torch.tensor(lengths)[:, None]  # (B, T) real positions
+    grad = torch.randn(2, 3, length, 8, generator=generator) * queries[:, None, :, None]
+
+    def run(compute):
+        out = compute()
+        out.backward(grad)
+        result = [out.detach() * queries[:, None, :, None], *(t.grad.clone() for t in (q, k, v))]
+        for t in (q, k, v):
+            t.grad = None
+        return result
+
+    band = sliding_window_mask(length, length, window, causal) & key_padding
+    expected = run(lambda: standard_attention(q, k, v, mask=band))
+    actual = run(lambda: windowed_attention(q, k, v, window, causal, key_padding, attention.BACKENDS[backend]))
+    for name, got, want in zip(("output", "dq", "dk", "dv"), actual, expected):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=name)  # fp32 rounding
+
+
+def _saved_for_backward(compute) -> int:
+    """Bytes autograd keeps for backward while ``compute`` runs, each storage counted once."""
+    storages: dict[int, int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storages[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        compute()
+    return sum(storages.values())
+
+
+@pytest.mark.parametrize("backend", ["standard", "sdpa"])
+def test_windowed_attention_keeps_memory_linear_in_the_length(backend: str) -> None:
+    """What autograd keeps grows with T·k: doubling T doubles it, while the band mask's (T, T) scores quadruple."""
+    attend = attention.BACKENDS[backend]
+
+    def saved(length: int, windowed: bool) -> int:
+        q, k, v = (torch.randn(1, 2, length, 8, requires_grad=True) for _ in range(3))
+        if windowed:
+            return _saved_for_backward(lambda: windowed_attention(q, k, v, 16, causal=False, attend=attend))
+        band = sliding_window_mask(length, length, 16, causal=False)
+        return _saved_for_backward(lambda: standard_attention(q, k, v, mask=band))
+
+    assert saved(2048, True) < 2.2 * saved(1024, True)
+    assert saved(2048, False) > 3.8 * saved(1024, False)
+    assert saved(2048, True) < saved(2048, False) / 10
+
+
+@pytest.mark.parametrize("length", [20, 64, 70], ids=["one-span", "whole-blocks", "ragged-last-block"])
+def test_a_module_with_a_window_attends_in_blocks_in_full_passes_and_through_its_cache_when_decoding(
+        length: int) -> None:
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(32, 4, 0.0, "sdpa", window=6).eval()
+    x = torch.randn(2, length, 32)
+    full, _ = layer(x, is_causal=True)
+    layer.window = None  # the same weights with the band as an explicit mask
+    band, _ = layer(x, mask=sliding_window_mask(length, length, 6, causal=True))
+    torch.testing.assert_close(full, band, rtol=1e-5, atol=1e-6)
+    layer.window = 6
+    cache, steps = KVCache.empty(window=6), []
+    for t in range(length):
+        out, cache = layer(x[:, t : t + 1], is_causal=True, cache=cache, position_offset=t)
+        steps.append(out)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-6)
+    assert window_block(6) >= 6 and window_block(500) == 500
+
+
+@pytest.mark.parametrize("length", [1, 2, 7, 40])
+@pytest.mark.parametrize("window", [None, 1, 2, 5, 64])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_attended_keys_count_what_the_masks_allow(length: int, window: int | None, causal: bool) -> None:
+    if window is None:
+        mask = causal_mask(length) if causal else torch.ones(1, 1, length, length, dtype=torch.bool)
+    else:
+        mask = sliding_window_mask(length, length, window, causal)
+        if causal:
+            mask = mask & causal_mask(length)
+    assert attended_keys(length, causal, window).tolist() == mask[0, 0].sum(-1).tolist()

@@ -14,7 +14,8 @@ from vaswani.serve.settings import ServeSettings
 
 @pytest.fixture(scope="module")
 def translator(tiny_checkpoint) -> Translator:
-    return Translator.load(tiny_checkpoint, SearchConfig(beam_size=2, max_len_a=0.5, max_len_b=5), device="cpu")
+    return Translator.load(tiny_checkpoint, SearchConfig(beam_size=2, max_len_a=0.5, max_len_b=5, precision="fp32"),
+                           device="cpu")  # batched and alone must agree to the token: fp32, not a CPU's bf16
 
 
 def _run_concurrently(translator: Translator, settings: ServeSettings, requests: list[tuple[list[str], SearchConfig]]):

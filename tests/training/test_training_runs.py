@@ -208,7 +208,8 @@ def test_nonfinite_losses_are_skipped_then_stop_the_run(workdir: Path, monkeypat
 
 
 def test_two_gloo_ranks_match_one_process_with_the_same_global_batch(workdir: Path) -> None:
-    common = ["train.max_steps=4", "model.dropout=0.0", "train.save_every_steps=null"]
+    # On the CPU on purpose, also on a GPU machine: gloo between two CPU processes, whatever GPUs are visible.
+    common = ["train.max_steps=4", "model.dropout=0.0", "train.save_every_steps=null", "train.device=cpu"]
     single = workdir / "single"
     _run(_train_command(single, *common, "train.grad_accum=2"), workdir)
     ddp = workdir / "ddp"

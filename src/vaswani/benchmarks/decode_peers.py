@@ -120,8 +120,9 @@ def ours(model: Transformer, batches: list[torch.Tensor], limits: list[int], fix
     decoder = CompiledDecoder(model) if compile else model
 
     def decode(i: int, beam: int, threads: int) -> list[list[int]]:  # torch's threads are set by the caller
+        # fp32, as the peers compute: "auto" would be bf16 on a CPU with bf16 units, another precision than theirs.
         config = SearchConfig(beam_size=beam, length_norm="average", max_len_a=0.0, max_len_b=limits[i],
-                              allow_eos=not fixed)
+                              allow_eos=not fixed, precision="fp32")
         return [nbest[0].tokens for nbest in generate(decoder, batches[i], config)]
 
     # The profiler would see the compiled step as one opaque region: only the eager engine is profiled.

@@ -37,8 +37,7 @@ class TrainBatch:
 
     def training_flops(self, config: ModelConfig) -> float:
         """Matmul FLOPs of a training step on this batch (forward + backward, as MFU counts them)."""
-        return training_flops(config, int((self.src != PAD).sum()), self.tokens, self.src.size(1),
-                              self.tgt_out.size(1))
+        return training_flops(config, (self.src != PAD).sum(1).tolist(), (self.tgt_out != PAD).sum(1).tolist())
 
 
 

@@ -1,24 +1,35 @@
-"""Multi-head attention with two interchangeable backends and a key/value cache for incremental decoding.
+"""Multi-head attention with two interchangeable backends, a sliding window in O(T·k) memory, and a key/value
+cache for incremental decoding.
 
 - ``standard``: softmax(Q Kᵀ / √d_k) V written out, the reference the experiments compare against. It
   materialises the (B, H, Q, K) score matrix, so its memory grows with the square of the length.
 - ``sdpa``: ``F.scaled_dot_product_attention``, which dispatches to FlashAttention / memory-efficient kernels
-  on GPU (and a fused kernel on CPU) and never materialises the scores when it can avoid it.
+  on GPU (and a fused kernel on CPU) and never materialises the scores when it can avoid it. Which GPU kernels
+  it may use is decided per call by :func:`sdpa_backends`.
 
 Both take the project's mask convention (``masks.py``: boolean, True = may attend) plus an ``is_causal`` flag.
 Causal self-attention without any other mask is passed to SDPA as ``is_causal=True`` so that the flash kernel
 (which does not accept an explicit mask) is eligible.
+
+A sliding window of k keys (:func:`windowed_attention`) cuts the queries into blocks and gives each block only the
+keys its window can reach, so no (T, T) mask or score matrix exists: memory grows with T·k, not T².
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+from typing import Callable
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from vaswani.model.masks import causal_mask, guard_fully_masked_rows
+from vaswani.model.masks import causal_mask, guard_fully_masked_rows, sliding_window_mask
 from vaswani.model.positions import RotaryEmbedding
+
+AttentionFunction = Callable[..., torch.Tensor]
 
 
 def attention_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -52,6 +63,27 @@ def standard_attention(
     return weights @ v  # (B, H, Q, d)
 
 
+FLASH_HEAD_DIMS = range(8, 257, 8)  # head sizes FlashAttention takes
+
+
+def sdpa_backends(device_type: str, dtype: torch.dtype, head_dim: int, masked: bool) -> list[SDPBackend] | None:
+    """The kernels one SDPA call may use on this device, best first; None leaves the choice to PyTorch.
+
+    On CUDA: FlashAttention where it applies (fp16/bf16, no explicit mask — causality goes as ``is_causal`` —
+    and a head size it takes), else the memory-efficient kernel (fp32, padding or window masks). Never cuDNN
+    attention, which PyTorch prefers on Hopper GPUs: it builds an execution plan for every new sequence length,
+    and with batches of varying length that is a new plan almost every batch (on an H100: 2.7 ms of host time
+    per call, a whole training run 2.6× slower than without it). The math path comes last, for inputs neither
+    fused kernel takes: they run slowly rather than fail. On a CPU PyTorch's own choice is right: its fused CPU
+    kernel, or the math path where that kernel cannot take the call (attention dropout).
+    """
+    if device_type != "cuda":
+        return None
+    flash = dtype in (torch.float16, torch.bfloat16) and not masked and head_dim in FLASH_HEAD_DIMS
+    first = [SDPBackend.FLASH_ATTENTION] if flash else []
+    return [*first, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
 def sdpa_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -60,20 +92,76 @@ def sdpa_attention(
     is_causal: bool = False,
     dropout_p: float = 0.0,
 ) -> torch.Tensor:
-    """The same function through PyTorch's fused kernels."""
+    """The same function through PyTorch's fused kernels, chosen by :func:`sdpa_backends`."""
     if mask is not None:
         if is_causal:  # SDPA accepts either an explicit mask or is_causal, not both
             mask = mask & causal_mask(k.size(-2), device=q.device)[..., -q.size(-2) :, :]
         mask = guard_fully_masked_rows(mask)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-    # is_causal in SDPA aligns the triangle to the top-left corner; with fewer queries than keys (a decoding
-    # step) the query is the *last* position and sees every key, so no mask is needed at all.
-    # (A single query is tested first: under torch.compile it is a plain int, the key count a symbolic one.)
-    causal = is_causal and q.size(-2) > 1 and q.size(-2) == k.size(-2)
-    return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal)
+        causal = False
+    else:
+        # is_causal in SDPA aligns the triangle to the top-left corner; with fewer queries than keys (a decoding
+        # step) the query is the *last* position and sees every key, so no mask is needed at all.
+        # (A single query is tested first: under torch.compile it is a plain int, the key count a symbolic one.)
+        causal = is_causal and q.size(-2) > 1 and q.size(-2) == k.size(-2)
+    backends = sdpa_backends(q.device.type, q.dtype, q.size(-1), masked=mask is not None)
+    with sdpa_kernel(backends, set_priority=True) if backends else contextlib.nullcontext():
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal)
 
 
-BACKENDS = {"standard": standard_attention, "sdpa": sdpa_attention}
+BACKENDS: dict[str, AttentionFunction] = {"standard": standard_attention, "sdpa": sdpa_attention}
+
+
+def window_block(window: int) -> int:
+    """Queries per block of :func:`windowed_attention`: the window itself (each block then reads about 2k keys,
+    so memory is O(T·k)), but at least 32 so that short windows do not cost one kernel launch per few queries."""
+    return max(window, 32)
+
+
+def windowed_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    window: int,
+    causal: bool,
+    key_padding: torch.Tensor | None = None,
+    attend: AttentionFunction = standard_attention,
+    dropout_p: float = 0.0,
+) -> torch.Tensor:
+    """Self-attention through a sliding window of ``window`` keys, in O(T·k) memory; equal to ``attend`` with the
+    full ``sliding_window_mask`` (and causal mask) on every query that has a key to attend to.
+
+    q/k/v: (B, H, T, d), the same T. ``key_padding``: (B, 1, 1, T) mask of real keys, or None. Causal: query i sees
+    keys i-k+1 .. i; bidirectional: |i - j| <= k // 2 (``masks.sliding_window_mask``). The queries are cut into
+    blocks of c = :func:`window_block` (k); block b reads only keys bc - left .. bc + c + right, where ``left`` and
+    ``right`` are how far the window reaches back and ahead, so every block attends to c + left + right keys
+    through one ``attend`` call over all blocks at once (the blocks become batch rows). Sequences no longer than
+    that span gain nothing from blocks and take the full (T, T) band mask instead.
+    """
+    batch, heads, length, head_dim = q.shape
+    left, right = (window - 1, 0) if causal else (window // 2, window // 2)
+    block = window_block(window)
+    span = block + left + right
+    if length <= span:
+        mask = sliding_window_mask(length, length, window, causal, device=q.device)
+        return attend(q, k, v, mask=mask if key_padding is None else mask & key_padding, dropout_p=dropout_p)
+    blocks = -(-length // block)
+    extra = blocks * block - length  # queries added to fill the last block
+
+    def key_blocks(x: torch.Tensor) -> torch.Tensor:  # (B, H, T, d) -> (B·blocks, H, span, d)
+        padded = F.pad(x, (0, 0, left, extra + right))
+        windows = padded.unfold(2, span, block).transpose(-1, -2)  # (B, H, blocks, span, d), a view
+        return windows.transpose(1, 2).reshape(batch * blocks, heads, span, head_dim)
+
+    query_blocks = F.pad(q, (0, 0, 0, extra)).reshape(batch, heads, blocks, block, head_dim)
+    query_blocks = query_blocks.transpose(1, 2).reshape(batch * blocks, heads, block, head_dim)
+    real = torch.ones(batch, length, dtype=torch.bool, device=q.device) if key_padding is None else (
+        key_padding.reshape(batch, length))
+    real = F.pad(real, (left, extra + right)).unfold(1, span, block)  # (B, blocks, span): keys inside the sequence
+    band = sliding_window_mask(block, span, window, causal, query_offset=left, device=q.device)[0]  # (1, c, span)
+    mask = (band & real[:, :, None, :]).reshape(batch * blocks, 1, block, span)
+    out = attend(query_blocks, key_blocks(k), key_blocks(v), mask=mask, dropout_p=dropout_p)
+    out = out.view(batch, blocks, heads, block, head_dim).transpose(1, 2).reshape(batch, heads, -1, head_dim)
+    return out[:, :, :length]
 
 
 class KVCache:
@@ -185,7 +273,9 @@ class MultiHeadAttention(nn.Module):
         self.backend = backend
         self.dropout = dropout
         self.rotary = rotary
-        self.window = window  # enforced by masks in full passes, by cropping the cache when decoding step by step
+        # Self-attention only: enforced by windowed_attention in full passes, by the cache's ring when decoding
+        # step by step.
+        self.window = window
         if cross:
             self.q_proj = nn.Linear(d_model, d_model)
             self.kv_proj = nn.Linear(d_model, 2 * d_model)
@@ -243,6 +333,11 @@ class MultiHeadAttention(nn.Module):
                 cache.append(k, v)
                 k, v, new_cache = cache.k, cache.v, cache
         attend = BACKENDS[self.backend]
-        out = attend(q, k, v, mask=mask, is_causal=is_causal, dropout_p=self.dropout if self.training else 0.0)
+        dropout_p = self.dropout if self.training else 0.0
+        if self.window is not None and not self.cross and cache is None:
+            out = windowed_attention(q, k, v, self.window, is_causal, key_padding=mask, attend=attend,
+                                     dropout_p=dropout_p)
+        else:
+            out = attend(q, k, v, mask=mask, is_causal=is_causal, dropout_p=dropout_p)
         out = out.transpose(1, 2).flatten(-2)  # (B, T, D)
         return self.out_proj(out), new_cache

@@ -48,18 +48,23 @@ class EncoderLayer(nn.Module):
     def __init__(self, config: ModelConfig, rotary: RotaryEmbedding | None):
         super().__init__()
         d, p, attn_p = config.d_model, config.dropout, config.attention_dropout
-        self.self_attn = MultiHeadAttention(d, config.n_heads, attn_p, config.attention, rotary=rotary)
+        self.self_attn = MultiHeadAttention(d, config.n_heads, attn_p, config.attention, rotary=rotary,
+                                            window=config.sliding_window)
         self.ffn = FeedForward(d, config.d_ff, p, config.activation)
         self.attn_block = Residual(d, p, config.norm)
         self.ffn_block = Residual(d, p, config.norm)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """``mask``: the source's padding mask (B, 1, 1, S); a sliding window is the attention module's own."""
         x = self.attn_block(x, lambda h: self.self_attn(h, mask=mask)[0])
         return self.ffn_block(x, self.ffn)
 
 
 class DecoderLayer(nn.Module):
-    """Causal self-attention, cross-attention over the encoder output, feed-forward."""
+    """Causal self-attention, cross-attention over the encoder output, feed-forward.
+
+    Self-attention needs no mask: causality is ``is_causal``, a sliding window the attention module's own, and
+    padded target positions only follow real ones, so causality hides them (the loss ignores them)."""
 
     def __init__(self, config: ModelConfig, rotary: RotaryEmbedding | None):
         super().__init__()
@@ -77,7 +82,6 @@ class DecoderLayer(nn.Module):
         self,
         x: torch.Tensor,
         memory: torch.Tensor | KVCache,
-        self_mask: torch.Tensor | None,
         memory_mask: torch.Tensor | None,
         cache: KVCache | None = None,
         position_offset: int = 0,
@@ -85,9 +89,7 @@ class DecoderLayer(nn.Module):
         new_cache: list[KVCache | None] = [None]
 
         def self_attention(h: torch.Tensor) -> torch.Tensor:
-            out, new_cache[0] = self.self_attn(
-                h, mask=self_mask, is_causal=True, cache=cache, position_offset=position_offset
-            )
+            out, new_cache[0] = self.self_attn(h, is_causal=True, cache=cache, position_offset=position_offset)
             return out
 
         x = self.self_block(x, self_attention)
@@ -98,10 +100,9 @@ class DecoderLayer(nn.Module):
         self,
         x: torch.Tensor,
         memory: torch.Tensor | KVCache,
-        self_mask: torch.Tensor | None,
         memory_mask: torch.Tensor | None,
     ) -> torch.Tensor:
         """(B, H, T, S) cross-attention weights of a full (teacher-forced) pass of this layer on input ``x``."""
-        x = self.self_block(x, lambda h: self.self_attn(h, mask=self_mask, is_causal=True)[0])
+        x = self.self_block(x, lambda h: self.self_attn(h, is_causal=True)[0])
         queries = self.cross_block.norm(x) if self.cross_block.pre_norm else x  # what the sublayer receives
         return self.cross_attn.cross_attention_weights(queries, memory, memory_mask)

@@ -8,6 +8,8 @@ the smallest broadcastable shape so that combining them costs almost nothing:
 - ``causal_mask(T)``         (1, 1, T, T): key position <= query position;
 - ``sliding_window_mask(..)`` (1, 1, Q, K): keys within the window around (or before) the query.
 
+``attended_keys`` counts, per query, the keys these masks allow, without building them (FLOP counts use it).
+
 Boolean masks are independent of the compute dtype, which is why they stay correct under bf16/fp16 autocast:
 the backends turn them into the most negative number *of the score dtype* only at the last moment.
 """
@@ -49,6 +51,19 @@ def sliding_window_mask(
     else:
         band = offset.abs() <= window // 2
     return band[None, None]
+
+
+def attended_keys(length: int, causal: bool, window: int | None = None) -> torch.Tensor:
+    """(T,) the number of keys each of ``length`` self-attention queries may attend to: the True entries of each
+    row of ``causal_mask`` (when causal) and ``sliding_window_mask`` (with a window), counted in O(T)."""
+    position = torch.arange(length)
+    if causal:
+        seen = position + 1  # keys 0..i
+        return seen if window is None else seen.clamp(max=window)
+    if window is None:
+        return torch.full((length,), length)
+    half = window // 2
+    return (position + half).clamp(max=length - 1) - (position - half).clamp(min=0) + 1
 
 
 def guard_fully_masked_rows(mask: torch.Tensor) -> torch.Tensor:

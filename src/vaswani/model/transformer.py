@@ -20,7 +20,7 @@ from vaswani.config import ModelConfig
 from vaswani.model.attention import KVCache
 from vaswani.model.blocks import DecoderLayer, EncoderLayer
 from vaswani.model.dropout import Dropout
-from vaswani.model.masks import padding_mask, sliding_window_mask
+from vaswani.model.masks import padding_mask
 from vaswani.model.positions import LearnedPositions, RotaryEmbedding, SinusoidalPositions
 
 
@@ -63,17 +63,8 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(EncoderLayer(config, rotary) for _ in range(config.n_encoder_layers))
         self.final_norm = nn.LayerNorm(config.d_model) if config.norm == "pre" else None
 
-    def self_attention_mask(self, src: torch.Tensor) -> torch.Tensor:
-        """(B, 1, 1 or S, S): real keys only, and inside the window if one is set."""
-        mask = padding_mask(src, self.config.pad_id)
-        if self.config.sliding_window is not None:
-            length = src.size(1)
-            window = sliding_window_mask(length, length, self.config.sliding_window, causal=False, device=src.device)
-            mask = mask & window
-        return mask
-
     def forward(self, src: torch.Tensor) -> torch.Tensor:  # (B, S) -> (B, S, D)
-        mask = self.self_attention_mask(src)
+        mask = padding_mask(src, self.config.pad_id)  # real keys only; a sliding window is the layers' own
         x = self.embed(src)
         for layer in self.layers:
             x = layer(x, mask)
@@ -89,26 +80,15 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(config, rotary) for _ in range(config.n_decoder_layers))
         self.final_norm = nn.LayerNorm(config.d_model) if config.norm == "pre" else None
 
-    def self_attention_mask(self, length: int, device: torch.device) -> torch.Tensor | None:
-        """Causality is passed to attention as ``is_causal``; only a sliding window needs an explicit mask.
-
-        Target padding needs no mask: padding only follows real tokens, so causality already hides it from every
-        real position (and the loss ignores padded positions).
-        """
-        if self.config.sliding_window is None:
-            return None
-        return sliding_window_mask(length, length, self.config.sliding_window, causal=True, device=device)
-
     def forward(
         self,
         tgt_in: torch.Tensor,
         memory: torch.Tensor,
         memory_mask: torch.Tensor,
     ) -> torch.Tensor:  # (B, T) -> (B, T, D)
-        self_mask = self.self_attention_mask(tgt_in.size(1), tgt_in.device)
         x = self.embed(tgt_in)
         for layer in self.layers:
-            x, _ = layer(x, memory, self_mask, memory_mask)
+            x, _ = layer(x, memory, memory_mask)
         return self.final_norm(x) if self.final_norm is not None else x
 
 
@@ -187,12 +167,11 @@ class Transformer(nn.Module):
         self.eval()
         try:
             memory, memory_mask = self.encode(src)
-            self_mask = self.decoder.self_attention_mask(tgt_in.size(1), tgt_in.device)
             x = self.decoder.embed(tgt_in)
             weights = []
             for layer in self.decoder.layers:
-                weights.append(layer.cross_attention_weights(x, memory, self_mask, memory_mask))
-                x, _ = layer(x, memory, self_mask, memory_mask)
+                weights.append(layer.cross_attention_weights(x, memory, memory_mask))
+                x, _ = layer(x, memory, memory_mask)
             return torch.stack(weights)
         finally:
             self.train(was_training)
@@ -216,7 +195,7 @@ class Transformer(nn.Module):
         x = self.decoder.embed(tokens[:, None], offset=state.step)  # (B, 1, D)
         for i, layer in enumerate(self.decoder.layers):
             x, state.self_kv[i] = layer(
-                x, state.cross_kv[i], None, state.memory_mask, cache=state.self_kv[i], position_offset=state.step
+                x, state.cross_kv[i], state.memory_mask, cache=state.self_kv[i], position_offset=state.step
             )
         if self.decoder.final_norm is not None:
             x = self.decoder.final_norm(x)

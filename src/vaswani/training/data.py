@@ -53,13 +53,10 @@ class TrainingData:
         """Real target positions (y1 … yn </s>) of a batch: the loss's normaliser."""
         return int(self.train.tgt_lengths[indices].sum()) + len(indices)
 
-    def flop_shape(self, indices: list[int]) -> tuple[int, int, int, int]:
-        """(real source tokens, real target tokens, padded source length, padded target length)."""
-        src, tgt = self.train.src_lengths[indices] + 1, self.train.tgt_lengths[indices] + 1
-        if isinstance(self.sampler, BucketSampler):
-            _, length = self.sampler.shape(indices)
-            return int(src.sum()), int(tgt.sum()), length, length
-        return int(src.sum()), int(tgt.sum()), int(src.max()), int(tgt.max())
+    def flop_shape(self, indices: list[int]) -> tuple[list[int], list[int]]:
+        """What ``flops.training_flops`` counts a batch by: each sentence's real source length (with ``</s>``) and
+        target length (``<s>`` y1 … yn, or y1 … yn ``</s>``)."""
+        return (self.train.src_lengths[indices] + 1).tolist(), (self.train.tgt_lengths[indices] + 1).tolist()
 
     def collate(self, indices: list[int], device: torch.device, split: str = "train") -> Batch:
         """The batch of these pairs on ``device``, in its bucket's shape when batches are bucketed."""

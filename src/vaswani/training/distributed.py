@@ -1,7 +1,8 @@
 """Data parallelism through ``torchrun``: the same command runs single-process or on N ranks.
 
-torchrun sets RANK / WORLD_SIZE / LOCAL_RANK; without them this module is a no-op world of one. Gloo serves CPU
-processes (used by the tests), NCCL GPUs.
+torchrun sets RANK / WORLD_SIZE / LOCAL_RANK / LOCAL_WORLD_SIZE; without them this module is a no-op world of one.
+The device rule (:func:`vaswani.devices.rank_device`) gives each local rank its own GPU and refuses more ranks than
+GPUs; gloo serves CPU processes (``train.device=cpu``, also on a machine with GPUs), NCCL GPUs.
 """
 
 from __future__ import annotations
@@ -12,12 +13,15 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from vaswani.devices import rank_device
+
 
 @dataclass
 class World:
     rank: int = 0
     size: int = 1
     local_rank: int = 0
+    local_size: int = 1  # processes on this machine
 
     @property
     def is_main(self) -> bool:
@@ -49,15 +53,23 @@ def collective_device() -> torch.device:
     return torch.device("cpu")
 
 
+def collective_backend(device_type: str) -> str:
+    """NCCL between GPUs, gloo between CPU processes."""
+    return "nccl" if device_type == "cuda" else "gloo"
+
+
 def init_world(device_type: str) -> World:
+    """The world torchrun started this process in; on CUDA each rank first claims the GPU of its local rank."""
     if "RANK" not in os.environ or int(os.environ.get("WORLD_SIZE", "1")) == 1:
         return World()
-    world = World(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0)))
+    size = int(os.environ["WORLD_SIZE"])
+    world = World(int(os.environ["RANK"]), size, int(os.environ.get("LOCAL_RANK", 0)),
+                  int(os.environ.get("LOCAL_WORLD_SIZE", size)))
     if not dist.is_initialized():
-        backend = "nccl" if device_type == "cuda" else "gloo"
         if device_type == "cuda":
-            torch.cuda.set_device(world.local_rank)
-        dist.init_process_group(backend=backend)
+            gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            torch.cuda.set_device(rank_device("cuda", world.local_rank, world.local_size, gpus))
+        dist.init_process_group(backend=collective_backend(device_type))
     return world
 
 

@@ -2,16 +2,25 @@
 
 Counts multiply-adds of the matmuls (2 FLOPs each) in the forward pass and multiplies by 3 for forward+backward,
 the convention of the PaLM paper's MFU. Embedding lookups, norms and softmax are ignored (a few percent).
+
+One rule for attention, whatever the kernel executes: a query costs QKᵀ and (weights)V for each key the model's
+masks let it attend to (``masks.attended_keys``: padding, causality and the sliding window), counted sentence by
+sentence at its real length. A kernel may compute more scores than that (written-out attention computes every
+causal score and masks half; the window's blocks read about 2k keys per query) or fewer: those are the kernel's
+costs, not the model's. ``bench train``, the trainer's logged MFU and ``experiment attention`` all count this way.
 """
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Sequence
 
 import torch
 
 from vaswani.config import ModelConfig
 from vaswani.devices import synchronize
+from vaswani.model.masks import attended_keys
 
 # Dense (non-sparse) peak TFLOP/s per precision, from the vendors' datasheets.
 KNOWN_PEAKS_TFLOPS: dict[str, dict[str, float]] = {
@@ -26,24 +35,36 @@ KNOWN_PEAKS_TFLOPS: dict[str, dict[str, float]] = {
 }
 
 
-def forward_flops(config: ModelConfig, src_tokens: int, tgt_tokens: int, src_len: int, tgt_len: int) -> float:
-    """Matmul FLOPs of one forward pass over a batch with the given real-token counts and padded lengths."""
-    d, f, v = config.d_model, config.d_ff, config.vocab_size
-    window_src = min(src_len, config.sliding_window or src_len)
-    window_tgt = min(tgt_len, config.sliding_window or tgt_len)
-    per_src_token = config.n_encoder_layers * (2 * 4 * d * d + 2 * 2 * d * f + 2 * 2 * window_src * d) + (
-        config.n_decoder_layers * 2 * 2 * d * d  # every decoder layer's cross-attention keys and values of the source
-    )
-    per_tgt_token = config.n_decoder_layers * (
-        2 * 4 * d * d + 2 * 2 * window_tgt * d / 2  # self-attention: causal, half the scores on average
-        + 2 * 2 * d * d + 2 * 2 * src_len * d  # cross-attention: queries and output projection, scores
-        + 2 * 2 * d * f
-    ) + 2 * d * v  # output projection
-    return per_src_token * src_tokens + per_tgt_token * tgt_tokens
+@functools.lru_cache(maxsize=4096)
+def attended_pairs(length: int, causal: bool, window: int | None) -> int:
+    """(query, key) pairs one self-attention over ``length`` real tokens computes under the model's masks."""
+    return int(attended_keys(length, causal, window).sum())
 
 
-def training_flops(config: ModelConfig, src_tokens: int, tgt_tokens: int, src_len: int, tgt_len: int) -> float:
-    return 3.0 * forward_flops(config, src_tokens, tgt_tokens, src_len, tgt_len)
+def self_attention_flops(d_model: int, length: int, causal: bool, window: int | None = None) -> float:
+    """Forward FLOPs of one self-attention layer over one sentence: the Q, K, V and output projections of every
+    token, and QKᵀ and (weights)V for every (query, key) pair the masks allow."""
+    return 2 * 4 * d_model * d_model * length + 2 * 2 * d_model * attended_pairs(length, causal, window)
+
+
+def forward_flops(config: ModelConfig, src_lengths: Sequence[int], tgt_lengths: Sequence[int]) -> float:
+    """Matmul FLOPs of one forward pass over a batch, given each sentence's real source and target length (the
+    tokens the encoder reads and the decoder predicts, ``</s>`` and ``<s>`` included)."""
+    d, f, window = config.d_model, config.d_ff, config.sliding_window
+    total = 0.0
+    for src, tgt in zip(src_lengths, tgt_lengths, strict=True):
+        encoder = self_attention_flops(d, src, causal=False, window=window) + 2 * 2 * d * f * src
+        decoder = (self_attention_flops(d, tgt, causal=True, window=window)
+                   + 2 * 2 * d * d * (tgt + src)  # cross-attention: Q, output of the target; K, V of the source
+                   + 2 * 2 * d * tgt * src  # cross-attention scores: every target token sees every source token
+                   + 2 * 2 * d * f * tgt)
+        total += config.n_encoder_layers * encoder + config.n_decoder_layers * decoder + 2 * d * config.vocab_size * tgt
+    return total
+
+
+def training_flops(config: ModelConfig, src_lengths: Sequence[int], tgt_lengths: Sequence[int]) -> float:
+    """Forward + backward: backward computes two matmuls (input and weight gradients) per forward matmul."""
+    return 3.0 * forward_flops(config, src_lengths, tgt_lengths)
 
 
 def measured_matmul_flops(device: torch.device, dtype: torch.dtype, size: int | None = None,
