@@ -24,8 +24,6 @@ from vaswani.experiments.attention.settings import (
     variant,
 )
 from vaswani.experiments.common import (
-    CPU_METHOD,
-    CUDA_METHOD,
     MiB,
     PeakMemory,
     TrainingStep,
@@ -33,6 +31,7 @@ from vaswani.experiments.common import (
     device_label,
     free_memory,
     log,
+    memory_method,
     sync,
     synthetic_batch,
     tensor_bytes,
@@ -361,7 +360,7 @@ def measure(settings: AttentionSettings, device: torch.device) -> dict[str, Any]
                "max_abs_diff_input_grad": max(a["max_abs_diff_input_grad"] for a in agreement),
                "max_abs_diff_band_mask": max(a["max_abs_diff_band_mask"] for a in agreement if a["windowed"]),
                "flop_counter_check": flop_check, "model_step": model_rows, "training": training,
-               "memory_method": CUDA_METHOD if device.type == "cuda" else CPU_METHOD}
+               "memory_method": memory_method(device)}
     if training:
         losses = {r["variant"]: r["final_val_loss"] for r in training}
         results["val_loss_gap_standard_vs_sdpa"] = _gap(losses.get("standard"), losses.get("sdpa"))
