@@ -55,19 +55,23 @@ def _one_thread() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory, data_dir: Path) -> Path:
-    """A random tiny model saved with save_model, beside a byte-level BPE trained on 500 Multi30k lines."""
+    """A random tiny model saved as a whole checkpoint (weights with their fingerprint, model.json, tokenizer.json and
+    the manifest), with a byte-level BPE trained on 500 Multi30k lines."""
     from vaswani.config import ModelConfig
     from vaswani.data.corpora import load_corpus
     from vaswani.data.tokenizer import Tokenizer
+    from vaswani.io import write_manifest
     from vaswani.model import Transformer
-    from vaswani.model.serialization import save_model
+    from vaswani.model.serialization import CHECKPOINT_KIND, save_model
 
     directory = tmp_path_factory.mktemp("tiny_checkpoint")
     train = load_corpus("multi30k", "train", data_dir=data_dir)
     tokenizer = Tokenizer.train(train.source[:500] + train.target[:500], vocab_size=1000)
     torch.manual_seed(0)
-    save_model(Transformer(ModelConfig.preset("tiny", dropout=0.0, vocab_size=tokenizer.vocab_size)), directory)
     tokenizer.save(directory / "tokenizer.json")
+    save_model(Transformer(ModelConfig.preset("tiny", dropout=0.0, vocab_size=tokenizer.vocab_size)), directory,
+               directory / "tokenizer.json")
+    write_manifest(directory, CHECKPOINT_KIND)
     return directory
 
 

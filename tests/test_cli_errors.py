@@ -35,6 +35,12 @@ def run(capsys) -> Callable[..., tuple[int, str]]:
     return call
 
 
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def unwritable_directory(tmp_path: Path) -> Path:
     """A directory this process cannot create files in (as root, chmod does not stop us: use /proc)."""
     if os.geteuid() != 0:
@@ -189,20 +195,55 @@ def test_truncated_weights_are_reported_not_raised(run, checkpoint: Path, senten
                  "truncated or corrupt")
 
 
-def test_weights_that_do_not_match_model_json_are_reported(run, checkpoint: Path, sentences: Path) -> None:
-    config = json.loads((checkpoint / "model.json").read_text())
-    (checkpoint / "model.json").write_text(json.dumps({**config, "d_ff": config["d_ff"] * 2}))
-    assert_clean(*run("translate", "--checkpoint", checkpoint, "--input", sentences, "--device", "cpu"), 2,
-                 "do not match model.json")
-
-
-@pytest.mark.parametrize("change", [{"positions": "learned"}, {"tie_embeddings": "none"}])
-def test_weights_of_another_architecture_name_the_missing_tensors(run, checkpoint: Path, sentences: Path,
-                                                                  change: dict) -> None:
+@pytest.mark.parametrize("change", [
+    {"d_ff": 256},  # other shapes
+    {"positions": "learned"}, {"tie_embeddings": "none"},  # other tensors
+    {"n_heads": 2}, {"activation": "gelu"}, {"norm": "pre"},  # the same shapes: loaded and translated differently
+])
+def test_a_model_json_the_weights_were_not_written_for_is_named_with_both_files(run, checkpoint: Path,
+                                                                                 sentences: Path, change: dict) -> None:
     config = json.loads((checkpoint / "model.json").read_text())
     (checkpoint / "model.json").write_text(json.dumps({**config, **change}))
+    (key, value), = change.items()
     assert_clean(*run("translate", "--checkpoint", checkpoint, "--input", sentences, "--device", "cpu"), 2,
-                 "model.safetensors: weights do not match model.json (missing ['", "another architecture")
+                 f"{checkpoint / 'model.json'} does not match {checkpoint / 'model.safetensors'}: "
+                 f"{key}={value!r} (weights: {config[key]!r})", "restore the checkpoint's own model.json")
+
+
+def test_a_tokenizer_from_another_checkpoint_is_named_with_the_weights(run, checkpoint: Path, sentences: Path,
+                                                                      data_dir: Path) -> None:
+    from vaswani.data.corpora import load_corpus
+    from vaswani.data.tokenizer import Tokenizer
+
+    train = load_corpus("multi30k", "train", data_dir=data_dir)
+    other = Tokenizer.train(train.source[500:1000] + train.target[500:1000], vocab_size=1000)
+    assert other.vocab_size == Tokenizer.load(checkpoint / "tokenizer.json").vocab_size  # same size, other words
+    other.save(checkpoint / "tokenizer.json")
+    assert_clean(*run("translate", "--checkpoint", checkpoint, "--input", sentences, "--device", "cpu"), 2,
+                 f"{checkpoint / 'tokenizer.json'} does not match {checkpoint / 'model.safetensors'}",
+                 "put back the checkpoint's own tokenizer.json")
+
+
+def strip_fingerprint(checkpoint: Path) -> None:
+    """Weights as another tool writes them: no vaswani metadata, and no manifest beside them."""
+    from safetensors.torch import load_file, save_file
+
+    save_file(load_file(checkpoint / "model.safetensors"), checkpoint / "model.safetensors")
+    (checkpoint / "vaswani.json").unlink()
+
+
+@pytest.mark.parametrize("change, fragment", [
+    ({"d_ff": 256}, "model.safetensors: weights do not match model.json (size mismatch"),
+    ({"positions": "learned"}, "model.safetensors: weights do not match model.json (missing ['"),
+])
+def test_weights_without_a_fingerprint_that_do_not_fit_model_json_are_named(run, checkpoint: Path, sentences: Path,
+                                                                            change: dict, fragment: str) -> None:
+    strip_fingerprint(checkpoint)
+    code, err = run("translate", "--checkpoint", checkpoint, "--input", sentences, "--device", "cpu", "--beam", "1")
+    assert code == 0, err  # loaded unchecked, as it was written
+    config = json.loads((checkpoint / "model.json").read_text())
+    (checkpoint / "model.json").write_text(json.dumps({**config, **change}))
+    assert_clean(*run("translate", "--checkpoint", checkpoint, "--input", sentences, "--device", "cpu"), 2, fragment)
 
 
 def test_an_invalid_model_json_is_reported_with_its_file(run, checkpoint: Path, sentences: Path) -> None:
@@ -249,8 +290,11 @@ def test_average_refuses_a_non_empty_out_and_with_force_replaces_it_whole(run, c
     code, err = run("average", "--checkpoints", checkpoint, other, "--out", old, "--force")
     assert code == 0, err
     assert sorted(p.name for p in old.iterdir()) == sorted(
-        [p.name for p in checkpoint.iterdir() if p.name in ("model.json", "model.safetensors", "tokenizer.json")]
-        + ["average.json"])  # nothing of the replaced directory is left to mix with the new checkpoint
+        ["model.json", "model.safetensors", "tokenizer.json", "average.json", "vaswani.json"])
+    # nothing of the replaced directory is left to mix with the new checkpoint, whose manifest lists its own files
+    assert sorted(json.loads((old / "vaswani.json").read_text())["files"]) == sorted(
+        ["model.json", "model.safetensors", "tokenizer.json", "average.json"])
+    assert old.stat().st_mode & 0o777 == 0o777 & ~current_umask()  # as a plainly made directory, not mkdtemp's 0700
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".old.")]
     assert_clean(*run("average", "--checkpoints", checkpoint, other, "--out", tmp_path, "--force"), 2,
                  f"holds {checkpoint}")
