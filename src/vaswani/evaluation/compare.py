@@ -4,31 +4,43 @@ written from their results.json files so every number keeps its provenance."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from vaswani.errors import VaswaniError
+from vaswani.evaluation.evaluate import EVALUATION_KIND
+from vaswani.io import MANIFEST_FILE, atomic_write_text, directory_written_whole, read_json, read_manifest, verify_files
 
 
-# What `vaswani evaluate` writes and the comparison reads: (key, type, keys of a nested dict).
-REQUIRED = (("test_set", str, ()), ("sentences", int, ()), ("checkpoint", str, ()), ("signature", str, ()),
-            ("command", str, ()), ("bleu", (int, float), ()), ("chrf", (int, float), ()),
-            ("length_ratio", (int, float), ()),
-            ("search", dict, ("beam_size", "length_norm", "alpha")),
-            ("speed", dict, ("sentences_per_second", "target_tokens_per_second")),
-            ("hardware", dict, ("device_name", "device", "torch_threads")))
+COMPARISON_KIND = "comparison"
+NUMBER = (int, float)
+# What `vaswani evaluate` writes and the comparison reads, with the type of each value (nested: a dict of the same);
+# keys marked "?" may be absent or null, and are checked when present.
+FIELDS: dict[str, Any] = {
+    "test_set": str, "sentences": int, "checkpoint": str, "signature": str, "command": str,
+    "bleu": NUMBER, "chrf": NUMBER, "length_ratio": NUMBER,
+    "search": {"beam_size": int, "length_norm": str, "alpha": NUMBER,
+               "repetition_penalty?": NUMBER, "no_repeat_ngram?": int},
+    "speed": {"sentences_per_second": NUMBER, "target_tokens_per_second": NUMBER},
+    "hardware": {"device_name": str, "device": str, "torch_threads": int},
+    "git?": {"commit?": (str, type(None))},
+}
 
 
 def load_results(paths: list[Path]) -> list[dict[str, Any]]:
     results = []
     for path in paths:
         file = path / "results.json" if path.is_dir() else path
-        try:
-            result = json.loads(file.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as error:  # ValueError: bad JSON or bad UTF-8
-            reason = getattr(error, "strerror", None) or str(error)
-            raise VaswaniError(f"{file}: not a readable evaluation results.json ({reason})") from None
-        problem = _missing(result)
+        if path.is_dir():
+            manifest = read_manifest(path)
+            if manifest is not None:
+                if manifest.kind != EVALUATION_KIND:
+                    raise VaswaniError(f"{path} is a {manifest.kind} (see its {MANIFEST_FILE}), not an evaluation; "
+                                       "give folders that `vaswani evaluate` wrote")
+                verify_files(path, manifest, ["results.json"])
+        result = read_json(file, "evaluation results.json")
+        problem = results_problem(result)
         if problem:
             raise VaswaniError(f"{file}: not a `vaswani evaluate` results.json ({problem}); give the folder or "
                                "results.json that `vaswani evaluate` wrote")
@@ -36,16 +48,40 @@ def load_results(paths: list[Path]) -> list[dict[str, Any]]:
     return results
 
 
-def _missing(result: Any) -> str | None:
+def results_problem(result: Any, fields: dict[str, Any] = FIELDS, where: str = "") -> str | None:
+    """What makes ``result`` unlike what `vaswani evaluate` writes (the first problem found), or None."""
     if not isinstance(result, dict):
-        return f"a JSON {type(result).__name__}, not an object"
-    for key, kind, inner in REQUIRED:
-        if not isinstance(result.get(key), kind) or isinstance(result.get(key), bool):
-            return f"no {key!r} of the right type"
-        missing = [k for k in inner if k not in result[key]]
-        if missing:
-            return f"{key!r} lacks {missing}"
+        shape = {list: "an array", str: "a string", bool: "true or false", type(None): "null"}
+        return f"{where or 'the file'} is {shape.get(type(result), 'a number')}, not a JSON object"
+    for key, kind in fields.items():
+        name, optional = key.removesuffix("?"), key.endswith("?")
+        if name not in result:
+            if optional:
+                continue
+            return f"no {where}{name!r}"
+        value = result[name]
+        if value is None and optional:
+            continue
+        if isinstance(kind, dict):
+            problem = results_problem(value, kind, f"{where}{name}.")
+            if problem:
+                return problem
+        elif isinstance(value, bool) or not isinstance(value, kind):
+            return f"{where}{name!r} is {_shown(value)}, not {_kind_name(kind)}"
+        elif isinstance(value, float) and not math.isfinite(value):
+            return f"{where}{name!r} is {value}, not a finite number"
     return None
+
+
+def _kind_name(kind: Any) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    names = {int: "a whole number", float: "a number", str: "a string", type(None): "null"}
+    return " or ".join(dict.fromkeys(names[k] for k in kinds))
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def describe_search(search: dict[str, Any]) -> str:
@@ -81,14 +117,16 @@ def comparison_table(results: list[dict[str, Any]]) -> str:
 
 
 def write_comparison(paths: list[Path], out_dir: Path) -> str:
+    """Read the evaluations at ``paths`` and write ``table.md`` and ``results.json`` into ``out_dir``, whole (with a
+    "comparison" manifest); return the table."""
     results = load_results(paths)
     if not results:
         raise VaswaniError("no results to compare")
-    out_dir.mkdir(parents=True, exist_ok=True)
     table = comparison_table(results)
-    (out_dir / "table.md").write_text(table, encoding="utf-8")
     summary = [{"search": describe_search(r["search"]), "bleu": r["bleu"], "chrf": r["chrf"],
                 "length_ratio": r["length_ratio"], "speed": r["speed"], "command": r["command"],
                 "git": r.get("git"), "results_file": r["_path"]} for r in results]
-    (out_dir / "results.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    with directory_written_whole(out_dir, kind=COMPARISON_KIND) as staging:
+        atomic_write_text(staging / "table.md", table)
+        atomic_write_text(staging / "results.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     return table
