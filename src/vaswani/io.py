@@ -224,6 +224,30 @@ def directory_written_whole(out: str | Path, kind: str | None = None,
         shutil.rmtree(staging, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def files_written_together(directory: str | Path, kind: str | None = None,
+                           details: dict[str, Any] | None = None) -> Iterator[Path]:
+    """Yield an empty staging directory inside ``directory`` (which may hold other things, e.g. other experiments'
+    folders); when the block succeeds, each file written there is renamed into ``directory``, the manifest (with
+    ``kind``) last. Every byte is written before the first file moves, so a full disk or a failure leaves the earlier
+    files, never a mix of new and old ones; renames within a directory need no space."""
+    directory = Path(directory)
+    with writing(directory):
+        directory.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".staging.", dir=directory))
+    try:
+        yield staging
+        with writing(directory):
+            if kind is not None:
+                write_manifest(staging, kind, details)
+            names = sorted(p.name for p in staging.iterdir() if p.name != MANIFEST_FILE)
+            for name in [*names, *([MANIFEST_FILE] if kind is not None else [])]:
+                os.replace(staging / name, directory / name)
+            _fsync_directory(directory)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def _fsync_directory(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:

@@ -28,7 +28,10 @@ from vaswani.classification.report import (
 from vaswani.classification.data import load_dataset
 from vaswani.classification.settings import TrainSettings
 from vaswani.classification.train import train_classifier
-from vaswani.io import atomic_write_bytes
+from vaswani.classification.checkpoint import CLASSIFIER_KIND
+from vaswani.io import atomic_write_bytes, directory_written_whole, files_written_together
+
+EXPERIMENT_KIND = "classifier experiment"
 
 
 def mean_std(values: Sequence[float]) -> dict[str, float]:
@@ -68,8 +71,9 @@ def run_experiment(
     per_seed, histories, first_confusions = [], {}, None
     for seed in seeds:
         log(f"--- seed {seed} ---")
-        run = train_classifier(data, dataclasses.replace(settings, seed=seed), runs_dir / f"seed_{seed}",
-                               progress=progress, log=log)
+        with directory_written_whole(runs_dir / f"seed_{seed}", kind=CLASSIFIER_KIND) as staging:
+            run = train_classifier(data, dataclasses.replace(settings, seed=seed), staging, progress=progress,
+                                   log=log)
         log(f"seed {seed}: Transformer macro-F1 {run.val_metrics.macro_f1:.4f} (epoch {run.best_epoch}), "
             f"baseline {baseline.macro_f1:.4f}")
         histories[f"seed {seed}"] = run.history
@@ -121,13 +125,14 @@ def run_experiment(
         "summary": summary,
         "seconds": time.perf_counter() - started,
     }
-    out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(out_dir / "results.json", json.dumps(results, indent=2).encode())
     seed0, transformer0, baseline0 = first_confusions
-    plot_confusions([(f"Transformer (seed {seed0})", transformer0.confusion), ("TF-IDF + LR", baseline0.confusion)],
-                    data.labels, out_dir / "confusion.png")
-    plot_learning_curves(histories, out_dir / "learning_curve.png", summary["baseline"]["macro_f1"]["mean"])
-    atomic_write_bytes(out_dir / "table.md", table_markdown(results, transformer0, baseline0).encode())
+    # The four files appear together (out_dir may also hold other experiments' folders and their summary).
+    with files_written_together(out_dir, kind=EXPERIMENT_KIND) as staging:
+        atomic_write_bytes(staging / "results.json", json.dumps(results, indent=2).encode())
+        plot_confusions([(f"Transformer (seed {seed0})", transformer0.confusion),
+                         ("TF-IDF + LR", baseline0.confusion)], data.labels, staging / "confusion.png")
+        plot_learning_curves(histories, staging / "learning_curve.png", summary["baseline"]["macro_f1"]["mean"])
+        atomic_write_bytes(staging / "table.md", table_markdown(results, transformer0, baseline0).encode())
     return results
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterable
 
 from vaswani.errors import DataError
-from vaswani.io import atomic_write_bytes
+from vaswani.io import atomic_write_bytes, read_json
 
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]  # ids 0..3, as in the project's BPE tokenizer
 # A word (letters, digits, underscore; "don't" stays one word) or a single punctuation mark such as ! ? # @.
@@ -63,13 +63,14 @@ class WordTokenizer:
     @classmethod
     def load(cls, path: str | Path) -> "WordTokenizer":
         path = Path(path)
-        try:
-            payload = json.loads(path.read_text(encoding="utf-8"))
-            vocab = payload["vocab"]
-        except FileNotFoundError:
-            raise DataError(f"{path}: word tokenizer file not found") from None
-        except (json.JSONDecodeError, KeyError, TypeError) as error:
-            raise DataError(f"{path}: not a word tokenizer file ({error})") from None
+        if not path.is_file():
+            raise DataError(f"{path}: word tokenizer file not found")
+        payload = read_json(path, "word tokenizer")
+        vocab = payload.get("vocab") if isinstance(payload, dict) else None
+        if not isinstance(vocab, list) or not all(isinstance(word, str) for word in vocab) \
+                or vocab[: len(SPECIALS)] != SPECIALS or len(set(vocab)) != len(vocab):
+            raise DataError(f"{path}: not a word tokenizer file (\"vocab\" must list the special tokens "
+                            f"{SPECIALS} and then distinct words)")
         if payload.get("pattern") != WORD_PATTERN:
             raise DataError(f"{path}: written with a different word pattern; retrain the classifier")
         return cls(vocab)
