@@ -8,7 +8,6 @@ there). Running it again is cheap: the tokenizer is loaded and every split comes
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -26,8 +25,8 @@ from vaswani.data.corpora import (
 )
 from vaswani.data.preprocess import DEFAULT_MAX_LEN, EncodedCorpus, prepare
 from vaswani.data.tokenizer import MIN_VOCAB_SIZE, Tokenizer
-from vaswani.errors import ConfigError
-from vaswani.io import ensure_writable_directory
+from vaswani.errors import ConfigError, DataError
+from vaswani.io import atomic_write_json, ensure_writable_directory, read_json
 
 logger = logging.getLogger(__name__)
 
@@ -126,20 +125,28 @@ def _get_tokenizer(out: Path, tokenizer_path, vocab_size: int, min_frequency: in
     path = out / TOKENIZER_FILE
     info_path = out / TOKENIZER_INFO_FILE
     if path.is_file():
+        tokenizer = Tokenizer.load(path)
         if info_path.is_file():
-            info = json.loads(info_path.read_text(encoding="utf-8"))
-            if info.get("vocab_size") != vocab_size:
+            info = read_json(info_path, "tokenizer description")
+            if not isinstance(info, dict) or not isinstance(info.get("fingerprint"), str) \
+                    or isinstance(info.get("vocab_size"), bool) or not isinstance(info.get("vocab_size"), int):
+                raise DataError(f"{info_path}: not the tokenizer description prepare writes (no \"vocab_size\" and "
+                                f"\"fingerprint\"); it is damaged: delete {out} to prepare the data again")
+            if info["fingerprint"] != tokenizer.fingerprint:
+                raise DataError(f"{path} does not match {info_path}: it is tokenizer {tokenizer.fingerprint[:12]}, "
+                                f"the one prepared here was {info['fingerprint'][:12]}; put the prepared tokenizer "
+                                f"back or delete {out} to prepare the data again")
+            if info["vocab_size"] != vocab_size:
                 raise ConfigError(
-                    f"{path} was trained with vocab_size={info.get('vocab_size')}, not {vocab_size}; "
+                    f"{path} was trained with vocab_size={info['vocab_size']}, not {vocab_size}; "
                     "choose another output directory or delete it"
                 )
-        return Tokenizer.load(path), False, 0.0
+        return tokenizer, False, 0.0
     start = time.perf_counter()
     corpus = load("train")
     corpora["train"] = corpus
     logger.info("training a %d-token BPE on %s train (%d sentences)", vocab_size, corpus.name, 2 * len(corpus))
     tokenizer = Tokenizer.train(itertools.chain(corpus.source, corpus.target), vocab_size, min_frequency)
-    tokenizer.save(path)
     info = {
         "vocab_size": vocab_size,
         "actual_vocab_size": tokenizer.vocab_size,
@@ -147,6 +154,8 @@ def _get_tokenizer(out: Path, tokenizer_path, vocab_size: int, min_frequency: in
         "trained_on": {"name": corpus.name, "split": corpus.split, "checksum": corpus.checksum},
         "fingerprint": tokenizer.fingerprint,
     }
-    info_path.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    # The description first: a tokenizer.json is never found without the description that checks it.
+    atomic_write_json(info_path, info)
+    tokenizer.save(path)
     return tokenizer, True, time.perf_counter() - start
 

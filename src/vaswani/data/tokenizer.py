@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from vaswani.errors import ConfigError, DataError
+from vaswani.io import atomic_write_text
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIAL_TOKENS = [PAD, BOS, EOS, UNK]  # ids 0, 1, 2, 3 in this order
@@ -96,12 +97,8 @@ class Tokenizer:
 
     def save(self, path: str | Path) -> Path:
         """Write tokenizer.json atomically (a crash never leaves half a file that a later run would load)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(self.to_str(), encoding="utf-8")
-        tmp.replace(path)
-        return path
+        atomic_write_text(path, self.to_str())
+        return Path(path)
 
     def to_str(self) -> str:
         return self._tok.to_str()
