@@ -95,6 +95,7 @@ def assert_clean(code: int, err: str, expected_code: int, *fragments: str) -> No
     ("data.vocab_size=99999999999999999999", "data.vocab_size"),  # OverflowError in the BPE trainer
     ("train.final_test_splits=[test2016,nope]", "train.final_test_splits: dataset 'multi30k' has no split 'nope'"),
     ("data.valid_split=dev", "data.valid_split"),  # both were found only when the split was read
+    ("train.lr=1e-300", "train.lr=1e-300 cannot be represented in float32"),  # 0 in float32: nothing learned
 ])
 def test_invalid_settings_are_refused_naming_the_field(run, setting: str, field: str) -> None:
     assert_clean(*run("train", "--preset", "smoke", "--set", setting, "--print-config"), 2, field)
@@ -329,6 +330,10 @@ def test_a_directory_written_whole_keeps_the_old_one_when_the_writer_fails(tmp_p
     (["--max-len-a", "1e19"], "search.max_len_a=1e+19 must be >= 0 and <= 16"),  # empty translations, exit 0
     (["--max-len-b", "1000000000000"], "--max-len-b 1000000000000"),  # 80 TB
     (["--beam", "100000"], "--beam 100000"),
+    (["--repetition-penalty", "1e-300"], "search.repetition_penalty=1e-300 must be >= 0.01 and <= 100"),  # -inf
+    (["--alpha", "1e300"], "search.alpha=1e+300 must be >= 0 and <= 5"),  # an infinite length penalty
+    (["--max-len-a", "0", "--max-len-b", "1"], "leave no room for a word"),  # every translation empty
+    (["--max-len-a", "1e-300", "--max-len-b", "4"], "cannot be represented in float32"),
 ])
 def test_invalid_search_options_name_the_option(run, sentences: Path, options: list[str], fragment: str) -> None:
     # checked before anything is loaded: the checkpoint does not even exist

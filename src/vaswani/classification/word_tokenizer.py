@@ -7,6 +7,7 @@ It is the baseline for the BPE tokenizer and has the same interface (``train``, 
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections import Counter
@@ -50,8 +51,11 @@ class WordTokenizer:
         frequent.sort(key=lambda w: (-counts[w], w))  # ties broken alphabetically: same texts, same ids
         return cls(SPECIALS + frequent[: max(vocab_size - len(SPECIALS), 0)])
 
-    def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return [[self.ids.get(w, self.unk_id) for w in split_words(text)] for text in texts]
+    def encode_batch(self, texts: list[str], max_ids: int | None = None) -> list[list[int]]:
+        """The ids of each text's words: at most the first ``max_ids``, found one at a time, so no list of every word
+        of an enormous text is ever made."""
+        return [[self.ids.get(match.group(), self.unk_id)
+                 for match in itertools.islice(_WORDS.finditer(text.lower()), max_ids)] for text in texts]
 
     def decode_batch(self, batch: list[list[int]]) -> list[str]:
         return [" ".join(self.vocab[i] for i in ids if i >= len(SPECIALS) or i == self.unk_id) for ids in batch]

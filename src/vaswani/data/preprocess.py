@@ -215,8 +215,10 @@ def encode_corpus(
     """Encode both sides with the batch encoder and drop empty and over-long pairs (no caching)."""
     start = time.perf_counter()
     dtype = ids_dtype(tokenizer.vocab_size)
-    src_ids, src_lens = encode_side(corpus.source, tokenizer, dtype, dedup)
-    tgt_ids, tgt_lens = encode_side(corpus.target, tokenizer, dtype, dedup)
+    # Ids past max_len decide nothing (such a pair is dropped either way): each line is encoded up to max_len ids,
+    # so one enormous line costs no more than a long sentence.
+    src_ids, src_lens = encode_side(corpus.source, tokenizer, dtype, dedup, max_ids=max_len)
+    tgt_ids, tgt_lens = encode_side(corpus.target, tokenizer, dtype, dedup, max_ids=max_len)
 
     empty = (src_lens == 0) | (tgt_lens == 0)
     too_long = ~empty & ((src_lens + 1 > max_len) | (tgt_lens + 1 > max_len))
@@ -257,9 +259,10 @@ def encode_corpus(
 
 
 def encode_side(
-    texts: list[str], tokenizer: Tokenizer, dtype: np.dtype, dedup: bool = True
+    texts: list[str], tokenizer: Tokenizer, dtype: np.dtype, dedup: bool = True, max_ids: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """All ids of one side back to back, and the number of ids per sentence.
+    """All ids of one side back to back, and the number of ids per sentence (at most ``max_ids`` when given, see
+    Tokenizer.encode_batch).
 
     The BPE encoder is the expensive step (~50 µs of CPU per sentence), so with ``dedup`` each distinct
     sentence is encoded once and its ids are copied to every line that repeats it (real corpora repeat short
@@ -267,14 +270,14 @@ def encode_side(
     """
     stripped = [text.strip() for text in texts]
     if not dedup:
-        return _encode_texts(stripped, tokenizer, dtype)
+        return _encode_texts(stripped, tokenizer, dtype, max_ids)
     first_seen: dict[str, int] = {}
     inverse = np.fromiter(
         (first_seen.setdefault(text, len(first_seen)) for text in stripped), dtype=np.int64, count=len(stripped)
     )
     if len(first_seen) == len(stripped):  # nothing repeats: skip the gather
-        return _encode_texts(stripped, tokenizer, dtype)
-    unique_ids, unique_lengths = _encode_texts(list(first_seen), tokenizer, dtype)
+        return _encode_texts(stripped, tokenizer, dtype, max_ids)
+    unique_ids, unique_lengths = _encode_texts(list(first_seen), tokenizer, dtype, max_ids)
     unique_starts = offsets_from_lengths(unique_lengths)[:-1]
     lengths = unique_lengths[inverse]
     # Position p of line j reads unique_ids[unique_starts[inverse[j]] + (p - start of line j)], vectorised.
@@ -283,10 +286,11 @@ def encode_side(
     return unique_ids[gather], lengths
 
 
-def _encode_texts(texts: list[str], tokenizer: Tokenizer, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+def _encode_texts(texts: list[str], tokenizer: Tokenizer, dtype: np.dtype,
+                  max_ids: int | None) -> tuple[np.ndarray, np.ndarray]:
     id_chunks, len_chunks = [], []
     for start in range(0, len(texts), ENCODE_CHUNK):
-        ids = tokenizer.encode_batch(texts[start : start + ENCODE_CHUNK])
+        ids = tokenizer.encode_batch(texts[start : start + ENCODE_CHUNK], max_ids=max_ids)
         lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
         # fromiter over a chained iterator stays in C: no Python loop per token.
         id_chunks.append(np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype, count=int(lengths.sum())))

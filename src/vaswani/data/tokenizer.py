@@ -140,13 +140,34 @@ class Tokenizer:
 
     # ---------------------------------------------------------------------------------- encode / decode
 
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        """Token ids of each text, without special tokens (the Rust encoder runs on all cores)."""
+    def encode_batch(self, texts: Sequence[str], max_ids: int | None = None) -> list[list[int]]:
+        """Token ids of each text, without special tokens (the Rust encoder runs on all cores). With ``max_ids``, at
+        most the first ``max_ids`` ids of each text, and a text longer than :meth:`chars_for` that many ids is cut
+        by characters *before* it is normalised and encoded: the work per text is bounded whatever its length (a
+        20 MB line costs what a 100 KB one does), and the ids kept are the ones the whole text would give."""
+        if max_ids is not None:
+            longest = self.chars_for(max_ids)
+            texts = [text if len(text) <= longest else text[:longest] for text in texts]
         texts = [unicodedata.normalize("NFKC", text) for text in texts]
-        return [encoding.ids for encoding in self._encoder.encode_batch(texts, add_special_tokens=False)]
+        ids = [encoding.ids for encoding in self._encoder.encode_batch(texts, add_special_tokens=False)]
+        return ids if max_ids is None else [row[:max_ids] for row in ids]
 
     def encode(self, text: str) -> list[int]:
         return self._encoder.encode(unicodedata.normalize("NFKC", text), add_special_tokens=False).ids
+
+    @cached_property
+    def longest_token_bytes(self) -> int:
+        """The most bytes of text one token covers (byte-level BPE writes each byte as one character)."""
+        specials = set(SPECIAL_TOKENS)
+        return max((len(token) for token in self._tok.get_vocab(with_added_tokens=False) if token not in specials),
+                   default=1)
+
+    def chars_for(self, max_ids: int) -> int:
+        """A prefix length, in characters, past which the first ``max_ids`` ids of any text cannot depend on the
+        rest: ``max_ids`` tokens cover at most ``max_ids × longest_token_bytes`` bytes of normalised text, each of
+        those bytes comes from at most 3 characters of the original (NFKC composes at most 3 characters into one),
+        and a cut changes only the tokens of the word it falls in. Twice that keeps the cut far from the kept ids."""
+        return 6 * max_ids * self.longest_token_bytes + 64
 
     def decode_batch(self, sequences: Sequence[Sequence[int]]) -> list[str]:
         """Text of each id sequence; special tokens (padding, <s>, </s>) are skipped, not treated as ends."""
