@@ -96,20 +96,20 @@ def test_bad_settings_and_files(tmp_path):
 
 # ---- bounded work: a text is cut by characters before it is encoded ---------------------------------------------
 
-def long_texts(multi30k_train) -> list[str]:
-    """Texts far past any bound: real sentences run together, one endless word, runs of spaces, and characters that
-    NFKC composes (Hangul jamo, a letter with two accents) or expands (the ligature ﬁ)."""
-    return [" ".join(multi30k_train.source[:3000]), "Straßenbahnhaltestelle" * 20_000, " " * 50_000 + "Hund " * 5000,
-            "\u1100\u1161\u11a8" * 40_000, "a\u0308\u0304" * 60_000, "\ufb01" * 80_000, "Ein Hund. " * 30_000]
+@pytest.fixture(scope="module")
+def long_texts(tokenizer, multi30k_train) -> tuple[list[str], list[list[int]]]:
+    """Texts far past any bound, and the ids of each whole text: real sentences run together, one endless word,
+    runs of spaces, and characters that NFKC composes (Hangul jamo, a letter with two accents) or expands (ﬁ)."""
+    texts = [" ".join(multi30k_train.source[:2000]), "Straßenbahnhaltestelle" * 6000, " " * 30_000 + "Hund " * 4000,
+             "\u1100\u1161\u11a8" * 35_000, "a\u0308\u0304" * 40_000, "\ufb01" * 100_000, "Ein Hund. " * 12_000]
+    return texts, tokenizer.encode_batch(texts)
 
 
 @pytest.mark.parametrize("max_ids", [1, 7, 64, 1024])
-def test_ids_of_a_text_cut_by_characters_equal_those_of_the_whole_text(tokenizer, multi30k_train,
-                                                                       max_ids: int) -> None:
-    texts = long_texts(multi30k_train)
+def test_ids_of_a_text_cut_by_characters_equal_those_of_the_whole_text(tokenizer, long_texts, max_ids: int) -> None:
+    texts, whole = long_texts
     assert sum(len(text) > tokenizer.chars_for(max_ids) for text in texts) >= 5  # most of them are cut
-    whole = [ids[:max_ids] for ids in tokenizer.encode_batch(texts)]
-    assert tokenizer.encode_batch(texts, max_ids=max_ids) == whole
+    assert tokenizer.encode_batch(texts, max_ids=max_ids) == [ids[:max_ids] for ids in whole]
 
 
 def test_the_encoder_never_sees_more_than_the_bound(tokenizer, monkeypatch) -> None:
