@@ -37,7 +37,24 @@ def resolve_device(name: str | torch.device | None = "auto", local_rank: int = 0
                                    "device(s) are visible")
         if device.index is None:
             device = torch.device("cuda", local_rank)
+    elif device.type != "cpu" and not _available(device.type):
+        # Without this, the first tensor moved there fails deep inside torch or safetensors ("not linked with support
+        # for mps devices"), which reads like a broken checkpoint.
+        raise EnvironmentFault(f"device {name!r} was asked for but this torch build ({torch.__version__}) cannot use "
+                               f"{device.type} devices here; use --device cpu or train.device=cpu")
     return device
+
+
+def _available(device_type: str) -> bool:
+    """Can this torch build use devices of ``device_type`` (mps, xpu, ...) on this machine?"""
+    backend = getattr(torch, device_type, None)
+    if device_type == "mps":
+        backend = torch.backends.mps
+    is_available = getattr(backend, "is_available", None)
+    try:
+        return bool(is_available()) if callable(is_available) else False
+    except RuntimeError:
+        return False
 
 
 def synchronize(device: torch.device) -> None:
