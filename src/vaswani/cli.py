@@ -69,7 +69,8 @@ MEMORY_SETTINGS = {
     "bench": "--max-tokens or the model's size",
     "experiment": "the experiment's sizes (--max-tokens, lengths, model settings)",
 }
-_CPU_ALLOCATION_FAILED = re.compile(r"can't allocate memory|DefaultCPUAllocator|not enough memory|Cannot allocate memory")
+_CPU_ALLOCATION_FAILED = re.compile(r"can't allocate memory|DefaultCPUAllocator|not enough memory|"
+                                    r"Cannot allocate memory")
 
 
 def main(argv: list[str] | None = None) -> int:
