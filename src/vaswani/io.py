@@ -18,6 +18,7 @@ import contextlib
 import errno
 import hashlib
 import json
+import math
 import os
 import re
 import resource
@@ -60,22 +61,25 @@ def write_fault(error: BaseException, path: str | Path) -> EnvironmentFault | No
     if number is None:
         match = re.search(r"os error (\d+)", str(error))
         number = int(match.group(1)) if match else None
-    reason = os.strerror(number) if number is not None else None
-    if reason is None:
+    if number is None:
         soft_limit, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
         if soft_limit != resource.RLIM_INFINITY:
-            reason = f"larger than the file-size limit of {soft_limit:,} bytes (ulimit -f)"
+            number = errno.EFBIG
         else:
             try:
-                if shutil.disk_usage(Path(path).parent).free < 1 << 20:
-                    reason = os.strerror(errno.ENOSPC)
+                number = errno.ENOSPC if shutil.disk_usage(Path(path).parent).free < 1 << 20 else None
             except OSError:
-                pass
-    if reason is None:
+                number = None
+    if number is None:
         return None
-    hint = ("; free some space or write elsewhere" if number in (errno.ENOSPC, errno.EDQUOT, None)
-            else "; raise the limit or write elsewhere" if number == errno.EFBIG else "")
-    return EnvironmentFault(f"{path}: cannot be written ({reason.rstrip('.')}){hint}")
+    reason = os.strerror(number)
+    if number == errno.EFBIG:
+        soft_limit, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+        limit = f"{soft_limit:,} bytes" if soft_limit != resource.RLIM_INFINITY else "set"
+        reason += f": the file-size limit (ulimit -f) is {limit}; raise it or write elsewhere"
+    elif number in (errno.ENOSPC, errno.EDQUOT):
+        reason += "; free some space or write elsewhere"
+    return EnvironmentFault(f"{path}: cannot be written ({reason})")
 
 
 @contextlib.contextmanager
@@ -91,6 +95,16 @@ def writing(path: str | Path) -> Iterator[None]:
         if fault is None:
             raise
         raise fault from None
+
+
+@contextlib.contextmanager
+def named_as(staging: str | Path, destination: str | Path) -> Iterator[None]:
+    """A write fault in the block names ``destination`` where it would name ``staging``, the temporary directory the
+    output is assembled in: the user knows the one, not the other."""
+    try:
+        yield
+    except EnvironmentFault as fault:
+        raise EnvironmentFault(str(fault).replace(str(staging), str(destination))) from None
 
 
 def atomic_write(path: str | Path, write: Callable[[str], None]) -> None:
@@ -166,6 +180,55 @@ def ensure_writable_directory(path: str | Path, what: str = "output directory") 
     return path
 
 
+NUMBER = (int, float)
+
+
+def json_shape_problem(value: Any, shape: Any, where: str = "") -> str | None:
+    """What makes the parsed JSON ``value`` unlike ``shape`` (the first problem, naming its field), or None.
+
+    A shape is a type or tuple of types (``NUMBER`` for int or float; true and false are never numbers), a dict of
+    shapes (an object with those keys; a key ending in "?" may be absent or null), or a one-element list (a non-empty
+    array of that shape). Numbers must be finite. Readers check a file once, against the shape of everything they
+    read, so a damaged field is one message naming it rather than a KeyError deep inside a report.
+    """
+    name = where.rstrip(".") or "the file"
+    if isinstance(shape, dict):
+        if not isinstance(value, dict):
+            return f"{name} is {_json_kind(value)}, not an object"
+        for key, inner in shape.items():
+            field_name, optional = key.removesuffix("?"), key.endswith("?")
+            if value.get(field_name) is None and optional:
+                continue
+            if field_name not in value:
+                return f"no {where}{field_name!r}"
+            problem = json_shape_problem(value[field_name], inner, f"{where}{field_name}.")
+            if problem:
+                return problem
+        return None
+    if isinstance(shape, list):
+        if not isinstance(value, list) or not value:
+            return f"{name} is {_json_kind(value)}, not a non-empty array"
+        for index, item in enumerate(value):
+            problem = json_shape_problem(item, shape[0], f"{where.rstrip('.')}[{index}].")
+            if problem:
+                return problem
+        return None
+    kinds = shape if isinstance(shape, tuple) else (shape,)
+    if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+        names = {int: "a whole number", float: "a number", str: "a string", bool: "true or false", type(None): "null",
+                 list: "an array", dict: "an object"}
+        wanted = [names[k] for k in kinds if not (k is int and float in kinds)]  # int or float: "a number"
+        return f"{name} is {_json_kind(value)}, not {' or '.join(wanted)}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{name} is {value}, not a finite number"
+    return None
+
+
+def _json_kind(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def check_new_directory(out: str | Path, force: bool, inputs: Sequence[str | Path] = (),
                         option: str = "--out", replaces: str | None = None) -> None:
     """Before any work, refuse an output directory that cannot be (re)placed safely: a file, a non-empty directory
@@ -201,7 +264,8 @@ def directory_written_whole(out: str | Path, kind: str | None = None,
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        yield staging
+        with named_as(staging, out):
+            yield staging
         with writing(out):
             if kind is not None:
                 write_manifest(staging, kind, details)
@@ -236,7 +300,8 @@ def files_written_together(directory: str | Path, kind: str | None = None,
         directory.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".staging.", dir=directory))
     try:
-        yield staging
+        with named_as(staging, directory):
+            yield staging
         with writing(directory):
             if kind is not None:
                 write_manifest(staging, kind, details)

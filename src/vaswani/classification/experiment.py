@@ -29,9 +29,27 @@ from vaswani.classification.data import load_dataset
 from vaswani.classification.settings import TrainSettings
 from vaswani.classification.train import train_classifier
 from vaswani.classification.checkpoint import CLASSIFIER_KIND
-from vaswani.io import atomic_write_bytes, directory_written_whole, files_written_together
+from vaswani.io import NUMBER, atomic_write_bytes, directory_written_whole, files_written_together
 
 EXPERIMENT_KIND = "classifier experiment"
+_MEAN_STD = {"mean": NUMBER, "std": NUMBER}
+_SEED = {"seed": int, "transformer": {"confusion": [[int]]}, "baseline": {"confusion": [[int]]}}
+# The results.json this module writes, as far as `classify summary` reads it (see vaswani.io.json_shape_problem).
+RESULTS_SHAPE = {
+    "command": str, "seconds": NUMBER,
+    "data": {"csv": str, "sha256": str, "rows_used": int, "labels": [str], "split_seed": int, "val_fraction": NUMBER,
+             "val_rows": int},
+    "settings": {"tokenizer": str, "lowercase": bool, "extra_text_columns": (list,), "max_len": int, "pooling": str,
+                 "lr": NUMBER, "warmup": int, "weight_decay": NUMBER, "batch_size": int, "clip": NUMBER,
+                 "epochs": int, "patience": int, "precision": str},
+    "model": {"parameters": int, "config": {"vocab_size": int, "d_model": int, "n_heads": int,
+                                            "n_encoder_layers": int, "d_ff": int, "norm": str, "positions": str,
+                                            "dropout": NUMBER}},
+    "baseline_settings": {"ngram_max": int, "sublinear_tf": bool, "C": NUMBER},
+    "seeds": [_SEED],
+    "summary": {"transformer": {"macro_f1": _MEAN_STD, "accuracy": _MEAN_STD, "last_epoch_macro_f1": _MEAN_STD},
+                "baseline": {"macro_f1": _MEAN_STD, "accuracy": _MEAN_STD}},
+}
 
 
 def mean_std(values: Sequence[float]) -> dict[str, float]:

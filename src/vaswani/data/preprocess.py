@@ -46,6 +46,7 @@ from vaswani.errors import ConfigError, DataError, VaswaniError
 from vaswani.io import (
     atomic_write_json,
     default_directory_mode,
+    named_as,
     read_json,
     read_manifest,
     verify_files,
@@ -331,7 +332,7 @@ def save_encoded(encoded: EncodedCorpus, path: str | Path, corpus: ParallelCorpu
         tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
     try:
         for name in ARRAYS:
-            with writing(path / f"{name}.npy"):
+            with writing(path / f"{name}.npy"):  # named as it will be called: the temporary name means nothing
                 np.save(tmp / f"{name}.npy", getattr(encoded, name), allow_pickle=False)
         meta = {
             "format": CACHE_FORMAT,
@@ -344,7 +345,8 @@ def save_encoded(encoded: EncodedCorpus, path: str | Path, corpus: ParallelCorpu
             "pairs": len(encoded),
             "stats": asdict(encoded.stats),
         }
-        atomic_write_json(tmp / "meta.json", meta)
+        with named_as(tmp, path):
+            atomic_write_json(tmp / "meta.json", meta)
         with writing(path):
             write_manifest(tmp, CACHE_KIND)
             os.chmod(tmp, default_directory_mode())

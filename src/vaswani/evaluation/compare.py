@@ -4,27 +4,33 @@ written from their results.json files so every number keeps its provenance."""
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 from vaswani.errors import VaswaniError
 from vaswani.evaluation.evaluate import EVALUATION_KIND
-from vaswani.io import MANIFEST_FILE, atomic_write_text, directory_written_whole, read_json, read_manifest, verify_files
+from vaswani.io import (
+    MANIFEST_FILE,
+    NUMBER,
+    atomic_write_text,
+    directory_written_whole,
+    json_shape_problem,
+    read_json,
+    read_manifest,
+    verify_files,
+)
 
 
 COMPARISON_KIND = "comparison"
-NUMBER = (int, float)
-# What `vaswani evaluate` writes and the comparison reads, with the type of each value (nested: a dict of the same);
-# keys marked "?" may be absent or null, and are checked when present.
-FIELDS: dict[str, Any] = {
+# What `vaswani evaluate` writes and the comparison reads (see vaswani.io.json_shape_problem).
+RESULTS_SHAPE: dict[str, Any] = {
     "test_set": str, "sentences": int, "checkpoint": str, "signature": str, "command": str,
     "bleu": NUMBER, "chrf": NUMBER, "length_ratio": NUMBER,
     "search": {"beam_size": int, "length_norm": str, "alpha": NUMBER,
                "repetition_penalty?": NUMBER, "no_repeat_ngram?": int},
     "speed": {"sentences_per_second": NUMBER, "target_tokens_per_second": NUMBER},
     "hardware": {"device_name": str, "device": str, "torch_threads": int},
-    "git?": {"commit?": (str, type(None))},
+    "git?": {"commit?": str},
 }
 
 
@@ -40,48 +46,12 @@ def load_results(paths: list[Path]) -> list[dict[str, Any]]:
                                        "give folders that `vaswani evaluate` wrote")
                 verify_files(path, manifest, ["results.json"])
         result = read_json(file, "evaluation results.json")
-        problem = results_problem(result)
+        problem = json_shape_problem(result, RESULTS_SHAPE)
         if problem:
             raise VaswaniError(f"{file}: not a `vaswani evaluate` results.json ({problem}); give the folder or "
                                "results.json that `vaswani evaluate` wrote")
         results.append({**result, "_path": str(file)})
     return results
-
-
-def results_problem(result: Any, fields: dict[str, Any] = FIELDS, where: str = "") -> str | None:
-    """What makes ``result`` unlike what `vaswani evaluate` writes (the first problem found), or None."""
-    if not isinstance(result, dict):
-        shape = {list: "an array", str: "a string", bool: "true or false", type(None): "null"}
-        return f"{where or 'the file'} is {shape.get(type(result), 'a number')}, not a JSON object"
-    for key, kind in fields.items():
-        name, optional = key.removesuffix("?"), key.endswith("?")
-        if name not in result:
-            if optional:
-                continue
-            return f"no {where}{name!r}"
-        value = result[name]
-        if value is None and optional:
-            continue
-        if isinstance(kind, dict):
-            problem = results_problem(value, kind, f"{where}{name}.")
-            if problem:
-                return problem
-        elif isinstance(value, bool) or not isinstance(value, kind):
-            return f"{where}{name!r} is {_shown(value)}, not {_kind_name(kind)}"
-        elif isinstance(value, float) and not math.isfinite(value):
-            return f"{where}{name!r} is {value}, not a finite number"
-    return None
-
-
-def _kind_name(kind: Any) -> str:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    names = {int: "a whole number", float: "a number", str: "a string", type(None): "null"}
-    return " or ".join(dict.fromkeys(names[k] for k in kinds))
-
-
-def _shown(value: Any) -> str:
-    text = json.dumps(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def describe_search(search: dict[str, Any]) -> str:

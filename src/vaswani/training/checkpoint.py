@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from vaswani.errors import VaswaniError
-from vaswani.io import atomic_write_json, read_manifest, write_manifest, writing
+from vaswani.io import atomic_write_json, named_as, read_manifest, write_manifest, writing
 from vaswani.model import Transformer
 from vaswani.model.serialization import CHECKPOINT_KIND, check_checkpoint, resolve_checkpoint, save_model
 
@@ -67,13 +67,12 @@ def save_checkpoint(
     staging = checkpoints_dir / f".tmp-{name}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     try:
-        with writing(staging):
+        with named_as(staging, final), writing(staging):
             staging.mkdir()
-        with writing(staging / STATE_FILE):
-            torch.save(state, staging / STATE_FILE)
-        atomic_write_json(staging / META_FILE, meta)
-        save_model(model, staging, tokenizer_file)
-        with writing(staging):
+            with writing(staging / STATE_FILE):
+                torch.save(state, staging / STATE_FILE)
+            atomic_write_json(staging / META_FILE, meta)
+            save_model(model, staging, tokenizer_file)
             write_manifest(staging, CHECKPOINT_KIND, {"step": meta.get("step")})
             for file in staging.iterdir():
                 _fsync_file(file)
