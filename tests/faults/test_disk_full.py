@@ -131,7 +131,7 @@ def test_prepare_keeps_no_half_cache_and_a_second_run_finishes_it(run, assert_on
         code, _, err = run(*command)
     line = assert_one_line(code, err, 1, str(out / "cache"), ".npy", FULL)
     assert ".tmp" not in line and leftovers(out) == []
-    assert sorted(p.name for p in out.iterdir()) == ["cache", "tokenizer.json", "tokenizer_info.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["cache", "tokenizer.json", "tokenizer_info.json", "vaswani.json"]
     assert list((out / "cache").iterdir()) == []
     code, report, err = run(*command)
     assert code == 0 and "(loaded)" in report, err  # the whole tokenizer is used, the cache written now

@@ -3,6 +3,10 @@
 ``prepare_dataset`` trains the shared BPE on the training split (source and target together) unless
 ``out_dir/tokenizer.json`` exists, then encodes each requested split into ``out_dir/cache/`` (or loads it from
 there). Running it again is cheap: the tokenizer is loaded and every split comes from the cache.
+
+``out_dir`` holds a manifest (``vaswani.json``, kind "prepared data") with the sha256 of ``tokenizer.json`` and
+``tokenizer_info.json``: a changed or damaged tokenizer is named, never used to encode (or decode) a word. Each cache
+entry carries its own manifest (see preprocess.py).
 """
 
 from __future__ import annotations
@@ -26,13 +30,22 @@ from vaswani.data.corpora import (
 from vaswani.data.preprocess import DEFAULT_MAX_LEN, EncodedCorpus, prepare
 from vaswani.data.tokenizer import MIN_VOCAB_SIZE, Tokenizer
 from vaswani.errors import ConfigError, DataError
-from vaswani.io import atomic_write_json, ensure_writable_directory, read_json
+from vaswani.io import (
+    MANIFEST_FILE,
+    atomic_write_json,
+    ensure_writable_directory,
+    read_json,
+    read_manifest,
+    verify_files,
+    write_manifest,
+)
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_SPLITS = ("train", "val", "test")
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_INFO_FILE = "tokenizer_info.json"  # how the tokenizer was trained, to catch a mismatched --vocab-size
+PREPARED_KIND = "prepared data"  # the manifest's kind: tokenizer.json and tokenizer_info.json with their sha256
 
 
 @dataclass
@@ -95,6 +108,10 @@ def prepare_dataset(
         raise ConfigError(f"min_frequency={min_frequency} must be >= 1")
     vocab_size = vocab_size if vocab_size is not None else default_vocab_size(dataset)
     out = Path(out_dir) if out_dir is not None else default_out_dir(dataset, direction, vocab_size)
+    kind = read_manifest(out).kind if (out / MANIFEST_FILE).is_file() else PREPARED_KIND
+    if kind != PREPARED_KIND:  # a checkpoint's tokenizer.json is not prepared data, and its folder is no cache
+        raise ConfigError(f"{out} is a {kind} (see its {MANIFEST_FILE}), not a prepared-data directory; pick another "
+                          "output directory")
     ensure_writable_directory(out, "output directory")
 
     def load(split: str) -> ParallelCorpus:
@@ -124,6 +141,9 @@ def _get_tokenizer(out: Path, tokenizer_path, vocab_size: int, min_frequency: in
         return Tokenizer.load(tokenizer_path), False, 0.0
     path = out / TOKENIZER_FILE
     info_path = out / TOKENIZER_INFO_FILE
+    manifest = read_manifest(out)
+    if manifest is not None:
+        verify_files(out, manifest)  # the tokenizer and its description, as prepare wrote them
     if path.is_file():
         tokenizer = Tokenizer.load(path)
         if info_path.is_file():
@@ -154,8 +174,10 @@ def _get_tokenizer(out: Path, tokenizer_path, vocab_size: int, min_frequency: in
         "trained_on": {"name": corpus.name, "split": corpus.split, "checksum": corpus.checksum},
         "fingerprint": tokenizer.fingerprint,
     }
-    # The description first: a tokenizer.json is never found without the description that checks it.
+    # The description first: a tokenizer.json is never found without the description that checks it; the manifest
+    # last, holding both files' sha256.
     atomic_write_json(info_path, info)
     tokenizer.save(path)
+    write_manifest(out, PREPARED_KIND, files=[TOKENIZER_FILE, TOKENIZER_INFO_FILE])
     return tokenizer, True, time.perf_counter() - start
 

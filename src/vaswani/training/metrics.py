@@ -18,6 +18,7 @@ from vaswani.errors import VaswaniError
 from vaswani.io import atomic_write_bytes, atomic_write_text, writing
 
 METRICS_FILE = "metrics.jsonl"
+RECORD_START = '{"kind": '  # how every record MetricsLog writes begins (json.dumps, "kind" first)
 
 
 class MetricsLog:
@@ -94,8 +95,8 @@ NUMERIC_FIELDS = ("epoch", "loss", "nll", "accuracy", "lr", "grad_norm", "tokens
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """The records of ``metrics.jsonl``, each checked (see :func:`metrics_record_problem`); a torn last line (the
-    process was killed while appending it) is dropped. Any other damaged line is a VaswaniError naming
-    ``path:line``, so no reader of the log meets a record it cannot use."""
+    process was killed while appending it: the start of a record) is dropped. Any other damaged line is a
+    VaswaniError naming ``path:line``, so no reader of the log meets a record it cannot use."""
     if not path.is_file():
         return []
     lines = [(number, line) for number, line in
@@ -105,7 +106,7 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
-            if index == len(lines) - 1:
+            if index == len(lines) - 1 and line.startswith(RECORD_START):
                 continue
             raise VaswaniError(f"{path}:{number}: not a JSON record; the metrics log is damaged") from None
         problem = metrics_record_problem(record)
