@@ -16,10 +16,12 @@ import torch
 
 from vaswani.cli import main
 
-# What the tiny runs of this suite train: two updates of the tiny model on Multi30k with a 400-token BPE.
+# What the tiny runs of this suite train: two updates of the tiny model with a 400-token BPE, on Multi30k's 1,014
+# validation pairs (validated on test2016), so that preparing the data takes a moment.
 TINY_RUN = ["train.max_epochs=null", "train.max_steps=2", "train.eval_every_steps=null", "train.bleu_subset=0",
             "train.precision=fp32", "train.progress=false", "train.patience=null", "train.log_every_steps=1",
-            "train.max_tokens=600", "data.vocab_size=400", "train.keep_checkpoints=5"]
+            "train.max_tokens=600", "data.vocab_size=400", "train.keep_checkpoints=5", "data.train_split=val",
+            "data.valid_split=test2016"]
 
 
 @pytest.fixture
@@ -123,22 +125,20 @@ def references(tmp_path) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def workdir(tmp_path_factory, data_dir: Path) -> Path:
-    """A working directory whose prepared Multi30k data (tokenizer, cache) every run of a test module shares."""
+    """A working directory whose prepared data (tokenizer, cache) every run of the suite shares."""
     from vaswani.data.pipeline import default_out_dir, prepare_dataset
 
     root = tmp_path_factory.mktemp("faults")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(root)
-        prepare_dataset("multi30k", splits=("train", "val"), data_dir=data_dir, out_dir=root / default_out_dir(
-            "multi30k", "de-en", 400), vocab_size=400)
+    prepare_dataset("multi30k", splits=("train", "test2016"), train_split="val", data_dir=data_dir,
+                    out_dir=root / default_out_dir("multi30k", "de-en", 400), vocab_size=400)
     return root
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def trained_run(workdir: Path, data_dir: Path) -> Path:
-    """A tiny run of two updates, with its checkpoint, metrics and manifest (trained once per module)."""
+    """A tiny run of two updates, with its checkpoint, metrics and manifest (trained once)."""
     from vaswani.training.config import apply_settings, load_preset
     from vaswani.training.trainer import train
 

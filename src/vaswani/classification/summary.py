@@ -45,7 +45,7 @@ def load_experiment(folder: str | Path) -> dict[str, Any]:
         if manifest.kind != EXPERIMENT_KIND:
             raise VaswaniError(f"{folder} is a {manifest.kind} (see its {MANIFEST_FILE}), not a classifier "
                                "experiment; pass folders written by `vaswani classify experiment`")
-        verify_files(folder, manifest, ["results.json"])
+        verify_files(folder, manifest)  # the experiment's files as they were written, the table it links too
     if not path.is_file():
         raise VaswaniError(f"{path}: not found; pass folders written by `vaswani classify experiment`")
     results = read_json(path, "experiment results")

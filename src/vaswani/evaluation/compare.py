@@ -44,7 +44,7 @@ def load_results(paths: list[Path]) -> list[dict[str, Any]]:
                 if manifest.kind != EVALUATION_KIND:
                     raise VaswaniError(f"{path} is a {manifest.kind} (see its {MANIFEST_FILE}), not an evaluation; "
                                        "give folders that `vaswani evaluate` wrote")
-                verify_files(path, manifest, ["results.json"])
+                verify_files(path, manifest)  # the evaluation as it was written, not only the file read here
         result = read_json(file, "evaluation results.json")
         problem = json_shape_problem(result, RESULTS_SHAPE)
         if problem:
