@@ -1,9 +1,12 @@
 import sys
 
-try:  # a Ctrl-C while the command line is still importing is one line too (vaswani.cli handles every later one)
+# A Ctrl-C at any moment of the start-up, even while the command line is still importing or just entering main(),
+# is one line and status 130 (vaswani.cli.main handles every later one the same way).
+try:
     from vaswani.cli import main
+
+    status = main()
 except KeyboardInterrupt:
     print("interrupted", file=sys.stderr)
-    sys.exit(130)
-
-sys.exit(main())
+    status = 130
+sys.exit(status)
