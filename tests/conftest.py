@@ -75,6 +75,22 @@ def tiny_checkpoint(tmp_path_factory, data_dir: Path) -> Path:
     return directory
 
 
+@pytest.fixture
+def checkpoint(tmp_path, tiny_checkpoint: Path) -> Path:
+    """A private copy of the session's tiny checkpoint, free to damage."""
+    import shutil
+
+    return Path(shutil.copytree(tiny_checkpoint, tmp_path / "checkpoint"))
+
+
+@pytest.fixture
+def source_file(tmp_path) -> Path:
+    """Two German sentences, one per line, to translate."""
+    path = tmp_path / "in.de"
+    path.write_text("Ein Mann fährt Fahrrad.\nZwei Hunde spielen.\n", encoding="utf-8")
+    return path
+
+
 # A finished tiny run whose end chose its final model: 3 evaluations (so averages of 2 and 3 checkpoints), a short
 # validation subset and beam 2, so the whole end of the run takes seconds.
 FINAL_MODEL_RUN = [

@@ -270,7 +270,7 @@ def directory_written_whole(out: str | Path, kind: str | None = None,
             if kind is not None:
                 write_manifest(staging, kind, details)
             os.chmod(staging, default_directory_mode())
-            _fsync_directory(staging)
+            fsync_directory(staging)
             previous = None
             if out.exists():
                 previous = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
@@ -281,7 +281,7 @@ def directory_written_whole(out: str | Path, kind: str | None = None,
                 if previous is not None:
                     os.replace(previous / out.name, out)
                 raise
-            _fsync_directory(out.parent)
+            fsync_directory(out.parent)
             if previous is not None:
                 shutil.rmtree(previous, ignore_errors=True)
     finally:
@@ -308,12 +308,13 @@ def files_written_together(directory: str | Path, kind: str | None = None,
             names = sorted(p.name for p in staging.iterdir() if p.name != MANIFEST_FILE)
             for name in [*names, *([MANIFEST_FILE] if kind is not None else [])]:
                 os.replace(staging / name, directory / name)
-            _fsync_directory(directory)
+            fsync_directory(directory)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _fsync_directory(path: Path) -> None:
+def fsync_directory(path: Path) -> None:
+    """Make a rename inside ``path`` durable (the directory entry is written, not only the file)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import resource
-import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -106,22 +105,10 @@ def leftovers() -> Callable[[Path], list[str]]:
 # ---- inputs -----------------------------------------------------------------------------------------------------
 
 @pytest.fixture
-def checkpoint(tmp_path, tiny_checkpoint: Path) -> Path:
-    """A private copy of the session's tiny checkpoint (weights with their fingerprint, manifest), free to damage."""
-    return Path(shutil.copytree(tiny_checkpoint, tmp_path / "checkpoint"))
-
-
-@pytest.fixture
-def sentences(tmp_path) -> Path:
-    path = tmp_path / "in.de"
-    path.write_text("Ein Mann fährt Fahrrad.\nZwei Hunde spielen im Schnee.\n", encoding="utf-8")
-    return path
-
-
-@pytest.fixture
 def references(tmp_path) -> Path:
+    """The English of the root conftest's source_file."""
     path = tmp_path / "ref.en"
-    path.write_text("A man rides a bike.\nTwo dogs play in the snow.\n", encoding="utf-8")
+    path.write_text("A man rides a bike.\nTwo dogs play.\n", encoding="utf-8")
     return path
 
 

@@ -76,13 +76,13 @@ def checkpoint_with_search(checkpoint: Path) -> Path:
 @pytest.mark.parametrize("name, how", matrix(["model.json", "tokenizer.json", "search.json", "vaswani.json"],
                                               ["model.safetensors"]))
 def test_a_damaged_checkpoint_file_is_named_and_nothing_is_written(run, assert_one_line, state, checkpoint_with_search,
-                                                                   sentences, name: str, how: str) -> None:
+                                                                   source_file, name: str, how: str) -> None:
     checkpoint = checkpoint_with_search
-    code, _, err = run("translate", "--checkpoint", checkpoint, "--input", sentences, "--device", "cpu")
+    code, _, err = run("translate", "--checkpoint", checkpoint, "--input", source_file, "--device", "cpu")
     assert code == 0, err
     damage(checkpoint / name, how)
     before = state(checkpoint)
-    code, out, err = run("translate", "--checkpoint", checkpoint, "--input", sentences, "--device", "cpu")
+    code, out, err = run("translate", "--checkpoint", checkpoint, "--input", source_file, "--device", "cpu")
     assert_one_line(code, err, 2, str(checkpoint / name))
     assert out == "" and state(checkpoint) == before
 
@@ -223,12 +223,12 @@ def test_a_classifier_description_with_a_wrong_field_is_named(run, assert_one_li
     assert_one_line(code, err, 2, str(classifier / "classifier.json"), fragment)
 
 
-# ---- results, read by compare and classify summary --------------------------------------------------------------------
+# ---- results, read by compare and classify summary ------------------------------------------------------------
 
 @pytest.fixture
-def evaluation(run, checkpoint, sentences, references, tmp_path) -> Path:
+def evaluation(run, checkpoint, source_file, references, tmp_path) -> Path:
     out = tmp_path / "evaluation"
-    code, _, err = run("evaluate", "--checkpoint", checkpoint, "--src", sentences, "--ref", references, "--out", out,
+    code, _, err = run("evaluate", "--checkpoint", checkpoint, "--src", source_file, "--ref", references, "--out", out,
                        "--beam", "1", "--max-len-a", "0", "--max-len-b", "4", "--device", "cpu")
     assert code == 0, err
     return out

@@ -91,26 +91,26 @@ def test_export_writes_a_whole_directory_or_nothing(run, assert_one_line, disk_f
 
 
 def test_a_second_evaluation_on_a_full_disk_keeps_the_first_whole(run, assert_one_line, disk_full, state, leftovers,
-                                                                  checkpoint, sentences, references,
+                                                                  checkpoint, source_file, references,
                                                                   tmp_path) -> None:
     out = tmp_path / "eval"
     search = ["--beam", "1", "--max-len-a", "0", "--max-len-b", "4", "--device", "cpu"]
-    code, _, err = run("evaluate", "--checkpoint", checkpoint, "--src", sentences, "--ref", references, "--out", out,
+    code, _, err = run("evaluate", "--checkpoint", checkpoint, "--src", source_file, "--ref", references, "--out", out,
                        *search)
     assert code == 0, err
     before = state(tmp_path)
     with disk_full(1000):  # results.json is a few KB
-        code, _, err = run("evaluate", "--checkpoint", checkpoint, "--src", sentences, "--ref", references, "--out",
+        code, _, err = run("evaluate", "--checkpoint", checkpoint, "--src", source_file, "--ref", references, "--out",
                            out, "--beam", "2", *search[2:])
     assert_one_line(code, err, 1, str(out / "results.json"), FULL)
     assert state(tmp_path) == before and leftovers(tmp_path) == []  # no new results.json beside old hypotheses
 
 
 def test_compare_writes_its_table_and_summary_whole_or_not_at_all(run, assert_one_line, disk_full, state, leftovers,
-                                                                  checkpoint, sentences, references,
+                                                                  checkpoint, source_file, references,
                                                                   tmp_path) -> None:
     evaluation = tmp_path / "eval"
-    code, _, err = run("evaluate", "--checkpoint", checkpoint, "--src", sentences, "--ref", references, "--out",
+    code, _, err = run("evaluate", "--checkpoint", checkpoint, "--src", source_file, "--ref", references, "--out",
                        evaluation, "--beam", "1", "--max-len-a", "0", "--max-len-b", "4", "--device", "cpu")
     assert code == 0, err
     out = tmp_path / "table"
@@ -152,10 +152,10 @@ def test_classify_train_writes_nothing_when_the_model_does_not_fit(run, assert_o
 
 @pytest.mark.parametrize("command", ["translate", "classify predict"])
 def test_an_output_file_is_written_whole_or_not_at_all(run, assert_one_line, disk_full, leftovers, checkpoint,
-                                                       classifier, sentences, tmp_path, command: str) -> None:
+                                                       classifier, source_file, tmp_path, command: str) -> None:
     output = tmp_path / "out.txt"
     if command == "translate":
-        argv = ["translate", "--checkpoint", checkpoint, "--input", sentences, "--beam", "1", "--max-len-b", "30",
+        argv = ["translate", "--checkpoint", checkpoint, "--input", source_file, "--beam", "1", "--max-len-b", "30",
                 "--max-len-a", "0", "--device", "cpu", "--output", output]
     else:
         csv = tmp_path / "texts.csv"

@@ -20,12 +20,12 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.skipif(torch.backends.mps.is_available(), reason="needs a torch build without MPS")
 @pytest.mark.parametrize("device", ["mps", "xpu"])
 def test_a_device_this_torch_build_lacks_is_named_not_blamed_on_the_checkpoint(run, assert_one_line, state,
-                                                                               checkpoint, sentences,
+                                                                               checkpoint, source_file,
                                                                                device: str) -> None:
     if getattr(torch, device, None) is not None and torch.xpu.is_available():
         pytest.skip("this machine has the device")
     before = state(checkpoint)
-    code, _, err = run("translate", "--checkpoint", checkpoint, "--input", sentences, "--device", device)
+    code, _, err = run("translate", "--checkpoint", checkpoint, "--input", source_file, "--device", device)
     line = assert_one_line(code, err, 1, f"device '{device}'", f"cannot use {device} devices")
     assert "corrupt" not in line and "safetensors" not in line
     assert state(checkpoint) == before
@@ -115,19 +115,19 @@ def test_a_folder_of_other_files_is_no_run_directory(run, assert_one_line, state
     assert (folder / "tokenizer.json").read_text() == "my own file"
 
 
-def test_no_command_writes_into_its_own_inputs(run, assert_one_line, state, checkpoint, sentences, references,
+def test_no_command_writes_into_its_own_inputs(run, assert_one_line, state, checkpoint, source_file, references,
                                                tmp_path) -> None:
     evaluation = tmp_path / "evaluation"
     common = ["--beam", "1", "--max-len-a", "0", "--max-len-b", "4", "--device", "cpu"]
-    assert run("evaluate", "--checkpoint", checkpoint, "--src", sentences, "--ref", references, "--out", evaluation,
+    assert run("evaluate", "--checkpoint", checkpoint, "--src", source_file, "--ref", references, "--out", evaluation,
                *common)[0] == 0
     before = state(tmp_path)
     cases = [
         (["compare", evaluation, "--out", evaluation], f"--out {evaluation} holds {evaluation}"),
         (["compare", evaluation / "results.json", "--out", evaluation, "--force"], f"holds {evaluation}/results.json"),
-        (["evaluate", "--checkpoint", checkpoint, "--src", sentences, "--ref", references, "--out", checkpoint,
+        (["evaluate", "--checkpoint", checkpoint, "--src", source_file, "--ref", references, "--out", checkpoint,
           *common], f"--out {checkpoint} holds {checkpoint}"),
-        (["evaluate", "--checkpoint", checkpoint, "--src", sentences, "--ref", references, "--out", tmp_path,
+        (["evaluate", "--checkpoint", checkpoint, "--src", source_file, "--ref", references, "--out", tmp_path,
           "--force", *common], f"--out {tmp_path} holds"),
         (["average", "--checkpoints", checkpoint, checkpoint, "--out", checkpoint, "--force"], f"holds {checkpoint}"),
         (["export", "--checkpoint", checkpoint, "--format", "hf", "--out", tmp_path, "--force"], f"holds {checkpoint}"),

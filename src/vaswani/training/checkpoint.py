@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from vaswani.errors import VaswaniError
-from vaswani.io import atomic_write_json, named_as, read_manifest, write_manifest, writing
+from vaswani.io import atomic_write_json, fsync_directory, named_as, read_manifest, write_manifest, writing
 from vaswani.model import Transformer
 from vaswani.model.serialization import CHECKPOINT_KIND, check_checkpoint, resolve_checkpoint, save_model
 
@@ -35,14 +35,6 @@ STATE_FILE = "trainer_state.pt"
 META_FILE = "meta.json"
 CHECKPOINT_FILES = ("model.safetensors", "model.json", "tokenizer.json", STATE_FILE, META_FILE)
 STEP_NAME = re.compile(r"(?:\.replaced-)?step_(\d+)$")
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _fsync_file(path: Path) -> None:
@@ -76,7 +68,7 @@ def save_checkpoint(
             write_manifest(staging, CHECKPOINT_KIND, {"step": meta.get("step")})
             for file in staging.iterdir():
                 _fsync_file(file)
-            _fsync_dir(staging)
+            fsync_directory(staging)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -88,7 +80,7 @@ def save_checkpoint(
             shutil.rmtree(replaced, ignore_errors=True)
             os.replace(final, replaced)
         os.replace(staging, final)
-        _fsync_dir(checkpoints_dir)
+        fsync_directory(checkpoints_dir)
     shutil.rmtree(replaced, ignore_errors=True)
     return final
 
@@ -99,7 +91,7 @@ def point(checkpoints_dir: Path, link: str, target: Path) -> None:
     tmp.unlink(missing_ok=True)
     os.symlink(target.name, tmp)
     os.replace(tmp, checkpoints_dir / link)
-    _fsync_dir(checkpoints_dir)
+    fsync_directory(checkpoints_dir)
 
 
 def prune(checkpoints_dir: Path, keep: int) -> None:
