@@ -55,20 +55,40 @@ def _one_thread() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory, data_dir: Path) -> Path:
-    """A random tiny model saved with save_model, beside a byte-level BPE trained on 500 Multi30k lines."""
+    """A random tiny model saved as a whole checkpoint (weights with their fingerprint, model.json, tokenizer.json and
+    the manifest), with a byte-level BPE trained on 500 Multi30k lines."""
     from vaswani.config import ModelConfig
     from vaswani.data.corpora import load_corpus
     from vaswani.data.tokenizer import Tokenizer
+    from vaswani.io import write_manifest
     from vaswani.model import Transformer
-    from vaswani.model.serialization import save_model
+    from vaswani.model.serialization import CHECKPOINT_KIND, save_model
 
     directory = tmp_path_factory.mktemp("tiny_checkpoint")
     train = load_corpus("multi30k", "train", data_dir=data_dir)
     tokenizer = Tokenizer.train(train.source[:500] + train.target[:500], vocab_size=1000)
     torch.manual_seed(0)
-    save_model(Transformer(ModelConfig.preset("tiny", dropout=0.0, vocab_size=tokenizer.vocab_size)), directory)
     tokenizer.save(directory / "tokenizer.json")
+    save_model(Transformer(ModelConfig.preset("tiny", dropout=0.0, vocab_size=tokenizer.vocab_size)), directory,
+               directory / "tokenizer.json")
+    write_manifest(directory, CHECKPOINT_KIND)
     return directory
+
+
+@pytest.fixture
+def checkpoint(tmp_path, tiny_checkpoint: Path) -> Path:
+    """A private copy of the session's tiny checkpoint, free to damage."""
+    import shutil
+
+    return Path(shutil.copytree(tiny_checkpoint, tmp_path / "checkpoint"))
+
+
+@pytest.fixture
+def source_file(tmp_path) -> Path:
+    """Two German sentences, one per line, to translate."""
+    path = tmp_path / "in.de"
+    path.write_text("Ein Mann fährt Fahrrad.\nZwei Hunde spielen.\n", encoding="utf-8")
+    return path
 
 
 # A finished tiny run whose end chose its final model: 3 evaluations (so averages of 2 and 3 checkpoints), a short

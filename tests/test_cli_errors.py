@@ -35,6 +35,12 @@ def run(capsys) -> Callable[..., tuple[int, str]]:
     return call
 
 
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def unwritable_directory(tmp_path: Path) -> Path:
     """A directory this process cannot create files in (as root, chmod does not stop us: use /proc)."""
     if os.geteuid() != 0:
@@ -48,19 +54,6 @@ def unwritable_directory(tmp_path: Path) -> Path:
     except OSError:
         return path
     pytest.skip("no unwritable directory available to root here")
-
-
-@pytest.fixture
-def checkpoint(tmp_path, tiny_checkpoint: Path) -> Path:
-    """A private copy of the session's tiny checkpoint, free to damage."""
-    return Path(shutil.copytree(tiny_checkpoint, tmp_path / "checkpoint"))
-
-
-@pytest.fixture
-def sentences(tmp_path) -> Path:
-    path = tmp_path / "in.de"
-    path.write_text("Ein Mann fährt Fahrrad.\nZwei Hunde spielen.\n", encoding="utf-8")
-    return path
 
 
 def assert_clean(code: int, err: str, expected_code: int, *fragments: str) -> None:
@@ -89,6 +82,7 @@ def assert_clean(code: int, err: str, expected_code: int, *fragments: str) -> No
     ("data.vocab_size=99999999999999999999", "data.vocab_size"),  # OverflowError in the BPE trainer
     ("train.final_test_splits=[test2016,nope]", "train.final_test_splits: dataset 'multi30k' has no split 'nope'"),
     ("data.valid_split=dev", "data.valid_split"),  # both were found only when the split was read
+    ("train.lr=1e-300", "train.lr=1e-300 cannot be represented in float32"),  # 0 in float32: nothing learned
 ])
 def test_invalid_settings_are_refused_naming_the_field(run, setting: str, field: str) -> None:
     assert_clean(*run("train", "--preset", "smoke", "--set", setting, "--print-config"), 2, field)
@@ -179,44 +173,80 @@ def test_an_unwritable_run_directory_is_refused_before_any_work(run, tmp_path) -
 
 # ---- checkpoints --------------------------------------------------------------------------------------------------
 
-def test_truncated_weights_are_reported_not_raised(run, checkpoint: Path, sentences: Path, tmp_path) -> None:
+def test_truncated_weights_are_reported_not_raised(run, checkpoint: Path, source_file: Path, tmp_path) -> None:
     weights = checkpoint / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:5000])
-    assert_clean(*run("translate", "--checkpoint", checkpoint, "--input", sentences, "--device", "cpu"), 2,
+    assert_clean(*run("translate", "--checkpoint", checkpoint, "--input", source_file, "--device", "cpu"), 2,
                  "model.safetensors", "truncated or corrupt")
     other = Path(shutil.copytree(checkpoint, tmp_path / "other"))
     assert_clean(*run("average", "--checkpoints", checkpoint, other, "--out", tmp_path / "avg"), 2,
                  "truncated or corrupt")
 
 
-def test_weights_that_do_not_match_model_json_are_reported(run, checkpoint: Path, sentences: Path) -> None:
-    config = json.loads((checkpoint / "model.json").read_text())
-    (checkpoint / "model.json").write_text(json.dumps({**config, "d_ff": config["d_ff"] * 2}))
-    assert_clean(*run("translate", "--checkpoint", checkpoint, "--input", sentences, "--device", "cpu"), 2,
-                 "do not match model.json")
-
-
-@pytest.mark.parametrize("change", [{"positions": "learned"}, {"tie_embeddings": "none"}])
-def test_weights_of_another_architecture_name_the_missing_tensors(run, checkpoint: Path, sentences: Path,
-                                                                  change: dict) -> None:
+@pytest.mark.parametrize("change", [
+    {"d_ff": 256},  # other shapes
+    {"positions": "learned"}, {"tie_embeddings": "none"},  # other tensors
+    {"n_heads": 2}, {"activation": "gelu"}, {"norm": "pre"},  # the same shapes: loaded and translated differently
+])
+def test_a_model_json_the_weights_were_not_written_for_is_named_with_both_files(run, checkpoint: Path,
+                                                                                 source_file: Path,
+                                                                                 change: dict) -> None:
     config = json.loads((checkpoint / "model.json").read_text())
     (checkpoint / "model.json").write_text(json.dumps({**config, **change}))
-    assert_clean(*run("translate", "--checkpoint", checkpoint, "--input", sentences, "--device", "cpu"), 2,
-                 "model.safetensors: weights do not match model.json (missing ['", "another architecture")
+    (key, value), = change.items()
+    assert_clean(*run("translate", "--checkpoint", checkpoint, "--input", source_file, "--device", "cpu"), 2,
+                 f"{checkpoint / 'model.json'} does not match {checkpoint / 'model.safetensors'}: "
+                 f"{key}={value!r} (weights: {config[key]!r})", "restore the checkpoint's own model.json")
 
 
-def test_an_invalid_model_json_is_reported_with_its_file(run, checkpoint: Path, sentences: Path) -> None:
+def test_a_tokenizer_from_another_checkpoint_is_named_with_the_weights(run, checkpoint: Path, source_file: Path,
+                                                                      data_dir: Path) -> None:
+    from vaswani.data.corpora import load_corpus
+    from vaswani.data.tokenizer import Tokenizer
+
+    train = load_corpus("multi30k", "train", data_dir=data_dir)
+    other = Tokenizer.train(train.source[500:1000] + train.target[500:1000], vocab_size=1000)
+    assert other.vocab_size == Tokenizer.load(checkpoint / "tokenizer.json").vocab_size  # same size, other words
+    other.save(checkpoint / "tokenizer.json")
+    assert_clean(*run("translate", "--checkpoint", checkpoint, "--input", source_file, "--device", "cpu"), 2,
+                 f"{checkpoint / 'tokenizer.json'} does not match {checkpoint / 'model.safetensors'}",
+                 "put back the checkpoint's own tokenizer.json")
+
+
+def strip_fingerprint(checkpoint: Path) -> None:
+    """Weights as another tool writes them: no vaswani metadata, and no manifest beside them."""
+    from safetensors.torch import load_file, save_file
+
+    save_file(load_file(checkpoint / "model.safetensors"), checkpoint / "model.safetensors")
+    (checkpoint / "vaswani.json").unlink()
+
+
+@pytest.mark.parametrize("change, fragment", [
+    ({"d_ff": 256}, "model.safetensors: weights do not match model.json (size mismatch"),
+    ({"positions": "learned"}, "model.safetensors: weights do not match model.json (missing ['"),
+])
+def test_weights_without_a_fingerprint_that_do_not_fit_model_json_are_named(run, checkpoint: Path, source_file: Path,
+                                                                            change: dict, fragment: str) -> None:
+    strip_fingerprint(checkpoint)
+    code, err = run("translate", "--checkpoint", checkpoint, "--input", source_file, "--device", "cpu", "--beam", "1")
+    assert code == 0, err  # loaded unchecked, as it was written
+    config = json.loads((checkpoint / "model.json").read_text())
+    (checkpoint / "model.json").write_text(json.dumps({**config, **change}))
+    assert_clean(*run("translate", "--checkpoint", checkpoint, "--input", source_file, "--device", "cpu"), 2, fragment)
+
+
+def test_an_invalid_model_json_is_reported_with_its_file(run, checkpoint: Path, source_file: Path) -> None:
     config = json.loads((checkpoint / "model.json").read_text())
     (checkpoint / "model.json").write_text(json.dumps({**config, "n_heads": 0}))
-    assert_clean(*run("translate", "--checkpoint", checkpoint, "--input", sentences, "--device", "cpu"), 2,
+    assert_clean(*run("translate", "--checkpoint", checkpoint, "--input", source_file, "--device", "cpu"), 2,
                  "model.json", "model.n_heads")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 @pytest.mark.parametrize("command", ["translate", "evaluate"])
-def test_asking_for_cuda_without_one_names_the_device(run, checkpoint: Path, sentences: Path,
+def test_asking_for_cuda_without_one_names_the_device(run, checkpoint: Path, source_file: Path,
                                                       command: str) -> None:
-    data = ["--input", sentences] if command == "translate" else ["--src", sentences, "--ref", sentences]
+    data = ["--input", source_file] if command == "translate" else ["--src", source_file, "--ref", source_file]
     assert_clean(*run(command, "--checkpoint", checkpoint, *data, "--device", "cuda"), 1, "'cuda'",
                  "no CUDA device")
 
@@ -249,8 +279,11 @@ def test_average_refuses_a_non_empty_out_and_with_force_replaces_it_whole(run, c
     code, err = run("average", "--checkpoints", checkpoint, other, "--out", old, "--force")
     assert code == 0, err
     assert sorted(p.name for p in old.iterdir()) == sorted(
-        [p.name for p in checkpoint.iterdir() if p.name in ("model.json", "model.safetensors", "tokenizer.json")]
-        + ["average.json"])  # nothing of the replaced directory is left to mix with the new checkpoint
+        ["model.json", "model.safetensors", "tokenizer.json", "average.json", "vaswani.json"])
+    # nothing of the replaced directory is left to mix with the new checkpoint, whose manifest lists its own files
+    assert sorted(json.loads((old / "vaswani.json").read_text())["files"]) == sorted(
+        ["model.json", "model.safetensors", "tokenizer.json", "average.json"])
+    assert old.stat().st_mode & 0o777 == 0o777 & ~current_umask()  # as a plainly made directory, not mkdtemp's 0700
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".old.")]
     assert_clean(*run("average", "--checkpoints", checkpoint, other, "--out", tmp_path, "--force"), 2,
                  f"holds {checkpoint}")
@@ -285,10 +318,14 @@ def test_a_directory_written_whole_keeps_the_old_one_when_the_writer_fails(tmp_p
     (["--max-len-a", "1e19"], "search.max_len_a=1e+19 must be >= 0 and <= 16"),  # empty translations, exit 0
     (["--max-len-b", "1000000000000"], "--max-len-b 1000000000000"),  # 80 TB
     (["--beam", "100000"], "--beam 100000"),
+    (["--repetition-penalty", "1e-300"], "search.repetition_penalty=1e-300 must be >= 0.01 and <= 100"),  # -inf
+    (["--alpha", "1e300"], "search.alpha=1e+300 must be >= 0 and <= 5"),  # an infinite length penalty
+    (["--max-len-a", "0", "--max-len-b", "1"], "leave no room for a word"),  # every translation empty
+    (["--max-len-a", "1e-300", "--max-len-b", "4"], "cannot be represented in float32"),
 ])
-def test_invalid_search_options_name_the_option(run, sentences: Path, options: list[str], fragment: str) -> None:
+def test_invalid_search_options_name_the_option(run, source_file: Path, options: list[str], fragment: str) -> None:
     # checked before anything is loaded: the checkpoint does not even exist
-    assert_clean(*run("translate", "--checkpoint", "missing", "--input", sentences, *options), 2, fragment)
+    assert_clean(*run("translate", "--checkpoint", "missing", "--input", source_file, *options), 2, fragment)
 
 
 def test_input_naming_a_directory_is_refused(run, checkpoint: Path, tmp_path) -> None:
@@ -296,19 +333,19 @@ def test_input_naming_a_directory_is_refused(run, checkpoint: Path, tmp_path) ->
                  "is a directory")
 
 
-def test_an_unwritable_output_is_refused_before_translating(run, sentences: Path, tmp_path) -> None:
+def test_an_unwritable_output_is_refused_before_translating(run, source_file: Path, tmp_path) -> None:
     # the checkpoint does not exist: refusing the output first proves the check comes before the work
     out = unwritable_directory(tmp_path) / "out.en"
-    assert_clean(*run("translate", "--checkpoint", "missing", "--input", sentences, "--output", out), 1,
+    assert_clean(*run("translate", "--checkpoint", "missing", "--input", source_file, "--output", out), 1,
                  "cannot be written")
-    code, err = run("evaluate", "--checkpoint", "missing", "--src", sentences, "--ref", sentences,
+    code, err = run("evaluate", "--checkpoint", "missing", "--src", source_file, "--ref", source_file,
                     "--out", unwritable_directory(tmp_path))
     assert_clean(code, err, 1, "cannot be written")
 
 
-def test_translate_writes_its_output_whole(run, checkpoint: Path, sentences: Path, tmp_path) -> None:
+def test_translate_writes_its_output_whole(run, checkpoint: Path, source_file: Path, tmp_path) -> None:
     out = tmp_path / "new" / "out.en"
-    code, err = run("translate", "--checkpoint", checkpoint, "--input", sentences, "--output", out,
+    code, err = run("translate", "--checkpoint", checkpoint, "--input", source_file, "--output", out,
                     "--device", "cpu", "--beam", "1")
     assert code == 0, err
     assert len(out.read_text(encoding="utf-8").splitlines()) == 2
@@ -345,10 +382,10 @@ def test_input_that_is_not_utf8_names_its_line_or_option(run, monkeypatch, tmp_p
      "standard output is closed; pass --output FILE"),
     ("stdout", ["classify", "predict", "--model", "missing", "--text", "x"], "standard output is closed; label a CSV"),
 ])
-def test_a_closed_standard_stream_is_refused_before_the_work(run, monkeypatch, sentences: Path, closed: str,
+def test_a_closed_standard_stream_is_refused_before_the_work(run, monkeypatch, source_file: Path, closed: str,
                                                              argv: list[str], message: str) -> None:
     monkeypatch.setattr(sys, closed, None)  # what Python makes of `<&-` or `>&-`
-    code, err = run(*[sentences if a == "IN" else a for a in argv])
+    code, err = run(*[source_file if a == "IN" else a for a in argv])
     assert_clean(code, err, 2, message)  # was AttributeError: 'NoneType' object has no attribute ...
 
 
@@ -359,20 +396,20 @@ def test_a_closed_standard_stream_is_refused_before_the_work(run, monkeypatch, s
     (["bench", "decode", "--checkpoint", "missing", "--out", "DIR.json"], "--out"),  # DIR.md holds the table
     (["bench", "train", "--preset", "missing", "--out", "DIR"], "--out"),
 ])
-def test_an_output_naming_a_directory_is_refused_before_the_work(run, sentences: Path, tmp_path, argv: list[str],
+def test_an_output_naming_a_directory_is_refused_before_the_work(run, source_file: Path, tmp_path, argv: list[str],
                                                                   option: str) -> None:
     # what each command would need first (model, preset) does not exist: the output is refused before it
     directory = tmp_path / "DIR"
     directory.mkdir()
     (tmp_path / "DIR.md").mkdir()
-    argv = [sentences if a == "IN" else tmp_path / a if a.startswith("DIR") else a for a in argv]
+    argv = [source_file if a == "IN" else tmp_path / a if a.startswith("DIR") else a for a in argv]
     target = directory if argv[-1] == directory else tmp_path / "DIR.md"
     assert_clean(*run(*argv), 2, f"{option} {target}: is a directory; name a file")  # not .DIR.xxxx.tmp at the end
     assert sorted(p.name for p in tmp_path.iterdir()) == ["DIR", "DIR.md", "in.de"]
 
 
-def test_a_device_as_output_is_refused_not_replaced(run, sentences: Path) -> None:
-    assert_clean(*run("translate", "--checkpoint", "missing", "--input", sentences, "--output", "/dev/null"), 2,
+def test_a_device_as_output_is_refused_not_replaced(run, source_file: Path) -> None:
+    assert_clean(*run("translate", "--checkpoint", "missing", "--input", source_file, "--output", "/dev/null"), 2,
                  "--output /dev/null: is not a regular file")
     assert Path("/dev/null").is_char_device()
 
@@ -488,7 +525,7 @@ def test_a_number_out_of_its_range_stops_at_parsing(run, argv: list[str], option
 
 # ---- bugs keep their traceback --------------------------------------------------------------------------------------
 
-def test_a_real_bug_still_raises_and_debug_shows_every_traceback(run, monkeypatch, sentences: Path) -> None:
+def test_a_real_bug_still_raises_and_debug_shows_every_traceback(run, monkeypatch, source_file: Path) -> None:
     import vaswani.decoding.commands as commands
 
     def bug(args):
@@ -496,9 +533,9 @@ def test_a_real_bug_still_raises_and_debug_shows_every_traceback(run, monkeypatc
 
     monkeypatch.setattr(commands, "translator_from_args", bug)
     with pytest.raises(ZeroDivisionError):
-        main(["translate", "--checkpoint", "x", "--input", str(sentences)])
+        main(["translate", "--checkpoint", "x", "--input", str(source_file)])
     with pytest.raises(VaswaniError):
-        main(["--debug", "translate", "--checkpoint", "x", "--input", str(sentences), "--beam", "0"])
+        main(["--debug", "translate", "--checkpoint", "x", "--input", str(source_file), "--beam", "0"])
     monkeypatch.setenv("VASWANI_DEBUG", "1")
     with pytest.raises(VaswaniError):
-        main(["translate", "--checkpoint", "x", "--input", str(sentences), "--beam", "0"])
+        main(["translate", "--checkpoint", "x", "--input", str(source_file), "--beam", "0"])

@@ -77,6 +77,60 @@ def test_any_search_setting_is_accepted_or_named(beam, nbest, alpha, penalty, ng
     assert all(math.isfinite(x) for x in (config.alpha, config.repetition_penalty, config.max_len_a))
 
 
+def test_every_float_of_the_search_has_a_closed_range() -> None:
+    for f in dataclasses.fields(SearchConfig):
+        if f.type in ("float", float):
+            limit = SearchConfig.LIMITS[f.name]
+            assert (limit.ge, limit.gt) != (None, None) and (limit.le, limit.lt) != (None, None), f.name
+
+
+# Values around and far beyond each range: what a user may type, what float32 cannot hold, and the bounds themselves.
+extreme_floats = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
+                           st.sampled_from([0.0, 1e-300, 1e-45, 1e-38, 0.01, 0.5, 1.0, 5.0, 16.0, 100.0, 1e300]))
+
+
+def mostly(common: st.SearchStrategy, rare: st.SearchStrategy) -> st.SearchStrategy:
+    """``common`` three times in four, else ``rare``: most examples reach the search, some test the refusal."""
+    return st.one_of(common, common, common, rare)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(beam=mostly(st.integers(1, 4), st.integers(-1, 300)), nbest=mostly(st.integers(1, 2), st.integers(0, 9)),
+       alpha=mostly(st.floats(0, 5), extreme_floats), penalty=mostly(st.floats(0.01, 100), extreme_floats),
+       norm=st.sampled_from(["gnmt", "average", "none"]), ngram=mostly(st.integers(0, 3), st.integers(-2, 9)),
+       max_len_a=mostly(st.floats(0, 3), extreme_floats), max_len_b=mostly(st.integers(0, 12), st.integers(-2, 9)))
+def test_any_accepted_search_gives_finite_non_empty_output_or_one_line(tiny_checkpoint: Path, tmp_path_factory, capsys,
+                                                                      beam, nbest, alpha, penalty, norm, ngram,
+                                                                      max_len_a, max_len_b) -> None:
+    """Through the command line, with a real model: exit 0 and, for each sentence, the n-best lines with words and a
+    finite score; or exit 2 and one line naming the option. Never an empty translation scored -inf or nan."""
+    from vaswani.cli import main
+
+    source = tmp_path_factory.mktemp("search") / "in.de"
+    source.write_text("Ein Mann fährt Fahrrad.\nZwei Hunde.\n", encoding="utf-8")
+    options = {"--beam": beam, "--nbest": nbest, "--alpha": alpha, "--repetition-penalty": penalty,
+               "--length-norm": norm, "--no-repeat-ngram": ngram, "--max-len-a": max_len_a, "--max-len-b": max_len_b}
+    capsys.readouterr()
+    try:
+        code = main(["translate", "--checkpoint", str(tiny_checkpoint), "--input", str(source), "--device", "cpu",
+                     *(f"{option}={value}" for option, value in options.items())])
+    except SystemExit as exit:  # argparse's usage error: the usage, then one error line
+        code = exit.code
+    out, err = capsys.readouterr()
+    if code != 0:
+        errors = [line for line in err.splitlines() if "error:" in line]
+        assert code == 2 and len(errors) == 1 and "Traceback" not in err, err
+        assert any(option in errors[0] for option in options), err  # names what to change
+        return
+    if nbest == 1:  # one translation per line; a search that failed would give an empty one (scored -inf)
+        assert len(out.splitlines()) == 2 and all(line.strip() for line in out.splitlines()), out
+        return
+    rows = [line.split(" ||| ") for line in out.splitlines()]  # i ||| translation ||| score
+    assert [int(row[0]) for row in rows] == [i for i in range(2) for _ in range(nbest)]
+    for _, text, score in rows:
+        assert text.strip() and math.isfinite(float(score)), (text, score)
+
+
 # ---- translation input ----------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -17,9 +17,10 @@ import argparse
 import errno
 import importlib
 import os
+import re
 import sys
 
-from vaswani.errors import VaswaniError
+from vaswani.errors import VaswaniError, is_out_of_memory
 
 # Areas in the order `vaswani --help` lists them; each module has register(subparsers).
 CORE_COMMANDS = [
@@ -55,11 +56,34 @@ def build_parser() -> argparse.ArgumentParser:
 # An OSError naming a path the user gave wrongly is the input's fault; the others are the machine's.
 _USER_ERRNOS = {errno.ENOENT, errno.EISDIR, errno.ENOTDIR, errno.ENAMETOOLONG, errno.ELOOP}
 
+# What to lower when memory runs out, per command: the settings that size what is allocated.
+MEMORY_SETTINGS = {
+    "train": "train.max_tokens (raise train.grad_accum to keep the tokens per update) or the model's size "
+             "(model.d_model, model.d_ff, model.n_encoder_layers, model.n_decoder_layers, data.vocab_size)",
+    "finalize": "train.final_beam or train.average_last",
+    "translate": "--max-tokens or --batch-size (or --beam)",
+    "evaluate": "--max-tokens or --batch-size (or --beam)",
+    "serve": "--max-batch-tokens or --max-beam",
+    "prepare": "--vocab-size, or prepare a smaller corpus",
+    "classify": "--batch-size, --max-len or the model (--preset, --set model.*)",
+    "bench": "--max-tokens or the model's size",
+    "experiment": "the experiment's sizes (--max-tokens, lengths, model settings)",
+}
+
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``vaswani ARGS`` and return its exit status. A Ctrl-C at any point, even while the command modules are
+    still importing, is one line and status 130, as a shell reports an interrupted command."""
+    try:
+        return _run(sys.argv[1:] if argv is None else list(argv))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _run(argv: list[str]) -> int:
     from vaswani.provenance import record_command
 
-    argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     record_command(argv)
@@ -69,9 +93,6 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and closed early: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
     except VaswaniError as error:
         if debug:
             raise
@@ -81,11 +102,21 @@ def main(argv: list[str] | None = None) -> int:
             raise
         where = f"{error.filename}: " if error.filename else ""
         return _report(args.command, f"{where}{error.strerror or error}", 2 if error.errno in _USER_ERRNOS else 1)
-    except RuntimeError as error:
-        if type(error).__name__ != "OutOfMemoryError" or debug:  # torch.OutOfMemoryError; anything else is a bug
+    except (MemoryError, RuntimeError) as error:
+        if not is_out_of_memory(error) or debug:  # any other RuntimeError is a bug
             raise
-        return _report(args.command, "out of device memory; use smaller batches (--max-tokens, --batch-size or "
-                       "train.max_tokens) or a smaller model", 1)
+        return _report(args.command, f"out of memory{_requested(error)}; lower "
+                       f"{MEMORY_SETTINGS.get(args.command, 'the sizes this command was given')}", 1)
+
+
+def _requested(error: BaseException) -> str:
+    """' (N GB requested)' when the allocator said how much it was asked for."""
+    match = re.search(r"allocate (?:memory: you tried to allocate )?(\d+) bytes", str(error)) or \
+        re.search(r"Tried to allocate ([\d.]+ [GMK]iB)", str(error))
+    if not match:
+        return ""
+    amount = match.group(1)
+    return f" ({int(amount) / 1e9:,.1f} GB requested)" if amount.isdigit() else f" ({amount} requested)"
 
 
 def _report(command: str, message: str, code: int) -> int:

@@ -159,6 +159,19 @@ def validate_settings(obj: Any) -> None:
             limit = limits.get(f.name)
             if limit is not None and isinstance(number, (int, float)) and not limit.allows(number):
                 raise ConfigError(f"{name}={_short(coerced)} must be {limit.describe()}", field=name)
+            if isinstance(number, float) and not representable(number):
+                raise ConfigError(f"{name}={_short(coerced)} {UNREPRESENTABLE}", field=name)
+
+
+# The float32 arithmetic of the model and the search holds 0 and magnitudes from its smallest normal number to its
+# largest: a setting outside that range would silently become 0 or inf there (1e-300 is 0 in float32).
+FLOAT32_TINY, FLOAT32_MAX = 1.1754943508222875e-38, 3.4028234663852886e38
+UNREPRESENTABLE = "cannot be represented in float32 (it would become 0 or inf); use 0 or a magnitude from 1e-38 to 3e38"
+
+
+def representable(value: float) -> bool:
+    """Is ``value`` 0 or a float32 normal number (no underflow to 0, no overflow to inf)?"""
+    return value == 0 or FLOAT32_TINY <= abs(value) <= FLOAT32_MAX
 
 
 def _short(value: Any) -> str:
@@ -266,6 +279,8 @@ def ranged(kind: type[int] | type[float], **bounds: float) -> Callable[[str], An
             raise argparse.ArgumentTypeError(f"needs {wanted}, got {text!r}") from None
         if not math.isfinite(value) or not limit.allows(value):
             raise argparse.ArgumentTypeError(f"needs {wanted}, got {text!r}")
+        if kind is float and not representable(value):
+            raise argparse.ArgumentTypeError(f"needs {wanted}, got {text!r}, which {UNREPRESENTABLE}")
         return value
 
     parse.limit = limit  # the declared range travels with the option (tests check that every number has one)
@@ -304,5 +319,6 @@ __all__ = [
     "parse_settings",
     "parse_variant",
     "ranged",
+    "representable",
     "validate_settings",
 ]

@@ -59,8 +59,34 @@ def resolve_device(name: str | torch.device | None = "auto", local_rank: int = 0
     without a GPU is an error, not a silent CPU run. ``local_rank`` of ``local_ranks`` picks this process's GPU
     under torchrun."""
     name = str(name) if name is not None else "auto"
+    kind = name.split(":")[0]
+    if kind not in ("auto", "cpu", "cuda") and _is_device_type(kind) and not _available(kind):
+        # Without this, the first tensor moved there fails deep inside torch or safetensors ("not linked with
+        # support for mps devices"), which reads like a broken checkpoint.
+        raise EnvironmentFault(f"device {name!r} was asked for but this torch build ({torch.__version__}) cannot "
+                               f"use {kind} devices here; use --device cpu or train.device=cpu")
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     return rank_device(name, local_rank, local_ranks, gpus)
+
+
+def _is_device_type(name: str) -> bool:
+    try:
+        torch.device(name)
+    except RuntimeError:
+        return False
+    return True
+
+
+def _available(device_type: str) -> bool:
+    """Can this torch build use devices of ``device_type`` (mps, xpu, ...) on this machine?"""
+    backend = getattr(torch, device_type, None)
+    if device_type == "mps":
+        backend = torch.backends.mps
+    is_available = getattr(backend, "is_available", None)
+    try:
+        return bool(is_available()) if callable(is_available) else False
+    except RuntimeError:
+        return False
 
 
 def synchronize(device: torch.device) -> None:

@@ -5,6 +5,19 @@ The command line exits with ``exit_code``: 2 for a problem with what the user ga
 Any other exception is a bug and keeps its traceback.
 """
 
+import re
+
+# How an allocation that failed reads: torch.OutOfMemoryError's "out of memory" on a GPU; on a CPU torch's
+# allocator raises a RuntimeError naming itself or the system call's error.
+_ALLOCATION_FAILED = re.compile(r"out of memory|can't allocate memory|DefaultCPUAllocator|not enough memory|"
+                                r"Cannot allocate memory", re.IGNORECASE)
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Did ``error`` come from an allocation that failed (GPU or host), rather than from a bug?"""
+    return isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError" or (
+        isinstance(error, RuntimeError) and bool(_ALLOCATION_FAILED.search(str(error))))
+
 
 class VaswaniError(Exception):
     """A problem with the user's input; the message names the file/line/field and what to do."""

@@ -1,46 +1,129 @@
-"""Writing files so that a crash never leaves half of one: every file the tool writes goes through here.
+"""Writing files so that a crash never leaves half of one, and reading back what was written: every file the tool
+writes goes through here.
 
 The pattern is the same everywhere: write a temporary file in the destination's directory, fsync it, give it the
 permissions a plainly created file would have, then ``os.replace`` it over the destination. Readers see the old file
-or the new one, never a torn one, even if the process is killed mid-write.
+or the new one, never a torn one, even if the process is killed mid-write. A directory of several files is assembled
+beside its destination and renamed into place (:func:`directory_written_whole`), with a manifest written last
+(:func:`write_manifest`): the manifest says what the directory is and holds each file's size and sha256, so a reader
+knows a run, a checkpoint or an evaluation by what the tool wrote, never by which files happen to be there.
+
+A write that fails because the machine cannot take it (a full disk, the file-size limit of ``ulimit -f``, a
+read-only mount) is one :class:`EnvironmentFault` naming the file, whichever library was writing (:func:`writing`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import hashlib
 import json
+import math
 import os
+import re
+import resource
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal, Sequence, TextIO
+from typing import Any, Callable, Iterable, Iterator, Literal, Sequence, TextIO
 
 from vaswani.errors import EnvironmentFault, VaswaniError
 
 
-def default_file_mode() -> int:
-    """The permissions a plainly created file would get (mkstemp makes private 0600 files)."""
+def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
-    return 0o666 & ~mask
+    return mask
+
+
+def default_file_mode() -> int:
+    """The permissions a plainly created file would get (mkstemp makes private 0600 files)."""
+    return 0o666 & ~_umask()
+
+
+def default_directory_mode() -> int:
+    """The permissions a plainly created directory would get (mkdtemp makes private 0700 ones)."""
+    return 0o777 & ~_umask()
+
+
+def write_fault(error: BaseException, path: str | Path) -> EnvironmentFault | None:
+    """The one-line EnvironmentFault for ``error``, raised while writing ``path``, when the machine is to blame; None
+    when it is not (a bug keeps its traceback).
+
+    Libraries report the same full disk differently: an OSError with an errno (plain writes), an OSError without one
+    (numpy: "N requested and M written"), torch.save's RuntimeError ("unexpected pos ..."), safetensors' own error
+    ("I/O error: ... (os error 28)"). So the errno is read where there is one, and otherwise the file-size limit and
+    the free space of the destination's file system say what happened.
+    """
+    number = getattr(error, "errno", None)
+    if number is None:
+        match = re.search(r"os error (\d+)", str(error))
+        number = int(match.group(1)) if match else None
+    if number is None:
+        soft_limit, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+        if soft_limit != resource.RLIM_INFINITY:
+            number = errno.EFBIG
+        else:
+            try:
+                number = errno.ENOSPC if shutil.disk_usage(Path(path).parent).free < 1 << 20 else None
+            except OSError:
+                number = None
+    if number is None:
+        return None
+    reason = os.strerror(number)
+    if number == errno.EFBIG:
+        soft_limit, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+        limit = f"{soft_limit:,} bytes" if soft_limit != resource.RLIM_INFINITY else "set"
+        reason += f": the file-size limit (ulimit -f) is {limit}; raise it or write elsewhere"
+    elif number in (errno.ENOSPC, errno.EDQUOT):
+        reason += "; free some space or write elsewhere"
+    return EnvironmentFault(f"{path}: cannot be written ({reason})")
+
+
+@contextlib.contextmanager
+def writing(path: str | Path) -> Iterator[None]:
+    """Run the block that writes ``path``; a failure the machine is to blame for (see :func:`write_fault`) becomes
+    one EnvironmentFault naming ``path``. The caller removes what the failed write left."""
+    try:
+        yield
+    except VaswaniError:
+        raise
+    except Exception as error:
+        fault = write_fault(error, path)
+        if fault is None:
+            raise
+        raise fault from None
+
+
+@contextlib.contextmanager
+def named_as(staging: str | Path, destination: str | Path) -> Iterator[None]:
+    """A write fault in the block names ``destination`` where it would name ``staging``, the temporary directory the
+    output is assembled in: the user knows the one, not the other."""
+    try:
+        yield
+    except EnvironmentFault as fault:
+        raise EnvironmentFault(str(fault).replace(str(staging), str(destination))) from None
 
 
 def atomic_write(path: str | Path, write: Callable[[str], None]) -> None:
-    """Call ``write(temporary_path)`` to produce the file, then fsync and rename it to ``path``."""
+    """Call ``write(temporary_path)`` to produce the file, then fsync and rename it to ``path``. A write the machine
+    refuses (full disk, file-size limit) is an EnvironmentFault naming ``path``, and leaves no temporary file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.chmod(tmp, default_file_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            write(tmp)
+            with open(tmp, "rb+") as handle:
+                os.fsync(handle.fileno())
+            os.chmod(tmp, default_file_mode())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
@@ -56,6 +139,28 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 def atomic_write_json(path: str | Path, payload: Any) -> None:
     """Replace ``path`` with ``payload`` as indented JSON (non-JSON values, e.g. paths, written as strings)."""
     atomic_write_text(path, json.dumps(payload, indent=2, default=str) + "\n")
+
+
+def atomic_copy(source: str | Path, destination: str | Path) -> None:
+    """Replace ``destination`` with a copy of ``source`` atomically (a crash leaves the old file or the new one)."""
+    atomic_write(destination, lambda tmp: shutil.copyfile(source, tmp))
+
+
+def read_json(path: str | Path, what: str = "JSON file") -> Any:
+    """The JSON value in ``path``; a file that cannot be read, is not UTF-8, is not JSON or is nested too deeply for
+    the parser is a VaswaniError naming it as ``what`` (e.g. "classifier description")."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise VaswaniError(f"{path}: the {what} cannot be read ({error.strerror or error})") from None
+    except UnicodeDecodeError:
+        raise VaswaniError(f"{path}: the {what} is not UTF-8 text; it is damaged or not what vaswani wrote") from None
+    except json.JSONDecodeError as error:
+        raise VaswaniError(f"{path}: the {what} is not valid JSON ({error}); it is damaged or not what vaswani "
+                           "wrote") from None
+    except RecursionError:
+        raise VaswaniError(f"{path}: the {what} is nested too deeply to read; it is not what vaswani wrote") from None
 
 
 def ensure_writable_directory(path: str | Path, what: str = "output directory") -> Path:
@@ -75,49 +180,247 @@ def ensure_writable_directory(path: str | Path, what: str = "output directory") 
     return path
 
 
+NUMBER = (int, float)
+
+
+def json_shape_problem(value: Any, shape: Any, where: str = "") -> str | None:
+    """What makes the parsed JSON ``value`` unlike ``shape`` (the first problem, naming its field), or None.
+
+    A shape is a type or tuple of types (``NUMBER`` for int or float; true and false are never numbers), a dict of
+    shapes (an object with those keys; a key ending in "?" may be absent or null), or a one-element list (a non-empty
+    array of that shape). Numbers must be finite. Readers check a file once, against the shape of everything they
+    read, so a damaged field is one message naming it rather than a KeyError deep inside a report.
+    """
+    name = where.rstrip(".") or "the file"
+    if isinstance(shape, dict):
+        if not isinstance(value, dict):
+            return f"{name} is {_json_kind(value)}, not an object"
+        for key, inner in shape.items():
+            field_name, optional = key.removesuffix("?"), key.endswith("?")
+            if value.get(field_name) is None and optional:
+                continue
+            if field_name not in value:
+                return f"no {where}{field_name!r}"
+            problem = json_shape_problem(value[field_name], inner, f"{where}{field_name}.")
+            if problem:
+                return problem
+        return None
+    if isinstance(shape, list):
+        if not isinstance(value, list) or not value:
+            return f"{name} is {_json_kind(value)}, not a non-empty array"
+        for index, item in enumerate(value):
+            problem = json_shape_problem(item, shape[0], f"{where.rstrip('.')}[{index}].")
+            if problem:
+                return problem
+        return None
+    kinds = shape if isinstance(shape, tuple) else (shape,)
+    if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+        names = {int: "a whole number", float: "a number", str: "a string", bool: "true or false", type(None): "null",
+                 list: "an array", dict: "an object"}
+        wanted = [names[k] for k in kinds if not (k is int and float in kinds)]  # int or float: "a number"
+        return f"{name} is {_json_kind(value)}, not {' or '.join(wanted)}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{name} is {value}, not a finite number"
+    return None
+
+
+def _json_kind(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def check_new_directory(out: str | Path, force: bool, inputs: Sequence[str | Path] = (),
-                        option: str = "--out") -> None:
+                        option: str = "--out", replaces: str | None = None) -> None:
     """Before any work, refuse an output directory that cannot be (re)placed safely: a file, a non-empty directory
-    without ``force``, and even with it a directory holding the current directory or one of the command's own
-    ``inputs`` (replacing it would delete them); then prove its parent can be written."""
+    without ``force`` (unless its manifest says it is an earlier output of kind ``replaces``, which a re-run
+    replaces), and even with ``force`` a directory that is or holds the current directory or one of the command's
+    own ``inputs`` (replacing it would delete them); then prove its parent can be written."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise VaswaniError(f"{option} {out} is a file, not a directory")
-    if out.is_dir() and any(out.iterdir()):
-        if not force:
-            raise VaswaniError(f"{option} {out} exists and is not empty; pass --force to replace it")
-        target = out.resolve()
-        for kept, what in [(Path.cwd(), "the current directory"), *((Path(p), str(p)) for p in inputs)]:
-            if kept.resolve() == target or target in kept.resolve().parents:
+    target = out.resolve()
+    for kept, what in [(Path.cwd(), "the current directory"), *((Path(p), str(p)) for p in inputs)]:
+        if kept.resolve() == target or target in kept.resolve().parents:
+            if kept.exists() and out.exists():
                 raise VaswaniError(f"{option} {out} holds {what}, which replacing it would delete; "
                                    "pick a new directory")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        kind = directory_kind(out)
+        if replaces is None or kind != replaces:
+            raise VaswaniError(f"{option} {out} exists and is not empty; pass --force to replace it")
     ensure_writable_directory(out.parent, f"parent of {option} {out}")
 
 
 @contextlib.contextmanager
-def directory_written_whole(out: str | Path) -> Iterator[Path]:
+def directory_written_whole(out: str | Path, kind: str | None = None,
+                            details: dict[str, Any] | None = None) -> Iterator[Path]:
     """Yield an empty staging directory beside ``out``; when the block succeeds it takes ``out``'s place, and an
-    existing ``out`` is deleted only after that. A failure (or a kill) never leaves a half-written ``out`` and
-    never loses the old one: what can remain is a hidden ``.NAME.*`` directory beside it."""
+    existing ``out`` is deleted only after that. With ``kind``, the manifest (see :func:`write_manifest`) is written
+    into it last. A failure (or a kill) never leaves a half-written ``out`` and never loses the old one: what can
+    remain is a hidden ``.NAME.*`` directory beside it. The directory gets the permissions a plainly created one
+    would have."""
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    with writing(out):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        yield staging
-        previous = None
-        if out.exists():
-            previous = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
-            os.replace(out, previous / out.name)
-        try:
-            os.replace(staging, out)
-        except OSError:
+        with named_as(staging, out):
+            yield staging
+        with writing(out):
+            if kind is not None:
+                write_manifest(staging, kind, details)
+            os.chmod(staging, default_directory_mode())
+            fsync_directory(staging)
+            previous = None
+            if out.exists():
+                previous = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+                os.replace(out, previous / out.name)
+            try:
+                os.replace(staging, out)
+            except OSError:
+                if previous is not None:
+                    os.replace(previous / out.name, out)
+                raise
+            fsync_directory(out.parent)
             if previous is not None:
-                os.replace(previous / out.name, out)
-            raise
-        if previous is not None:
-            shutil.rmtree(previous, ignore_errors=True)
+                shutil.rmtree(previous, ignore_errors=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def files_written_together(directory: str | Path, kind: str | None = None,
+                           details: dict[str, Any] | None = None) -> Iterator[Path]:
+    """Yield an empty staging directory inside ``directory`` (which may hold other things, e.g. other experiments'
+    folders); when the block succeeds, each file written there is renamed into ``directory``, the manifest (with
+    ``kind``) last. Every byte is written before the first file moves, so a full disk or a failure leaves the earlier
+    files, never a mix of new and old ones; renames within a directory need no space."""
+    directory = Path(directory)
+    with writing(directory):
+        directory.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".staging.", dir=directory))
+    try:
+        with named_as(staging, directory):
+            yield staging
+        with writing(directory):
+            if kind is not None:
+                write_manifest(staging, kind, details)
+            names = sorted(p.name for p in staging.iterdir() if p.name != MANIFEST_FILE)
+            for name in [*names, *([MANIFEST_FILE] if kind is not None else [])]:
+                os.replace(staging / name, directory / name)
+            fsync_directory(directory)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def fsync_directory(path: Path) -> None:
+    """Make a rename inside ``path`` durable (the directory entry is written, not only the file)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# ---- manifests: what a directory is, by what the tool wrote ------------------------------------------------------
+
+MANIFEST_FILE = "vaswani.json"
+MANIFEST_FORMAT = 1
+HASH_CHUNK = 1 << 20
+
+
+@dataclass
+class Manifest:
+    """What a directory is (``kind``: run, checkpoint, evaluation, comparison, export, classifier, ...) and the
+    bytes and sha256 of each file it was written with (a run directory, which grows, lists none)."""
+
+    kind: str
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_manifest(directory: str | Path, kind: str, details: dict[str, Any] | None = None,
+                   files: Iterable[str] | None = None) -> Manifest:
+    """Write ``directory``'s manifest: its ``kind``, ``details``, and the size and sha256 of ``files`` (default:
+    every visible regular file directly in it). Written last, atomically: a directory with a manifest is complete."""
+    directory = Path(directory)
+    names = sorted(files) if files is not None else sorted(
+        p.name for p in directory.iterdir() if p.is_file() and not p.is_symlink() and not p.name.startswith(".")
+        and p.name != MANIFEST_FILE)
+    listed = {name: {"bytes": (directory / name).stat().st_size, "sha256": file_sha256(directory / name)}
+              for name in names}
+    manifest = Manifest(kind, listed, dict(details or {}))
+    atomic_write_json(directory / MANIFEST_FILE, {"kind": kind, "format": MANIFEST_FORMAT, "files": listed,
+                                                  "details": manifest.details})
+    return manifest
+
+
+def read_manifest(directory: str | Path) -> Manifest | None:
+    """``directory``'s manifest, or None when it has none; a damaged one is a VaswaniError naming it."""
+    path = Path(directory) / MANIFEST_FILE
+    if not path.is_file():
+        return None
+    values = read_json(path, "directory manifest")
+    problem = _manifest_problem(values)
+    if problem:
+        raise VaswaniError(f"{path}: not a vaswani manifest ({problem}); it is damaged or was not written by vaswani")
+    return Manifest(values["kind"], values["files"], values.get("details") or {})
+
+
+def _manifest_problem(values: Any) -> str | None:
+    if not isinstance(values, dict):
+        return "not a JSON object"
+    if values.get("format") != MANIFEST_FORMAT:
+        return f"format {values.get('format')!r} is not {MANIFEST_FORMAT}"
+    if not isinstance(values.get("kind"), str):
+        return 'no "kind"'
+    files = values.get("files")
+    if not isinstance(files, dict):
+        return 'no "files" object'
+    for name, entry in files.items():
+        if "/" in name or name in ("", ".", "..") or not isinstance(entry, dict):
+            return f"bad entry {name!r}"
+        size, digest = entry.get("bytes"), entry.get("sha256")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0 or not isinstance(digest, str):
+            return f"bad entry {name!r}"
+    if not isinstance(values.get("details", {}), dict):
+        return '"details" is not an object'
+    return None
+
+
+def directory_kind(directory: str | Path) -> str | None:
+    """The kind ``directory``'s manifest names, or None (no manifest, or a damaged one)."""
+    try:
+        manifest = read_manifest(directory)
+    except VaswaniError:
+        return None
+    return manifest.kind if manifest is not None else None
+
+
+def verify_files(directory: str | Path, manifest: Manifest, names: Iterable[str] | None = None) -> None:
+    """Check that the files the manifest lists (or ``names`` among them) are there with the bytes they were written
+    with; a missing, resized or changed file is a VaswaniError naming it and the manifest."""
+    directory = Path(directory)
+    for name in manifest.files if names is None else [n for n in names if n in manifest.files]:
+        path, entry = directory / name, manifest.files[name]
+        if not path.is_file():
+            raise VaswaniError(f"{path}: missing, though {directory / MANIFEST_FILE} lists it; the {manifest.kind} "
+                               "is incomplete")
+        size = path.stat().st_size
+        if size != entry["bytes"]:
+            raise VaswaniError(f"{path}: {size:,} bytes, but {directory / MANIFEST_FILE} says vaswani wrote "
+                               f"{entry['bytes']:,}; the file is truncated or was replaced")
+        if file_sha256(path) != entry["sha256"]:
+            raise VaswaniError(f"{path}: its content differs from what {directory / MANIFEST_FILE} records (sha256); "
+                               "the file is damaged or was edited")
 
 
 def check_output_file(path: str | Path, option: str) -> Path:

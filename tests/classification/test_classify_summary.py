@@ -76,7 +76,11 @@ def test_summary_refuses_other_splits_and_foreign_folders(experiments: tuple[Pat
     assert "missing/results.json: not found" in error and "\n" not in error
     (other / "results.json").write_text("{}")
     assert main(["classify", "summary", str(other)]) == 2
-    assert "no command, data, settings, seeds, summary" in capsys.readouterr().err
+    assert "not what `vaswani classify experiment` writes (no 'command')" in capsys.readouterr().err
+    results["summary"]["transformer"]["macro_f1"] = {"mean": "0.9", "std": 0.1}  # read as a number by the summary
+    (other / "results.json").write_text(json.dumps(results))
+    assert main(["classify", "summary", str(other)]) == 2
+    assert 'summary.transformer.macro_f1.mean is "0.9", not a number' in capsys.readouterr().err
     assert not (tmp_path / "R.md").exists()
 
 

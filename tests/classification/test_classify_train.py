@@ -187,27 +187,33 @@ def test_an_out_that_is_a_file_is_refused_before_the_csv_is_read(tmp_path: Path,
     assert out.read_text() == "keep me"
 
 
-def test_a_diverging_run_stops_in_one_line_and_never_saves_nan_weights(synthetic_csv: Path, tmp_path: Path,
-                                                                       monkeypatch, capsys) -> None:
+def test_a_diverging_run_stops_in_one_line_and_writes_nothing(synthetic_csv: Path, tmp_path: Path, monkeypatch,
+                                                             capsys) -> None:
     import torch.nn.functional as F
-    from safetensors.torch import load_file
+
+    import vaswani.classification.train as training
 
     out = tmp_path / "out"
-    real = F.cross_entropy
+    real_loss, real_evaluate = F.cross_entropy, training.evaluate
+    evaluated = []
 
-    def nan_once_saved(logits, targets):  # noqa: ANN001 - F.cross_entropy's; diverges from epoch 2's first batch
-        loss = real(logits, targets)
-        return loss * float("nan") if (out / "model.safetensors").exists() else loss
+    def nan_after_an_epoch(logits, targets):  # noqa: ANN001 - F.cross_entropy's; diverges from epoch 2's first batch
+        loss = real_loss(logits, targets)
+        return loss * float("nan") if evaluated else loss
 
-    monkeypatch.setattr(F, "cross_entropy", nan_once_saved)
+    def evaluate(*args):  # noqa: ANN002 - metrics.evaluate's
+        evaluated.append(True)
+        return real_evaluate(*args)
+
+    monkeypatch.setattr(F, "cross_entropy", nan_after_an_epoch)
+    monkeypatch.setattr(training, "evaluate", evaluate)
     code = main(["classify", "train", "--csv", str(synthetic_csv), "--text-column", "sentence", "--label-column",
                  "label", "--out", str(out), *FAST, "--epochs", "3"])
     assert (code, capsys.readouterr().err) == (
-        2, f"vaswani classify: error: epoch 2, batch 1: the training loss is nan, so training stopped ({out} keeps "
-        "the model of epoch 1); lower --lr (now 0.002) or --clip (now 1)\n")
-    weights = load_file(out / "model.safetensors")
-    assert all(torch.isfinite(tensor).all() for tensor in weights.values())  # epoch 1's model, intact
-    assert not (out / "report.md").exists() and not (out / "metrics.json").exists()
+        2, "vaswani classify: error: epoch 2, batch 1: the training loss is nan, so training stopped and no model was "
+        "written; lower --lr (now 0.002) or --clip (now 1)\n")
+    assert not out.exists()  # no nan model, no report: the output is written whole or not at all
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]  # no half-made classifier either
 
 
 def test_a_step_with_a_nan_gradient_is_not_taken() -> None:

@@ -107,3 +107,28 @@ def test_cache_written_by_another_tokenizer(tokenizer, tmp_path):
     message = str(error.value)
     assert str(encoded.path / "meta.json") in message and "written by another tokenizer" in message
     assert tokenizer.fingerprint[:12] in message and other.fingerprint[:12] in message
+
+
+def test_a_gzip_file_that_decompresses_past_the_limit_is_refused_while_it_is_read(tmp_path, monkeypatch):
+    import gzip
+
+    from vaswani.data import textfiles
+
+    bomb = tmp_path / "bomb.de.gz"
+    bomb.write_bytes(gzip.compress(b"a" * (3 << 20) + b"\n"))  # 3 MB of text in 3 KB
+    assert bomb.stat().st_size < 10_000
+    monkeypatch.setattr(textfiles, "MAX_TEXT_BYTES", 1 << 20)
+    read = []
+    real_read = gzip.GzipFile.read
+
+    def counting(self, size=-1):  # noqa: ANN001 - GzipFile.read's
+        chunk = real_read(self, size)
+        read.append(len(chunk))
+        return chunk
+
+    monkeypatch.setattr(gzip.GzipFile, "read", counting)
+    with pytest.raises(DataError, match=rf"{bomb}: decompresses to more than 1,048,576 bytes"):
+        textfiles.read_lines(bomb)
+    assert sum(read) <= (1 << 20) + textfiles.GZIP_CHUNK  # stopped a chunk past the limit, not at the end
+    monkeypatch.setattr(textfiles, "MAX_TEXT_BYTES", 4 << 20)
+    assert textfiles.read_lines(bomb) == ["a" * (3 << 20)]  # within the limit: read whole, as before

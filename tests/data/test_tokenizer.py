@@ -92,3 +92,37 @@ def test_bad_settings_and_files(tmp_path):
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(DataError, match="bad.json: not a valid tokenizer.json"):
         Tokenizer.load(tmp_path / "bad.json")
+
+
+# ---- bounded work: a text is cut by characters before it is encoded ---------------------------------------------
+
+@pytest.fixture(scope="module")
+def long_texts(tokenizer, multi30k_train) -> tuple[list[str], list[list[int]]]:
+    """Texts far past any bound, and the ids of each whole text: real sentences run together, one endless word,
+    runs of spaces, and characters that NFKC composes (Hangul jamo, a letter with two accents) or expands (ﬁ)."""
+    texts = [" ".join(multi30k_train.source[:2000]), "Straßenbahnhaltestelle" * 6000, " " * 30_000 + "Hund " * 4000,
+             "\u1100\u1161\u11a8" * 35_000, "a\u0308\u0304" * 40_000, "\ufb01" * 100_000, "Ein Hund. " * 12_000]
+    return texts, tokenizer.encode_batch(texts)
+
+
+@pytest.mark.parametrize("max_ids", [1, 7, 64, 1024])
+def test_ids_of_a_text_cut_by_characters_equal_those_of_the_whole_text(tokenizer, long_texts, max_ids: int) -> None:
+    texts, whole = long_texts
+    assert sum(len(text) > tokenizer.chars_for(max_ids) for text in texts) >= 5  # most of them are cut
+    assert tokenizer.encode_batch(texts, max_ids=max_ids) == [ids[:max_ids] for ids in whole]
+
+
+def test_the_encoder_never_sees_more_than_the_bound(tokenizer, monkeypatch) -> None:
+    seen = []
+    real = tokenizer._encoder.encode_batch
+    expected = tokenizer.encode("kurz")
+
+    def recording(texts, **kwargs):  # noqa: ANN001, ANN003 - tokenizers' signature
+        seen.extend(len(text) for text in texts)
+        return real(texts, **kwargs)
+
+    monkeypatch.setattr(tokenizer, "_encoder", type("Recorder", (), {"encode_batch": staticmethod(recording)})())
+    line = "Ein Mann fährt Fahrrad. " * 1_000_000  # 24 MB: encoded whole, this took a minute and gigabytes
+    ids = tokenizer.encode_batch([line, "kurz"], max_ids=1024)
+    assert len(ids[0]) == 1024 and ids[1] == expected
+    assert max(seen) == tokenizer.chars_for(1024) < 200_000

@@ -54,7 +54,8 @@ def test_evaluate_command_prints_a_summary_into_a_chosen_directory(tiny_checkpoi
                      "--device", "cpu") == 0
     printed = capsys.readouterr().out
     assert "BLEU" in printed and "chrF" in printed and "nrefs:1" in printed and "best of 20" in printed
-    assert {p.name for p in (tmp_path / "ev").iterdir()} == {"results.json", "hypotheses.txt", "report.md"}
+    assert {p.name for p in (tmp_path / "ev").iterdir()} == {"results.json", "hypotheses.txt", "report.md",
+                                                            "vaswani.json"}
 
 
 def test_evaluate_command_errors_name_the_problem(tiny_checkpoint, test_files, tmp_path, capsys):

@@ -180,11 +180,13 @@ def test_checkpoints_are_complete_or_absent(tmp_path, monkeypatch) -> None:
     assert not (checkpoints / "step_0000002").exists()
     assert os.readlink(checkpoints / "last") == "step_0000001"
     assert sorted(p.name for p in (checkpoints / "last").iterdir()) == [
-        "meta.json", "model.json", "model.safetensors", "tokenizer.json", "trainer_state.pt"]
+        "meta.json", "model.json", "model.safetensors", "tokenizer.json", "trainer_state.pt", "vaswani.json"]
 
 
 def test_trainer_state_is_loaded_without_executing_code(tmp_path) -> None:
     from vaswani.errors import VaswaniError
+    from vaswani.io import write_manifest
+    from vaswani.model.serialization import CHECKPOINT_KIND
     from vaswani.training.checkpoint import load_trainer_state
 
     class Evil:
@@ -196,6 +198,9 @@ def test_trainer_state_is_loaded_without_executing_code(tmp_path) -> None:
     tokenizer.write_text("{}")
     directory = save_checkpoint(tmp_path / "checkpoints", "step_0000001", model, tokenizer, {"ok": 1}, {})
     torch.save({"payload": Evil()}, directory / "trainer_state.pt")
+    with pytest.raises(VaswaniError, match=r"trainer_state.pt: [\d,]+ bytes, but .*vaswani.json says vaswani wrote"):
+        load_trainer_state(directory)  # not the file the checkpoint was written with
+    write_manifest(directory, CHECKPOINT_KIND)  # as a tool that rewrote the manifest too: unpickling refuses it
     with pytest.raises(VaswaniError, match="refused") as refused:
         load_trainer_state(directory)
     assert not (tmp_path / "pwned").exists()

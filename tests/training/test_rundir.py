@@ -72,3 +72,6 @@ def test_a_torn_last_metrics_line_is_dropped_and_a_torn_middle_one_named(tmp_pat
     path.write_text('{"kind": "train", "st\n{"kind": "train", "step": 2}\n')
     with pytest.raises(VaswaniError, match="metrics.jsonl:1"):
         read_metrics(path)
+    path.write_text('{"kind": "train", "step": 1}\n\x89PNG\x1a garbage')  # not the start of a record: damage
+    with pytest.raises(VaswaniError, match="metrics.jsonl:2: not a JSON record"):
+        read_metrics(path)

@@ -10,7 +10,7 @@ from pathlib import Path
 from vaswani.classification.settings import TrainSettings
 from vaswani.config import add_settings_argument, parse_settings, ranged
 from vaswani.errors import ConfigError
-from vaswani.io import check_new_directory
+from vaswani.io import check_new_directory, directory_written_whole
 
 DEFAULTS = TrainSettings()  # the command line's defaults are the dataclass's: one place to change them
 
@@ -28,7 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _add_training_arguments(train)
     train.add_argument("--out", type=Path, default=Path("runs/classifier"), help="output directory (model + report)")
     train.add_argument("--force", action="store_true",
-                       help="write into --out even if it holds files (an earlier classifier is overwritten)")
+                       help="replace --out even if it holds files (it is replaced whole, once the new classifier is "
+                       "complete)")
     train.add_argument("--seed", type=ranged(int, ge=0), default=DEFAULTS.seed,
                        help="seed of the split, the initialisation and the batch order")
     train.add_argument("--examples", type=ranged(int, ge=0), default=5,
@@ -141,6 +142,7 @@ def _set_threads(threads: int) -> None:
 # ---- handlers --------------------------------------------------------------------------------------------------
 def train_command(args: argparse.Namespace) -> int:
     from vaswani.classification.baseline import baseline_metrics
+    from vaswani.classification.checkpoint import CLASSIFIER_KIND
     from vaswani.classification.report import write_run_report
     from vaswani.provenance import command_line, git_state, hardware
     from vaswani.classification.data import load_dataset
@@ -153,18 +155,19 @@ def train_command(args: argparse.Namespace) -> int:
     data = load_dataset(args.csv, settings)
     _report_skipped(args.csv, data, settings)
     baseline = baseline_metrics(data, settings, args.csv)
-    result = train_classifier(data, settings, args.out, progress=args.progress)
-
     train_texts, _ = data.split("train")
     val_texts, val_ids = data.split("val")
-    details = {
-        "command": command_line(), "git": git_state(), "hardware": hardware("cpu"), "csv": str(args.csv),
-        "settings": settings.to_dict(), "parameters": result.n_parameters, "best_epoch": result.best_epoch,
-        "train_rows": len(train_texts), "val_rows": len(val_texts), "seconds": round(result.seconds, 1),
-        "skipped_empty_text": data.skipped_empty_text, "skipped_empty_label": data.skipped_empty_label,
-    }
-    report = write_run_report(args.out, data.labels, result.val_metrics, baseline, {"Transformer": result.history},
-                              details)
+    # The model and its report are one output: written whole, replacing an earlier one only when complete.
+    with directory_written_whole(args.out, kind=CLASSIFIER_KIND) as staging:
+        result = train_classifier(data, settings, staging, progress=args.progress)
+        details = {
+            "command": command_line(), "git": git_state(), "hardware": hardware("cpu"), "csv": str(args.csv),
+            "settings": settings.to_dict(), "parameters": result.n_parameters, "best_epoch": result.best_epoch,
+            "train_rows": len(train_texts), "val_rows": len(val_texts), "seconds": round(result.seconds, 1),
+            "skipped_empty_text": data.skipped_empty_text, "skipped_empty_label": data.skipped_empty_label,
+        }
+        write_run_report(staging, data.labels, result.val_metrics, baseline, {"Transformer": result.history}, details)
+    report = args.out / "report.md"
 
     print(f"\nbest epoch {result.best_epoch}: accuracy {result.val_metrics.accuracy:.4f}, "
           f"macro-F1 {result.val_metrics.macro_f1:.4f}   (TF-IDF + LR baseline: accuracy {baseline.accuracy:.4f}, "

@@ -25,7 +25,7 @@ class TextTokenizer(Protocol):
     @property
     def vocab_size(self) -> int: ...
 
-    def encode_batch(self, texts: list[str]) -> list[list[int]]: ...
+    def encode_batch(self, texts: list[str], max_ids: int | None = None) -> list[list[int]]: ...
 
     def save(self, path: str | Path) -> None: ...
 
@@ -58,11 +58,13 @@ def normalize(texts: Sequence[str], lowercase: bool) -> list[str]:
 
 def encode_texts(tokenizer: TextTokenizer, texts: Sequence[str], max_len: int) -> list[list[int]]:
     """``<s> tokens </s>``, keeping the first ``max_len - 2`` tokens of longer texts (``</s>`` is kept, so the
-    model always sees where the text ends)."""
+    model always sees where the text ends). Only those tokens are computed: a text of any length costs bounded
+    work."""
     if max_len < 3:
         raise ValueError(f"max_len must leave room for <s>, one token and </s>, got {max_len}")
     return [
-        [tokenizer.bos_id, *ids[: max_len - 2], tokenizer.eos_id] for ids in tokenizer.encode_batch(list(texts))
+        [tokenizer.bos_id, *ids, tokenizer.eos_id]
+        for ids in tokenizer.encode_batch(list(texts), max_ids=max_len - 2)
     ]
 
 

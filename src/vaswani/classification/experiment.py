@@ -28,7 +28,28 @@ from vaswani.classification.report import (
 from vaswani.classification.data import load_dataset
 from vaswani.classification.settings import TrainSettings
 from vaswani.classification.train import train_classifier
-from vaswani.io import atomic_write_bytes
+from vaswani.classification.checkpoint import CLASSIFIER_KIND
+from vaswani.io import NUMBER, atomic_write_bytes, directory_written_whole, files_written_together
+
+EXPERIMENT_KIND = "classifier experiment"
+_MEAN_STD = {"mean": NUMBER, "std": NUMBER}
+_SEED = {"seed": int, "transformer": {"confusion": [[int]]}, "baseline": {"confusion": [[int]]}}
+# The results.json this module writes, as far as `classify summary` reads it (see vaswani.io.json_shape_problem).
+RESULTS_SHAPE = {
+    "command": str, "seconds": NUMBER,
+    "data": {"csv": str, "sha256": str, "rows_used": int, "labels": [str], "split_seed": int, "val_fraction": NUMBER,
+             "val_rows": int},
+    "settings": {"tokenizer": str, "lowercase": bool, "extra_text_columns": (list,), "max_len": int, "pooling": str,
+                 "lr": NUMBER, "warmup": int, "weight_decay": NUMBER, "batch_size": int, "clip": NUMBER,
+                 "epochs": int, "patience": int, "precision": str},
+    "model": {"parameters": int, "config": {"vocab_size": int, "d_model": int, "n_heads": int,
+                                            "n_encoder_layers": int, "d_ff": int, "norm": str, "positions": str,
+                                            "dropout": NUMBER}},
+    "baseline_settings": {"ngram_max": int, "sublinear_tf": bool, "C": NUMBER},
+    "seeds": [_SEED],
+    "summary": {"transformer": {"macro_f1": _MEAN_STD, "accuracy": _MEAN_STD, "last_epoch_macro_f1": _MEAN_STD},
+                "baseline": {"macro_f1": _MEAN_STD, "accuracy": _MEAN_STD}},
+}
 
 
 def mean_std(values: Sequence[float]) -> dict[str, float]:
@@ -68,8 +89,9 @@ def run_experiment(
     per_seed, histories, first_confusions = [], {}, None
     for seed in seeds:
         log(f"--- seed {seed} ---")
-        run = train_classifier(data, dataclasses.replace(settings, seed=seed), runs_dir / f"seed_{seed}",
-                               progress=progress, log=log)
+        with directory_written_whole(runs_dir / f"seed_{seed}", kind=CLASSIFIER_KIND) as staging:
+            run = train_classifier(data, dataclasses.replace(settings, seed=seed), staging, progress=progress,
+                                   log=log)
         log(f"seed {seed}: Transformer macro-F1 {run.val_metrics.macro_f1:.4f} (epoch {run.best_epoch}), "
             f"baseline {baseline.macro_f1:.4f}")
         histories[f"seed {seed}"] = run.history
@@ -121,13 +143,14 @@ def run_experiment(
         "summary": summary,
         "seconds": time.perf_counter() - started,
     }
-    out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(out_dir / "results.json", json.dumps(results, indent=2).encode())
     seed0, transformer0, baseline0 = first_confusions
-    plot_confusions([(f"Transformer (seed {seed0})", transformer0.confusion), ("TF-IDF + LR", baseline0.confusion)],
-                    data.labels, out_dir / "confusion.png")
-    plot_learning_curves(histories, out_dir / "learning_curve.png", summary["baseline"]["macro_f1"]["mean"])
-    atomic_write_bytes(out_dir / "table.md", table_markdown(results, transformer0, baseline0).encode())
+    # The four files appear together (out_dir may also hold other experiments' folders and their summary).
+    with files_written_together(out_dir, kind=EXPERIMENT_KIND) as staging:
+        atomic_write_bytes(staging / "results.json", json.dumps(results, indent=2).encode())
+        plot_confusions([(f"Transformer (seed {seed0})", transformer0.confusion),
+                         ("TF-IDF + LR", baseline0.confusion)], data.labels, staging / "confusion.png")
+        plot_learning_curves(histories, staging / "learning_curve.png", summary["baseline"]["macro_f1"]["mean"])
+        atomic_write_bytes(staging / "table.md", table_markdown(results, transformer0, baseline0).encode())
     return results
 
 

@@ -11,7 +11,6 @@ seeds that is a rough yardstick, and the README says so.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Sequence
@@ -19,7 +18,14 @@ from typing import Any, Sequence
 from vaswani.classification.experiment import configuration_line
 from vaswani.classification.settings import TrainSettings
 from vaswani.errors import VaswaniError
-from vaswani.io import atomic_write_text
+from vaswani.io import (
+    MANIFEST_FILE,
+    atomic_write_text,
+    json_shape_problem,
+    read_json,
+    read_manifest,
+    verify_files,
+)
 from vaswani.provenance import command_line, git_state
 
 # Settings that vary per run by design, not per configuration.
@@ -29,17 +35,26 @@ _SPLIT_KEYS = ("sha256", "split_seed", "val_fraction", "val_rows", "labels")
 
 
 def load_experiment(folder: str | Path) -> dict[str, Any]:
-    """The results.json of a ``classify experiment`` folder, with the folder it came from under ``"folder"``."""
+    """The results.json of a ``classify experiment`` folder, with the folder it came from under ``"folder"``: checked
+    against the folder's manifest, and every field this summary reads against what the experiment writes."""
+    from vaswani.classification.experiment import EXPERIMENT_KIND, RESULTS_SHAPE
+
     path = Path(folder) / "results.json"
-    try:
-        results = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise VaswaniError(f"{path}: not found; pass folders written by `vaswani classify experiment`") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise VaswaniError(f"{path}: not a readable results file ({error})") from None
-    missing = [key for key in ("command", "data", "settings", "seeds", "summary") if key not in results]
-    if missing:
-        raise VaswaniError(f"{path}: no {', '.join(missing)}; pass folders written by `vaswani classify experiment`")
+    manifest = read_manifest(folder) if Path(folder).is_dir() else None
+    if manifest is not None:
+        if manifest.kind != EXPERIMENT_KIND:
+            raise VaswaniError(f"{folder} is a {manifest.kind} (see its {MANIFEST_FILE}), not a classifier "
+                               "experiment; pass folders written by `vaswani classify experiment`")
+        verify_files(folder, manifest)  # the experiment's files as they were written, the table it links too
+    if not path.is_file():
+        raise VaswaniError(f"{path}: not found; pass folders written by `vaswani classify experiment`")
+    results = read_json(path, "experiment results")
+    problem = json_shape_problem(results, RESULTS_SHAPE)
+    if problem:
+        raise VaswaniError(f"{path}: not what `vaswani classify experiment` writes ({problem})")
+    if any(len(seed[model]["confusion"]) != len(results["data"]["labels"])
+           for seed in results["seeds"] for model in ("transformer", "baseline")):
+        raise VaswaniError(f"{path}: a confusion matrix does not have one row per label")
     return {**results, "folder": Path(folder)}
 
 

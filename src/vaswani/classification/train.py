@@ -4,8 +4,9 @@
     result = train_classifier(data, settings, "runs/tweets")
 
 One run: tokenizer trained on the training split only (the validation texts stay unseen), AdamW with linear warmup
-then linear decay, gradient clipping, and early stopping on validation macro-F1. The best model is written to the
-output directory each time it improves, so an interrupted run still leaves its best model behind.
+then linear decay, gradient clipping, and early stopping on validation macro-F1. The best model is kept in memory
+and written to the output directory once, at the end (the commands write that directory whole: an interrupted or
+failed run leaves nothing half-made).
 Everything random (split, initialisation, dropout, batch order) follows the run's seed, so a run repeats exactly on
 the same machine and thread count.
 """
@@ -150,10 +151,9 @@ def train_classifier(
                 loss = classifier_step(model, optimizer, pad_batch([train_seqs[i] for i in rows]), targets[rows],
                                        settings)
             except TrainingDiverged as error:
-                kept = f"{out_dir} keeps the model of epoch {best[1]}" if best else f"nothing was saved to {out_dir}"
                 raise TrainingDiverged(
-                    f"epoch {epoch}, batch {batch}: {error}, so training stopped ({kept}); lower --lr (now "
-                    f"{settings.lr:g}) or --clip (now {settings.clip:g})") from None
+                    f"epoch {epoch}, batch {batch}: {error}, so training stopped and no model was written; lower "
+                    f"--lr (now {settings.lr:g}) or --clip (now {settings.clip:g})") from None
             schedule.step()
             losses.append(loss)
             bar.set_postfix(loss=f"{loss:.3f}")
@@ -173,11 +173,10 @@ def train_classifier(
         improved = best is None or stats.val_macro_f1 > best[0]
         if improved:
             best = (stats.val_macro_f1, epoch, {k: v.detach().clone() for k, v in model.state_dict().items()})
-            save_classifier(out_dir, model, tokenizer, info)
         log(
             f"epoch {epoch:2d}  train loss {stats.train_loss:.4f}  val loss {stats.val_loss:.4f}  "
             f"acc {stats.val_accuracy:.4f}  macro-F1 {stats.val_macro_f1:.4f}  ({stats.seconds:.1f} s)"
-            + ("  * best, saved" if improved else "")
+            + ("  * best" if improved else "")
         )
         if epoch - best[1] >= settings.patience:
             log(f"no better validation macro-F1 for {settings.patience} epochs: stopping")
@@ -185,6 +184,7 @@ def train_classifier(
 
     assert best is not None
     model.load_state_dict(best[2])
+    save_classifier(out_dir, model, tokenizer, info)
     probs = predict_proba(model, val_seqs)
     return TrainResult(
         history=history,

@@ -7,6 +7,7 @@ It is the baseline for the BPE tokenizer and has the same interface (``train``, 
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections import Counter
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Iterable
 
 from vaswani.errors import DataError
-from vaswani.io import atomic_write_bytes
+from vaswani.io import atomic_write_bytes, read_json
 
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]  # ids 0..3, as in the project's BPE tokenizer
 # A word (letters, digits, underscore; "don't" stays one word) or a single punctuation mark such as ! ? # @.
@@ -50,8 +51,11 @@ class WordTokenizer:
         frequent.sort(key=lambda w: (-counts[w], w))  # ties broken alphabetically: same texts, same ids
         return cls(SPECIALS + frequent[: max(vocab_size - len(SPECIALS), 0)])
 
-    def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return [[self.ids.get(w, self.unk_id) for w in split_words(text)] for text in texts]
+    def encode_batch(self, texts: list[str], max_ids: int | None = None) -> list[list[int]]:
+        """The ids of each text's words: at most the first ``max_ids``, found one at a time, so no list of every word
+        of an enormous text is ever made."""
+        return [[self.ids.get(match.group(), self.unk_id)
+                 for match in itertools.islice(_WORDS.finditer(text.lower()), max_ids)] for text in texts]
 
     def decode_batch(self, batch: list[list[int]]) -> list[str]:
         return [" ".join(self.vocab[i] for i in ids if i >= len(SPECIALS) or i == self.unk_id) for ids in batch]
@@ -63,13 +67,14 @@ class WordTokenizer:
     @classmethod
     def load(cls, path: str | Path) -> "WordTokenizer":
         path = Path(path)
-        try:
-            payload = json.loads(path.read_text(encoding="utf-8"))
-            vocab = payload["vocab"]
-        except FileNotFoundError:
-            raise DataError(f"{path}: word tokenizer file not found") from None
-        except (json.JSONDecodeError, KeyError, TypeError) as error:
-            raise DataError(f"{path}: not a word tokenizer file ({error})") from None
+        if not path.is_file():
+            raise DataError(f"{path}: word tokenizer file not found")
+        payload = read_json(path, "word tokenizer")
+        vocab = payload.get("vocab") if isinstance(payload, dict) else None
+        if not isinstance(vocab, list) or not all(isinstance(word, str) for word in vocab) \
+                or vocab[: len(SPECIALS)] != SPECIALS or len(set(vocab)) != len(vocab):
+            raise DataError(f"{path}: not a word tokenizer file (\"vocab\" must list the special tokens "
+                            f"{SPECIALS} and then distinct words)")
         if payload.get("pattern") != WORD_PATTERN:
             raise DataError(f"{path}: written with a different word pattern; retrain the classifier")
         return cls(vocab)

@@ -110,11 +110,20 @@ def format_report(data, seconds: float) -> str:
 
 
 def _log_to_stderr() -> None:
-    # Progress messages (downloads, tokenizer training) from the data modules go to stderr; stdout keeps the
-    # report. Only the vaswani.data logger is configured, so other areas' logging is left alone.
+    # Progress messages (downloads, tokenizer training, a cache rebuilt) from the data modules go to stderr; stdout
+    # keeps the report. Only the vaswani.data logger is configured, so other areas' logging is left alone.
     logger = logging.getLogger("vaswani.data")
-    if not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
+    if not any(isinstance(handler, _StandardError) for handler in logger.handlers):
+        handler = _StandardError()
         handler.setFormatter(logging.Formatter("%(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
+
+
+class _StandardError(logging.StreamHandler):
+    """Writes to sys.stderr as it is when a message comes: a later command run in the same process (a test, a
+    notebook) may have replaced it, and the one of the first command may be closed."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)

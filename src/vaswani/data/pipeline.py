@@ -3,12 +3,15 @@
 ``prepare_dataset`` trains the shared BPE on the training split (source and target together) unless
 ``out_dir/tokenizer.json`` exists, then encodes each requested split into ``out_dir/cache/`` (or loads it from
 there). Running it again is cheap: the tokenizer is loaded and every split comes from the cache.
+
+``out_dir`` holds a manifest (``vaswani.json``, kind "prepared data") with the sha256 of ``tokenizer.json`` and
+``tokenizer_info.json``: a changed or damaged tokenizer is named, never used to encode (or decode) a word. Each cache
+entry carries its own manifest (see preprocess.py).
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -26,14 +29,23 @@ from vaswani.data.corpora import (
 )
 from vaswani.data.preprocess import DEFAULT_MAX_LEN, EncodedCorpus, prepare
 from vaswani.data.tokenizer import MIN_VOCAB_SIZE, Tokenizer
-from vaswani.errors import ConfigError
-from vaswani.io import ensure_writable_directory
+from vaswani.errors import ConfigError, DataError
+from vaswani.io import (
+    MANIFEST_FILE,
+    atomic_write_json,
+    ensure_writable_directory,
+    read_json,
+    read_manifest,
+    verify_files,
+    write_manifest,
+)
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_SPLITS = ("train", "val", "test")
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_INFO_FILE = "tokenizer_info.json"  # how the tokenizer was trained, to catch a mismatched --vocab-size
+PREPARED_KIND = "prepared data"  # the manifest's kind: tokenizer.json and tokenizer_info.json with their sha256
 
 
 @dataclass
@@ -96,6 +108,10 @@ def prepare_dataset(
         raise ConfigError(f"min_frequency={min_frequency} must be >= 1")
     vocab_size = vocab_size if vocab_size is not None else default_vocab_size(dataset)
     out = Path(out_dir) if out_dir is not None else default_out_dir(dataset, direction, vocab_size)
+    kind = read_manifest(out).kind if (out / MANIFEST_FILE).is_file() else PREPARED_KIND
+    if kind != PREPARED_KIND:  # a checkpoint's tokenizer.json is not prepared data, and its folder is no cache
+        raise ConfigError(f"{out} is a {kind} (see its {MANIFEST_FILE}), not a prepared-data directory; pick another "
+                          "output directory")
     ensure_writable_directory(out, "output directory")
 
     def load(split: str) -> ParallelCorpus:
@@ -125,21 +141,32 @@ def _get_tokenizer(out: Path, tokenizer_path, vocab_size: int, min_frequency: in
         return Tokenizer.load(tokenizer_path), False, 0.0
     path = out / TOKENIZER_FILE
     info_path = out / TOKENIZER_INFO_FILE
+    manifest = read_manifest(out)
+    if manifest is not None:
+        verify_files(out, manifest)  # the tokenizer and its description, as prepare wrote them
     if path.is_file():
+        tokenizer = Tokenizer.load(path)
         if info_path.is_file():
-            info = json.loads(info_path.read_text(encoding="utf-8"))
-            if info.get("vocab_size") != vocab_size:
+            info = read_json(info_path, "tokenizer description")
+            if not isinstance(info, dict) or not isinstance(info.get("fingerprint"), str) \
+                    or isinstance(info.get("vocab_size"), bool) or not isinstance(info.get("vocab_size"), int):
+                raise DataError(f"{info_path}: not the tokenizer description prepare writes (no \"vocab_size\" and "
+                                f"\"fingerprint\"); it is damaged: delete {out} to prepare the data again")
+            if info["fingerprint"] != tokenizer.fingerprint:
+                raise DataError(f"{path} does not match {info_path}: it is tokenizer {tokenizer.fingerprint[:12]}, "
+                                f"the one prepared here was {info['fingerprint'][:12]}; put the prepared tokenizer "
+                                f"back or delete {out} to prepare the data again")
+            if info["vocab_size"] != vocab_size:
                 raise ConfigError(
-                    f"{path} was trained with vocab_size={info.get('vocab_size')}, not {vocab_size}; "
+                    f"{path} was trained with vocab_size={info['vocab_size']}, not {vocab_size}; "
                     "choose another output directory or delete it"
                 )
-        return Tokenizer.load(path), False, 0.0
+        return tokenizer, False, 0.0
     start = time.perf_counter()
     corpus = load("train")
     corpora["train"] = corpus
     logger.info("training a %d-token BPE on %s train (%d sentences)", vocab_size, corpus.name, 2 * len(corpus))
     tokenizer = Tokenizer.train(itertools.chain(corpus.source, corpus.target), vocab_size, min_frequency)
-    tokenizer.save(path)
     info = {
         "vocab_size": vocab_size,
         "actual_vocab_size": tokenizer.vocab_size,
@@ -147,6 +174,10 @@ def _get_tokenizer(out: Path, tokenizer_path, vocab_size: int, min_frequency: in
         "trained_on": {"name": corpus.name, "split": corpus.split, "checksum": corpus.checksum},
         "fingerprint": tokenizer.fingerprint,
     }
-    info_path.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    # The description first: a tokenizer.json is never found without the description that checks it; the manifest
+    # last, holding both files' sha256.
+    atomic_write_json(info_path, info)
+    tokenizer.save(path)
+    write_manifest(out, PREPARED_KIND, files=[TOKENIZER_FILE, TOKENIZER_INFO_FILE])
     return tokenizer, True, time.perf_counter() - start
 

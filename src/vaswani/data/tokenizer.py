@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from vaswani.errors import ConfigError, DataError
+from vaswani.io import atomic_write_text
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIAL_TOKENS = [PAD, BOS, EOS, UNK]  # ids 0, 1, 2, 3 in this order
@@ -96,12 +97,8 @@ class Tokenizer:
 
     def save(self, path: str | Path) -> Path:
         """Write tokenizer.json atomically (a crash never leaves half a file that a later run would load)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(self.to_str(), encoding="utf-8")
-        tmp.replace(path)
-        return path
+        atomic_write_text(path, self.to_str())
+        return Path(path)
 
     def to_str(self) -> str:
         return self._tok.to_str()
@@ -143,13 +140,34 @@ class Tokenizer:
 
     # ---------------------------------------------------------------------------------- encode / decode
 
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        """Token ids of each text, without special tokens (the Rust encoder runs on all cores)."""
+    def encode_batch(self, texts: Sequence[str], max_ids: int | None = None) -> list[list[int]]:
+        """Token ids of each text, without special tokens (the Rust encoder runs on all cores). With ``max_ids``, at
+        most the first ``max_ids`` ids of each text, and a text longer than :meth:`chars_for` that many ids is cut
+        by characters *before* it is normalised and encoded: the work per text is bounded whatever its length (a
+        20 MB line costs what a 100 KB one does), and the ids kept are the ones the whole text would give."""
+        if max_ids is not None:
+            longest = self.chars_for(max_ids)
+            texts = [text if len(text) <= longest else text[:longest] for text in texts]
         texts = [unicodedata.normalize("NFKC", text) for text in texts]
-        return [encoding.ids for encoding in self._encoder.encode_batch(texts, add_special_tokens=False)]
+        ids = [encoding.ids for encoding in self._encoder.encode_batch(texts, add_special_tokens=False)]
+        return ids if max_ids is None else [row[:max_ids] for row in ids]
 
     def encode(self, text: str) -> list[int]:
         return self._encoder.encode(unicodedata.normalize("NFKC", text), add_special_tokens=False).ids
+
+    @cached_property
+    def longest_token_bytes(self) -> int:
+        """The most bytes of text one token covers (byte-level BPE writes each byte as one character)."""
+        specials = set(SPECIAL_TOKENS)
+        return max((len(token) for token in self._tok.get_vocab(with_added_tokens=False) if token not in specials),
+                   default=1)
+
+    def chars_for(self, max_ids: int) -> int:
+        """A prefix length, in characters, past which the first ``max_ids`` ids of any text cannot depend on the
+        rest: ``max_ids`` tokens cover at most ``max_ids × longest_token_bytes`` bytes of normalised text, each of
+        those bytes comes from at most 3 characters of the original (NFKC composes at most 3 characters into one),
+        and a cut changes only the tokens of the word it falls in. Twice that keeps the cut far from the kept ids."""
+        return 6 * max_ids * self.longest_token_bytes + 64
 
     def decode_batch(self, sequences: Sequence[Sequence[int]]) -> list[str]:
         """Text of each id sequence; special tokens (padding, <s>, </s>) are skipped, not treated as ends."""

@@ -41,9 +41,13 @@ class SearchConfig:
     SECTION = "search"
     # Upper bounds keep a typo from asking for terabytes (a limit of a·|src| + b positions is allocated up front
     # for the output, and a beam of k multiplies the batch by k); each is far beyond any sensible search.
+    # The float ranges keep every score of the search finite in float32: the GNMT divisor ((5 + |Y|) / 6)^alpha
+    # stays below 1e35 for outputs up to 6e7 tokens with alpha <= 5, and a repetition penalty in [0.01, 100]
+    # scales a logit by at most 100 (1/θ or θ), so no logit overflows and no log-probability becomes -inf or nan.
     LIMITS = {
-        "beam_size": Limit(ge=1, le=256), "nbest": Limit(ge=1), "alpha": Limit(ge=0), "max_len_a": Limit(ge=0, le=16),
-        "max_len_b": Limit(ge=0, le=4096), "repetition_penalty": Limit(gt=0), "no_repeat_ngram": Limit(ge=0),
+        "beam_size": Limit(ge=1, le=256), "nbest": Limit(ge=1), "alpha": Limit(ge=0, le=5),
+        "max_len_a": Limit(ge=0, le=16), "max_len_b": Limit(ge=0, le=4096),
+        "repetition_penalty": Limit(ge=0.01, le=100), "no_repeat_ngram": Limit(ge=0),
         "bos_id": Limit(ge=0), "eos_id": Limit(ge=0), "pad_id": Limit(ge=0),
     }
 
@@ -52,6 +56,13 @@ class SearchConfig:
         if self.nbest > self.beam_size:
             raise ConfigError(f"search.nbest={self.nbest} must be at most search.beam_size={self.beam_size}",
                               field="search.nbest")
+        # The shortest source is one token and </s>: its limit a·2 + b must leave room for a token before </s>,
+        # or every output of such a sentence is empty.
+        if 2 * self.max_len_a + self.max_len_b < 2:
+            field = "search.max_len_b" if self.max_len_a == 0 else "search.max_len_a"
+            raise ConfigError(f"search.max_len_a={self.max_len_a:g} and search.max_len_b={self.max_len_b} leave no "
+                              "room for a word in the translation of a one-word sentence (2 · a + b must be at "
+                              "least 2)", field=field)
 
 
 # A checkpoint may carry the search chosen for it on validation data (the end of a training run writes it): what

@@ -129,9 +129,10 @@ class Translator:
     # ---- steps -------------------------------------------------------------------------------------------------
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """BPE ids + </s> per sentence (blank lines give []). A source longer than :meth:`longest_source` is cut
-        there (with a warning naming the first one) rather than crashing the whole file."""
-        ids = self.tokenizer.encode_batch([text.strip() for text in texts])
+        there (with a warning naming the first one) rather than crashing the whole file; its text is cut by
+        characters before it is encoded, so a line of any length costs a bounded amount of work."""
         limit = self.longest_source()
+        ids = self.tokenizer.encode_batch([text.strip() for text in texts], max_ids=limit)
         sources, cut = [], []
         for number, (text, seq) in enumerate(zip(texts, ids), 1):
             if not text.strip():

@@ -7,17 +7,22 @@ BLEU for free. Only checkpoints of the same architecture (identical model.json) 
 
 from __future__ import annotations
 
-import json
 import re
-import shutil
 from pathlib import Path
 from typing import Sequence
 
 import torch
 
 from vaswani.errors import VaswaniError
-from vaswani.io import directory_written_whole
-from vaswani.model.serialization import CONFIG_FILE, load_model, read_model_config, resolve_checkpoint, save_model
+from vaswani.io import atomic_write_json, directory_written_whole
+from vaswani.model.serialization import (
+    CHECKPOINT_KIND,
+    CONFIG_FILE,
+    load_model,
+    read_model_config,
+    resolve_checkpoint,
+    save_model,
+)
 
 TOKENIZER_FILE = "tokenizer.json"
 STEP_DIR = re.compile(r"step_(\d+)$")
@@ -62,13 +67,10 @@ def average_checkpoints(checkpoints: Sequence[str | Path], out: str | Path) -> P
             p.copy_((total[name] / len(directories)).to(p.dtype))
 
     # Written whole: an existing ``out`` is replaced only by a complete checkpoint, never mixed with its files.
-    with directory_written_whole(out) as staging:
-        save_model(model, staging)
-        tokenizer = directories[-1] / TOKENIZER_FILE
-        if tokenizer.is_file():
-            shutil.copyfile(tokenizer, staging / TOKENIZER_FILE)
-        (staging / "average.json").write_text(json.dumps({"averaged": [str(d) for d in directories]}, indent=2)
-                                              + "\n")
+    tokenizer = directories[-1] / TOKENIZER_FILE
+    with directory_written_whole(out, kind=CHECKPOINT_KIND) as staging:
+        save_model(model, staging, tokenizer if tokenizer.is_file() else None)
+        atomic_write_json(staging / "average.json", {"averaged": [str(d) for d in directories]})
     return out
 
 

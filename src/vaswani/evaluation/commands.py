@@ -10,7 +10,7 @@ from vaswani.config import ranged
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.decoding.arguments import add_search_arguments, search_config_from_args, translator_from_args
 from vaswani.errors import VaswaniError
-from vaswani.io import check_new_directory, ensure_writable_directory
+from vaswani.io import check_new_directory
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,7 +28,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     data.add_argument("--src", type=Path, metavar="FILE", help="source sentences, one per line")
     data.add_argument("--ref", type=Path, metavar="FILE", help="reference translations, aligned with --src")
     evaluate.add_argument("--out", type=Path, metavar="DIR",
-                          help="output directory (default: CHECKPOINT/eval/<test set>-beam<N>/)")
+                          help="output directory, written whole; an earlier evaluation there is replaced (default: "
+                          "CHECKPOINT/eval/<test set>-beam<N>/)")
+    evaluate.add_argument("--force", action="store_true",
+                          help="replace --out even if it holds something other than an earlier evaluation")
     evaluate.add_argument("--json", action="store_true", help="print results.json instead of the summary")
     evaluate.add_argument("--seed", type=ranged(int, ge=0), default=0, help="seed of the best/worst sample (default 0)")
     add_search_arguments(evaluate, nbest=False)  # scores the best hypothesis only
@@ -42,7 +45,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     compare.add_argument("results", nargs="+", type=Path, metavar="RESULTS",
                          help="evaluate output directories or their results.json files")
-    compare.add_argument("--out", type=Path, required=True, metavar="DIR", help="where table.md/results.json go")
+    compare.add_argument("--out", type=Path, required=True, metavar="DIR",
+                         help="where table.md/results.json go, written whole; an earlier comparison there is replaced")
+    compare.add_argument("--force", action="store_true",
+                         help="replace --out even if it holds something other than an earlier comparison")
     compare.set_defaults(handler=compare_command)
 
     average = subparsers.add_parser(
@@ -62,17 +68,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def evaluate_command(args: argparse.Namespace) -> int:
-    from vaswani.evaluation.evaluate import evaluate, load_test_set
+    from vaswani.evaluation.evaluate import EVALUATION_KIND, evaluate, load_test_set
 
     if (args.dataset is None) == (args.src is None and args.ref is None):
         raise VaswaniError("give either --dataset NAME --split NAME, or --src FILE --ref FILE")
     search_config_from_args(args)  # option errors before any work
-    test_set = load_test_set(args.dataset, args.split, args.src, args.ref, args.data_dir)
+    # The output never replaces what the command reads: the checkpoint (or run) directory, --src, --ref.
+    inputs = [p for p in (args.checkpoint, args.src, args.ref) if p is not None]
     if args.out is not None:
-        ensure_writable_directory(args.out, "--out directory")
+        check_new_directory(args.out, args.force, inputs, replaces=EVALUATION_KIND)
+    test_set = load_test_set(args.dataset, args.split, args.src, args.ref, args.data_dir)
     translator = translator_from_args(args)  # the checkpoint's stored search, then the options
     out = args.out or Path(args.checkpoint) / "eval" / f"{test_set.name}-beam{translator.config.beam_size}"
-    ensure_writable_directory(out, "--out directory")
+    check_new_directory(out, args.force, inputs, replaces=EVALUATION_KIND)
     results, examples = evaluate(
         translator, test_set, out, checkpoint=args.checkpoint, seed=args.seed,
         progress=not args.json,
@@ -104,8 +112,8 @@ def average_command(args: argparse.Namespace) -> int:
 
 
 def compare_command(args: argparse.Namespace) -> int:
-    from vaswani.evaluation.compare import write_comparison
+    from vaswani.evaluation.compare import COMPARISON_KIND, write_comparison
 
-    ensure_writable_directory(args.out, "--out directory")
+    check_new_directory(args.out, args.force, inputs=args.results, replaces=COMPARISON_KIND)
     print(write_comparison(args.results, args.out), end="")
     return 0

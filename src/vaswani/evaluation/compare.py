@@ -8,44 +8,50 @@ from pathlib import Path
 from typing import Any
 
 from vaswani.errors import VaswaniError
+from vaswani.evaluation.evaluate import EVALUATION_KIND
+from vaswani.io import (
+    MANIFEST_FILE,
+    NUMBER,
+    atomic_write_text,
+    directory_written_whole,
+    json_shape_problem,
+    read_json,
+    read_manifest,
+    verify_files,
+)
 
 
-# What `vaswani evaluate` writes and the comparison reads: (key, type, keys of a nested dict).
-REQUIRED = (("test_set", str, ()), ("sentences", int, ()), ("checkpoint", str, ()), ("signature", str, ()),
-            ("command", str, ()), ("bleu", (int, float), ()), ("chrf", (int, float), ()),
-            ("length_ratio", (int, float), ()),
-            ("search", dict, ("beam_size", "length_norm", "alpha")),
-            ("speed", dict, ("sentences_per_second", "target_tokens_per_second")),
-            ("hardware", dict, ("device_name", "device", "torch_threads")))
+COMPARISON_KIND = "comparison"
+# What `vaswani evaluate` writes and the comparison reads (see vaswani.io.json_shape_problem).
+RESULTS_SHAPE: dict[str, Any] = {
+    "test_set": str, "sentences": int, "checkpoint": str, "signature": str, "command": str,
+    "bleu": NUMBER, "chrf": NUMBER, "length_ratio": NUMBER,
+    "search": {"beam_size": int, "length_norm": str, "alpha": NUMBER,
+               "repetition_penalty?": NUMBER, "no_repeat_ngram?": int},
+    "speed": {"sentences_per_second": NUMBER, "target_tokens_per_second": NUMBER},
+    "hardware": {"device_name": str, "device": str, "torch_threads": int},
+    "git?": {"commit?": str},
+}
 
 
 def load_results(paths: list[Path]) -> list[dict[str, Any]]:
     results = []
     for path in paths:
         file = path / "results.json" if path.is_dir() else path
-        try:
-            result = json.loads(file.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as error:  # ValueError: bad JSON or bad UTF-8
-            reason = getattr(error, "strerror", None) or str(error)
-            raise VaswaniError(f"{file}: not a readable evaluation results.json ({reason})") from None
-        problem = _missing(result)
+        if path.is_dir():
+            manifest = read_manifest(path)
+            if manifest is not None:
+                if manifest.kind != EVALUATION_KIND:
+                    raise VaswaniError(f"{path} is a {manifest.kind} (see its {MANIFEST_FILE}), not an evaluation; "
+                                       "give folders that `vaswani evaluate` wrote")
+                verify_files(path, manifest)  # the evaluation as it was written, not only the file read here
+        result = read_json(file, "evaluation results.json")
+        problem = json_shape_problem(result, RESULTS_SHAPE)
         if problem:
             raise VaswaniError(f"{file}: not a `vaswani evaluate` results.json ({problem}); give the folder or "
                                "results.json that `vaswani evaluate` wrote")
         results.append({**result, "_path": str(file)})
     return results
-
-
-def _missing(result: Any) -> str | None:
-    if not isinstance(result, dict):
-        return f"a JSON {type(result).__name__}, not an object"
-    for key, kind, inner in REQUIRED:
-        if not isinstance(result.get(key), kind) or isinstance(result.get(key), bool):
-            return f"no {key!r} of the right type"
-        missing = [k for k in inner if k not in result[key]]
-        if missing:
-            return f"{key!r} lacks {missing}"
-    return None
 
 
 def describe_search(search: dict[str, Any]) -> str:
@@ -81,14 +87,16 @@ def comparison_table(results: list[dict[str, Any]]) -> str:
 
 
 def write_comparison(paths: list[Path], out_dir: Path) -> str:
+    """Read the evaluations at ``paths`` and write ``table.md`` and ``results.json`` into ``out_dir``, whole (with a
+    "comparison" manifest); return the table."""
     results = load_results(paths)
     if not results:
         raise VaswaniError("no results to compare")
-    out_dir.mkdir(parents=True, exist_ok=True)
     table = comparison_table(results)
-    (out_dir / "table.md").write_text(table, encoding="utf-8")
     summary = [{"search": describe_search(r["search"]), "bleu": r["bleu"], "chrf": r["chrf"],
                 "length_ratio": r["length_ratio"], "speed": r["speed"], "command": r["command"],
                 "git": r.get("git"), "results_file": r["_path"]} for r in results]
-    (out_dir / "results.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    with directory_written_whole(out_dir, kind=COMPARISON_KIND) as staging:
+        atomic_write_text(staging / "table.md", table)
+        atomic_write_text(staging / "results.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     return table

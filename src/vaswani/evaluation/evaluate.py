@@ -1,10 +1,11 @@
 """Translate a test set and score it: BLEU/chrF with their signature, length ratio, speed, best/worst report.
 
-Writes into one directory::
+Writes one directory, whole (assembled beside it, then renamed into place; a failure leaves the earlier one)::
 
     results.json     every number, the search settings, the sacreBLEU signature, the command and the hardware
     hypotheses.txt   the detokenized output, one line per source line
     report.md        the scores and the best/worst sentences of a seeded random sample
+    vaswani.json     the manifest: "evaluation", each file's size and sha256
 """
 
 from __future__ import annotations
@@ -21,10 +22,13 @@ import torch
 from vaswani.data.corpora import load_corpus, load_parallel_files
 from vaswani.decoding.translator import Translator
 from vaswani.errors import DataError, VaswaniError
-from vaswani.io import atomic_write_text
+from vaswani.io import atomic_write_text, directory_written_whole
 from vaswani.provenance import provenance
 from vaswani.evaluation.metrics import corpus_scores
 from vaswani.evaluation.report import SAMPLE_SIZE, render_markdown, render_text, sample_examples
+
+
+EVALUATION_KIND = "evaluation"
 
 
 @dataclass
@@ -96,8 +100,8 @@ def evaluate(
         **provenance(translator.device),
     }
 
-    out_dir = Path(out_dir)
-    atomic_write_text(out_dir / "results.json", json.dumps(results, indent=2, ensure_ascii=False) + "\n")
-    atomic_write_text(out_dir / "hypotheses.txt", "".join(h + "\n" for h in hypotheses))
-    atomic_write_text(out_dir / "report.md", render_markdown(results, examples) + "\n")
+    with directory_written_whole(out_dir, kind=EVALUATION_KIND) as staging:
+        atomic_write_text(staging / "results.json", json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+        atomic_write_text(staging / "hypotheses.txt", "".join(h + "\n" for h in hypotheses))
+        atomic_write_text(staging / "report.md", render_markdown(results, examples) + "\n")
     return results, render_text(examples)

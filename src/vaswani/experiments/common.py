@@ -39,6 +39,7 @@ import torch
 from vaswani.config import ModelConfig, apply_model_settings
 from vaswani.data.batching import Batch
 from vaswani.devices import synchronize as sync
+from vaswani.errors import is_out_of_memory
 from vaswani.io import atomic_write_text
 from vaswani.provenance import git_state, hardware, provenance
 from vaswani.training.config import load_preset
@@ -283,10 +284,6 @@ def training_state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimize
         for state in optimizer.state.values():
             tensors += [v for v in state.values() if isinstance(v, torch.Tensor)]
     return tensor_bytes(*tensors)
-
-
-def is_out_of_memory(error: BaseException) -> bool:
-    return isinstance(error, torch.cuda.OutOfMemoryError) or "out of memory" in str(error).lower()
 
 
 def unless_out_of_memory(fn: Callable[[], Any], device: torch.device) -> tuple[Any, bool]:

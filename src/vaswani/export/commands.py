@@ -6,9 +6,10 @@ import argparse
 from pathlib import Path
 
 from vaswani.errors import VaswaniError
-from vaswani.io import check_new_directory, directory_written_whole
+from vaswani.io import check_new_directory, directory_written_whole, writing
 
 FORMATS = ("hf", "ctranslate2")
+EXPORT_KIND = "export"
 PACKAGES = {"hf": "transformers", "ctranslate2": "ctranslate2"}
 
 
@@ -36,7 +37,9 @@ def export_command(args: argparse.Namespace) -> int:
     out: Path = args.out
     check_new_directory(out, args.force, inputs=[args.checkpoint])
     export = _exporter(args.format)
-    with directory_written_whole(out) as staging:
+    # Written whole, with an "export" manifest; a write the disk refuses, whichever library made it, is one line.
+    details = {"format": args.format, **({"quantization": args.quantization} if args.format != "hf" else {})}
+    with directory_written_whole(out, kind=EXPORT_KIND, details=details) as staging, writing(staging):
         if args.format == "hf":
             export(args.checkpoint, staging)
         else:

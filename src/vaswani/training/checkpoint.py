@@ -2,19 +2,21 @@
 
 Layout of a run directory::
 
-    checkpoints/step_000600/   model.safetensors, model.json, tokenizer.json, trainer_state.pt, meta.json
+    checkpoints/step_000600/   model.safetensors, model.json, tokenizer.json, trainer_state.pt, meta.json,
+                               vaswani.json (the manifest: "checkpoint", each file's size and sha256)
     checkpoints/last -> step_000600     (symlinks, swapped atomically)
     checkpoints/best -> step_000400
 
-A checkpoint directory is assembled under a temporary name, every file fsynced, and then renamed into place;
-only after that does ``last`` move. A process killed at any instant leaves every ``step_*`` directory complete,
-and :func:`latest_checkpoint` finds the newest one even if ``last`` was left dangling. ``trainer_state.pt`` holds only tensors and plain containers and is read with
+A checkpoint directory is assembled under a temporary name, its manifest written last, every file fsynced, and
+then renamed into place; only after that does ``last`` move. A resume checks every file against the manifest and
+the weights' fingerprint (see vaswani.model.serialization) before it reads the trainer state. A process killed at
+any instant leaves every ``step_*`` directory complete, and :func:`latest_checkpoint` finds the newest one even if
+``last`` was left dangling. ``trainer_state.pt`` holds only tensors and plain containers and is read with
 ``torch.load(weights_only=True)``, which refuses to execute code.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
 import re
@@ -25,21 +27,14 @@ from typing import Any
 import torch
 
 from vaswani.errors import VaswaniError
+from vaswani.io import atomic_write_json, fsync_directory, named_as, read_manifest, write_manifest, writing
 from vaswani.model import Transformer
-from vaswani.model.serialization import resolve_checkpoint, save_model
+from vaswani.model.serialization import CHECKPOINT_KIND, check_checkpoint, resolve_checkpoint, save_model
 
 STATE_FILE = "trainer_state.pt"
 META_FILE = "meta.json"
 CHECKPOINT_FILES = ("model.safetensors", "model.json", "tokenizer.json", STATE_FILE, META_FILE)
 STEP_NAME = re.compile(r"(?:\.replaced-)?step_(\d+)$")
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _fsync_file(path: Path) -> None:
@@ -55,27 +50,37 @@ def save_checkpoint(
     state: dict[str, Any],
     meta: dict[str, Any],
 ) -> Path:
-    """Write checkpoint ``name`` (e.g. ``step_000600``) atomically and return its directory."""
-    checkpoints_dir.mkdir(parents=True, exist_ok=True)
+    """Write checkpoint ``name`` (e.g. ``step_000600``) atomically and return its directory. Its manifest is
+    written last, so a directory with one is complete. A write the machine refuses (a full disk) is one
+    EnvironmentFault naming the file, and leaves no staging directory behind."""
+    with writing(checkpoints_dir):
+        checkpoints_dir.mkdir(parents=True, exist_ok=True)
     final = checkpoints_dir / name
     staging = checkpoints_dir / f".tmp-{name}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
-    save_model(model, staging)
-    shutil.copyfile(tokenizer_file, staging / "tokenizer.json")
-    torch.save(state, staging / STATE_FILE)
-    (staging / META_FILE).write_text(json.dumps(meta, indent=2))
-    for file in staging.iterdir():
-        _fsync_file(file)
-    _fsync_dir(staging)
+    try:
+        with named_as(staging, final), writing(staging):
+            staging.mkdir()
+            with writing(staging / STATE_FILE):
+                torch.save(state, staging / STATE_FILE)
+            atomic_write_json(staging / META_FILE, meta)
+            save_model(model, staging, tokenizer_file)
+            write_manifest(staging, CHECKPOINT_KIND, {"step": meta.get("step")})
+            for file in staging.iterdir():
+                _fsync_file(file)
+            fsync_directory(staging)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     replaced = checkpoints_dir / f".replaced-{name}"
-    if final.exists():  # re-saving the same step (an evaluation right after a periodic save, an interrupt)
-        # Deleting it in place could leave a half-deleted checkpoint that `last` points to; renaming is atomic,
-        # and until the new one is in place latest_checkpoint() still finds the old one under this name.
-        shutil.rmtree(replaced, ignore_errors=True)
-        os.replace(final, replaced)
-    os.replace(staging, final)
-    _fsync_dir(checkpoints_dir)
+    with writing(final):
+        if final.exists():  # re-saving the same step (an evaluation right after a periodic save, an interrupt)
+            # Deleting it in place could leave a half-deleted checkpoint that `last` points to; renaming is atomic,
+            # and until the new one is in place latest_checkpoint() still finds the old one under this name.
+            shutil.rmtree(replaced, ignore_errors=True)
+            os.replace(final, replaced)
+        os.replace(staging, final)
+        fsync_directory(checkpoints_dir)
     shutil.rmtree(replaced, ignore_errors=True)
     return final
 
@@ -86,7 +91,7 @@ def point(checkpoints_dir: Path, link: str, target: Path) -> None:
     tmp.unlink(missing_ok=True)
     os.symlink(target.name, tmp)
     os.replace(tmp, checkpoints_dir / link)
-    _fsync_dir(checkpoints_dir)
+    fsync_directory(checkpoints_dir)
 
 
 def prune(checkpoints_dir: Path, keep: int) -> None:
@@ -101,8 +106,17 @@ def prune(checkpoints_dir: Path, keep: int) -> None:
 
 
 def is_complete(directory: Path) -> bool:
-    """Does ``directory`` hold every file of a resumable checkpoint?"""
-    return directory.is_dir() and all((directory / name).is_file() for name in CHECKPOINT_FILES)
+    """Is ``directory`` a whole resumable checkpoint: its manifest (written last) says "checkpoint" and lists every
+    file a resume reads? Without a manifest, every one of those files must be there."""
+    if not directory.is_dir():
+        return False
+    try:
+        manifest = read_manifest(directory)
+    except VaswaniError:
+        return False
+    if manifest is not None:
+        return manifest.kind == CHECKPOINT_KIND and set(CHECKPOINT_FILES) <= set(manifest.files)
+    return all((directory / name).is_file() for name in CHECKPOINT_FILES)
 
 
 def latest_checkpoint(checkpoints_dir: Path) -> Path | None:
@@ -127,6 +141,7 @@ def load_trainer_state(path: str | Path) -> tuple[Path, dict[str, Any]]:
     state_file = directory / STATE_FILE
     if not state_file.is_file():
         raise VaswaniError(f"{directory}: no {STATE_FILE}; this checkpoint holds weights only and cannot be resumed")
+    check_checkpoint(directory, CHECKPOINT_FILES)  # the files belong together and are as they were written
     try:
         state = torch.load(state_file, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:

@@ -157,6 +157,11 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def __post_init__(self) -> None:
+        # A learned position table has no row past model.max_len: the data's longest sequence must fit in it.
+        if self.model.positions == "learned" and self.data.max_len > self.model.max_len:
+            raise ConfigError(f"model.positions=learned has model.max_len={self.model.max_len} positions, fewer than "
+                              f"the data.max_len={self.data.max_len} a training sequence may have; raise "
+                              "model.max_len or lower data.max_len", field="model.max_len")
         # Every split the run will read, checked before any work: a misspelt test split would otherwise surface
         # only after training, when the final model is scored on it.
         if self.data.dataset not in DATASETS:  # local files: their splits are the files the user points to
@@ -238,6 +243,9 @@ def load_preset(name_or_path: str) -> RunConfig:
         values = yaml.load(text, Loader=_StrictLoader) or {}
     except yaml.YAMLError as error:
         raise ConfigError(f"{source}: invalid YAML ({' '.join(str(error).split())})") from None
+    except RecursionError:  # the YAML parser recurses once per level of nesting
+        raise ConfigError(f"{source}: nested too deeply to be a preset (sections model, data, train of "
+                          "key: value)") from None
     return RunConfig.from_dict(values, source)
 
 

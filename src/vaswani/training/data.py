@@ -10,7 +10,6 @@ to the device one ahead of use: while the device computes on one batch the next 
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -24,6 +23,9 @@ from vaswani.data.corpora import ParallelCorpus
 from vaswani.data.pipeline import default_out_dir, prepare_dataset
 from vaswani.data.preprocess import EncodedCorpus
 from vaswani.data.tokenizer import Tokenizer
+from vaswani.errors import VaswaniError
+from vaswani.io import atomic_copy, file_sha256
+from vaswani.training.checkpoint import latest_checkpoint
 from vaswani.training.config import RunConfig
 from vaswani.training.distributed import World
 
@@ -111,10 +113,11 @@ def load(config: RunConfig, run_dir: Path, world: World) -> TrainingData:
     world.barrier()
     if not world.is_main:
         prepared = prepare()  # everything is cached now: this only loads
-    run_dir.mkdir(parents=True, exist_ok=True)
+    if world.is_main:
+        check_same_tokenizer(prepared.tokenizer_path, run_dir)
     tokenizer_file = run_dir / "tokenizer.json"
     if world.is_main:
-        shutil.copyfile(prepared.tokenizer_path, tokenizer_file)
+        atomic_copy(prepared.tokenizer_path, tokenizer_file)
     train, valid = prepared.splits["train"], prepared.splits[dc.valid_split]
     if tc.length_buckets:
         longest_valid = int(np.maximum(valid.src_lengths, valid.tgt_lengths).max()) + 1
@@ -131,4 +134,16 @@ def load(config: RunConfig, run_dir: Path, world: World) -> TrainingData:
                         valid_sampler)
 
 
-__all__ = ["TrainingData", "load"]
+def check_same_tokenizer(tokenizer_path: Path, run_dir: Path) -> None:
+    """Refuse to continue a run whose weights were trained with another tokenizer than the prepared data's (the
+    data directory was prepared again since): its token ids would mean other words. Names both files."""
+    latest = latest_checkpoint(run_dir / "checkpoints")
+    trained_with = latest / "tokenizer.json" if latest is not None else None
+    if trained_with is not None and trained_with.is_file() and \
+            file_sha256(trained_with) != file_sha256(tokenizer_path):
+        raise VaswaniError(f"{tokenizer_path} differs from {trained_with}, the tokenizer this run's weights were "
+                           f"trained with; copy that one back to {tokenizer_path} (its cache is then rebuilt) or start "
+                           "a new run")
+
+
+__all__ = ["TrainingData", "check_same_tokenizer", "load"]

@@ -38,7 +38,8 @@ from vaswani.errors import VaswaniError
 from vaswani.evaluation.average import average_checkpoints, last_checkpoints
 from vaswani.evaluation.evaluate import TestSet, evaluate
 from vaswani.evaluation.metrics import CorpusScores, corpus_scores
-from vaswani.io import atomic_write_json
+from vaswani.io import atomic_write_json, write_manifest
+from vaswani.model.serialization import CHECKPOINT_KIND
 from vaswani.training.checkpoint import STEP_NAME
 from vaswani.training.config import RunConfig
 from vaswani.training.device_choices import decoding_batches
@@ -172,6 +173,7 @@ def _publish(source: Path, staging: Path, checkpoints: Path, search: SearchConfi
     for name in MODEL_FILES:
         shutil.copyfile(source / name, assembled / name)
     write_stored_search(search, assembled)
+    write_manifest(assembled, CHECKPOINT_KIND)  # a checkpoint by its manifest, its files checked at every load
     final, replaced = checkpoints / FINAL, checkpoints / f".replaced-{FINAL}"
     if final.exists():
         shutil.rmtree(replaced, ignore_errors=True)

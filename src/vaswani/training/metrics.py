@@ -1,15 +1,24 @@
-"""Run metrics: one JSON line per log/evaluation event, TensorBoard scalars, and the plots drawn from them."""
+"""Run metrics: one JSON line per log/evaluation event, TensorBoard scalars, and the plots drawn from them.
+
+A write the disk refuses is one EnvironmentFault naming the file, wherever it happens: an appended record that
+did not fit is cut off again (the log never keeps half a line), the plots are replaced whole, and TensorBoard's
+writer thread, whose failure would otherwise print a traceback from inside the thread, hands its error to the next
+write in the main thread instead.
+"""
 
 from __future__ import annotations
 
+import io
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
 from vaswani.errors import VaswaniError
-from vaswani.io import atomic_write_text
+from vaswani.io import atomic_write_bytes, atomic_write_text, writing
 
 METRICS_FILE = "metrics.jsonl"
+RECORD_START = '{"kind": '  # how every record MetricsLog writes begins (json.dumps, "kind" first)
 
 
 class MetricsLog:
@@ -17,14 +26,16 @@ class MetricsLog:
 
     def __init__(self, run_dir: Path, tensorboard: bool = True):
         self.path = run_dir / METRICS_FILE
+        self.events = run_dir / "tensorboard"
         self.writer = None
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
-
-                self.writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
             except ImportError:  # tensorboard is a dependency, but a stripped install should still train
-                self.writer = None
+                return
+            _quiet_event_writer_threads()
+            with writing(self.events):
+                self.writer = SummaryWriter(log_dir=str(self.events))
 
     def truncate_after(self, step: int) -> None:
         """On resume, drop records written after the checkpoint we continue from: they will be redone."""
@@ -33,17 +44,49 @@ class MetricsLog:
 
     def write(self, kind: str, step: int, **values: Any) -> None:
         record = {"kind": kind, "step": step, **values}
-        with self.path.open("a") as handle:
-            handle.write(json.dumps(record) + "\n")
+        with writing(self.path), self.path.open("ab") as handle:
+            size = handle.tell()
+            try:
+                handle.write((json.dumps(record) + "\n").encode("utf-8"))
+                handle.flush()
+            except BaseException:
+                handle.truncate(size)  # no half record: the log stays a list of whole lines
+                raise
         if self.writer is not None:
-            for key, value in values.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    self.writer.add_scalar(f"{kind}/{key}", value, step)
-            self.writer.flush()
+            with writing(self.events):
+                for key, value in values.items():
+                    if isinstance(value, (int, float)) and not isinstance(value, bool):
+                        self.writer.add_scalar(f"{kind}/{key}", value, step)
+                self.writer.flush()
 
     def close(self) -> None:
         if self.writer is not None:
-            self.writer.close()
+            writer, self.writer = self.writer, None
+            with writing(self.events):
+                writer.close()
+
+
+_quieted = threading.Lock()
+_quiet = False
+
+
+def _quiet_event_writer_threads() -> None:
+    """Let TensorBoard's writer thread fail silently: it keeps its exception and the next write or flush in the main
+    thread raises it (tensorboard's own design), where it becomes one line. Without this, threading's default hook
+    prints the thread's traceback first. Other threads' failures are reported as before."""
+    global _quiet
+    with _quieted:
+        if _quiet:
+            return
+        previous = threading.excepthook
+
+        def hook(args: threading.ExceptHookArgs) -> None:
+            if type(args.thread).__module__.startswith("tensorboard.") and isinstance(args.exc_value, Exception):
+                return
+            previous(args)
+
+        threading.excepthook = hook
+        _quiet = True
 
 
 # Fields the trainer writes as numbers in its "train" and "valid" records (null where it has none, e.g. bleu).
@@ -52,8 +95,8 @@ NUMERIC_FIELDS = ("epoch", "loss", "nll", "accuracy", "lr", "grad_norm", "tokens
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """The records of ``metrics.jsonl``, each checked (see :func:`metrics_record_problem`); a torn last line (the
-    process was killed while appending it) is dropped. Any other damaged line is a VaswaniError naming
-    ``path:line``, so no reader of the log meets a record it cannot use."""
+    process was killed while appending it: the start of a record) is dropped. Any other damaged line is a
+    VaswaniError naming ``path:line``, so no reader of the log meets a record it cannot use."""
     if not path.is_file():
         return []
     lines = [(number, line) for number, line in
@@ -63,7 +106,7 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
-            if index == len(lines) - 1:
+            if index == len(lines) - 1 and line.startswith(RECORD_START):
                 continue
             raise VaswaniError(f"{path}:{number}: not a JSON record; the metrics log is damaged") from None
         problem = metrics_record_problem(record)
@@ -135,7 +178,8 @@ def plot_run(run_dir: Path) -> list[Path]:
     train = [r for r in records if r["kind"] == "train"]
     valid = [r for r in records if r["kind"] == "valid"]
     out_dir = run_dir / "plots"
-    out_dir.mkdir(exist_ok=True)
+    with writing(out_dir):
+        out_dir.mkdir(exist_ok=True)
     written = []
 
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -170,6 +214,8 @@ def _save(fig: Any, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
     plt.close(fig)
+    atomic_write_bytes(path, buffer.getvalue())  # a plot is replaced whole, never left half-drawn on a full disk
     return path

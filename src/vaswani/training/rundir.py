@@ -4,10 +4,13 @@ A run directory has one owner at a time: :func:`claim` takes an exclusive ``fcnt
 whole run. The kernel drops the lock when the process ends, however it ends, so a SIGKILLed run never leaves a
 stale lock behind; a second trainer started on the same directory is refused with the holder's pid.
 
-Whether a directory "already holds a run" is read from its contents (:func:`run_evidence`): a config, metrics,
-provenance, TensorBoard events or anything under ``checkpoints/``, never from one link that a crash may have
-left dangling. A new run never writes over an earlier one: it needs ``--resume`` to continue it, or
-``--start-over``, which moves the earlier run's files into ``RUN/superseded-<time>/`` (nothing is deleted).
+A directory is a run directory because the trainer said so: a new run writes the manifest ``RUN/vaswani.json``
+(kind "run") before anything else. A new run starts only in a directory that is missing or empty; one that holds
+anything else (a checkpoint, an export, a folder of your own) is refused, whatever files it happens to lack. A run
+directory written without a manifest is still known by its contents (:func:`run_evidence`: a config, metrics,
+provenance, TensorBoard events or anything under ``checkpoints/``), and a resume writes its manifest. A new run never
+writes over an earlier one: it needs ``--resume`` to continue it, or ``--start-over``, which moves the earlier run's
+files into ``RUN/superseded-<time>/`` (nothing is deleted).
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from vaswani.errors import EnvironmentFault, VaswaniError
-from vaswani.io import ensure_writable_directory
+from vaswani.io import MANIFEST_FILE, ensure_writable_directory, read_manifest, write_manifest, writing
 from vaswani.training.checkpoint import latest_checkpoint
 
 LOCK_FILE = ".lock"
+RUN_KIND = "run"
 # What a run writes into its directory (tokenizer.json is only a copy of the prepared data's and proves nothing).
 RUN_FILES = ("config.yaml", "metrics.jsonl", "provenance.jsonl", "summary.json", "tensorboard", "plots",
              "checkpoints")
@@ -44,9 +48,18 @@ def run_evidence(run_dir: Path) -> list[str]:
     return found
 
 
+def _refuse_another_kind(run_dir: Path) -> None:
+    manifest = read_manifest(run_dir) if run_dir.is_dir() else None
+    if manifest is not None and manifest.kind != RUN_KIND:
+        raise VaswaniError(f"{run_dir} is a {manifest.kind} (see its {MANIFEST_FILE}), not a run directory; "
+                           "pick another --run-dir")
+
+
 @contextlib.contextmanager
 def claim(run_dir: Path) -> Iterator[None]:
-    """Hold the run directory's lock for the duration of the ``with`` block (and no longer than the process)."""
+    """Hold the run directory's lock for the duration of the ``with`` block (and no longer than the process). A
+    directory whose manifest names another kind (a checkpoint, an export) is refused before the lock file is made."""
+    _refuse_another_kind(run_dir)
     ensure_writable_directory(run_dir, "run directory")
     path = run_dir / LOCK_FILE
     try:
@@ -70,17 +83,31 @@ def claim(run_dir: Path) -> Iterator[None]:
 
 
 def check_start(run_dir: Path, resume: bool, start_over: bool) -> None:
-    """Refuse a start that would mix two runs or resume nothing; with ``start_over``, move the earlier run aside.
-    Call it while holding :func:`claim`."""
+    """Refuse a start that would mix two runs, write into a directory that is not a run, or resume nothing; with
+    ``start_over``, move the earlier run aside. A new run's manifest is written here, first. Call it while holding
+    :func:`claim`."""
+    _refuse_another_kind(run_dir)
+    manifest = read_manifest(run_dir)
     evidence = run_evidence(run_dir)
+    is_run = manifest is not None or bool(evidence)
     if resume:
-        if latest_checkpoint(run_dir / "checkpoints") is None:
+        if not is_run or latest_checkpoint(run_dir / "checkpoints") is None:
             what = (f"it holds {', '.join(evidence)} but no complete checkpoint" if evidence
                     else "no run was started there")
             raise VaswaniError(f"{run_dir}: nothing to resume ({what}); drop --resume to start a new run"
                                + (" with --start-over" if evidence else ""))
+        if manifest is None:
+            _write_run_manifest(run_dir)
         return
-    if not evidence:
+    if not is_run:
+        others = sorted(p.name for p in run_dir.iterdir() if p.name != LOCK_FILE)
+        if others:
+            shown = ", ".join(others[:4]) + (", ..." if len(others) > 4 else "")
+            raise VaswaniError(f"{run_dir} is not empty and holds no run ({shown}); a new run needs a new or empty "
+                               "directory: pick another --run-dir")
+        _write_run_manifest(run_dir)
+        return
+    if not evidence:  # a run directory whose run has not written anything yet
         return
     if not start_over:
         raise VaswaniError(f"{run_dir} already holds a run ({', '.join(evidence)}): add --resume to continue it, "
@@ -89,11 +116,19 @@ def check_start(run_dir: Path, resume: bool, start_over: bool) -> None:
     aside = run_dir / time.strftime("superseded-%Y%m%dT%H%M%SZ", time.gmtime())
     if aside.exists():
         aside = aside.with_name(f"{aside.name}-{os.getpid()}")
-    aside.mkdir()
+    with writing(aside):
+        aside.mkdir()
     for name in (*RUN_FILES, "tokenizer.json"):
         if (run_dir / name).exists() or (run_dir / name).is_symlink():
             os.replace(run_dir / name, aside / name)
+    if manifest is None:
+        _write_run_manifest(run_dir)
     print(f"start over: the earlier run's files are now in {aside}", file=sys.stderr)
 
 
-__all__ = ["LOCK_FILE", "RUN_FILES", "check_start", "claim", "run_evidence"]
+def _write_run_manifest(run_dir: Path) -> None:
+    # A run directory grows while it runs: its manifest says what it is and lists no files.
+    write_manifest(run_dir, RUN_KIND, files=[])
+
+
+__all__ = ["LOCK_FILE", "RUN_FILES", "RUN_KIND", "check_start", "claim", "run_evidence"]

@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from vaswani.data.batching import Batch
 from vaswani.devices import device_type, resolve_device, reuse_freed_memory
-from vaswani.errors import VaswaniError
+from vaswani.errors import EnvironmentFault, VaswaniError, is_out_of_memory
 from vaswani.io import atomic_write_json
 from vaswani.model import Transformer
 from vaswani.model.serialization import load_weights
@@ -454,12 +454,12 @@ class Trainer:
         """An allocation that fails during training names the settings that size it."""
         try:
             yield
-        except (torch.OutOfMemoryError, RuntimeError) as error:
-            if not isinstance(error, torch.OutOfMemoryError) and "can't allocate memory" not in str(error):
+        except (MemoryError, RuntimeError) as error:
+            if not is_out_of_memory(error):
                 raise
             tc = self.config.train
             where = "GPU" if self.device.type == "cuda" else "host"
-            raise VaswaniError(
+            raise EnvironmentFault(
                 f"out of {where} memory with train.max_tokens={tc.max_tokens}, train.grad_accum={tc.grad_accum}, "
                 f"data.max_len={self.config.data.max_len}, model d_model={self.config.model.d_model}; lower "
                 "train.max_tokens (and raise train.grad_accum to keep the same tokens per update)"
