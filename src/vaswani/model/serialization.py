@@ -7,21 +7,25 @@ A *checkpoint directory* is self-contained for inference::
     tokenizer.json      written beside it by the data/training code
 
 A *run directory* holds ``checkpoints/best`` and ``checkpoints/last``; :func:`resolve_checkpoint` accepts either.
+
+Finding a checkpoint and reading its ``model.json`` import no torch (the CTranslate2 engine reads them without it);
+torch and safetensors are imported by the functions that save or load weights.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-
-import torch
-from safetensors.torch import load_model as load_safetensors_into
-from safetensors.torch import save_model as save_safetensors_from
+from typing import TYPE_CHECKING
 
 from vaswani.config import ModelConfig
 from vaswani.errors import VaswaniError
 from vaswani.io import atomic_write, atomic_write_bytes
-from vaswani.model.transformer import Transformer
+
+if TYPE_CHECKING:
+    import torch
+
+    from vaswani.model.transformer import Transformer
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "model.json"
@@ -29,6 +33,8 @@ CONFIG_FILE = "model.json"
 
 def save_model(model: Transformer, directory: str | Path) -> None:
     """Write ``model.safetensors`` and ``model.json`` atomically into ``directory``."""
+    from safetensors.torch import save_model as save_safetensors_from
+
     directory = Path(directory)
     atomic_write(directory / WEIGHTS_FILE, lambda tmp: save_safetensors_from(model, tmp))
     atomic_write_bytes(directory / CONFIG_FILE, json.dumps(model.config.to_dict(), indent=2).encode())
@@ -48,6 +54,8 @@ def resolve_checkpoint(path: str | Path) -> Path:
 
 def load_model(path: str | Path, device: torch.device | str = "cpu") -> Transformer:
     """Build the model from ``model.json`` and load its weights from safetensors (no pickle anywhere)."""
+    from vaswani.model.transformer import Transformer
+
     directory = resolve_checkpoint(path)
     model = Transformer(read_model_config(directory / CONFIG_FILE))
     load_weights(model, directory / WEIGHTS_FILE, device)
@@ -70,6 +78,8 @@ def load_weights(model: torch.nn.Module, file: Path, device: torch.device | str 
                  described_by: str = CONFIG_FILE) -> None:
     """Load safetensors ``file`` into ``model``, every tensor present and of the right shape, or raise a
     VaswaniError saying what is wrong (truncated file, or weights of another architecture)."""
+    from safetensors.torch import load_model as load_safetensors_into
+
     try:
         missing, unexpected = load_safetensors_into(model, file, strict=False, device=str(device))
     except RuntimeError as error:  # load_state_dict: shapes differ from the ones model.json builds
