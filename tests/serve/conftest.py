@@ -68,6 +68,12 @@ class ServerProcess:
         return self.process.stdout.read() if self.process.stdout else ""
 
 
+@pytest.fixture(scope="session")
+def start_server() -> type[ServerProcess]:
+    """ServerProcess itself, for tests that start a server of their own (checkpoint, flags)."""
+    return ServerProcess
+
+
 @pytest.fixture(scope="module")
 def server(tiny_checkpoint) -> Iterator[ServerProcess]:
     process = ServerProcess(tiny_checkpoint)

@@ -117,14 +117,14 @@ def stored_search(checkpoint: str) -> dict:
     return read_stored_search(resolve_checkpoint(checkpoint))
 
 
-def engine_from_args(args: argparse.Namespace, stored: dict[str, str]) -> tuple[str, str | None]:
-    """(engine, quantization) the options ask for, on top of the checkpoint's stored ones (search.json)."""
-    engine = args.engine or stored.get("engine") or AUTO
-    quantization = args.quantization or stored.get("quantization")
-    if engine == TORCH and args.quantization is not None:
-        raise ConfigError(f"--quantization {args.quantization} applies to the ctranslate2 engine; the torch engine "
+def engine_choice(engine: str | None, quantization: str | None, stored: dict[str, str]) -> tuple[str, str | None]:
+    """(engine, quantization) as given (None: not given), else as stored with the checkpoint (search.json), else
+    auto and CTranslate2's default. A quantization given for the torch engine is an error naming it."""
+    chosen = engine or stored.get("engine") or AUTO
+    if chosen == TORCH and quantization is not None:
+        raise ConfigError(f"--quantization {quantization} applies to the ctranslate2 engine; the torch engine "
                           "computes in --precision (use --engine ctranslate2 or auto)")
-    return engine, quantization
+    return chosen, quantization or stored.get("quantization")
 
 
 def translator_from_args(args: argparse.Namespace) -> Translator:
@@ -132,7 +132,7 @@ def translator_from_args(args: argparse.Namespace) -> Translator:
     from vaswani.decoding.translator import Translator
 
     directory = resolve_checkpoint(args.checkpoint)
-    engine, quantization = engine_from_args(args, read_stored_engine(directory))
+    engine, quantization = engine_choice(args.engine, args.quantization, read_stored_engine(directory))
     return Translator.load(
         directory,
         search_config_from_args(args, read_stored_search(directory)),

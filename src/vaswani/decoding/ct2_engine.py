@@ -177,7 +177,8 @@ class CTranslate2Engine:
         """The best translation of one source and its cross-attention, one row per output token (</s> included)
         and one column per source token (</s> included): the last decoder layer's, averaged over the heads."""
         hypotheses, attention = self._translate([source], dataclasses.replace(config, nbest=1), attention=True)
-        return hypotheses[0][0], attention[0]
+        # CTranslate2 returns the columns of the tokens it was given; the </s> it appended takes the rest of each row.
+        return hypotheses[0][0], [[*row, max(0.0, 1.0 - sum(row))] for row in attention[0]]
 
     # ---- the call -----------------------------------------------------------------------------------------------
     def _translate(self, sources: Sequence[list[int]], config: SearchConfig,

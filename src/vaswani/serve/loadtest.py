@@ -133,7 +133,9 @@ def run_load_test(
     data_dir: Path | None = None,
     threads: int = 1,
     repeats: int = 2,
+    engine: list[str] = (),
 ) -> dict[str, Any]:
+    """``engine``: the servers' --engine/--quantization flags (none: the checkpoint's choice)."""
     import torch
 
     from vaswani.data.corpora import load_corpus
@@ -141,7 +143,7 @@ def run_load_test(
 
     stamp = provenance("cpu")  # before anything is written: the tree is still the committed one
     sentences = load_corpus("multi30k", "test2016", data_dir=data_dir).source[:n_sentences]
-    servers = {mode: Server(checkpoint, flags, threads) for mode, flags in MODES.items()}
+    servers = {mode: Server(checkpoint, [*flags, *engine], threads) for mode, flags in MODES.items()}
     runs: list[dict[str, Any]] = []
     try:
         for url in (s.url for s in servers.values()):  # warm-up: first calls pay for lazy initialisation
@@ -214,6 +216,12 @@ def _ms(value: float | None) -> str:
     return "–" if value is None else f"{value:,.0f}"
 
 
+def engine_line(model: dict[str, Any]) -> str:
+    """What the servers ran on, from their /v1/model: e.g. "ctranslate2 int8 on cpu"."""
+    engine = model.get("engine") or "torch"
+    return " ".join(part for part in (engine, model.get("quantization"), "on", model.get("device") or "cpu") if part)
+
+
 def table(results: dict[str, Any]) -> str:
     setup, prov = results["setup"], results["provenance"]
     lines = [
@@ -222,7 +230,8 @@ def table(results: dict[str, Any]) -> str:
         f"Beam {setup['beam']}, one sentence per request, {setup['seconds_per_run']:.0f} s per run, "
         f"{setup['repeats']} repeats interleaved A B, B A (medians; min–max in brackets). "
         f"**The server and the load generator share the machine's {setup['cores_visible']} cores** "
-        f"(server: {setup['server_threads']} torch thread).",
+        f"(server: {engine_line(results.get('model') or {})}, {setup['server_threads']} thread"
+        f"{'s' if setup['server_threads'] > 1 else ''}).",
         "",
         "| clients | mode | sentences/s | batching speed-up | p50 ms | p95 ms | p99 ms | errors |",
         "|---:|---|---:|---:|---:|---:|---:|---:|",
