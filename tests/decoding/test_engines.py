@@ -291,3 +291,29 @@ def test_a_random_model_of_every_variant_decodes_alike(random_checkpoint, tmp_pa
         ours = Translator.load(checkpoint, search, device="cpu", engine="torch").translate_ids_nbest(sources)
         theirs = Translator.load(checkpoint, search, device="cpu", engine="ctranslate2").translate_ids_nbest(sources)
         assert [n[0].text for n in theirs] == [n[0].text for n in ours], settings
+
+
+def test_the_device_and_quantization_rules_of_ctranslate2_on_a_gpu(monkeypatch) -> None:
+    """What a GPU changes, checked without one: auto picks CUDA when CTranslate2 sees a device, the GPU
+    quantizations are accepted there, and a device index past the count is refused."""
+    import ctranslate2
+
+    from vaswani.decoding.ct2_engine import check_quantization, resolve_device
+    from vaswani.errors import EnvironmentFault
+
+    monkeypatch.setattr(ctranslate2, "get_cuda_device_count", lambda: 1)
+    monkeypatch.setattr(ctranslate2, "get_supported_compute_types",
+                        lambda device, index=0: {"float32", "float16", "bfloat16", "int8_float16", "int8"}
+                        if device == "cuda" else {"float32", "int8"})
+    assert resolve_device("auto") == ("cuda", 0) and resolve_device("cpu") == ("cpu", 0)
+    assert resolve_device("cuda:0") == ("cuda", 0)
+    for quantization in ("float16", "bfloat16", "int8_float16"):
+        check_quantization(quantization, "cuda")
+    with pytest.raises(EnvironmentFault, match="sees only 1 CUDA device"):
+        resolve_device("cuda:1")
+    with pytest.raises(ConfigError, match="it needs a GPU"):
+        check_quantization("float16", "cpu")
+    monkeypatch.setattr(ctranslate2, "get_cuda_device_count", lambda: 0)
+    assert resolve_device("auto") == ("cpu", 0)
+    with pytest.raises(EnvironmentFault, match="CTranslate2 sees no CUDA device"):
+        resolve_device("cuda")

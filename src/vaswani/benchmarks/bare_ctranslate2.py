@@ -30,6 +30,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--compute-type", default="default")
+    parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
 
     tokenizer = tokenizers.Tokenizer.from_file(args.tokenizer)
@@ -37,7 +38,7 @@ def main() -> None:
         lines = [unicodedata.normalize("NFKC", line.rstrip("\n").strip()) for line in handle]
     sources = [encoding.tokens for encoding in tokenizer.encode_batch(lines, add_special_tokens=False)]
     longest = max((len(source) + 1 for source in sources), default=1)
-    translator = ctranslate2.Translator(args.model, device="cpu", compute_type=args.compute_type,
+    translator = ctranslate2.Translator(args.model, device=args.device, compute_type=args.compute_type,
                                         intra_threads=args.threads)
     results = translator.translate_batch(
         sources, max_batch_size=args.batch_size, beam_size=args.beam, length_penalty=args.length_penalty,

@@ -28,10 +28,12 @@ from typing import Any
 
 from vaswani.config import ranged
 from vaswani.data.commands import add_data_dir_argument
+from vaswani.decoding.config import QUANTIZATIONS
 from vaswani.errors import VaswaniError
 from vaswani.io import atomic_write_json, atomic_write_text
 
 BARE_SCRIPT = Path(__file__).with_name("bare_ctranslate2.py")
+DEFAULT_QUANTIZATIONS = {"cpu": ["float32", "int8"], "cuda": ["float16", "int8_float16", "bfloat16"]}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,9 +43,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sentences", type=ranged(int, ge=1), default=None, help="the first N (default: all)")
     add_data_dir_argument(parser)
     parser.add_argument("--beam", type=ranged(int, ge=1), default=5)
-    parser.add_argument("--threads", type=ranged(int, ge=1), default=2, help="threads of every engine")
-    parser.add_argument("--quantizations", nargs="+", default=["float32", "int8"],
-                        choices=["float32", "int8", "int8_float32", "int16"], help="CTranslate2 on the CPU")
+    parser.add_argument("--threads", type=ranged(int, ge=1), default=2, help="CPU threads of every engine")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="where every engine runs (cuda: torch on the GPU, CTranslate2's CUDA build)")
+    parser.add_argument("--quantizations", nargs="+", default=None, choices=QUANTIZATIONS,
+                        help="CTranslate2's (default: float32 int8 on the CPU, float16 int8_float16 bfloat16 on a GPU)")
     parser.add_argument("--repeats", type=ranged(int, ge=1), default=3)
     parser.add_argument("--out", type=Path, default=None, help="directory for results.json and table.md")
 
@@ -58,18 +62,19 @@ def run(args: argparse.Namespace) -> int:
     from vaswani.model.serialization import resolve_checkpoint
     from vaswani.provenance import provenance
 
-    stamp = provenance("cpu")  # before anything is written
+    stamp = provenance(args.device)  # before anything is written
+    quantizations = args.quantizations or DEFAULT_QUANTIZATIONS[args.device]
     checkpoint = resolve_checkpoint(args.checkpoint)
     search = SearchConfig(**{**read_stored_search(checkpoint), "beam_size": args.beam})
     corpus = load_corpus(args.dataset, args.split, data_dir=args.data_dir)
     sources, references = corpus.source[: args.sentences], corpus.target[: args.sentences]
-    conversions = {q: Translator.load(checkpoint, search, device="cpu", engine="ctranslate2", quantization=q)
-                   .engine.directory for q in args.quantizations}  # converted now, outside the timed runs
+    conversions = {q: Translator.load(checkpoint, search, device=args.device, engine="ctranslate2", quantization=q)
+                   .engine.directory for q in quantizations}  # converted now, outside the timed runs
     with tempfile.TemporaryDirectory() as workdir:
         work = Path(workdir)
         (work / "source.txt").write_text("".join(line + "\n" for line in sources), encoding="utf-8")
         (work / "empty.txt").write_text("", encoding="utf-8")
-        commands = _commands(checkpoint, search, length_exponent(search), conversions, args.threads)
+        commands = _commands(checkpoint, search, length_exponent(search), conversions, args.threads, args.device)
         for name, command in commands.items():  # untimed: file caches, lazily built things
             _timed(command(work / "source.txt", work / "warm-up.txt"))
         runs: list[dict[str, Any]] = []
@@ -93,20 +98,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _commands(checkpoint: Path, search: Any, exponent: float, conversions: dict[str, Path],
-              threads: int) -> dict[str, Any]:
+def _commands(checkpoint: Path, search: Any, exponent: float, conversions: dict[str, Path], threads: int,
+              device: str) -> dict[str, Any]:
     """Command name -> function(input, output) -> argv."""
     def translate(engine: str, *extra: str):
         return lambda source, out: [sys.executable, "-m", "vaswani", "translate", "--checkpoint", str(checkpoint),
                                     "--engine", engine, *extra, "--beam", str(search.beam_size), "--threads",
-                                    str(threads), "--device", "cpu", "--input", str(source), "--output", str(out)]
+                                    str(threads), "--device", device, "--input", str(source), "--output", str(out)]
 
     def bare(quantization: str):
         return lambda source, out: [sys.executable, str(BARE_SCRIPT), str(conversions[quantization]),
                                     str(checkpoint / "tokenizer.json"), str(source), str(out), "--beam",
                                     str(search.beam_size), "--length-penalty", repr(exponent), "--max-len-a",
                                     repr(search.max_len_a), "--max-len-b", str(search.max_len_b), "--threads",
-                                    str(threads)]
+                                    str(threads), "--device", device]
 
     commands = {"vaswani translate, torch": translate("torch")}
     for quantization in conversions:
@@ -156,7 +161,8 @@ def _report(stamp: dict[str, Any], args: argparse.Namespace, checkpoint: Path, s
         "checkpoint": str(checkpoint), "test_set": f"{args.dataset} {args.split}", "sentences": sentences,
         "search": {"beam_size": search.beam_size, "length_norm": search.length_norm, "alpha": search.alpha,
                    "max_len_a": search.max_len_a, "max_len_b": search.max_len_b},
-        "threads": args.threads, "repeats": args.repeats, "runs": runs, "rows": rows, "ratios": ratios,
+        "threads": args.threads, "device": args.device, "repeats": args.repeats, "runs": runs, "rows": rows,
+        "ratios": ratios,
     }
 
 
@@ -168,7 +174,8 @@ def render_table(report: dict[str, Any]) -> str:
         "# `vaswani translate` on each engine, and a bare CTranslate2 script",
         "",
         f"{report['test_set']} ({report['sentences']} sentences), beam {search['beam_size']}, length penalty "
-        f"{search['length_norm']} {search['alpha']:g}, every engine on {report['threads']} threads; each command "
+        f"{search['length_norm']} {search['alpha']:g}, every engine on {report['device']} ({report['threads']} CPU "
+        "threads); each command "
         f"timed as a process (start-up included), {report['repeats']} interleaved repeats, median (min–max).",
         "",
         "| command | sentences/s | spread | start-up s | BLEU |",
