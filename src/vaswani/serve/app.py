@@ -222,7 +222,8 @@ async def health(request: Request) -> JSONResponse:
         return JSONResponse({"status": "loading"}, 503)
     batcher: Batcher = state.batcher
     return JSONResponse({"status": "ready", "model": state.served.info["id"], "waiting": batcher.waiting,
-                         "in_flight": batcher.in_flight, "sentences_searched": batcher.sentences_run,
+                         "in_flight": batcher.in_flight, "batches_searched": batcher.batches_run,
+                         "sentences_searched": batcher.sentences_run,
                          "sentences_cancelled": batcher.sentences_cancelled})
 
 
@@ -274,7 +275,7 @@ async def translate(body: TranslateRequest, request: Request) -> Any:
     if body.text is not None:
         answer["translation"] = translations[0]["text"]
     answer.update(model=request.app.state.served.info["id"], time_ms=round(1000 * (time.perf_counter() - started), 2))
-    return answer
+    return JSONResponse(answer)  # plain JSON already: no encoder pass over it
 
 
 @routes.post("/v1/attention")
