@@ -213,9 +213,9 @@ def test_translate_on_ctranslate2_never_imports_torch(checkpoint: Path, tmp_path
     converted_model(checkpoint, "int8")  # converting needs torch; translating with the conversion must not
     write_stored_search(SearchConfig(beam_size=2, length_norm="power", alpha=1.0), checkpoint, quantization="int8")
     (tmp_path / "in.de").write_text("Ein Mann fährt Fahrrad.\nZwei Hunde spielen im Schnee.\n", encoding="utf-8")
-    script = (f"import sys\nfrom vaswani.cli import main\ncode = main(['translate', '--checkpoint', {str(checkpoint)!r}, "
-              f"'--input', {str(tmp_path / 'in.de')!r}, '--output', {str(tmp_path / 'out.en')!r}, '--threads', '1'])\n"
-              "print(code, 'torch' in sys.modules)")
+    argv = ["translate", "--checkpoint", str(checkpoint), "--input", str(tmp_path / "in.de"), "--output",
+            str(tmp_path / "out.en"), "--threads", "1"]
+    script = f"import sys\nfrom vaswani.cli import main\ncode = main({argv!r})\nprint(code, 'torch' in sys.modules)"
     env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert done.stdout.split() == ["0", "False"], done.stderr
@@ -317,3 +317,19 @@ def test_the_device_and_quantization_rules_of_ctranslate2_on_a_gpu(monkeypatch) 
     assert resolve_device("auto") == ("cpu", 0)
     with pytest.raises(EnvironmentFault, match="CTranslate2 sees no CUDA device"):
         resolve_device("cuda")
+
+
+@pytest.mark.parametrize("search", [SearchConfig(beam_size=3, length_norm="power"),
+                                    SearchConfig(beam_size=1, max_len_a=0.0, max_len_b=4)],
+                         ids=["ended by </s>", "cut at its limit"])
+def test_ctranslate2s_attention_is_the_torch_models_last_layer_averaged_over_heads(trained_checkpoint: Path,
+                                                                                  sentences: list[str],
+                                                                                  search: SearchConfig) -> None:
+    translator = Translator.load(trained_checkpoint, search, device="cpu", engine="ctranslate2", threads=1)
+    source = translator.encode([sentences[3]])[0]
+    best, rows = translator.engine.attention(source, translator.config)
+    with torch.no_grad():
+        weights = translator.model.cross_attention_weights(torch.tensor([source]),
+                                                           torch.tensor([[1, *best.tokens]]))[:, 0]
+    assert len(rows) == len(best.tokens) + 1 and len(rows[0]) == len(source)
+    torch.testing.assert_close(torch.tensor(rows), weights[-1].mean(dim=0), rtol=0, atol=1e-5)

@@ -89,7 +89,8 @@ def test_one_maximal_request_does_not_starve_fifty_short_ones(server, maximal: l
 @pytest.mark.slow
 def test_the_work_of_a_client_that_went_away_is_dropped(start_server, tiny_checkpoint: Path, tmp_path: Path) -> None:
     """A random model never says </s>: each of 32 texts runs to its length limit, one batch each, slowly."""
-    checkpoint = Path(shutil.copytree(tiny_checkpoint, tmp_path / "random", ignore=shutil.ignore_patterns("ctranslate2")))
+    checkpoint = Path(shutil.copytree(tiny_checkpoint, tmp_path / "random",
+                                      ignore=shutil.ignore_patterns("ctranslate2")))
     write_stored_search(SearchConfig(beam_size=4, length_norm="power"), checkpoint)
     server = start_server(checkpoint, "--engine", "ctranslate2", "--max-batch-sentences", "1", "--max-request-tokens",
                           "65536")

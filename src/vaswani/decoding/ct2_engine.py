@@ -147,8 +147,40 @@ class CTranslate2Engine:
         return config
 
     def search(self, sources: Sequence[list[int]], config: SearchConfig) -> list[list[Hypothesis]]:
-        hypotheses, _ = self._translate(sources, config, attention=False)
-        return hypotheses
+        limits = output_limits([len(source) for source in sources], config, self.model_config)
+        rows = position_rows(self.model_config)
+        if rows is not None:  # the decoder reads <s> at position 0: a limit of n tokens needs positions 0 .. n-2
+            limits = [min(limit, rows + 1) for limit in limits]
+        tokens = []
+        for source in sources:
+            if config.pad_id in source[:-1]:
+                raise VaswaniError("--engine ctranslate2 cannot mask tokens inside a source (padding ids among "
+                                   "them); use --engine torch")
+            tokens.append([self.vocabulary[i] for i in source[:-1]])  # the converted model appends </s> itself
+        exponent = length_exponent(config)
+        longest = max(limits) - 1  # CTranslate2 counts generated tokens, </s> included; ours stop one before
+        if longest == 0:  # every output is </s> alone: nothing to generate, only to score
+            return [[self._rescored([], source_tokens, config)] for source_tokens in tokens]
+        results = self.translator.translate_batch(
+            tokens, beam_size=config.beam_size, num_hypotheses=config.nbest, length_penalty=exponent,
+            repetition_penalty=config.repetition_penalty, no_repeat_ngram_size=config.no_repeat_ngram,
+            max_decoding_length=longest, min_decoding_length=0, max_input_length=0, return_scores=True,
+            return_end_token=True,
+        )
+        out = []
+        for source_tokens, limit, result in zip(tokens, limits, results):
+            nbest = []
+            for output, score in zip(result.hypotheses, result.scores):
+                ended = bool(output) and output[-1] == self.eos
+                ids = [self.ids[token] for token in (output[:-1] if ended else output)]
+                if ended and len(ids) < limit:
+                    log_prob = score * (len(ids) + 1) ** exponent
+                    nbest.append(Hypothesis(ids, _normalised(log_prob, len(ids) + 1, config), log_prob))
+                else:  # reached the length limit: cut at this sentence's own and end it with </s>, as ours does
+                    nbest.append(self._rescored(ids[: limit - 1], source_tokens, config))
+            nbest.sort(key=lambda h: h.score, reverse=True)
+            out.append(nbest)
+        return out
 
     def describe(self) -> dict[str, Any]:
         return {"engine": self.name, "device": self.device, "quantization": self.quantization,
@@ -176,50 +208,19 @@ class CTranslate2Engine:
     def attention(self, source: list[int], config: SearchConfig) -> tuple[Hypothesis, list[list[float]]]:
         """The best translation of one source and its cross-attention, one row per output token (</s> included)
         and one column per source token (</s> included): the last decoder layer's, averaged over the heads."""
-        hypotheses, attention = self._translate([source], dataclasses.replace(config, nbest=1), attention=True)
+        best = self.search([source], dataclasses.replace(config, nbest=1))[0][0]
+        # The translation is given back as the prefix to decode after <s>: every row of it, and one more, the row
+        # of the </s> that ends it (ended by the model, or cut at the limit), whatever token CTranslate2 picks there.
+        prefix = [self.vocabulary[i] for i in best.tokens]
+        result = self.translator.translate_batch(
+            [[self.vocabulary[i] for i in source[:-1]]], target_prefix=[prefix], beam_size=1, min_decoding_length=0,
+            max_decoding_length=len(prefix) + 1, max_input_length=0, return_end_token=True,
+            return_attention=True)[0]
+        rows = result.attention[0][: len(prefix) + 1]
         # CTranslate2 returns the columns of the tokens it was given; the </s> it appended takes the rest of each row.
-        return hypotheses[0][0], [[*row, max(0.0, 1.0 - sum(row))] for row in attention[0]]
+        return best, [[*row, max(0.0, 1.0 - sum(row))] for row in rows]
 
-    # ---- the call -----------------------------------------------------------------------------------------------
-    def _translate(self, sources: Sequence[list[int]], config: SearchConfig,
-                   attention: bool) -> tuple[list[list[Hypothesis]], list[list[list[float]]]]:
-        limits = output_limits([len(source) for source in sources], config, self.model_config)
-        rows = position_rows(self.model_config)
-        if rows is not None:  # the decoder reads <s> at position 0: a limit of n tokens needs positions 0 .. n-2
-            limits = [min(limit, rows + 1) for limit in limits]
-        tokens = []
-        for source in sources:
-            if config.pad_id in source[:-1]:
-                raise VaswaniError("--engine ctranslate2 cannot mask tokens inside a source (padding ids among "
-                                   "them); use --engine torch")
-            tokens.append([self.vocabulary[i] for i in source[:-1]])  # the converted model appends </s> itself
-        exponent = length_exponent(config)
-        longest = max(limits) - 1  # CTranslate2 counts generated tokens, </s> included; ours stop one before
-        if longest == 0:  # every output is </s> alone: nothing to generate, only to score
-            return [[self._rescored([], source_tokens, config)] for source_tokens in tokens], [[] for _ in tokens]
-        results = self.translator.translate_batch(
-            tokens, beam_size=config.beam_size, num_hypotheses=config.nbest, length_penalty=exponent,
-            repetition_penalty=config.repetition_penalty, no_repeat_ngram_size=config.no_repeat_ngram,
-            max_decoding_length=longest, min_decoding_length=0, max_input_length=0, return_scores=True,
-            return_end_token=True, return_attention=attention,
-        )
-        out, weights = [], []
-        for source_tokens, limit, result in zip(tokens, limits, results):
-            nbest = []
-            for output, score in zip(result.hypotheses, result.scores):
-                ended = bool(output) and output[-1] == self.eos
-                ids = [self.ids[token] for token in (output[:-1] if ended else output)]
-                if ended and len(ids) < limit:
-                    log_prob = score * (len(ids) + 1) ** exponent
-                    nbest.append(Hypothesis(ids, _normalised(log_prob, len(ids) + 1, config), log_prob))
-                else:  # reached the length limit: cut at this sentence's own and end it with </s>, as ours does
-                    nbest.append(self._rescored(ids[: limit - 1], source_tokens, config))
-            nbest.sort(key=lambda h: h.score, reverse=True)
-            out.append(nbest)
-            if attention:
-                weights.append(result.attention[0] if result.attention else [])
-        return out, weights
-
+    # ---- helpers ---------------------------------------------------------------------------------------------------
     def _rescored(self, ids: list[int], source_tokens: list[str], config: SearchConfig) -> Hypothesis:
         """``ids`` ended by </s>, scored by the model: what the torch search gives an output cut at its limit."""
         target = [self.vocabulary[i] for i in ids]

@@ -306,7 +306,8 @@ REQUEST_FIELDS = {"beam_size": "beam", "alpha": "alpha", "max_len_a": "max_len_a
                   "nbest": "nbest"}
 
 
-def search_config(translator: Translator, body: SearchSettings, settings: ServeSettings, nbest: int = 1) -> SearchConfig:
+def search_config(translator: Translator, body: SearchSettings, settings: ServeSettings,
+                  nbest: int = 1) -> SearchConfig:
     """The model's search with the request's settings on top, checked against the server's limits and by the
     engine; anything refused is a 422 naming the request's field."""
     if body.beam is not None and body.beam > settings.max_beam:
