@@ -81,8 +81,11 @@ def startup_error(stderr: str) -> str:
     return f"{lines[-1]} (run `vaswani serve` with the same --checkpoint to see all it printed)"
 
 
-async def _drive(url: str, clients: int, seconds: float, sentences: list[str], beam: int) -> dict[str, Any]:
-    """``clients`` closed-loop clients for ``seconds``; requests still running at the deadline are waited for."""
+async def _drive(url: str, clients: int, seconds: float, sentences: list[str], beam: int,
+                 health: bool = False) -> dict[str, Any]:
+    """``clients`` closed-loop clients for ``seconds``; requests still running at the deadline are waited for.
+    With ``health``, they ask GET /health instead: an answer that costs no model time, so its rate is what the
+    HTTP stack and this load generator allow on the machine, the ceiling of any translation rate."""
     import httpx
 
     latencies: list[float] = []
@@ -100,7 +103,8 @@ async def _drive(url: str, clients: int, seconds: float, sentences: list[str], b
                 next_sentence += 1
                 sent = time.perf_counter()
                 try:
-                    answer = await http.post("/v1/translate", json={"text": text, "beam": beam})
+                    answer = await (http.get("/health") if health else
+                                    http.post("/v1/translate", json={"text": text, "beam": beam}))
                     if answer.status_code == 200:
                         latencies.append(time.perf_counter() - sent)
                     else:
@@ -145,6 +149,7 @@ def run_load_test(
     sentences = load_corpus("multi30k", "test2016", data_dir=data_dir).source[:n_sentences]
     servers = {mode: Server(checkpoint, [*flags, *engine], threads) for mode, flags in MODES.items()}
     runs: list[dict[str, Any]] = []
+    ceilings: list[dict[str, Any]] = []  # GET /health at the same concurrency: the HTTP stack's own limit
     try:
         for url in (s.url for s in servers.values()):  # warm-up: first calls pay for lazy initialisation
             asyncio.run(_drive(url, 2, 2.0, sentences, beam))
@@ -158,6 +163,9 @@ def run_load_test(
                     runs.append({"mode": mode, "clients": level, "repeat": repeat, **result})
                     print(f"{mode:>12} {level:>3} clients, repeat {repeat}: {result['sentences_per_s']:.2f} "
                           f"sentences/s, p95 {result['p95_ms'] or 0:.0f} ms, errors {result['errors']}", flush=True)
+                ceiling = asyncio.run(_drive(servers["batching"].url, level, seconds, sentences, beam, health=True))
+                ceilings.append({"clients": level, "repeat": repeat, "requests_per_s": ceiling["sentences_per_s"],
+                                 "p95_ms": ceiling["p95_ms"]})
         screenshots = save_screenshots(servers["batching"].url, out)
         import httpx
 
@@ -176,6 +184,9 @@ def run_load_test(
             "note": "server and load generator run on the same machine and share its cores",
         },
         "model": model, "rows": rows, "runs": runs, "screenshots": screenshots,
+        "http_ceiling": [{"clients": level, "requests_per_s": statistics.median(
+            c["requests_per_s"] for c in ceilings if c["clients"] == level)} for level in clients],
+        "http_ceiling_runs": ceilings,
     }
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "results.json", results)
@@ -236,6 +247,7 @@ def table(results: dict[str, Any]) -> str:
         "| clients | mode | sentences/s | batching speed-up | p50 ms | p95 ms | p99 ms | errors |",
         "|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
+    ceilings = {c["clients"]: c["requests_per_s"] for c in results.get("http_ceiling", [])}
     for row in results["rows"]:
         speedup = "" if row.get("speedup") is None else (
             f"{row['speedup']:.2f}× ({row['speedup_range'][0]:.2f}–{row['speedup_range'][1]:.2f})")
@@ -243,6 +255,11 @@ def table(results: dict[str, Any]) -> str:
             f"| {row['clients']} | {row['mode']} | {row['sentences_per_s']:.2f} "
             f"({row['sentences_per_s_min']:.2f}–{row['sentences_per_s_max']:.2f}) | {speedup} | "
             f"{_ms(row['p50_ms'])} | {_ms(row['p95_ms'])} | {_ms(row['p99_ms'])} | {row['errors']} |")
+    if ceilings:
+        lines += ["", "The ceiling of any rate above: the same clients asking `GET /health`, which costs no model time "
+                  "(the HTTP stack and the load generator alone, on the same cores): "
+                  + ", ".join(f"{ceilings[level]:.0f} requests/s at {level} client{'s' if level > 1 else ''}"
+                              for level in sorted(ceilings)) + "."]
     hardware = prov["hardware"]
     lines += ["", f"Command: `{prov['command']}` · commit {prov['git'].get('commit', '?')[:10]}"
               f"{' (dirty tree)' if prov['git'].get('dirty') else ''} · {hardware.get('processor', '')}, {hardware.get('cpu_count', '?')} cores", ""]
