@@ -333,3 +333,25 @@ def test_ctranslate2s_attention_is_the_torch_models_last_layer_averaged_over_hea
                                                            torch.tensor([[1, *best.tokens]]))[:, 0]
     assert len(rows) == len(best.tokens) + 1 and len(rows[0]) == len(source)
     torch.testing.assert_close(torch.tensor(rows), weights[-1].mean(dim=0), rtol=0, atol=1e-5)
+
+
+def test_evaluate_on_each_engine_scores_the_same_and_records_which_ran(trained_checkpoint: Path, sentences: list[str],
+                                                                       data_dir: Path, tmp_path: Path) -> None:
+    from vaswani.data.corpora import load_corpus
+
+    references = load_corpus("multi30k", "train", data_dir=data_dir).target  # only the first lines are used
+    (tmp_path / "src.de").write_text("".join(f"{s}\n" for s in sentences[:16]), encoding="utf-8")
+    (tmp_path / "ref.en").write_text("".join(f"{r}\n" for r in references[:16]), encoding="utf-8")
+    results = {}
+    for engine in ("torch", "ctranslate2"):
+        out = tmp_path / engine
+        assert main(["evaluate", "--checkpoint", str(trained_checkpoint), "--src", str(tmp_path / "src.de"), "--ref",
+                     str(tmp_path / "ref.en"), "--beam", "3", "--length-norm", "power", "--engine", engine,
+                     "--device", "cpu", "--out", str(out), "--json"]) == 0
+        results[engine] = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert results["torch"]["engine"]["engine"] == "torch"
+    assert (results["ctranslate2"]["engine"]["engine"], results["ctranslate2"]["engine"]["quantization"]) == (
+        "ctranslate2", "float32")
+    assert results["ctranslate2"]["bleu"] == results["torch"]["bleu"]
+    hypotheses = {engine: (tmp_path / engine / "hypotheses.txt").read_text(encoding="utf-8") for engine in results}
+    assert hypotheses["ctranslate2"] == hypotheses["torch"]
