@@ -160,16 +160,17 @@ class CTranslate2Engine:
         exponent = length_exponent(config)
         longest = max(limits) - 1  # CTranslate2 counts generated tokens, </s> included; ours stop one before
         if longest == 0:  # every output is </s> alone: nothing to generate, only to score
-            return [[self._rescored([], source_tokens, config)] for source_tokens in tokens]
+            return [[hypothesis] for hypothesis in self._rescored([([], source) for source in tokens], config)]
         results = self.translator.translate_batch(
             tokens, beam_size=config.beam_size, num_hypotheses=config.nbest, length_penalty=exponent,
             repetition_penalty=config.repetition_penalty, no_repeat_ngram_size=config.no_repeat_ngram,
             max_decoding_length=longest, min_decoding_length=0, max_input_length=0, return_scores=True,
             return_end_token=True,
         )
-        out = []
-        for source_tokens, limit, result in zip(tokens, limits, results):
-            nbest = []
+        out: list[list[Hypothesis | None]] = []
+        cut: list[tuple[int, int, list[int]]] = []  # (sentence, place in its n-best list, ids cut at its limit)
+        for sentence, (limit, result) in enumerate(zip(limits, results)):
+            nbest: list[Hypothesis | None] = []
             for output, score in zip(result.hypotheses, result.scores):
                 ended = bool(output) and output[-1] == self.eos
                 ids = [self.ids[token] for token in (output[:-1] if ended else output)]
@@ -177,10 +178,13 @@ class CTranslate2Engine:
                     log_prob = score * (len(ids) + 1) ** exponent
                     nbest.append(Hypothesis(ids, _normalised(log_prob, len(ids) + 1, config), log_prob))
                 else:  # reached the length limit: cut at this sentence's own and end it with </s>, as ours does
-                    nbest.append(self._rescored(ids[: limit - 1], source_tokens, config))
-            nbest.sort(key=lambda h: h.score, reverse=True)
+                    cut.append((sentence, len(nbest), ids[: limit - 1]))
+                    nbest.append(None)
             out.append(nbest)
-        return out
+        for (sentence, place, _), hypothesis in zip(cut, self._rescored(
+                [(ids, tokens[sentence]) for sentence, _, ids in cut], config)):
+            out[sentence][place] = hypothesis
+        return [sorted(nbest, key=lambda h: h.score, reverse=True) for nbest in out]  # type: ignore[arg-type, union-attr]
 
     def describe(self) -> dict[str, Any]:
         return {"engine": self.name, "device": self.device, "quantization": self.quantization,
@@ -221,12 +225,19 @@ class CTranslate2Engine:
         return best, [[*row, max(0.0, 1.0 - sum(row))] for row in rows]
 
     # ---- helpers ---------------------------------------------------------------------------------------------------
-    def _rescored(self, ids: list[int], source_tokens: list[str], config: SearchConfig) -> Hypothesis:
-        """``ids`` ended by </s>, scored by the model: what the torch search gives an output cut at its limit."""
-        target = [self.vocabulary[i] for i in ids]
-        scored = self.translator.score_batch([source_tokens], [target], max_input_length=0)[0]
-        log_prob = sum(scored.log_probs)  # the target's tokens and the </s> CTranslate2 appends
-        return Hypothesis(ids, _normalised(log_prob, len(ids) + 1, config), log_prob)
+    def _rescored(self, outputs: list[tuple[list[int], list[str]]], config: SearchConfig) -> list[Hypothesis]:
+        """Each (ids, source tokens) ended by </s> and scored by the model, in one call: what the torch search gives
+        an output cut at its limit."""
+        if not outputs:
+            return []
+        scored = self.translator.score_batch([source for _, source in outputs],
+                                             [[self.vocabulary[i] for i in ids] for ids, _ in outputs],
+                                             max_input_length=0)
+        hypotheses = []
+        for (ids, _), result in zip(outputs, scored):
+            log_prob = sum(result.log_probs)  # the target's tokens and the </s> CTranslate2 appends
+            hypotheses.append(Hypothesis(ids, _normalised(log_prob, len(ids) + 1, config), log_prob))
+        return hypotheses
 
 
 def _normalised(log_prob: float, length: int, config: SearchConfig) -> float:

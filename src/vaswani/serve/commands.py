@@ -140,7 +140,9 @@ def listening_socket(host: str, port: int) -> socket.socket:
         reason = error.strerror if isinstance(error, socket.gaierror) else str(error)
         raise ConfigError(f"--host {host}: cannot be resolved ({reason}); give an address of this machine, e.g. "
                           "127.0.0.1 (this machine only) or 0.0.0.0 (every interface)") from None
-    listener = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named, not left 0: asyncio switches Nagle's algorithm off (TCP_NODELAY) only on sockets that say
+    # they are TCP, and with it on, each answer written in two pieces waits ~40 ms for the client's delayed ACK.
+    listener = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a restart need not wait
     try:
         listener.bind(address)
