@@ -10,7 +10,8 @@ load hits all of them alike; each figure is the median of the repeats (min–max
   loaded, for each Q: the same model, beam and length penalty, one ``translate_batch`` call.
 
 All of them translate with the checkpoint's stored search (``search.json``) at ``--beam``, on ``--threads``
-threads. The conversions are made, and every command run once, before the timed repeats. Each output is scored
+threads; a stored GNMT length penalty, which CTranslate2 cannot rank a beam by, is measured as the power |Y|^α
+with the same α. The conversions are made, and every command run once, before the timed repeats. Each output is scored
 (sacreBLEU), and an empty input gives each command's start-up time alone. Written to ``--out``: results.json
 (every run, with provenance) and table.md.
 """
@@ -18,6 +19,7 @@ threads. The conversions are made, and every command run once, before the timed 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import subprocess
 import sys
@@ -66,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
     quantizations = args.quantizations or DEFAULT_QUANTIZATIONS[args.device]
     checkpoint = resolve_checkpoint(args.checkpoint)
     search = SearchConfig(**{**read_stored_search(checkpoint), "beam_size": args.beam})
+    if search.length_norm == "gnmt":
+        search = dataclasses.replace(search, length_norm="power")
     corpus = load_corpus(args.dataset, args.split, data_dir=args.data_dir)
     sources, references = corpus.source[: args.sentences], corpus.target[: args.sentences]
     conversions = {q: Translator.load(checkpoint, search, device=args.device, engine="ctranslate2", quantization=q)
@@ -103,8 +107,9 @@ def _commands(checkpoint: Path, search: Any, exponent: float, conversions: dict[
     """Command name -> function(input, output) -> argv."""
     def translate(engine: str, *extra: str):
         return lambda source, out: [sys.executable, "-m", "vaswani", "translate", "--checkpoint", str(checkpoint),
-                                    "--engine", engine, *extra, "--beam", str(search.beam_size), "--threads",
-                                    str(threads), "--device", device, "--input", str(source), "--output", str(out)]
+                                    "--engine", engine, *extra, "--beam", str(search.beam_size), "--length-norm",
+                                    search.length_norm, "--alpha", repr(search.alpha), "--threads", str(threads),
+                                    "--device", device, "--input", str(source), "--output", str(out)]
 
     def bare(quantization: str):
         return lambda source, out: [sys.executable, str(BARE_SCRIPT), str(conversions[quantization]),
