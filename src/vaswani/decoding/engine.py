@@ -20,7 +20,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, Sequence
 
 from vaswani.config import ModelConfig
 from vaswani.decoding.config import SearchConfig
@@ -36,12 +36,18 @@ class Hypothesis:
     log_prob: float  # sum of the (penalised) log-probs of y1 .. yn and </s>
 
 
-@runtime_checkable
 class Engine(Protocol):
     """A search implementation behind the Translator."""
 
     name: str  # TORCH or CTRANSLATE2
     model_config: ModelConfig  # the architecture of the weights it runs (model.json)
+    device: Any  # where it runs: a torch.device (torch), "cpu" or "cuda:N" (CTranslate2)
+
+    @property
+    def model(self) -> Any:
+        """The torch model of the weights it runs (CTranslate2: loaded on first use, e.g. for every layer's
+        attention)."""
+        ...
 
     def bind(self, config: SearchConfig) -> SearchConfig:
         """``config`` as this engine will run it (auto precision resolved); a setting it cannot run is a
@@ -55,6 +61,20 @@ class Engine(Protocol):
     def describe(self) -> dict[str, Any]:
         """What runs the search, for results files and ``/v1/model``: engine, device, quantization/precision."""
         ...
+
+    def parameters(self) -> int:
+        """Parameters of the weights it runs."""
+        ...
+
+    def synchronize(self) -> None:
+        """Return once the device's queued work is done (a GPU timer would otherwise stop before it)."""
+        ...
+
+
+def is_engine(candidate: Any) -> bool:
+    """True for an engine (anything with the interface's methods), False for a model to wrap in the torch engine.
+    (Not isinstance on the Protocol: that reads every member, and the CTranslate2 engine's ``model`` loads torch.)"""
+    return all(callable(getattr(type(candidate), name, None)) for name in ("bind", "search", "describe"))
 
 
 def length_penalty(length: Any, alpha: float, mode: str) -> Any:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.decoding.config import SearchConfig
-from vaswani.decoding.engine import TORCH, Engine, open_engine
+from vaswani.decoding.engine import TORCH, Engine, is_engine, open_engine
 from vaswani.errors import VaswaniError
 from vaswani.model.serialization import CONFIG_FILE, read_model_config, resolve_checkpoint
 
@@ -58,8 +58,8 @@ class Translator:
     ):
         """``model``: an engine, or a Transformer, which the torch engine searches on ``device`` (default: where
         its weights are), with its decoding step compiled when ``compile``."""
-        if isinstance(model, Engine):
-            self.engine = model
+        if is_engine(model):
+            self.engine: Engine = model
         else:
             from vaswani.decoding.torch_engine import TorchEngine
 
