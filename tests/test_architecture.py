@@ -58,7 +58,10 @@ def _is_core(module: str) -> bool:
     return _area(module) not in (*BUILT_ON_THE_CORE, "cli", "__main__")
 
 
-@pytest.mark.parametrize("name,path,tree", [m for m in MODULES if _is_core(m[0])], ids=lambda v: str(v))
+CORE_MODULES = [m for m in MODULES if _is_core(m[0])]
+
+
+@pytest.mark.parametrize("name,path,tree", CORE_MODULES, ids=[name for name, _, _ in CORE_MODULES])
 def test_the_core_never_imports_what_is_built_on_it(name: str, path: Path, tree: ast.Module) -> None:
     for module, _, line in _imports(tree):
         assert _is_core(module), f"{path}:{line}: the core module {name} imports {module}"

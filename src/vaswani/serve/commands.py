@@ -164,8 +164,7 @@ def listening_socket(host: str, port: int) -> socket.socket:
 def bench_command(args: argparse.Namespace) -> int:
     from vaswani.serve.loadtest import run_load_test
 
-    engine = [flag for option, value in (("--engine", args.engine), ("--quantization", args.quantization))
-              if value is not None for flag in (option, value)]
     run_load_test(args.checkpoint, args.clients, args.seconds, args.beam, args.sentences, args.out,
-                  data_dir=args.data_dir, threads=args.threads, repeats=args.repeats, engine=engine)
+                  data_dir=args.data_dir, threads=args.threads, repeats=args.repeats, engine=args.engine,
+                  quantization=args.quantization)
     return 0

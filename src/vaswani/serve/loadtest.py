@@ -24,6 +24,7 @@ from typing import Any
 
 from vaswani.errors import VaswaniError
 from vaswani.io import atomic_write_json, atomic_write_text
+from vaswani.serve.settings import ServeSettings
 
 MODES = {"batching": [], "no batching": ["--no-batching"]}
 
@@ -182,6 +183,39 @@ async def _drive(url: str, clients: int, seconds: float, sentences: list[str], b
     }
 
 
+async def _drive_batcher(checkpoint: str | Path, settings: ServeSettings, clients: int, seconds: float,
+                         sentences: list[str], beam: int) -> dict[str, Any]:
+    """``clients`` closed-loop callers of the server's batcher, in this process, for ``seconds``: the rate of the
+    model thread with no HTTP, the ceiling the served rate approaches."""
+    import dataclasses
+
+    from vaswani.serve.app import load_served_model
+    from vaswani.serve.batcher import Batcher
+
+    translator = load_served_model(checkpoint, settings).translator
+    config = translator.engine.bind(dataclasses.replace(translator.config, beam_size=beam))
+    sources = translator.encode(sentences)
+    batcher = Batcher(translator, settings)
+    batcher.start()
+    done, started = 0, time.perf_counter()
+    deadline = started + seconds
+
+    async def caller(first: int) -> None:
+        nonlocal done
+        index = first
+        while time.perf_counter() < deadline:
+            await batcher.translate([sources[index % len(sources)]], config)
+            index, done = index + clients, done + 1
+
+    try:
+        await asyncio.gather(*(caller(i) for i in range(clients)))
+    finally:
+        await batcher.stop()
+    elapsed = time.perf_counter() - started
+    return {"clients": clients, "sentences_per_s": round(done / elapsed, 3), "batches": batcher.batches_run,
+            "sentences": batcher.sentences_run, "engine": translator.engine.describe()}
+
+
 def run_load_test(
     checkpoint: str | Path,
     clients: list[int],
@@ -192,9 +226,10 @@ def run_load_test(
     data_dir: Path | None = None,
     threads: int = 1,
     repeats: int = 2,
-    engine: list[str] = (),
+    engine: str | None = None,
+    quantization: str | None = None,
 ) -> dict[str, Any]:
-    """``engine``: the servers' --engine/--quantization flags (none: the checkpoint's choice)."""
+    """``engine``, ``quantization``: the servers' (None: the checkpoint's choice)."""
     import torch
 
     from vaswani.data.corpora import load_corpus
@@ -202,7 +237,9 @@ def run_load_test(
 
     stamp = provenance("cpu")  # before anything is written: the tree is still the committed one
     sentences = load_corpus("multi30k", "test2016", data_dir=data_dir).source[:n_sentences]
-    servers = {mode: Server(checkpoint, [*flags, *engine], threads) for mode, flags in MODES.items()}
+    chosen = [flag for option, value in (("--engine", engine), ("--quantization", quantization)) if value
+              for flag in (option, value)]
+    servers = {mode: Server(checkpoint, [*flags, *chosen], threads) for mode, flags in MODES.items()}
     runs: list[dict[str, Any]] = []
     ceilings: list[dict[str, Any]] = []  # GET /health at the same concurrency: the HTTP stack's own limit
     try:
@@ -229,6 +266,10 @@ def run_load_test(
         for server in servers.values():
             server.stop()
 
+    # The model thread alone: the batcher searched in this process at the largest level, with no HTTP at all (the
+    # servers have stopped, so it has the cores to itself, as the servers had).
+    settings = ServeSettings(engine=engine, quantization=quantization, threads=threads)
+    model_alone = asyncio.run(_drive_batcher(checkpoint, settings, max(clients), seconds, sentences, beam))
     rows = summarise(runs, clients)
     results = {
         "provenance": stamp,
@@ -242,6 +283,7 @@ def run_load_test(
         "http_ceiling": [{"clients": level, "requests_per_s": statistics.median(
             c["requests_per_s"] for c in ceilings if c["clients"] == level)} for level in clients],
         "http_ceiling_runs": ceilings,
+        "model_thread_alone": model_alone,
     }
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "results.json", results)
@@ -315,6 +357,11 @@ def table(results: dict[str, Any]) -> str:
                   "(the HTTP stack and the load generator alone, on the same cores): "
                   + ", ".join(f"{ceilings[level]:.0f} requests/s at {level} client{'s' if level > 1 else ''}"
                               for level in sorted(ceilings)) + "."]
+    alone = results.get("model_thread_alone")
+    if alone:
+        lines += ["", f"The model thread alone (the server's batcher called in one process, no HTTP, "
+                  f"{alone['clients']} callers): {alone['sentences_per_s']:.0f} sentences/s, "
+                  f"{alone['sentences'] / max(alone['batches'], 1):.1f} sentences per batch."]
     hardware = prov["hardware"]
     lines += ["", f"Command: `{prov['command']}` · commit {prov['git'].get('commit', '?')[:10]}"
               f"{' (dirty tree)' if prov['git'].get('dirty') else ''} · {hardware.get('processor', '')}, {hardware.get('cpu_count', '?')} cores", ""]
