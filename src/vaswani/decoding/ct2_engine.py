@@ -2,7 +2,8 @@
 
 Every search option maps to a ``translate_batch`` argument or is refused in one line naming it (:meth:`bind`):
 
-- ``--beam``, ``--nbest``: ``beam_size``, ``num_hypotheses``;
+- ``--beam``, ``--nbest``: ``beam_size``; the ``--nbest`` best (by our scores) of the ``num_hypotheses=beam`` it
+  returns;
 - the length penalty: CTranslate2 ranks a finished hypothesis by log P / |Y|^p, with |Y| counting </s> when it
   returns the end token (we ask it to, as our lengths count </s>). So ``power`` with α is p = α, ``average`` is
   p = 1, and ``none`` (or GNMT with α = 0) is a p so small that |Y|^p rounds to 1 in float32: p = 0 exactly
@@ -161,8 +162,11 @@ class CTranslate2Engine:
         longest = max(limits) - 1  # CTranslate2 counts generated tokens, </s> included; ours stop one before
         if longest == 0:  # every output is </s> alone: nothing to generate, only to score
             return [[hypothesis] for hypothesis in self._rescored([([], source) for source in tokens], config)]
+        # Every finished hypothesis of the beam comes back, not only the n best: a sentence decoded past its own limit
+        # (to its batch's longest) may rank first one that is cut and rescored below, and the n best by our scores
+        # are then among the others.
         results = self.translator.translate_batch(
-            tokens, beam_size=config.beam_size, num_hypotheses=config.nbest, length_penalty=exponent,
+            tokens, beam_size=config.beam_size, num_hypotheses=config.beam_size, length_penalty=exponent,
             repetition_penalty=config.repetition_penalty, no_repeat_ngram_size=config.no_repeat_ngram,
             max_decoding_length=longest, min_decoding_length=0, max_input_length=0, return_scores=True,
             return_end_token=True,
@@ -184,7 +188,8 @@ class CTranslate2Engine:
         for (sentence, place, _), hypothesis in zip(cut, self._rescored(
                 [(ids, tokens[sentence]) for sentence, _, ids in cut], config)):
             out[sentence][place] = hypothesis
-        return [sorted(nbest, key=lambda h: h.score, reverse=True) for nbest in out]  # type: ignore[arg-type, union-attr]
+        return [sorted(nbest, key=lambda h: h.score, reverse=True)[: config.nbest]  # type: ignore[arg-type, union-attr]
+                for nbest in out]
 
     def describe(self) -> dict[str, Any]:
         return {"engine": self.name, "device": self.device, "quantization": self.quantization,
