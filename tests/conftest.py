@@ -115,3 +115,85 @@ def finished_run(tmp_path_factory, data_dir: Path) -> tuple[Path, dict]:
         config.data.data_dir = str(data_dir)
         summary = train(config, root / "run")
     return root / "run", summary
+
+
+# ---- a trained tiny model: both engines and the exports are checked against it -------------------------------------
+# A tiny model *trained* for a few seconds on real Multi30k pairs, so that its outputs are peaked and end in </s> (a
+# random model's would run to the length limit and sit near ties), and the real sentences the tests translate: the
+# training sources it has nearly learned plus test2016 sentences.
+TRAIN_PAIRS = 80  # short ones (< 70 characters each side): two batches of 40
+UPDATES = 60  # loss ~0.8: the training sentences are nearly learned
+BATCH = 40
+
+
+@pytest.fixture(scope="session")
+def trained_checkpoint(tmp_path_factory, data_dir: Path) -> Path:
+    """A tiny post-LN model (the paper layout) after 60 AdamW updates on 80 short Multi30k pairs, with its BPE."""
+    from vaswani.config import ModelConfig
+    from vaswani.data.batching import collate
+    from vaswani.data.corpora import load_corpus
+    from vaswani.data.tokenizer import Tokenizer
+    from vaswani.model import Transformer
+    from vaswani.model.serialization import save_model
+    from vaswani.training.loss import translation_loss
+
+    directory = tmp_path_factory.mktemp("trained_checkpoint")
+    train = load_corpus("multi30k", "train", data_dir=data_dir)
+    sources, targets = _short_pairs(train)
+    tokenizer = Tokenizer.train(sources + targets, vocab_size=500)
+    items = [(i, s, t) for i, (s, t) in enumerate(zip(tokenizer.encode_batch(sources), tokenizer.encode_batch(targets)))]
+    items.sort(key=lambda item: len(item[1]))  # similar lengths per batch: little padding, fast steps
+    batches = [collate(items[start : start + BATCH]) for start in range(0, len(items), BATCH)]
+    torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=tokenizer.vocab_size, dropout=0.0))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-3)
+    for step in range(UPDATES):
+        batch = batches[step % len(batches)]
+        out = translation_loss(model, batch.src, batch.tgt_in, batch.tgt_out, label_smoothing=0.0)
+        (out.loss_sum / out.n_tokens).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    torch.set_num_threads(threads)
+    save_model(model.eval(), directory)
+    tokenizer.save(directory / "tokenizer.json")
+    return directory
+
+
+@pytest.fixture(scope="session")
+def sentences(data_dir: Path) -> list[str]:
+    """16 training sources (the model's outputs are confident there) and 8 unseen test2016 sources."""
+    from vaswani.data.corpora import load_corpus
+
+    train, _ = _short_pairs(load_corpus("multi30k", "train", data_dir=data_dir))
+    test = load_corpus("multi30k", "test2016", data_dir=data_dir).source[:8]
+    return train[::5] + list(test)
+
+
+def _short_pairs(corpus) -> tuple[list[str], list[str]]:
+    pairs = [(s, t) for s, t in zip(corpus.source[:2000], corpus.target[:2000]) if len(s) < 70 and len(t) < 70]
+    pairs = pairs[:TRAIN_PAIRS]
+    return [s for s, _ in pairs], [t for _, t in pairs]
+
+
+@pytest.fixture(scope="session")
+def random_checkpoint(trained_checkpoint: Path):
+    """make(directory, **model settings): a random tiny model with those settings, saved beside the trained
+    checkpoint's tokenizer (equivalence of random weights needs no training)."""
+    from vaswani.config import ModelConfig
+    from vaswani.data.tokenizer import Tokenizer
+    from vaswani.model import Transformer
+    from vaswani.model.serialization import save_model
+
+    tokenizer = Tokenizer.load(trained_checkpoint / "tokenizer.json")
+
+    def make(directory: Path, **settings) -> Path:
+        torch.manual_seed(0)
+        model = Transformer(ModelConfig.preset("tiny", vocab_size=tokenizer.vocab_size, dropout=0.0, **settings))
+        directory.mkdir(parents=True, exist_ok=True)
+        save_model(model, directory)
+        tokenizer.save(directory / "tokenizer.json")
+        return directory
+
+    return make

@@ -462,7 +462,8 @@ CHECKED_BY_SETTINGS = {
         "--beam", "--alpha", "--max-len-a", "--max-len-b", "--repetition-penalty", "--no-repeat-ngram", "--batch-size",
         "--max-tokens")),
     *(("serve", option) for option in ("--max-chars", "--max-texts", "--max-body-bytes", "--max-queue", "--max-beam",
-                                       "--batch-wait-ms", "--max-batch-sentences", "--max-batch-tokens", "--threads")),
+                                       "--max-request-tokens", "--batch-wait-ms", "--max-batch-sentences",
+                                       "--max-batch-tokens")),
     *((f"classify {command}", option) for command in ("train", "experiment") for option in (
         "--val-fraction", "--vocab-size", "--min-frequency", "--max-len", "--epochs", "--batch-size", "--lr",
         "--warmup", "--weight-decay", "--clip", "--patience")),

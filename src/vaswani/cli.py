@@ -22,24 +22,27 @@ import sys
 
 from vaswani.errors import VaswaniError, is_out_of_memory
 
-# Areas in the order `vaswani --help` lists them; each module has register(subparsers).
-CORE_COMMANDS = [
-    "vaswani.data.commands",
-    "vaswani.training.commands",
-    "vaswani.decoding.commands",
-    "vaswani.evaluation.commands",
-]
-BUILT_ON_THE_CORE = [
-    "vaswani.benchmarks.commands",
-    "vaswani.experiments.commands",
-    "vaswani.classification.commands",
-    "vaswani.serve.commands",
-    "vaswani.export.commands",
-]
-COMMAND_MODULES = CORE_COMMANDS + BUILT_ON_THE_CORE
+# Areas in the order `vaswani --help` lists them, each with the commands its register(subparsers) adds. Running
+# one command imports only its own area: some areas import torch to describe their options, which a translation
+# on the CTranslate2 engine must not pay for (tests/test_cli_areas.py checks this table against the areas).
+CORE_COMMANDS = {
+    "vaswani.data.commands": ("prepare",),
+    "vaswani.training.commands": ("train", "finalize"),
+    "vaswani.decoding.commands": ("translate",),
+    "vaswani.evaluation.commands": ("evaluate", "compare", "average"),
+}
+BUILT_ON_THE_CORE = {
+    "vaswani.benchmarks.commands": ("bench",),
+    "vaswani.experiments.commands": ("experiment",),
+    "vaswani.classification.commands": ("classify",),
+    "vaswani.serve.commands": ("serve", "serve-bench"),
+    "vaswani.export.commands": ("export",),
+}
+COMMANDS = {**CORE_COMMANDS, **BUILT_ON_THE_CORE}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or of ``command``'s area only when ``command`` is one of them."""
     parser = argparse.ArgumentParser(
         prog="vaswani",
         description="A from-scratch Transformer for German-English translation: prepare data, train, translate, "
@@ -48,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true",
                         help="show the traceback of every error (also: VASWANI_DEBUG=1)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMAND_MODULES:
+    areas = [name for name, commands in COMMANDS.items() if command in commands] or list(COMMANDS)
+    for name in areas:
         importlib.import_module(name).register(subparsers)
     return parser
 
@@ -84,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(argv: list[str]) -> int:
     from vaswani.provenance import record_command
 
-    parser = build_parser()
+    parser = build_parser(next((arg for arg in argv if not arg.startswith("-")), None))
     args = parser.parse_args(argv)
     record_command(argv)
     debug = args.debug or os.environ.get("VASWANI_DEBUG", "") not in ("", "0")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Literal, get_args, get_type_hints
@@ -138,7 +139,7 @@ def validate_settings(obj: Any) -> None:
     (a preset, ``--set``, a resumed run's saved config, ``dataclasses.replace``) runs ``__post_init__``, so every
     way is checked.
     """
-    hints = get_type_hints(type(obj))
+    hints = _type_hints(type(obj))
     section = getattr(type(obj), "SECTION", "model")
     limits: dict[str, Limit] = getattr(type(obj), "LIMITS", {})
     for f in fields(obj):
@@ -172,6 +173,13 @@ UNREPRESENTABLE = "cannot be represented in float32 (it would become 0 or inf); 
 def representable(value: float) -> bool:
     """Is ``value`` 0 or a float32 normal number (no underflow to 0, no overflow to inf)?"""
     return value == 0 or FLOAT32_TINY <= abs(value) <= FLOAT32_MAX
+
+
+@functools.lru_cache(maxsize=None)
+def _type_hints(cls: type) -> dict[str, Any]:
+    # Resolving a class's annotations is most of the cost of checking it (a server makes a search config per
+    # request); they never change.
+    return get_type_hints(cls)
 
 
 def _short(value: Any) -> str:

@@ -10,11 +10,12 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Sequence
-
-import torch
+from typing import TYPE_CHECKING, Any, Sequence
 
 from vaswani.errors import VaswaniError
+
+if TYPE_CHECKING:
+    import torch
 
 PROVENANCE_FILE = "provenance.jsonl"  # in a run directory: one record per start or resume of its training
 _command: str | None = None
@@ -106,6 +107,8 @@ def versions() -> dict[str, str]:
 def hardware(device: torch.device | str = "cpu") -> dict[str, Any]:
     """Platform, CPU, torch version and thread count, the name of the device that ran the model, and the GPU's
     details whenever one is visible (a CPU measurement on a GPU machine says so)."""
+    import torch  # here, not at the top: every command records its command line through this module
+
     device = torch.device(device)
     gpu: dict[str, Any] = {"cuda_device": None}
     if torch.cuda.is_available():

@@ -201,7 +201,7 @@ def test_with_search_shares_the_model_and_its_compiled_step(tiny_checkpoint) -> 
     """The server's per-batch copies must reuse one compiled step: a new one per batch would recompile every time."""
     translator = Translator.load(tiny_checkpoint, SearchConfig(beam_size=2), device="cpu", compile=True)
     copy = translator.with_search(SearchConfig(beam_size=3, bos_id=7, precision="auto"), batch_size=5, max_tokens=None)
-    assert copy.decoder is translator.decoder and copy.model is translator.model
+    assert copy.engine is translator.engine and copy.engine.decoder is translator.engine.decoder
     assert (copy.config.beam_size, copy.batch_size, copy.max_tokens) == (3, 5, None)
     # Bound as in load: the tokenizer's ids, and "auto" decided for the translator's device.
     assert copy.config.bos_id == translator.tokenizer.bos_id

@@ -16,7 +16,8 @@ from vaswani.decoding.config import SearchConfig  # noqa: E402
 from vaswani.decoding.search import generate  # noqa: E402
 from vaswani.decoding.translator import Translator  # noqa: E402
 from vaswani.errors import VaswaniError  # noqa: E402
-from vaswani.export.ctranslate2 import Ct2Translator, export_ctranslate2, token_string  # noqa: E402
+from vaswani.decoding.ct2_model import token_string  # noqa: E402
+from vaswani.export.ctranslate2 import Ct2Translator, export_ctranslate2  # noqa: E402
 from vaswani.model.serialization import load_model  # noqa: E402
 
 MAX_OUTPUT = 40  # tokens incl. </s>; CTranslate2's max_decoding_length counts them without </s>
@@ -97,7 +98,8 @@ def test_int8_stays_close_to_float32(exports: dict[str, Path], sentences: list[s
 
     assert 0 < mean_gap("float32") < 0.05  # the weights really are int8, and close
     assert mean_gap("int8") < 0.6
-    assert (exports["int8"] / "model.bin").stat().st_size < 0.5 * (exports["float32"] / "model.bin").stat().st_size
+    # int8 matrices; the float32 position tables (2,048 rows) and norms stay
+    assert (exports["int8"] / "model.bin").stat().st_size < 0.6 * (exports["float32"] / "model.bin").stat().st_size
 
 
 VARIANTS = [dict(), dict(norm="pre"), dict(activation="gelu"), dict(positions="learned"), dict(positions="rope"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import tempfile
 import sys
 import time
 from collections.abc import Iterator
@@ -40,15 +41,18 @@ class ServerProcess:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        # The server's output (an access-log line per request) goes to a file: a pipe nobody reads fills after a few
+        # thousand requests, and the server then blocks writing its log.
+        self.log = tempfile.TemporaryFile(mode="w+")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "vaswani.cli", "serve", "--checkpoint", str(checkpoint), "--port", str(self.port),
              "--threads", "1", *flags],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=env, stdout=self.log, stderr=subprocess.STDOUT, text=True,
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"server exited at start-up:\n{self.process.stdout.read()}")
+                raise RuntimeError(f"server exited at start-up:\n{self.output()}")
             try:
                 if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
                     return
@@ -65,7 +69,18 @@ class ServerProcess:
                 self.process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.process.kill()
-        return self.process.stdout.read() if self.process.stdout else ""
+        return self.output()
+
+    def output(self) -> str:
+        """What the server printed so far."""
+        self.log.seek(0)
+        return self.log.read()
+
+
+@pytest.fixture(scope="session")
+def start_server() -> type[ServerProcess]:
+    """ServerProcess itself, for tests that start a server of their own (checkpoint, flags)."""
+    return ServerProcess
 
 
 @pytest.fixture(scope="module")

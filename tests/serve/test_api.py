@@ -88,6 +88,7 @@ ERRORS = [
     ('{"text": "a", "beam": "4"}', 422, "beam"),
     ('{"text": "a", "beam": 0}', 422, "beam"),
     ('{"text": "a", "beam": 5}', 422, "beam"),  # over the server's max_beam
+    ('{"text": "a", "beam": 1000}', 422, "beam"),  # over the search's own limit too: named, never a 500
     ('{"text": "a", "alpha": -1}', 422, "alpha"),
     ('{"text": "a", "max_len_b": 100000}', 422, "max_len_b"),
     ('{"text": "a", "beam": 2, "nbest": 3}', 422, "nbest"),
@@ -149,6 +150,26 @@ def test_an_unexpected_failure_is_a_500_without_traceback(tiny_checkpoint) -> No
     assert answer.status_code == 500
     assert answer.json()["error"]["message"].startswith("internal error") and "Traceback" not in answer.text
     assert json.loads(answer.text)["error"]["field"] is None
+
+
+def test_a_beam_the_search_refuses_is_a_422_naming_it_even_under_a_wider_max_beam(tiny_checkpoint) -> None:
+    with TestClient(create_app(tiny_checkpoint, ServeSettings(device="cpu", max_beam=300))) as wide:
+        answer = wide.post("/v1/translate", json={"text": SENTENCE, "beam": 280})
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["error"]["field"] == "beam" and "search.beam_size=280" in answer.json()["error"]["message"]
+
+
+def test_a_request_over_the_decode_work_bound_is_a_422_naming_it(tiny_checkpoint) -> None:
+    settings = ServeSettings(device="cpu", max_request_tokens=60)
+    with TestClient(create_app(tiny_checkpoint, settings)) as bounded:
+        ids = len(Translator.load(tiny_checkpoint, device="cpu").encode([SENTENCE])[0])
+        fits = bounded.post("/v1/translate", json={"texts": [SENTENCE] * (60 // (2 * ids)), "beam": 2, **SHORT})
+        over = bounded.post("/v1/translate", json={"texts": [SENTENCE] * (60 // (2 * ids) + 1), "beam": 2, **SHORT})
+        narrower = bounded.post("/v1/translate", json={"texts": [SENTENCE] * (60 // (2 * ids) + 1), "beam": 1})
+    assert fits.status_code == narrower.status_code == 200
+    assert over.status_code == 422 and over.json()["error"]["field"] == "texts"
+    assert over.json()["error"]["message"].endswith("at most 60 per request (the server's max_request_tokens): send "
+                                                    "fewer or shorter texts, or ask for a narrower beam")
 
 
 def test_settings_out_of_range_name_their_flag() -> None:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections import deque
 
 import pytest
 
 from vaswani.decoding import SearchConfig, Translator
-from vaswani.serve.batcher import Batcher, QueueFull, _Request, _Sentence
+from vaswani.serve.batcher import Batcher, Job, QueueFull
 from vaswani.serve.settings import ServeSettings
 
 
@@ -53,29 +54,72 @@ def test_without_batching_every_sentence_is_its_own_batch(translator: Translator
     assert [a[0][0].text for a in answers] == translator.translate(test_pairs[0][:4])
 
 
-def test_batches_are_bounded_so_an_early_long_request_cannot_starve_later_ones(translator: Translator) -> None:
+def _queue(batcher: Batcher, requests: list[tuple[list[list[int]], SearchConfig]]) -> list[Job]:
+    """Put jobs in line directly (no awaiting), in this order, as if they had arrived so."""
+    loop = asyncio.get_running_loop()
+    jobs = [Job(sources, config, loop.create_future(), [None] * len(sources), deque(range(len(sources))),
+                len(sources)) for sources, config in requests]
+    batcher.line.extend(jobs)
+    return jobs
+
+
+def _batches(batcher: Batcher) -> list[list[tuple[int, int]]]:
+    """Every batch the line gives, as (first source id, beam) per sentence."""
+    batches = []
+    while batcher.line:
+        batches.append([(job.sources[i][0], job.config.beam_size) for job, i in batcher.take_batch()])
+    return batches
+
+
+def test_a_large_request_is_split_and_takes_turns_with_later_ones(translator: Translator) -> None:
     batcher = Batcher(translator, ServeSettings(max_batch_sentences=3, max_batch_tokens=10_000, max_queue=100))
     config, greedy = translator.config, dataclasses.replace(translator.config, beam_size=1)
 
     async def fill_then_take():
-        batcher.start()
-        loop = asyncio.get_running_loop()
-        # Queued directly (no awaiting): one request of 7 sentences, then a greedy one, then a short one.
-        for sources, search in (([[5, 2]] * 7, config), ([[6, 2]], greedy), ([[7, 2]], config)):
-            for i, source in enumerate(sources):
-                batcher.queue.append(_Sentence(source, search, _Request(loop.create_future(), [None], 1), i))
-        batches = []
-        while batcher.queue:
-            batches.append([(s.source[0], s.config.beam_size) for s in batcher._take_batch()])
-        await batcher.stop()
-        return batches
+        # One request of 7 sentences, then a greedy one-sentence request, then a one-sentence request like the first.
+        _queue(batcher, [([[5, 2]] * 7, config), ([[6, 2]], greedy), ([[7, 2]], config)])
+        return _batches(batcher)
 
     batches = asyncio.run(fill_then_take())
     assert all(len(batch) <= 3 for batch in batches)  # bounded batch
-    assert batches[:2] == [[(5, 2)] * 3] * 2  # first come, first served
-    assert batches[2] == [(5, 2), (7, 2)]  # the long request's tail takes the later same-settings sentence along
-    assert batches[3] == [(6, 1)]  # other settings: served next, not pushed back behind later arrivals
-    assert len(batches) == 4
+    # The first batch, headed by the large request, takes the later request with its settings along at once
+    # (round robin: one sentence of each in turn), so a short request never waits for all of a large one.
+    assert batches[0] == [(5, 2), (7, 2), (5, 2)]
+    assert batches[1] == [(6, 1)]  # other settings: the next turn is theirs, not pushed behind the large request
+    assert batches[2:] == [[(5, 2)] * 3, [(5, 2)] * 2]
+
+
+def test_a_wide_sentence_waits_for_a_batch_of_its_own_turn(translator: Translator) -> None:
+    batcher = Batcher(translator, ServeSettings(max_batch_sentences=8, max_batch_tokens=40, max_queue=100))
+    config = dataclasses.replace(translator.config, beam_size=2)
+
+    async def fill_then_take():
+        _queue(batcher, [([[5, 2]] * 3, config), ([[6] * 15 + [2]], config), ([[7, 2]], config)])
+        return _batches(batcher)
+
+    # 2 tokens x beam 2 per short sentence; the 16-token one alone is 32, with any other sentence over 40
+    assert asyncio.run(fill_then_take()) == [[(5, 2), (7, 2), (5, 2), (5, 2)], [(6, 2)]]
+
+
+def test_a_cancelled_request_leaves_the_line_and_its_sentences_are_never_searched(translator: Translator) -> None:
+    async def main():
+        batcher = Batcher(translator, ServeSettings(max_batch_sentences=1, batch_wait_ms=0))
+        batcher.start()
+        try:
+            gone = asyncio.ensure_future(batcher.translate([[5, 6, 2]] * 6, translator.config))
+            stays = asyncio.ensure_future(batcher.translate([[7, 2]], translator.config))
+            while batcher.sentences_run == 0:  # the first sentence of the large request is being searched
+                await asyncio.sleep(0.001)
+            gone.cancel()
+            answer = await stays
+            return batcher, answer, gone
+        finally:
+            await batcher.stop()
+
+    batcher, answer, gone = asyncio.run(main())
+    assert gone.cancelled() and len(answer) == 1
+    assert batcher.sentences_cancelled >= 4 and batcher.sentences_run + batcher.sentences_cancelled == 7
+    assert batcher.in_flight == 0 and not batcher.line
 
 
 def test_queue_limit_counts_sentences(translator: Translator) -> None:

@@ -13,7 +13,8 @@ from safetensors.torch import load_file
 
 from vaswani.cli import build_parser
 from vaswani.decoding.arguments import translator_from_args
-from vaswani.decoding.config import SEARCH_FILE, SearchConfig, read_stored_search, write_stored_search
+from vaswani.decoding.config import (SEARCH_FILE, SearchConfig, read_stored_engine, read_stored_search,
+                                     write_stored_search)
 from vaswani.errors import ConfigError
 from vaswani.model.serialization import resolve_checkpoint
 from vaswani.training.config import apply_settings, load_preset
@@ -29,7 +30,7 @@ def test_the_final_weights_and_search_score_best_on_validation(finished_run) -> 
     assert candidates["average of last 3"]["checkpoints"] == ["step_0000004", "step_0000008", "step_0000012"]
     chosen_bleu = candidates[selection["weights"]]["greedy_valid"]["bleu"]
     assert chosen_bleu == max(row["greedy_valid"]["bleu"] for row in candidates.values())
-    assert [row["search"] for row in selection["searches"]] == ["greedy", "beam 2, alpha 0.6", "beam 2, alpha 1.5"]
+    assert [row["search"] for row in selection["searches"]] == ["greedy", "beam 2, power 0.6", "beam 2, power 1.5"]
     assert selection["valid"]["bleu"] == max(row["valid"]["bleu"] for row in selection["searches"])
     assert selection["valid_sentences"] == 24
 
@@ -46,6 +47,20 @@ def test_the_final_weights_and_search_score_best_on_validation(finished_run) -> 
     assert read_stored_search(final) == chosen["settings"]
     assert summary["final"]["search"] == selection["search"]
     assert not list((run_dir / "checkpoints").glob(".tmp-*")) and not list((run_dir / "checkpoints").glob(".repl*"))
+
+
+def test_int8_is_the_default_quantization_only_within_0_3_bleu_of_float32(finished_run) -> None:
+    pytest.importorskip("ctranslate2")
+    run_dir, summary = finished_run
+    final = run_dir / "checkpoints" / "final"
+    quantization = json.loads((final / "selection.json").read_text())["quantization"]
+    float32, int8 = quantization["float32"]["bleu"], quantization["int8"]["bleu"]
+    assert quantization["chosen"] == ("int8" if int8 >= float32 - 0.3 else "float32")
+    assert read_stored_engine(final) == {"quantization": quantization["chosen"]} and summary["final"]["quantization"] == \
+        quantization["chosen"]
+    # float32 is the torch engine's search on the same sentences: the same BLEU
+    chosen = json.loads((final / "selection.json").read_text())
+    assert float32 == pytest.approx(chosen["valid"]["bleu"], abs=1e-9)
 
 
 def test_the_test_sets_are_scored_once_with_the_final_model(finished_run) -> None:

@@ -10,6 +10,7 @@ BENCHMARKS = {
     "train": ("vaswani.benchmarks.train", "tokens/s of a training step: ours vs torch.nn.Transformer"),
     "decode": ("vaswani.benchmarks.decode", "sentences/s and tokens/s of greedy and beam search, cached vs not"),
     "runs": ("vaswani.benchmarks.runs", "tokens/s of real training runs, from their metrics.jsonl"),
+    "engines": ("vaswani.benchmarks.engines", "vaswani translate on each engine vs a bare CTranslate2 script"),
 }
 
 

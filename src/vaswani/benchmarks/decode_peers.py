@@ -1,7 +1,7 @@
 """`vaswani bench decode --peer marian|ctranslate2`: our search against the engines a user would deploy instead.
 
 The same model in every engine — ours, Hugging Face MarianMT ``generate`` (built by the HF export), CTranslate2
-float32 and int8 (built by the CTranslate2 export) — on the same length-sorted batches, greedy and beam 4, with
+float32 and int8 (the conversion the CTranslate2 engine loads) — on the same length-sorted batches, greedy and beam 4, with
 every engine on the same threads (``--peer-threads``, default 2: torch intra-op threads; CTranslate2
 intra_threads, inter_threads=1). The timed repeats are interleaved (ours, peer, peer, …, ours, peer, …) in one
 process, so machine noise hits all engines alike; each figure is the median of the repeats, with the min–max
@@ -157,7 +157,7 @@ def ctranslate2_engines(model: Transformer, vocabulary: list[str], batches: list
                         fixed: bool, workdir: Path, thread_counts: list[int]) -> list[Engine]:
     import ctranslate2
 
-    from vaswani.export.ctranslate2 import model_spec
+    from vaswani.decoding.ct2_model import model_spec
 
     index = {token: i for i, token in enumerate(vocabulary)}
     # Token strings prepared outside the timed region, as our engine gets ready-made id tensors.
@@ -257,7 +257,7 @@ def run_peers(args: argparse.Namespace) -> int:
 def _trained(args: argparse.Namespace):
     from vaswani.data.corpora import load_corpus
     from vaswani.data.tokenizer import Tokenizer
-    from vaswani.export.ctranslate2 import vocabulary as ct2_vocabulary
+    from vaswani.decoding.ct2_model import vocabulary as ct2_vocabulary
     from vaswani.model.serialization import load_model, resolve_checkpoint
 
     directory = resolve_checkpoint(args.checkpoint)

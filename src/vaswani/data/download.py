@@ -14,13 +14,10 @@ and renames atomically, so a valid-looking file at the destination is always com
 from __future__ import annotations
 
 import hashlib
-import http.client
 import logging
 import os
 import re
 import tempfile
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,6 +134,11 @@ def download_file(url: str, dest: str | Path, sha256: str, timeout: float = 60.0
 
 def _stream(url: str, out, timeout: float) -> tuple[str, int, int | None]:
     """Copy the response body into ``out``; returns (sha256, bytes written, Content-Length or None)."""
+    # Imported here: every command imports this module (vaswani/__init__.py), few of them download.
+    import http.client
+    import urllib.error
+    import urllib.request
+
     digest = hashlib.sha256()
     n_bytes = 0
     expected: int | None = None

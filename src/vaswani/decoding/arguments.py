@@ -1,13 +1,15 @@
-"""Command-line options of the search, shared by ``vaswani translate``, ``vaswani evaluate`` and the benchmark."""
+"""Command-line options of the search and its engine, shared by ``vaswani translate`` and ``vaswani evaluate``."""
 
 from __future__ import annotations
 
 import argparse
 from typing import TYPE_CHECKING
 
-from vaswani.config import PRECISIONS
-from vaswani.decoding.config import SearchConfig, read_stored_search
+from vaswani.config import PRECISIONS, ranged
+from vaswani.decoding.config import ENGINES, QUANTIZATIONS, SearchConfig, read_stored_engine, read_stored_search
+from vaswani.decoding.engine import AUTO, TORCH
 from vaswani.errors import ConfigError
+from vaswani.model.serialization import resolve_checkpoint
 
 if TYPE_CHECKING:
     from vaswani.decoding.translator import Translator
@@ -17,7 +19,8 @@ DEFAULTS = SearchConfig()
 
 
 def add_search_arguments(parser: argparse.ArgumentParser, nbest: bool = True) -> None:
-    """--beam, --alpha, penalties, length limits, batching, device and precision (and --nbest if ``nbest``).
+    """--beam, --alpha, penalties, length limits, batching, the engine, device and precision (and --nbest if
+    ``nbest``).
 
     The search options default to the settings stored with the checkpoint (``search.json``, chosen on validation
     data at the end of a training run), else to SearchConfig's defaults; an option given on the command line wins.
@@ -31,8 +34,9 @@ def add_search_arguments(parser: argparse.ArgumentParser, nbest: bool = True) ->
         group.add_argument("--nbest", type=int, default=1, metavar="N", help="hypotheses per sentence (<= beam)")
     group.add_argument("--alpha", type=float, default=None, metavar="A",
                        help=f"GNMT length-penalty exponent: lp = ((5 + |Y|) / 6)^A (default: {stored} {d.alpha})")
-    group.add_argument("--length-norm", choices=["gnmt", "average", "none"], default=None,
-                       help="rank finished hypotheses by log P / lp (gnmt), by mean log-prob, or by log P "
+    group.add_argument("--length-norm", choices=["gnmt", "power", "average", "none"], default=None,
+                       help="rank finished hypotheses by log P / ((5 + |Y|) / 6)^alpha (gnmt), by log P / |Y|^alpha "
+                       "(power, which the ctranslate2 engine can run too), by mean log-prob, or by log P "
                        f"(default: {stored} {d.length_norm})")
     group.add_argument("--max-len-a", type=float, default=None, metavar="A",
                        help=f"output length limit = A * source tokens + B (default: {stored} {d.max_len_a})")
@@ -45,13 +49,27 @@ def add_search_arguments(parser: argparse.ArgumentParser, nbest: bool = True) ->
     group.add_argument("--batch-size", type=int, default=64, metavar="N", help="sentences per batch (default 64)")
     group.add_argument("--max-tokens", type=int, default=8192, metavar="N",
                        help="padded source tokens x beam per batch (default 8192)")
-    group.add_argument("--device", default="auto", help="auto (cuda when available), cpu or cuda (default auto)")
-    group.add_argument("--precision", choices=PRECISIONS, default=d.precision,
-                       help="autocast precision; auto (default) = bf16 where the device computes it faster than "
-                       "fp32, fp32 on CPUs without bf16 units (where bf16 is emulated and many times slower)")
-    group.add_argument("--compile", action="store_true",
-                       help="compile the decoding step with torch.compile: faster steps after a one-off compile of "
-                       "tens of seconds on a CPU (worth it for long files; see results/bench/decode-readme-model.md)")
+    engine = parser.add_argument_group("engine")
+    engine.add_argument("--engine", choices=ENGINES, default=None,
+                        help="torch (our search, the reference), ctranslate2 (the checkpoint converted once, next to "
+                        "it, for speed; the same translations) or auto: ctranslate2 when it can run this model and "
+                        f"search, else torch with the reason on stderr (default: {stored} {AUTO})")
+    engine.add_argument("--quantization", choices=QUANTIZATIONS, default=None,
+                        help="ctranslate2's weights and arithmetic: float32, int8 or int8_float32 on a CPU; float16, "
+                        "bfloat16, int8_float16 or int8_bfloat16 need a GPU (default: the checkpoint's search.json, "
+                        "which a training run's end fills with int8 when it scores within 0.3 BLEU of float32 on "
+                        "validation, else float32)")
+    engine.add_argument("--threads", type=ranged(int, ge=0), default=0, metavar="N",
+                        help="CPU threads of the engine; 0 (default) = its own default (torch: every core)")
+    engine.add_argument("--device", default="auto", help="auto (cuda when available), cpu or cuda (default auto)")
+    engine.add_argument("--precision", choices=PRECISIONS, default=d.precision,
+                        help="the torch engine's autocast precision; auto (default) = bf16 where the device computes "
+                        "it faster than fp32, fp32 on CPUs without bf16 units (where bf16 is emulated and many times "
+                        "slower)")
+    engine.add_argument("--compile", action="store_true",
+                        help="compile the torch engine's decoding step with torch.compile: faster steps after a "
+                        "one-off compile of tens of seconds on a CPU (worth it for long files; see "
+                        "results/bench/decode-readme-model.md)")
 
 
 # The option that sets each SearchConfig field, so an invalid value is reported under the name the user typed.
@@ -96,20 +114,33 @@ def _search_config(args: argparse.Namespace, values: dict) -> SearchConfig:
 
 def stored_search(checkpoint: str) -> dict:
     """The search settings stored with a checkpoint (or a run directory's final/best/last checkpoint)."""
-    from vaswani.model.serialization import resolve_checkpoint  # imports torch: only once a checkpoint is named
-
     return read_stored_search(resolve_checkpoint(checkpoint))
 
 
+def engine_choice(engine: str | None, quantization: str | None, stored: dict[str, str]) -> tuple[str, str | None]:
+    """(engine, quantization) as given (None: not given), else as stored with the checkpoint (search.json), else
+    auto and CTranslate2's default. A quantization given for the torch engine is an error naming it."""
+    chosen = engine or stored.get("engine") or AUTO
+    if chosen == TORCH and quantization is not None:
+        raise ConfigError(f"--quantization {quantization} applies to the ctranslate2 engine; the torch engine "
+                          "computes in --precision (use --engine ctranslate2 or auto)")
+    return chosen, quantization or stored.get("quantization")
+
+
 def translator_from_args(args: argparse.Namespace) -> Translator:
-    """The :class:`Translator` the options describe (imports torch, so only called by handlers)."""
+    """The :class:`Translator` the options describe, on the engine they choose (only called by handlers)."""
     from vaswani.decoding.translator import Translator
 
+    directory = resolve_checkpoint(args.checkpoint)
+    engine, quantization = engine_choice(args.engine, args.quantization, read_stored_engine(directory))
     return Translator.load(
-        args.checkpoint,
-        search_config_from_args(args, stored_search(args.checkpoint)),
+        directory,
+        search_config_from_args(args, read_stored_search(directory)),
         device=args.device,
+        engine=engine,
+        quantization=quantization,
+        threads=args.threads,
+        compile=args.compile,
         batch_size=args.batch_size,
         max_tokens=args.max_tokens,
-        compile=args.compile,
     )

@@ -45,7 +45,8 @@ def translate_command(args: argparse.Namespace) -> int:
     translator = translator_from_args(args)
     if interactive:
         return _interactive(translator, args.nbest)
-    nbest = translator.translate_nbest(lines, progress=args.input is not None)
+    # A progress bar for a file being translated, when someone watches the terminal.
+    nbest = translator.translate_nbest(lines, progress=args.input is not None and sys.stderr.isatty())
     if args.output is None:
         _write(sys.stdout, nbest, args.nbest)
     else:

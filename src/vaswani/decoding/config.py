@@ -6,13 +6,20 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from vaswani.config import Limit, Precision, validate_settings
 from vaswani.errors import ConfigError
 from vaswani.io import atomic_write_json
 
-LengthNorm = Literal["gnmt", "average", "none"]
+LengthNorm = Literal["gnmt", "power", "average", "none"]
+# Which implementation runs a search (decoding/engines.py) and, for CTranslate2, the type of its weights and
+# arithmetic. Both belong to the machine that decodes, like precision, but a checkpoint may store a choice.
+EngineName = Literal["auto", "torch", "ctranslate2"]
+ENGINES: tuple[str, ...] = get_args(EngineName)
+Quantization = Literal["float32", "int8", "int8_float32", "int16", "float16", "bfloat16", "int8_float16",
+                       "int8_bfloat16"]
+QUANTIZATIONS: tuple[str, ...] = get_args(Quantization)
 
 
 @dataclass
@@ -22,7 +29,7 @@ class SearchConfig:
     beam_size: int = 4
     nbest: int = 1  # hypotheses returned per sentence, best first (at most beam_size)
     length_norm: LengthNorm = "gnmt"  # rank finished hypotheses by log P / lp(|Y|)
-    alpha: float = 0.6  # GNMT exponent; 0.6 is the paper's (Vaswani et al. §6.1) value
+    alpha: float = 0.6  # exponent of lp (gnmt, power); 0.6 is the paper's GNMT value (Vaswani et al. §6.1)
     max_len_a: float = 1.5  # output length limit = a * source length + b (tokens, </s> included) ...
     max_len_b: int = 10  # ... capped at model.max_len when positions are learned
     repetition_penalty: float = 1.0  # CTRL θ; 1.0 = off, >1 discourages repeating generated tokens
@@ -67,9 +74,11 @@ class SearchConfig:
 
 # A checkpoint may carry the search chosen for it on validation data (the end of a training run writes it): what
 # `translate`, `evaluate` and `serve` use unless told otherwise. Only what describes the search is stored; batching,
-# device and precision belong to the machine that decodes.
+# device and precision belong to the machine that decodes. The engine and the CTranslate2 quantization may be
+# stored too (the end of a run stores the quantization it measured as good enough).
 SEARCH_FILE = "search.json"
 STORED_FIELDS = ("beam_size", "length_norm", "alpha", "max_len_a", "max_len_b")
+ENGINE_FIELDS = {"engine": ENGINES, "quantization": QUANTIZATIONS}
 
 
 def stored_settings(config: SearchConfig) -> dict[str, Any]:
@@ -78,14 +87,28 @@ def stored_settings(config: SearchConfig) -> dict[str, Any]:
     return {name: values[name] for name in STORED_FIELDS}
 
 
-def write_stored_search(config: SearchConfig, directory: str | Path) -> None:
-    """Store ``config``'s search settings with the checkpoint in ``directory``."""
-    atomic_write_json(Path(directory) / SEARCH_FILE, stored_settings(config))
+def write_stored_search(config: SearchConfig, directory: str | Path, **engine: str) -> None:
+    """Store ``config``'s search settings with the checkpoint in ``directory``, and ``engine`` / ``quantization``
+    when given."""
+    unknown = set(engine) - set(ENGINE_FIELDS)
+    if unknown:
+        raise ValueError(f"not an engine setting: {sorted(unknown)}")
+    atomic_write_json(Path(directory) / SEARCH_FILE, {**stored_settings(config), **engine})
 
 
 def read_stored_search(directory: str | Path) -> dict[str, Any]:
     """The search settings stored with the checkpoint in ``directory`` (``{}`` when it has none), checked as a
     SearchConfig would check them; a damaged file is a ConfigError naming it."""
+    values = _read_search_file(directory)
+    return {name: value for name, value in values.items() if name in STORED_FIELDS}
+
+
+def read_stored_engine(directory: str | Path) -> dict[str, str]:
+    """The engine and quantization stored with the checkpoint in ``directory`` (either may be absent)."""
+    return {name: value for name, value in _read_search_file(directory).items() if name in ENGINE_FIELDS}
+
+
+def _read_search_file(directory: str | Path) -> dict[str, Any]:
     file = Path(directory) / SEARCH_FILE
     if not file.is_file():
         return {}
@@ -93,12 +116,17 @@ def read_stored_search(directory: str | Path) -> dict[str, Any]:
         values = json.loads(file.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ConfigError(f"{file}: not valid JSON ({error}); delete it to use the default search") from None
-    if not isinstance(values, dict) or not set(values) <= set(STORED_FIELDS):
-        raise ConfigError(f"{file}: expected an object with keys among {list(STORED_FIELDS)}; delete it to use the "
-                          "default search")
+    known = [*STORED_FIELDS, *ENGINE_FIELDS]
+    if not isinstance(values, dict) or not set(values) <= set(known):
+        raise ConfigError(f"{file}: expected an object with keys among {known}; delete it to use the default "
+                          "search")
+    for name, choices in ENGINE_FIELDS.items():
+        if name in values and values[name] not in choices:
+            raise ConfigError(f"{file}: {name} {values[name]!r} is not one of {list(choices)}", field=f"search.{name}")
+    search = {name: value for name, value in values.items() if name in STORED_FIELDS}
     try:
-        config = SearchConfig(**values)
+        config = SearchConfig(**search)
     except ConfigError as error:
         raise ConfigError(f"{file}: {error}", field=error.field) from None
     checked = dataclasses.asdict(config)
-    return {name: checked[name] for name in values}
+    return {name: checked[name] if name in STORED_FIELDS else value for name, value in values.items()}

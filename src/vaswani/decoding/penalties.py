@@ -1,6 +1,7 @@
 """Score adjustments applied at every search step, all tensorised over the (batch × beam) rows.
 
-- length normalisation: GNMT's lp(Y) = ((5 + |Y|) / 6)^α (Wu et al. 2016), or the plain average log-prob;
+- length normalisation: GNMT's lp(Y) = ((5 + |Y|) / 6)^α (Wu et al. 2016), the power |Y|^α (OpenNMT's and
+  CTranslate2's), or the plain average log-prob (the power with α = 1);
 - repetition penalty (CTRL, Keskar et al. 2019): make tokens already generated less likely;
 - no-repeat-n-gram blocking: forbid any n-gram from occurring twice in a hypothesis.
 
@@ -12,21 +13,14 @@ from __future__ import annotations
 
 import torch
 
+from vaswani.decoding import engine
 from vaswani.decoding.config import LengthNorm
 
 
 def length_penalty(length: torch.Tensor | int, alpha: float, mode: LengthNorm) -> torch.Tensor:
-    """The divisor of a hypothesis' summed log-prob. ``length`` counts generated tokens including </s>.
-
-    Summed log-probs favour short outputs (every token adds a negative term); dividing by a length that grows
-    with |Y| removes that bias. GNMT's α interpolates between none (α=0) and the average (α=1, up to a constant).
-    """
-    length = torch.as_tensor(length, dtype=torch.float32)
-    if mode == "gnmt":
-        return ((5.0 + length) / 6.0) ** alpha
-    if mode == "average":
-        return length.clamp(min=1.0)
-    return torch.ones_like(length)
+    """The divisor of a hypothesis' summed log-prob, as a float tensor (see engine.length_penalty: the formula both
+    engines use). ``length`` counts generated tokens including </s>."""
+    return engine.length_penalty(torch.as_tensor(length, dtype=torch.float32), alpha, mode)
 
 
 def normalise(log_prob: torch.Tensor, length: torch.Tensor | int, alpha: float, mode: LengthNorm) -> torch.Tensor:
@@ -45,8 +39,9 @@ def apply_repetition_penalty(logits: torch.Tensor, generated: torch.Tensor, thet
     return torch.where(seen, penalised, logits)
 
 
-def block_repeated_ngrams(log_probs: torch.Tensor, generated: torch.Tensor, n: int) -> torch.Tensor:
-    """Set to -inf every token that would complete an n-gram already present in ``generated``.
+def block_repeated_ngrams(scores: torch.Tensor, generated: torch.Tensor, n: int) -> torch.Tensor:
+    """Set to -inf every token that would complete an n-gram already present in ``generated`` (``scores`` (N, V):
+    the logits, so that the softmax spreads the banned tokens' probability over the others).
 
     With prefix = the last n-1 generated tokens, a token w is banned when (prefix, w) occurred before: every
     earlier window of n tokens whose first n-1 equal the prefix bans its last token. All rows at once:
@@ -54,10 +49,10 @@ def block_repeated_ngrams(log_probs: torch.Tensor, generated: torch.Tensor, n: i
     """
     t = generated.size(1)
     if n <= 0 or t < n:  # no complete n-gram yet
-        return log_probs
+        return scores
     windows = generated.unfold(1, n, 1)  # (N, W, n) with W = t - n + 1 (all complete earlier n-grams)
     prefix = generated[:, t - (n - 1) :]  # (N, n-1); empty for n=1 (then every earlier token is banned)
     matches = (windows[:, :, : n - 1] == prefix[:, None, :]).all(dim=-1)  # (N, W)
-    banned = torch.zeros_like(log_probs, dtype=torch.int32)
+    banned = torch.zeros_like(scores, dtype=torch.int32)
     banned.scatter_add_(1, windows[:, :, n - 1], matches.to(torch.int32))  # duplicates add up instead of racing
-    return log_probs.masked_fill(banned > 0, float("-inf"))
+    return scores.masked_fill(banned > 0, float("-inf"))

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from vaswani.decoding.config import SearchConfig
+from vaswani.decoding.engine import Hypothesis, output_limits
 from vaswani.decoding.penalties import apply_repetition_penalty, block_repeated_ngrams, normalise
 from vaswani.model.transformer import DecoderState
 from vaswani.precision import autocast, resolve_precision
@@ -33,26 +34,12 @@ from vaswani.precision import autocast, resolve_precision
 NEG_INF = float("-inf")
 
 
-@dataclass
-class Hypothesis:
-    tokens: list[int]  # y1 .. yn: no <s>, no </s>
-    score: float  # log_prob / lp(n + 1): what n-best lists are sorted by
-    log_prob: float  # sum of the (penalised) log-probs of y1 .. yn and </s>
-
-
 # ---- helpers shared by greedy and beam search -----------------------------------------------------------------
 def max_output_lengths(src: torch.Tensor, model: Any, config: SearchConfig) -> torch.Tensor:
-    """(B,) longest output per sentence, </s> included: a · |source| + b, at least 1.
-
-    Learned position tables have no entry past ``max_len``, so the limit never exceeds it; sinusoidal and
-    rotary positions extrapolate and are only bounded by a and b.
-    """
-    src_len = (src != config.pad_id).sum(dim=1)
-    lengths = (config.max_len_a * src_len.float() + config.max_len_b).long().clamp(min=1)
-    model_config = getattr(model, "config", None)
-    if getattr(model_config, "positions", None) == "learned":
-        lengths = lengths.clamp(max=model_config.max_len)
-    return lengths
+    """(B,) longest output per sentence, </s> included: a · |source| + b, at least 1 (see
+    :func:`~vaswani.decoding.engine.output_limits`, the rule both engines follow)."""
+    src_len = (src != config.pad_id).sum(dim=1).tolist()
+    return torch.tensor(output_limits(src_len, config, getattr(model, "config", None)), device=src.device)
 
 
 def next_token_log_probs(
@@ -67,9 +54,12 @@ def next_token_log_probs(
     continuation is </s> (keeping </s>'s own log-prob, so the hypothesis is scored honestly).
     """
     logits = apply_repetition_penalty(logits.float(), generated, config.repetition_penalty)
+    # Banned n-grams leave before the softmax: the allowed tokens form a distribution of their own (the rule of
+    # CTranslate2 too, so both engines score a search with blocking alike). </s> is never in `generated`, so it
+    # is never banned and a row always keeps a token it may take.
+    logits = block_repeated_ngrams(logits, generated, config.no_repeat_ngram)
     log_probs = torch.log_softmax(logits, dim=-1)
     eos_log_prob = log_probs[:, config.eos_id].clone()
-    log_probs = block_repeated_ngrams(log_probs, generated, config.no_repeat_ngram)
     if not config.allow_eos:
         log_probs[:, config.eos_id] = NEG_INF
     if force_eos is not None:

@@ -1,10 +1,13 @@
-"""Text in, text out: a checkpoint's model + tokenizer behind :func:`generate`.
+"""Text in, text out: a checkpoint's tokenizer and a search, run by one of the engines.
 
     translator = Translator.load("runs/base/checkpoints/best", SearchConfig(beam_size=4))
     translator.translate(["Ein Mann fährt Fahrrad."])        # -> ["A man is riding a bike."]
+    Translator.load("runs/base", engine="ctranslate2", quantization="int8")   # the converted model, int8
 
 Sentences are sorted by length and cut into batches (at most ``batch_size`` sentences and ``max_tokens``
 padded source tokens × beams), so that a batch wastes little compute on padding; results come back in input order.
+Tokenizing, batching and detokenizing happen here, the same for every engine (engine.py); this module imports
+no torch, so a translation on CTranslate2 never loads it.
 """
 
 from __future__ import annotations
@@ -14,20 +17,18 @@ import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
-
-import torch
-from tqdm import tqdm
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from vaswani.data.tokenizer import Tokenizer
-from vaswani.decoding.compiled import CompiledDecoder
 from vaswani.decoding.config import SearchConfig
-from vaswani.decoding.search import generate
-from vaswani.devices import resolve_device
-from vaswani.precision import resolve_precision
+from vaswani.decoding.engine import TORCH, Engine, is_engine, open_engine
 from vaswani.errors import VaswaniError
-from vaswani.model.serialization import load_model, resolve_checkpoint
-from vaswani.model.transformer import Transformer
+from vaswani.model.serialization import CONFIG_FILE, read_model_config, resolve_checkpoint
+
+if TYPE_CHECKING:
+    import torch
+
+    from vaswani.model.transformer import Transformer
 
 TOKENIZER_FILE = "tokenizer.json"
 
@@ -47,7 +48,7 @@ class Translation:
 class Translator:
     def __init__(
         self,
-        model: Transformer,
+        model: Transformer | Engine,
         tokenizer: Tokenizer,
         config: SearchConfig | None = None,
         batch_size: int = 64,
@@ -55,30 +56,30 @@ class Translator:
         device: torch.device | str | None = None,
         compile: bool = False,
     ):
-        self.device = torch.device(device) if device is not None else next(model.parameters()).device
-        # No .eval() here: a trainer may wrap its live model for validation; generate() switches dropout off
-        # for the search and restores the caller's mode afterwards.
-        self.model = model.to(self.device)
+        """``model``: an engine, or a Transformer, which the torch engine searches on ``device`` (default: where
+        its weights are), with its decoding step compiled when ``compile``."""
+        if is_engine(model):
+            self.engine: Engine = model
+        else:
+            from vaswani.decoding.torch_engine import TorchEngine
+
+            self.engine = TorchEngine(model, device, compile)
         self.tokenizer = tokenizer
         self._set_search(config or SearchConfig(), batch_size, max_tokens)
-        # What the search drives: the model, or the model with its decoding step compiled (see compiled.py).
-        self.decoder = CompiledDecoder(self.model) if compile else self.model
 
     def _set_search(self, config: SearchConfig, batch_size: int, max_tokens: int | None) -> None:
-        # The tokenizer is the authority on special ids; the search must agree with it.
-        # ... and "auto" precision is decided once, for this device, so results record what really ran.
-        self.config = dataclasses.replace(
-            config, bos_id=self.tokenizer.bos_id, eos_id=self.tokenizer.eos_id, pad_id=self.tokenizer.pad_id,
-            precision=resolve_precision(config.precision, self.device),
-        )
+        # The tokenizer is the authority on special ids; the search must agree with it. The engine checks that it
+        # can run the search (and decides "auto" precision once, so results record what really ran).
+        self.config = self.engine.bind(dataclasses.replace(
+            config, bos_id=self.tokenizer.bos_id, eos_id=self.tokenizer.eos_id, pad_id=self.tokenizer.pad_id))
         if batch_size < 1:
             raise VaswaniError(f"batch size must be >= 1, got {batch_size}")
         self.batch_size = batch_size
         self.max_tokens = max_tokens
 
     def with_search(self, config: SearchConfig, batch_size: int, max_tokens: int | None) -> "Translator":
-        """This translator with other search and batching settings, sharing its model, tokenizer and decoder (so
-        a compiled decoding step is compiled once, not once per copy): what the server does per batch."""
+        """This translator with other search and batching settings, sharing its engine (so a compiled decoding
+        step is compiled once, not once per copy): what the server does per batch."""
         other = copy.copy(self)
         other._set_search(config, batch_size, max_tokens)
         return other
@@ -89,21 +90,47 @@ class Translator:
         checkpoint: str | Path,
         config: SearchConfig | None = None,
         device: torch.device | str | None = None,
-        **kwargs,
+        engine: str = TORCH,
+        quantization: str | None = None,
+        threads: int = 0,
+        compile: bool = False,
+        **batching: Any,
     ) -> "Translator":
-        """From a checkpoint directory (or a run directory): model.safetensors + model.json + tokenizer.json."""
+        """From a checkpoint directory (or a run directory): model.safetensors + model.json + tokenizer.json.
+
+        ``engine``: "torch", "ctranslate2" or "auto" (CTranslate2 when it can run this model and search, else torch,
+        saying why on stderr); ``quantization`` and ``threads`` (0: its default) are CTranslate2's, ``compile`` the
+        torch engine's; ``batching``: ``batch_size``, ``max_tokens``.
+        """
         directory = resolve_checkpoint(checkpoint)
         if not (directory / TOKENIZER_FILE).is_file():
             raise VaswaniError(f"{directory}: no {TOKENIZER_FILE} beside the weights; cannot turn text into ids")
-        device = resolve_device(device)
-        model = load_model(directory, device=device).eval()
+        model_config = read_model_config(directory / CONFIG_FILE)
         tokenizer = Tokenizer.load(directory / TOKENIZER_FILE)
-        if tokenizer.vocab_size > model.config.vocab_size:
+        if tokenizer.vocab_size > model_config.vocab_size:
             raise VaswaniError(
                 f"{directory / TOKENIZER_FILE}: vocabulary of {tokenizer.vocab_size} does not fit the model's "
-                f"{model.config.vocab_size} (model.json)"
+                f"{model_config.vocab_size} (model.json)"
             )
-        return cls(model, tokenizer, config, device=device, **kwargs)
+        config = config or SearchConfig()
+        chosen = open_engine(directory, model_config, tokenizer, engine, config, device=device,
+                             quantization=quantization, threads=threads, compile=compile)
+        return cls(chosen, tokenizer, config, **batching)
+
+    # ---- what the engine runs ----------------------------------------------------------------------------------
+    @property
+    def model(self) -> Transformer:
+        """The torch model of the weights searched (the CTranslate2 engine loads it on first use)."""
+        return self.engine.model
+
+    @property
+    def model_config(self) -> Any:
+        return self.engine.model_config
+
+    @property
+    def device(self) -> Any:
+        """Where the engine runs: a torch.device for the torch engine, "cpu" or "cuda:N" for CTranslate2."""
+        return self.engine.device
 
     # ---- public API --------------------------------------------------------------------------------------------
     def translate(self, texts: Sequence[str], progress: bool = False) -> list[str]:
@@ -116,14 +143,17 @@ class Translator:
 
     def translate_ids_nbest(self, sources: Sequence[list[int]], progress: bool = False) -> list[list[Translation]]:
         """Like :meth:`translate_nbest` for sources that are already ids (``x1 … xn </s>``; [] = blank line).
-        Padding ids inside a source are masked like trailing padding: the robustness experiment's "dropped"
-        tokens."""
+        Padding ids inside a source are masked like trailing padding by the torch engine: the robustness
+        experiment's "dropped" tokens."""
         results: list[list[Translation] | None] = [None] * len(sources)
-        with tqdm(total=len(sources), unit="sent", disable=not progress, file=sys.stderr, leave=False) as bar:
-            for batch in self.batches(sources):
-                for index, hypotheses in zip(batch, self._translate_batch([sources[i] for i in batch])):
-                    results[index] = hypotheses
+        bar = _progress_bar(len(sources)) if progress else None
+        for batch in self.batches(sources):
+            for index, hypotheses in zip(batch, self._translate_batch([sources[i] for i in batch])):
+                results[index] = hypotheses
+            if bar is not None:
                 bar.update(len(batch))
+        if bar is not None:
+            bar.close()
         return results  # type: ignore[return-value]
 
     # ---- steps -------------------------------------------------------------------------------------------------
@@ -152,9 +182,9 @@ class Translator:
         """The most source tokens (</s> included) one sentence may have: learned positions end at model.max_len;
         sinusoidal and rotary ones extrapolate, but attention's memory grows with the square of the length (a
         100,000-token line would ask for over 100 GB), so they stop at LONGEST_SOURCE."""
-        if self.model.config.positions == "learned":
-            return self.model.config.max_len
-        return max(LONGEST_SOURCE, self.model.config.max_len)
+        if self.model_config.positions == "learned":
+            return self.model_config.max_len
+        return max(LONGEST_SOURCE, self.model_config.max_len)
 
     def batches(self, sources: Sequence[list[int]]) -> Iterator[list[int]]:
         """Indices of ``sources`` grouped longest-first into batches within the sentence and token budgets."""
@@ -173,19 +203,21 @@ class Translator:
             yield batch
 
     def _translate_batch(self, sources: list[list[int]]) -> list[list[Translation]]:
-        """Pad, search, detokenize. Blank sources are answered with an empty translation without decoding."""
+        """Search, detokenize. Blank sources are answered with an empty translation without decoding."""
         real = [i for i, seq in enumerate(sources) if seq]
         out: list[list[Translation]] = [[Translation("", 0.0, 0.0, 0)] for _ in sources]
         if not real:
             return out
-        width = max(len(sources[i]) for i in real)
-        src = torch.full((len(real), width), self.config.pad_id, dtype=torch.long)
-        for row, i in enumerate(real):
-            src[row, : len(sources[i])] = torch.tensor(sources[i])
-        hypotheses = generate(self.decoder, src.to(self.device), self.config)
+        hypotheses = self.engine.search([sources[i] for i in real], self.config)
         for i, nbest in zip(real, hypotheses):
             # One line per translation, always: byte-level BPE can emit "\n" (or \u2028, …), which would
             # misalign every line-based file written after it.
             texts = [" ".join(t.splitlines()) for t in self.tokenizer.decode_batch([h.tokens for h in nbest])]
             out[i] = [Translation(t, h.score, h.log_prob, len(h.tokens) + 1) for t, h in zip(texts, nbest)]
         return out
+
+
+def _progress_bar(total: int) -> Any:
+    from tqdm import tqdm  # imported only when a bar is shown: a tenth of a second of every start-up otherwise
+
+    return tqdm(total=total, unit="sent", file=sys.stderr, leave=False)

@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from vaswani.data.corpora import load_corpus, load_parallel_files
 from vaswani.decoding.translator import Translator
 from vaswani.errors import DataError, VaswaniError
@@ -72,8 +70,7 @@ def evaluate(
         raise DataError(f"{test_set.name}: the test set is empty")
     start = time.perf_counter()
     nbest = translator.translate_nbest(test_set.sources, progress=progress)
-    if translator.device.type == "cuda":
-        torch.cuda.synchronize(translator.device)
+    translator.engine.synchronize()
     seconds = time.perf_counter() - start
     hypotheses = [h[0].text for h in nbest]
     target_tokens = sum(h[0].length for h in nbest)
@@ -95,6 +92,7 @@ def evaluate(
             "max_tokens": translator.max_tokens,
         },
         "search": dataclasses.asdict(translator.config),
+        "engine": translator.engine.describe(),
         "report_seed": seed,
         "sentence_bleu_sample": [dataclasses.asdict(e) for e in examples],
         **provenance(translator.device),

@@ -14,6 +14,9 @@ load checks it, so a ``model.json`` edited to other heads or another activation 
 silently translates differently. The manifest then proves that no file changed since it was written.
 
 A *run directory* holds ``checkpoints/best`` and ``checkpoints/last``; :func:`resolve_checkpoint` accepts either.
+
+Finding a checkpoint and reading its ``model.json`` import no torch (the CTranslate2 engine reads them without it);
+torch and safetensors are imported by the functions that save or load weights.
 """
 
 from __future__ import annotations
@@ -21,10 +24,9 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-import torch
+from typing import TYPE_CHECKING
+
 from safetensors import safe_open
-from safetensors.torch import load_model as load_safetensors_into
-from safetensors.torch import save_model as save_safetensors_from
 
 from vaswani.config import ModelConfig
 from vaswani.errors import VaswaniError
@@ -38,7 +40,11 @@ from vaswani.io import (
     read_manifest,
     verify_files,
 )
-from vaswani.model.transformer import Transformer
+
+if TYPE_CHECKING:
+    import torch
+
+    from vaswani.model.transformer import Transformer
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "model.json"
@@ -59,6 +65,8 @@ def save_model(model: Transformer, directory: str | Path, tokenizer_file: str | 
     """Write ``model.safetensors`` and ``model.json`` atomically into ``directory``, with a copy of
     ``tokenizer_file`` as ``tokenizer.json`` when given; the weights record both (the fingerprint that loads check).
     The caller writes the directory's manifest once every file of the checkpoint is in place."""
+    from safetensors.torch import save_model as save_safetensors_from
+
     directory = Path(directory)
     tokenizer_sha256 = ""
     if tokenizer_file is not None:
@@ -97,6 +105,8 @@ def _article(word: str) -> str:
 def load_model(path: str | Path, device: torch.device | str = "cpu") -> Transformer:
     """Build the model from ``model.json`` and load its weights from safetensors (no pickle anywhere), after
     checking that the checkpoint's files belong together and are as they were written (:func:`check_checkpoint`)."""
+    from vaswani.model.transformer import Transformer
+
     directory = resolve_checkpoint(path)
     config = check_checkpoint(directory)
     model = Transformer(config)
@@ -136,7 +146,7 @@ def weights_metadata(file: Path) -> dict[str, str]:
     """The safetensors metadata of ``file`` (its header only: cheap for any size); a file that is not safetensors
     is a VaswaniError naming it."""
     try:
-        with safe_open(str(file), framework="pt") as handle:
+        with safe_open(str(file), framework="numpy") as handle:  # the header only; "pt" would import torch
             return dict(handle.metadata() or {})
     except FileNotFoundError:
         raise VaswaniError(f"{file}: not found; the checkpoint is incomplete") from None
@@ -168,6 +178,8 @@ def load_weights(model: torch.nn.Module, file: Path, device: torch.device | str 
                  described_by: str = CONFIG_FILE) -> None:
     """Load safetensors ``file`` into ``model``, every tensor present and of the right shape, or raise a
     VaswaniError saying what is wrong (truncated file, or weights of another architecture)."""
+    from safetensors.torch import load_model as load_safetensors_into
+
     try:
         missing, unexpected = load_safetensors_into(model, file, strict=False, device=str(device))
     except RuntimeError as error:  # load_state_dict: shapes differ from the ones model.json builds

@@ -1,12 +1,14 @@
 """The ASGI app: the JSON API, the web page, limits and errors.
 
 Endpoints: ``POST /v1/translate``, ``POST /v1/attention``, ``GET /v1/model``, ``GET /health``, ``GET /`` (the
-page), ``/docs`` (OpenAPI). Every error is JSON, ``{"error": {"status", "field", "message"}}``, and no response
-ever carries a traceback.
+page), ``/docs`` (OpenAPI). Each is a named handler below, reading what it needs from ``app.state`` (the settings,
+the served model, the batcher). Every error is JSON, ``{"error": {"status", "field", "message"}}``, and no
+response ever carries a traceback.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import logging
@@ -14,18 +16,19 @@ import time
 from contextlib import asynccontextmanager
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import Any, Awaitable
 
-import torch
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from vaswani.decoding import SearchConfig, Translator, generate
-from vaswani.decoding.config import read_stored_search, stored_settings
-from vaswani.errors import VaswaniError
+from vaswani.decoding import SearchConfig, Translator
+from vaswani.decoding.arguments import engine_choice
+from vaswani.decoding.config import read_stored_engine, read_stored_search, stored_settings
+from vaswani.decoding.engine import CTRANSLATE2, TORCH
+from vaswani.errors import ConfigError, VaswaniError
 from vaswani.model.serialization import resolve_checkpoint
 from vaswani.serve.batcher import Batcher, QueueFull
 from vaswani.serve.schemas import AttentionRequest, SearchSettings, TranslateRequest
@@ -105,28 +108,47 @@ def display_tokens(translator: Translator, ids: list[int]) -> list[str]:
     return [translator.tokenizer.decode([i]) if i != translator.config.eos_id else "</s>" for i in ids]
 
 
-def attention_of(translator: Translator, text: str, config: SearchConfig) -> dict[str, Any]:
-    """On the model thread: translate one sentence, then the cross-attention of the decoder producing it.
+def attention_of(translator: Translator, text: str, config: SearchConfig, source: str = "engine") -> dict[str, Any]:
+    """On the model thread: translate one sentence, then the decoder's cross-attention while producing it.
 
     Row t of the weights is the attention while predicting target token t (the decoder reads <s> y1 … y_{t-1}),
-    so rows are the output tokens y1 … yn </s> and columns the source tokens x1 … xm </s>.
+    so rows are the output tokens y1 … yn </s> and columns the source tokens x1 … xm </s>. ``source`` "engine":
+    what the serving engine gives (CTranslate2: the last layer, averaged over its heads; torch: every layer and
+    head); "torch": the torch model's, every layer and head, for the translation the serving engine made.
     """
-    source = translator.encode([text])[0]
-    src = torch.tensor([source], device=translator.device)
-    best = generate(translator.model, src, config)[0][0]
-    tgt_in = torch.tensor([[config.bos_id, *best.tokens]], device=translator.device)
-    weights = translator.model.cross_attention_weights(src, tgt_in)[:, 0].float().cpu()  # (L, H, T, S)
+    ids = translator.encode([text])[0]
+    engine = translator.engine
+    if source == "engine" and engine.name == CTRANSLATE2:
+        best, rows = engine.attention(ids, config)
+        weights, mean_over_heads = [[]], [[[round(weight, 4) for weight in row] for row in rows]]
+        layers, came_from = [translator.model_config.n_decoder_layers], CTRANSLATE2  # the last layer, heads averaged
+    else:
+        import torch
+
+        best = engine.search([ids], config)[0][0]
+        model = translator.model
+        device = next(model.parameters()).device
+        src = torch.tensor([ids], device=device)
+        tgt_in = torch.tensor([[config.bos_id, *best.tokens]], device=device)
+        with torch.inference_mode():
+            all_heads = model.cross_attention_weights(src, tgt_in)[:, 0].float().cpu()  # (L, H, T, S)
+        weights = all_heads.round(decimals=4).tolist()
+        mean_over_heads = all_heads.mean(dim=1).round(decimals=4).tolist()
+        layers, came_from = list(range(1, all_heads.size(0) + 1)), TORCH
     return {
         "translation": " ".join(translator.tokenizer.decode(best.tokens).splitlines()),
         "score": best.score,
-        "source_tokens": display_tokens(translator, source),
+        "source_tokens": display_tokens(translator, ids),
         "target_tokens": display_tokens(translator, [*best.tokens, config.eos_id]),
-        "weights": weights.round(decimals=4).tolist(),
-        "mean_over_heads": weights.mean(dim=1).round(decimals=4).tolist(),
+        "weights": weights,
+        "mean_over_heads": mean_over_heads,
+        "layer_numbers": layers,  # which decoder layers (1 = the first) the rows of weights are
+        "heads": len(weights[0]),  # per layer; 0: only their average (mean_over_heads) is known
+        "attention_from": came_from,
     }
 
 
-# ---- the app ---------------------------------------------------------------------------------------------------
+# ---- the model -------------------------------------------------------------------------------------------------
 @dataclasses.dataclass
 class ServedModel:
     """A loaded translator and what /v1/model reports of it."""
@@ -136,15 +158,16 @@ class ServedModel:
 
 
 def load_served_model(checkpoint: str | Path | Translator, settings: ServeSettings) -> ServedModel:
-    """The model to serve: a checkpoint loaded (and compiled, when asked) with its stored search, or an already
-    loaded :class:`Translator`. A checkpoint that cannot be served raises the VaswaniError `translate` would give
-    for it, so `vaswani serve` calls this before it starts listening."""
-    torch.set_num_threads(settings.threads)
+    """The model to serve: a checkpoint loaded on the engine the settings (else its search.json) choose, with its
+    stored search, or an already loaded :class:`Translator`. A checkpoint that cannot be served raises the
+    VaswaniError `translate` would give for it, so `vaswani serve` calls this before it starts listening."""
     if isinstance(checkpoint, Translator):
         return ServedModel(checkpoint, unknown_model("in-process"))
     directory = resolve_checkpoint(checkpoint)
-    translator = Translator.load(directory, SearchConfig(**read_stored_search(directory)),
-                                 device=settings.device, compile=settings.compile)
+    engine, quantization = engine_choice(settings.engine, settings.quantization, read_stored_engine(directory))
+    translator = Translator.load(directory, SearchConfig(**read_stored_search(directory)), device=settings.device,
+                                 engine=engine, quantization=quantization, threads=settings.threads,
+                                 compile=settings.compile)
     if settings.compile:
         # Compile before the first request, not during it: two sentences, so the step that compiles
         # (batches of two or more, from the third position on) is reached.
@@ -153,156 +176,227 @@ def load_served_model(checkpoint: str | Path | Translator, settings: ServeSettin
     return ServedModel(translator, checkpoint_info(directory))
 
 
+# ---- the app: its state, routes and error handlers ---------------------------------------------------------------
 def create_app(model: str | Path | Translator | ServedModel, settings: ServeSettings | None = None) -> FastAPI:
     """The app for a checkpoint (loaded at start-up), an already loaded :class:`Translator`, or a
-    :class:`ServedModel` from :func:`load_served_model` (how `vaswani serve` loads it before listening)."""
-    settings = settings or ServeSettings()
-    service: dict[str, Any] = {}
+    :class:`ServedModel` from :func:`load_served_model` (how `vaswani serve` loads it before listening).
 
-    @asynccontextmanager
-    async def lifespan(app: FastAPI):
-        served = model if isinstance(model, ServedModel) else load_served_model(model, settings)
-        batcher = Batcher(served.translator, settings)
-        batcher.start()
-        service.update(translator=served.translator, batcher=batcher, info=served.info)
-        log.info("model %s ready", served.info["id"])
-        yield
-        await batcher.stop()  # uvicorn has already finished the requests in flight
-        service.clear()
-
+    Everything a handler needs is on ``app.state``: ``settings``, and once started ``served`` (the translator and
+    its info) and ``batcher``."""
     app = FastAPI(
         title="vaswani translation server",
         description="German→English translation with a from-scratch Transformer; the page at / shows attention.",
         lifespan=lifespan,
     )
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.state.settings = settings or ServeSettings()
+    app.state.model = model
+    app.add_middleware(BodyLimit, max_bytes=app.state.settings.max_body_bytes)
+    app.add_exception_handler(ApiError, api_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(Exception, unexpected_error)
+    app.include_router(routes)
+    app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")
+    return app
 
-    # ---- errors: always JSON, always naming the field, never a traceback ----
-    @app.exception_handler(ApiError)
-    async def _api_error(request: Request, error: ApiError) -> JSONResponse:
-        return error_response(error.status, error.field, error.message, error.headers)
 
-    @app.exception_handler(RequestValidationError)
-    async def _validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
-        first = error.errors()[0]
-        if first.get("type") == "json_invalid":
-            return error_response(400, "body", f"malformed JSON: {first.get('msg')}")
-        location = [str(part) for part in first.get("loc", ()) if part != "body"]
-        field = "".join(f"[{p}]" if p.isdigit() else ("." if i else "") + p for i, p in enumerate(location))
-        message = first.get("msg", "invalid value")
-        if first.get("type") == "extra_forbidden":
-            message = "unknown field"
-        return error_response(422, field or "body", message)
+@asynccontextmanager
+async def lifespan(app: FastAPI):  # noqa: ANN201 - FastAPI's lifespan protocol
+    state = app.state
+    served = state.model if isinstance(state.model, ServedModel) else load_served_model(state.model, state.settings)
+    state.served, state.batcher = served, Batcher(served.translator, state.settings)
+    state.batcher.start()
+    log.info("model %s ready (%s)", served.info["id"], served.translator.engine.describe())
+    yield
+    await state.batcher.stop()  # uvicorn has already finished the requests in flight
+    del state.served, state.batcher
 
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
-        return error_response(error.status_code, None, str(error.detail), getattr(error, "headers", None))
 
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, error: Exception) -> JSONResponse:
-        log.exception("unexpected error on %s", request.url.path)
-        return error_response(500, None, f"internal error ({type(error).__name__}); see the server log")
+routes = APIRouter()
 
-    # ---- helpers ----
-    def search_config(body: SearchSettings, nbest: int = 1) -> SearchConfig:
-        """The model's search with the request's settings on top, checked against the server's limits."""
-        base: SearchConfig = service["translator"].config
-        given = {"beam_size": body.beam, "alpha": body.alpha, "max_len_a": body.max_len_a,
-                 "max_len_b": body.max_len_b}
-        config = dataclasses.replace(base, nbest=1, **{k: v for k, v in given.items() if v is not None})
-        if config.beam_size > settings.max_beam:
-            raise ApiError(422, "beam", f"must be <= {settings.max_beam} (the server's max_beam)")
+
+@routes.get("/health")
+async def health(request: Request) -> JSONResponse:
+    state = request.app.state
+    if not hasattr(state, "batcher"):
+        return JSONResponse({"status": "loading"}, 503)
+    batcher: Batcher = state.batcher
+    return JSONResponse({"status": "ready", "model": state.served.info["id"], "waiting": batcher.waiting,
+                         "in_flight": batcher.in_flight, "batches_searched": batcher.batches_run,
+                         "sentences_searched": batcher.sentences_run,
+                         "sentences_cancelled": batcher.sentences_cancelled})
+
+
+@routes.get("/v1/model")
+async def model_info(request: Request) -> dict[str, Any]:
+    state = request.app.state
+    translator: Translator = state.served.translator
+    return {
+        **state.served.info,
+        **translator.engine.describe(),  # engine, device, quantization (ctranslate2), threads
+        "vocab_size": translator.tokenizer.vocab_size,
+        "parameters": translator.engine.parameters(),
+        "config": translator.model_config.to_dict(),
+        "limits": dataclasses.asdict(state.settings),
+        "search": stored_settings(translator.config),  # what a request that gives no search settings gets
+    }
+
+
+@routes.post("/v1/translate")
+async def translate(body: TranslateRequest, request: Request) -> Any:
+    started = time.perf_counter()
+    settings: ServeSettings = request.app.state.settings
+    if (body.text is None) == (body.texts is None):
+        raise ApiError(422, "text", "give exactly one of 'text' and 'texts'")
+    if body.text is not None:
+        texts, field = [body.text], "text"
+        check_text(body.text, "text", settings)
+    else:
+        texts, field = body.texts or [], "texts"
+        if not texts:
+            raise ApiError(422, "texts", "empty list: give at least one text")
+        if len(texts) > settings.max_texts:
+            raise ApiError(422, "texts", f"{len(texts)} texts; at most {settings.max_texts} per request")
+        for i, text in enumerate(texts):
+            check_text(text, f"texts[{i}]", settings)
+    translator: Translator = request.app.state.served.translator
+    config = search_config(translator, body, settings, body.nbest)
+    sources = translator.encode(texts)
+    check_work(sources, config, field, settings)
+    results = await answer_unless_gone(request, request.app.state.batcher.translate(sources, config))
+    if results is None:
+        return Response(status_code=CLIENT_GONE)
+    translations = [
+        {"text": nbest[0].text, "score": nbest[0].score,
+         "nbest": [{"text": h.text, "score": h.score, "log_prob": h.log_prob, "length": h.length} for h in nbest]}
+        for nbest in results
+    ]
+    answer: dict[str, Any] = {"translations": translations}
+    if body.text is not None:
+        answer["translation"] = translations[0]["text"]
+    answer.update(model=request.app.state.served.info["id"], time_ms=round(1000 * (time.perf_counter() - started), 2))
+    return JSONResponse(answer)  # plain JSON already: no encoder pass over it
+
+
+@routes.post("/v1/attention")
+async def attention(body: AttentionRequest, request: Request) -> Any:
+    started = time.perf_counter()
+    settings: ServeSettings = request.app.state.settings
+    check_text(body.text, "text", settings)
+    translator: Translator = request.app.state.served.translator
+    config = search_config(translator, body, settings)
+    check_work(translator.encode([body.text]), config, "text", settings)
+    work = request.app.state.batcher.run_exclusive(
+        lambda: attention_of(translator, body.text, config, body.attention_from))
+    result = await answer_unless_gone(request, work)
+    if result is None:
+        return Response(status_code=CLIENT_GONE)
+    return {**result, "layers": len(result["layer_numbers"]), "model": request.app.state.served.info["id"],
+            "time_ms": round(1000 * (time.perf_counter() - started), 2)}
+
+
+@routes.get("/", include_in_schema=False)
+async def page() -> FileResponse:
+    return FileResponse(str(STATIC / "index.html"))
+
+
+# ---- what the handlers check -----------------------------------------------------------------------------------
+# The request field that sets each SearchConfig field, so a value the search refuses is a 422 naming it.
+REQUEST_FIELDS = {"beam_size": "beam", "alpha": "alpha", "max_len_a": "max_len_a", "max_len_b": "max_len_b",
+                  "nbest": "nbest"}
+
+
+def search_config(translator: Translator, body: SearchSettings, settings: ServeSettings,
+                  nbest: int = 1) -> SearchConfig:
+    """The model's search with the request's settings on top, checked against the server's limits and by the
+    engine; anything refused is a 422 naming the request's field."""
+    if body.beam is not None and body.beam > settings.max_beam:
+        raise ApiError(422, "beam", f"must be <= {settings.max_beam} (the server's max_beam)")
+    given = {"beam_size": body.beam, "alpha": body.alpha, "max_len_a": body.max_len_a, "max_len_b": body.max_len_b}
+    try:
+        config = dataclasses.replace(translator.config, nbest=1, **{k: v for k, v in given.items() if v is not None})
+        if config.beam_size > settings.max_beam:  # the model's stored beam is wider than this server allows
+            raise ApiError(422, "beam", f"the model's beam {config.beam_size} is over the server's max_beam "
+                           f"{settings.max_beam}; give a beam <= {settings.max_beam}")
         if nbest > config.beam_size:
             raise ApiError(422, "nbest",
                            f"{nbest} hypotheses need a beam at least as wide (beam is {config.beam_size})")
-        return dataclasses.replace(config, nbest=nbest)
+        return translator.engine.bind(dataclasses.replace(config, nbest=nbest))
+    except ConfigError as error:
+        name = (error.field or "").removeprefix("search.")
+        raise ApiError(422, REQUEST_FIELDS.get(name, "body"), str(error)) from None
 
-    def check_text(text: str, field: str) -> None:
-        if not text.strip():
-            raise ApiError(422, field, "empty text: type a German sentence")
-        if len(text) > settings.max_chars:
-            raise ApiError(422, field, f"{len(text)} characters; at most {settings.max_chars} per text")
 
-    def busy() -> ApiError:
-        return ApiError(503, None, "server busy: too many sentences waiting; retry shortly",
-                        {"Retry-After": str(RETRY_AFTER_SECONDS)})
+def check_text(text: str, field: str, settings: ServeSettings) -> None:
+    if not text.strip():
+        raise ApiError(422, field, "empty text: type a German sentence")
+    if len(text) > settings.max_chars:
+        raise ApiError(422, field, f"{len(text)} characters; at most {settings.max_chars} per text")
 
-    # ---- endpoints ----
-    @app.get("/health")
-    async def health() -> JSONResponse:
-        if "batcher" not in service:
-            return JSONResponse({"status": "loading"}, 503)
-        batcher: Batcher = service["batcher"]
-        return JSONResponse({"status": "ready", "model": service["info"]["id"], "waiting": batcher.waiting,
-                             "in_flight": batcher.in_flight})
 
-    @app.get("/v1/model")
-    async def model_info() -> dict[str, Any]:
-        translator: Translator = service["translator"]
-        return {
-            **service["info"],
-            "vocab_size": translator.tokenizer.vocab_size,
-            "parameters": translator.model.num_parameters(),
-            "device": str(translator.device),
-            "config": translator.model.config.to_dict(),
-            "limits": dataclasses.asdict(settings),
-            "search": stored_settings(translator.config),  # what a request that gives no search settings gets
-        }
+def check_work(sources: list[list[int]], config: SearchConfig, field: str, settings: ServeSettings) -> None:
+    """Refuse a request whose decode work (source tokens × beam over its texts) is over max_request_tokens."""
+    work = sum(len(source) for source in sources) * config.beam_size
+    if work > settings.max_request_tokens:
+        raise ApiError(422, field, f"{sum(map(len, sources)):,} source tokens x beam {config.beam_size} = "
+                       f"{work:,}; at most {settings.max_request_tokens:,} per request (the server's "
+                       "max_request_tokens): send fewer or shorter texts, or ask for a narrower beam")
 
-    @app.post("/v1/translate")
-    async def translate(body: TranslateRequest) -> dict[str, Any]:
-        started = time.perf_counter()
-        if (body.text is None) == (body.texts is None):
-            raise ApiError(422, "text", "give exactly one of 'text' and 'texts'")
-        if body.text is not None:
-            texts = [body.text]
-            check_text(body.text, "text")
-        else:
-            texts = body.texts or []
-            if not texts:
-                raise ApiError(422, "texts", "empty list: give at least one text")
-            if len(texts) > settings.max_texts:
-                raise ApiError(422, "texts", f"{len(texts)} texts; at most {settings.max_texts} per request")
-            for i, text in enumerate(texts):
-                check_text(text, f"texts[{i}]")
-        config = search_config(body, body.nbest)
-        translator: Translator = service["translator"]
+
+# A response nobody reads: its client closed the connection before the answer (nginx's code for it).
+CLIENT_GONE = 499
+
+
+async def answer_unless_gone(request: Request, work: Awaitable[Any]) -> Any:
+    """``work``'s result, or None once the client has closed the connection: the work is then cancelled, so what
+    it had not started is never done (the batcher drops its sentences)."""
+    answer = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if answer.done():
         try:
-            results = await service["batcher"].translate(translator.encode(texts), config)
+            return answer.result()
         except QueueFull:
-            raise busy() from None
-        translations = [
-            {"text": nbest[0].text, "score": nbest[0].score,
-             "nbest": [{"text": h.text, "score": h.score, "log_prob": h.log_prob, "length": h.length} for h in nbest]}
-            for nbest in results
-        ]
-        answer: dict[str, Any] = {"translations": translations}
-        if body.text is not None:
-            answer["translation"] = translations[0]["text"]
-        answer.update(model=service["info"]["id"], time_ms=round(1000 * (time.perf_counter() - started), 2))
-        return answer
+            raise ApiError(503, None, "server busy: too many sentences waiting; retry shortly",
+                           {"Retry-After": str(RETRY_AFTER_SECONDS)}) from None
+    answer.cancel()
+    log.info("%s: the client went away; its work not yet started is dropped", request.url.path)
+    return None
 
-    @app.post("/v1/attention")
-    async def attention(body: AttentionRequest) -> dict[str, Any]:
-        started = time.perf_counter()
-        check_text(body.text, "text")
-        config = search_config(body)
-        translator: Translator = service["translator"]
-        try:
-            result = await service["batcher"].run_exclusive(lambda: attention_of(translator, body.text, config))
-        except QueueFull:
-            raise busy() from None
-        layers, heads = translator.model.config.n_decoder_layers, translator.model.config.n_heads
-        return {**result, "layers": layers, "heads": heads, "model": service["info"]["id"],
-                "time_ms": round(1000 * (time.perf_counter() - started), 2)}
 
-    # ---- the page ----
-    @app.get("/", include_in_schema=False)
-    async def page() -> FileResponse:
-        return FileResponse(str(STATIC / "index.html"))
+async def _disconnected(request: Request) -> None:
+    """Returns when the client disconnects (the body has been read: what comes next is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
-    app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")
-    return app
+
+# ---- errors: always JSON, always naming the field, never a traceback ----------------------------------------------
+async def api_error(request: Request, error: ApiError) -> JSONResponse:
+    return error_response(error.status, error.field, error.message, error.headers)
+
+
+async def validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
+    first = error.errors()[0]
+    if first.get("type") == "json_invalid":
+        return error_response(400, "body", f"malformed JSON: {first.get('msg')}")
+    location = [str(part) for part in first.get("loc", ()) if part != "body"]
+    field = "".join(f"[{p}]" if p.isdigit() else ("." if i else "") + p for i, p in enumerate(location))
+    message = first.get("msg", "invalid value")
+    if first.get("type") == "extra_forbidden":
+        message = "unknown field"
+    return error_response(422, field or "body", message)
+
+
+async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
+    return error_response(error.status_code, None, str(error.detail), getattr(error, "headers", None))
+
+
+async def unexpected_error(request: Request, error: Exception) -> JSONResponse:
+    log.exception("unexpected error on %s", request.url.path)
+    return error_response(500, None, f"internal error ({type(error).__name__}); see the server log")
 
 
 class BodyLimit:

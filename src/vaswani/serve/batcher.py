@@ -1,15 +1,23 @@
-"""Request batching: sentences of concurrent requests are gathered for a few milliseconds into one batch.
+"""Request batching with fair turns: the sentences of concurrent requests share batches, and no request, however
+large, makes a short one wait for all of its sentences.
 
-Every request is split into sentences that join one FIFO queue. A single worker task takes the oldest sentence,
-waits ``batch_wait_ms`` for company, and fills a batch with the following sentences that share its search
-settings, up to ``max_batch_sentences`` and ``max_batch_tokens`` (padded source tokens × beam). The batch is
-searched in one model thread (one batch at a time, so torch's threads are never oversubscribed), and each
-request is answered when its last sentence is done.
+Every request becomes a *job*: its sentences, its search settings and the future its handler awaits. A single
+worker task forms one batch at a time and searches it in the model thread (one batch at a time, so the engine's
+threads are never oversubscribed):
 
-Why it is fair: the queue head always goes into the next batch, and a batch is bounded, so a sentence waits at
-most for the sentences queued before it — a request with many long texts delays later ones by a bounded number
-of batches, never indefinitely. Why it is exact: our search is batch-independent (padding is masked and finished
-rows are dropped), so a sentence gets the same translation in any batch.
+- **Gathering.** The oldest waiting sentence waits up to ``batch_wait_ms`` (counted from its arrival) for company.
+- **Fair turns.** Jobs take turns heading a batch, in arrival order: the head's settings are the batch's, and the
+  batch takes one sentence from each job with the same settings in turn (round robin), until
+  ``max_batch_sentences`` or ``max_batch_tokens`` (padded source tokens × beam) is reached. The head then goes to
+  the back of the line. So a request of 32 long texts is split across batches, and a one-sentence request that
+  arrives meanwhile rides in the next batch (same settings) or heads one within as many batches as there are
+  jobs waiting (other settings): its wait is bounded by a few batches, never by the size of another request.
+- **Cancellation.** A job whose client has gone (its handler is cancelled) leaves the line at once: its sentences
+  not yet searched are never searched (``sentences_cancelled`` counts them).
+
+Why it is exact: both engines search every sentence on its own within a batch (padding is masked, finished rows
+are dropped), so a sentence gets the same translation in any batch. (One exception, on the CTranslate2 engine: an
+output that reaches its length limit, see ``decoding/ct2_engine.py``.)
 """
 
 from __future__ import annotations
@@ -31,19 +39,17 @@ class QueueFull(Exception):
 
 
 @dataclass
-class _Request:
+class Job:
+    """One request's sentences: those not yet in a batch (``pending``), and the answers so far."""
+
+    sources: list[list[int]]  # ids + </s>
+    config: SearchConfig
     future: asyncio.Future
     results: list[list[Translation] | None]
-    remaining: int
-
-
-@dataclass
-class _Sentence:
-    source: list[int]  # ids + </s>
-    config: SearchConfig
-    request: _Request
-    index: int  # position in its request
-    queued_at: float = field(default_factory=time.perf_counter)
+    pending: deque[int]  # indices of the sentences not yet taken into a batch, in order
+    remaining: int  # sentences not yet answered
+    arrived: float = field(default_factory=time.perf_counter)
+    cancelled: bool = False
 
 
 class Batcher:
@@ -52,10 +58,11 @@ class Batcher:
     def __init__(self, translator: Translator, settings: ServeSettings):
         self.translator = translator
         self.settings = settings
-        self.queue: deque[_Sentence] = deque()
+        self.line: deque[Job] = deque()  # jobs with sentences not yet in a batch, in the order of their turns
         self.model_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vaswani-model")
         self.batches_run = 0
         self.sentences_run = 0
+        self.sentences_cancelled = 0  # sentences never searched because their client went away
         self.in_flight = 0  # sentences submitted and not yet answered (queued or being searched)
         self._wakeup: asyncio.Event | None = None
         self._worker: asyncio.Task | None = None
@@ -77,21 +84,25 @@ class Batcher:
 
     @property
     def waiting(self) -> int:
-        return len(self.queue) + self._exclusive_waiting
+        return sum(len(job.pending) for job in self.line) + self._exclusive_waiting
 
     # ---- API ---------------------------------------------------------------------------------------------------
     async def translate(self, sources: Sequence[list[int]], config: SearchConfig) -> list[list[Translation]]:
-        """n-best translations of ``sources`` (ids), searched together with whatever else is waiting."""
+        """n-best translations of ``sources`` (ids), searched together with whatever else is waiting. Cancelling
+        the caller (its client went away) drops the sentences not yet searched."""
         if self.waiting + len(sources) > self.settings.max_queue:
             raise QueueFull
-        request = _Request(asyncio.get_running_loop().create_future(), [None] * len(sources), len(sources))
-        for index, source in enumerate(sources):
-            self.queue.append(_Sentence(source, config, request, index))
+        job = Job(list(sources), config, asyncio.get_running_loop().create_future(), [None] * len(sources),
+                  deque(range(len(sources))), len(sources))
+        self.line.append(job)
         assert self._wakeup is not None, "Batcher.start() was not called"
         self._wakeup.set()
         self.in_flight += len(sources)
         try:
-            return await request.future
+            return await job.future
+        except asyncio.CancelledError:
+            self._cancel(job)
+            raise
         finally:
             self.in_flight -= len(sources)
 
@@ -107,56 +118,71 @@ class Batcher:
             self._exclusive_waiting -= 1
             self.in_flight -= 1
 
+    def _cancel(self, job: Job) -> None:
+        job.cancelled = True
+        self.sentences_cancelled += len(job.pending)
+        job.pending.clear()
+        if job in self.line:
+            self.line.remove(job)
+
     # ---- the worker --------------------------------------------------------------------------------------------
     async def _run(self) -> None:
         assert self._wakeup is not None
         loop = asyncio.get_running_loop()
         while True:
-            if not self.queue:
+            if not self.line:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
-            # Gather: the oldest sentence waits at most batch_wait_ms (counted from its arrival) for company.
-            delay = self.queue[0].queued_at + self.settings.wait_seconds - time.perf_counter()
-            if delay > 0 and len(self.queue) < self.settings.sentences_per_batch:
+            # Gather: the oldest waiting sentence waits at most batch_wait_ms (counted from its arrival) for company.
+            oldest = min(job.arrived for job in self.line)
+            delay = oldest + self.settings.wait_seconds - time.perf_counter()
+            if delay > 0 and self.waiting < self.settings.sentences_per_batch:
                 await asyncio.sleep(delay)
-            batch = self._take_batch()
+                continue  # the line may have changed (a client gone, others come)
+            batch = self.take_batch()
             try:
                 results = await loop.run_in_executor(self.model_thread, self._search, batch)
             except Exception as error:  # noqa: BLE001 - answer the requests instead of killing the worker
-                for sentence in batch:
-                    if not sentence.request.future.done():
-                        sentence.request.future.set_exception(error)
+                for job in {id(job): job for job, _ in batch}.values():
+                    if not job.future.done():
+                        job.future.set_exception(error)
                 continue
             self.batches_run += 1
             self.sentences_run += len(batch)
-            for sentence, nbest in zip(batch, results):
-                request = sentence.request
-                request.results[sentence.index] = nbest
-                request.remaining -= 1
-                if request.remaining == 0 and not request.future.done():  # done = the client went away
-                    request.future.set_result(request.results)
+            for (job, index), nbest in zip(batch, results):
+                job.results[index] = nbest
+                job.remaining -= 1
+                if job.remaining == 0 and not job.future.done():  # done = cancelled: the client went away
+                    job.future.set_result(job.results)
 
-    def _take_batch(self) -> list[_Sentence]:
-        """The queue head plus the following sentences with the same search settings, within both budgets."""
-        head = self.queue.popleft()
-        batch, width, skipped = [head], len(head.source), deque()
-        while self.queue and len(batch) < self.settings.sentences_per_batch:
-            candidate = self.queue.popleft()
-            if candidate.config != head.config:
-                skipped.append(candidate)  # other settings: a later batch, keeping its place in line
-                continue
-            wider = max(width, len(candidate.source))
-            if (len(batch) + 1) * wider * head.config.beam_size > self.settings.max_batch_tokens:
-                skipped.append(candidate)
+    def take_batch(self) -> list[tuple[Job, int]]:
+        """The next batch: headed by the first job in line, one sentence of each job with the same settings in
+        turn, within both budgets. The head then goes to the back of the line; jobs with nothing left leave it."""
+        head = self.line[0]
+        config, limit = head.config, self.settings.sentences_per_batch
+        takers = [job for job in self.line if job.config == config]
+        batch: list[tuple[Job, int]] = []
+        width = 0
+        while len(batch) < limit:
+            took = False
+            for job in takers:
+                if not job.pending or len(batch) == limit:
+                    continue
+                wider = max(width, len(job.sources[job.pending[0]]))
+                if batch and (len(batch) + 1) * wider * config.beam_size > self.settings.max_batch_tokens:
+                    continue  # too wide to join: it waits for a batch of its own turn
+                batch.append((job, job.pending.popleft()))
+                width, took = wider, True
+            if not took:
                 break
-            batch.append(candidate)
-            width = wider
-        self.queue.extendleft(reversed(skipped))
+        self.line.rotate(-1)  # the head's turn is over
+        for job in [job for job in self.line if not job.pending]:
+            self.line.remove(job)
         return batch
 
-    def _search(self, batch: list[_Sentence]) -> list[list[Translation]]:
+    def _search(self, batch: list[tuple[Job, int]]) -> list[list[Translation]]:
         """On the model thread: one Translator call for the whole batch (it sorts by length and pads)."""
-        # The batch is already within the token budget; the copy shares the model (and its compiled step).
-        translator = self.translator.with_search(batch[0].config, batch_size=len(batch), max_tokens=None)
-        return translator.translate_ids_nbest([sentence.source for sentence in batch])
+        # The batch is already within the token budget; the copy shares the engine (and a compiled step).
+        translator = self.translator.with_search(batch[0][0].config, batch_size=len(batch), max_tokens=None)
+        return translator.translate_ids_nbest([job.sources[index] for job, index in batch])

@@ -8,6 +8,7 @@ import socket
 from pathlib import Path
 
 from vaswani.config import ranged
+from vaswani.decoding.config import ENGINES, QUANTIZATIONS
 from vaswani.errors import ConfigError, EnvironmentFault, VaswaniError
 from vaswani.serve.settings import ServeSettings
 
@@ -24,6 +25,8 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     limits.add_argument("--max-queue", type=int, default=d.max_queue,
                         help="sentences waiting for the model (503 + Retry-After above)")
     limits.add_argument("--max-beam", type=int, default=d.max_beam, help="widest beam a request may ask for")
+    limits.add_argument("--max-request-tokens", type=int, default=d.max_request_tokens,
+                        help="decode work of one request: source tokens x beam, summed over its texts (422 above)")
     batching = parser.add_argument_group("batching")
     batching.add_argument("--batching", action=argparse.BooleanOptionalAction, default=d.batching,
                           help="gather concurrent requests into one batch (--no-batching: one sentence at a time)")
@@ -32,20 +35,33 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     batching.add_argument("--max-batch-sentences", type=int, default=d.max_batch_sentences)
     batching.add_argument("--max-batch-tokens", type=int, default=d.max_batch_tokens,
                           help="padded source tokens x beam per batch")
-    parser.add_argument("--threads", type=int, default=d.threads, help="torch threads of the model thread")
+    add_engine_arguments(parser)
     parser.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when available")
     parser.add_argument("--compile", action="store_true",
-                        help="compile the decoding step with torch.compile at start-up: tens of seconds before the "
-                        "server is ready on a CPU, faster decoding after (results/bench/decode-readme-model.md)")
+                        help="compile the torch engine's decoding step with torch.compile at start-up: tens of seconds "
+                        "before the server is ready on a CPU, faster decoding after "
+                        "(results/bench/decode-readme-model.md)")
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser, threads: int = DEFAULTS.threads) -> None:
+    """--engine, --quantization and --threads (shared by serve and serve-bench)."""
+    parser.add_argument("--engine", choices=ENGINES, default=None,
+                        help="torch, ctranslate2 (the checkpoint converted once, next to it), or auto: ctranslate2 "
+                        "when it can run the model and its search (default: the checkpoint's search.json, else auto)")
+    parser.add_argument("--quantization", choices=QUANTIZATIONS, default=None,
+                        help="ctranslate2's weights and arithmetic (default: the checkpoint's search.json, else "
+                        "float32)")
+    parser.add_argument("--threads", type=ranged(int, ge=1), default=threads,
+                        help="CPU threads of the model thread (torch's or ctranslate2's)")
 
 
 def settings_from_args(args: argparse.Namespace) -> ServeSettings:
     return ServeSettings(
         max_chars=args.max_chars, max_texts=args.max_texts, max_body_bytes=args.max_body_bytes,
-        max_queue=args.max_queue, max_beam=args.max_beam, batching=args.batching,
-        batch_wait_ms=args.batch_wait_ms, max_batch_sentences=args.max_batch_sentences,
-        max_batch_tokens=args.max_batch_tokens, threads=args.threads, device=args.device,
-        compile=args.compile,
+        max_queue=args.max_queue, max_beam=args.max_beam, max_request_tokens=args.max_request_tokens,
+        batching=args.batching, batch_wait_ms=args.batch_wait_ms, max_batch_sentences=args.max_batch_sentences,
+        max_batch_tokens=args.max_batch_tokens, engine=args.engine, quantization=args.quantization,
+        threads=args.threads, device=args.device, compile=args.compile,
     )
 
 
@@ -82,8 +98,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="test sentences cycled through by the clients")
     bench.add_argument("--data-dir", type=Path, default=None, help="corpora (default: $VASWANI_DATA)")
     bench.add_argument("--out", type=Path, default=Path("results/serve"))
-    bench.add_argument("--threads", type=ranged(int, ge=1), default=1,
-                       help="torch threads of the server's model thread")
+    add_engine_arguments(bench, threads=1)
     bench.set_defaults(handler=bench_command)
 
 
@@ -125,7 +140,9 @@ def listening_socket(host: str, port: int) -> socket.socket:
         reason = error.strerror if isinstance(error, socket.gaierror) else str(error)
         raise ConfigError(f"--host {host}: cannot be resolved ({reason}); give an address of this machine, e.g. "
                           "127.0.0.1 (this machine only) or 0.0.0.0 (every interface)") from None
-    listener = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named, not left 0: asyncio switches Nagle's algorithm off (TCP_NODELAY) only on sockets that say
+    # they are TCP, and with it on, each answer written in two pieces waits ~40 ms for the client's delayed ACK.
+    listener = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a restart need not wait
     try:
         listener.bind(address)
@@ -148,5 +165,6 @@ def bench_command(args: argparse.Namespace) -> int:
     from vaswani.serve.loadtest import run_load_test
 
     run_load_test(args.checkpoint, args.clients, args.seconds, args.beam, args.sentences, args.out,
-                  data_dir=args.data_dir, threads=args.threads, repeats=args.repeats)
+                  data_dir=args.data_dir, threads=args.threads, repeats=args.repeats, engine=args.engine,
+                  quantization=args.quantization)
     return 0

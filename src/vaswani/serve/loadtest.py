@@ -2,14 +2,16 @@
 
 Two server processes are started on 127.0.0.1 (one batching, one searching each sentence alone) and driven in
 turn — A B, then B A, … — by N concurrent clients for a fixed number of seconds per level, each client sending one
-Multi30k test sentence per request and the next as soon as the answer arrives. Nothing leaves the machine and the
-run stops by itself. Written to ``--out``: results.json (every repeat, with provenance), table.md, throughput.png,
-README.md, and screenshots of the page when Playwright and chromium are installed.
+Multi30k test sentence per request on its kept-alive connection and the next as soon as the answer arrives.
+Nothing leaves the machine and the run stops by itself. Written to ``--out``: results.json (every repeat, with
+provenance), table.md, throughput.png, README.md, and screenshots of the page when Playwright and chromium are
+installed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -22,6 +24,7 @@ from typing import Any
 
 from vaswani.errors import VaswaniError
 from vaswani.io import atomic_write_json, atomic_write_text
+from vaswani.serve.settings import ServeSettings
 
 MODES = {"batching": [], "no batching": ["--no-batching"]}
 
@@ -81,35 +84,92 @@ def startup_error(stderr: str) -> str:
     return f"{lines[-1]} (run `vaswani serve` with the same --checkpoint to see all it printed)"
 
 
-async def _drive(url: str, clients: int, seconds: float, sentences: list[str], beam: int) -> dict[str, Any]:
-    """``clients`` closed-loop clients for ``seconds``; requests still running at the deadline are waited for."""
-    import httpx
+class Connection:
+    """One kept-alive HTTP/1.1 connection of a load-generating client; h11 frames the messages.
 
+    Lean on purpose: the load generator shares the cores with the server, so its own cost per request comes out of
+    the rate it measures. httpx's client spends several milliseconds of CPU on a request; this one a few tenths."""
+
+    def __init__(self, host: str, port: int):
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+        self.protocol: Any = None
+
+    async def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
+        """(status, body) of one request; the connection is opened, or opened again after an error, as needed."""
+        import h11
+
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+            self.protocol = h11.Connection(h11.CLIENT)
+        headers = [("Host", f"{self.host}:{self.port}")]
+        if body:
+            headers += [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+        try:
+            data = self.protocol.send(h11.Request(method=method, target=path, headers=headers))
+            data += (self.protocol.send(h11.Data(data=body)) if body else b"") + self.protocol.send(h11.EndOfMessage())
+            self.writer.write(data)
+            status, chunks = 0, []
+            while True:
+                event = self.protocol.next_event()
+                if event is h11.NEED_DATA:
+                    received = await self.reader.read(65536)
+                    if not received:
+                        raise ConnectionError("the server closed the connection")
+                    self.protocol.receive_data(received)
+                elif isinstance(event, h11.Response):
+                    status = event.status_code
+                elif isinstance(event, h11.Data):
+                    chunks.append(bytes(event.data))
+                elif isinstance(event, h11.EndOfMessage):
+                    self.protocol.start_next_cycle()
+                    return status, b"".join(chunks)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = self.protocol = None
+
+
+async def _drive(url: str, clients: int, seconds: float, sentences: list[str], beam: int,
+                 health: bool = False) -> dict[str, Any]:
+    """``clients`` closed-loop clients for ``seconds``, each on a kept-alive connection; requests still running at
+    the deadline are waited for. With ``health``, they ask GET /health instead: an answer that costs no model time,
+    so its rate is what the HTTP stack and this load generator allow on the machine, the ceiling of any
+    translation rate."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    bodies = [json.dumps({"text": text, "beam": beam}).encode() for text in sentences]
     latencies: list[float] = []
     errors: list[str] = []
     next_sentence = 0
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:
-        started = time.perf_counter()
-        deadline = started + seconds
+    started = time.perf_counter()
+    deadline = started + seconds
 
-        async def client() -> None:
-            nonlocal next_sentence
-            while time.perf_counter() < deadline:
-                text = sentences[next_sentence % len(sentences)]
-                next_sentence += 1
-                sent = time.perf_counter()
-                try:
-                    answer = await http.post("/v1/translate", json={"text": text, "beam": beam})
-                    if answer.status_code == 200:
-                        latencies.append(time.perf_counter() - sent)
-                    else:
-                        errors.append(f"{answer.status_code} {answer.text[:200]}")
-                except httpx.HTTPError as error:
-                    errors.append(repr(error))
+    async def client() -> None:
+        nonlocal next_sentence
+        connection = Connection(host, int(port))
+        while time.perf_counter() < deadline:
+            body = bodies[next_sentence % len(bodies)]
+            next_sentence += 1
+            sent = time.perf_counter()
+            try:
+                status, answer = await asyncio.wait_for(
+                    connection.request("GET", "/health") if health else
+                    connection.request("POST", "/v1/translate", body), timeout=120)
+                if status == 200:
+                    latencies.append(time.perf_counter() - sent)
+                else:
+                    errors.append(f"{status} {answer[:200].decode(errors='replace')}")
+            except (OSError, asyncio.TimeoutError, ValueError) as error:  # h11's errors are ValueErrors
+                errors.append(repr(error))
+        connection.close()
 
-        await asyncio.gather(*(client() for _ in range(clients)))
-        elapsed = time.perf_counter() - started
+    await asyncio.gather(*(client() for _ in range(clients)))
+    elapsed = time.perf_counter() - started
     ordered = sorted(latencies)
 
     def percentile(q: float) -> float | None:
@@ -123,6 +183,39 @@ async def _drive(url: str, clients: int, seconds: float, sentences: list[str], b
     }
 
 
+async def _drive_batcher(checkpoint: str | Path, settings: ServeSettings, clients: int, seconds: float,
+                         sentences: list[str], beam: int) -> dict[str, Any]:
+    """``clients`` closed-loop callers of the server's batcher, in this process, for ``seconds``: the rate of the
+    model thread with no HTTP, the ceiling the served rate approaches."""
+    import dataclasses
+
+    from vaswani.serve.app import load_served_model
+    from vaswani.serve.batcher import Batcher
+
+    translator = load_served_model(checkpoint, settings).translator
+    config = translator.engine.bind(dataclasses.replace(translator.config, beam_size=beam))
+    sources = translator.encode(sentences)
+    batcher = Batcher(translator, settings)
+    batcher.start()
+    done, started = 0, time.perf_counter()
+    deadline = started + seconds
+
+    async def caller(first: int) -> None:
+        nonlocal done
+        index = first
+        while time.perf_counter() < deadline:
+            await batcher.translate([sources[index % len(sources)]], config)
+            index, done = index + clients, done + 1
+
+    try:
+        await asyncio.gather(*(caller(i) for i in range(clients)))
+    finally:
+        await batcher.stop()
+    elapsed = time.perf_counter() - started
+    return {"clients": clients, "sentences_per_s": round(done / elapsed, 3), "batches": batcher.batches_run,
+            "sentences": batcher.sentences_run, "engine": translator.engine.describe()}
+
+
 def run_load_test(
     checkpoint: str | Path,
     clients: list[int],
@@ -133,7 +226,10 @@ def run_load_test(
     data_dir: Path | None = None,
     threads: int = 1,
     repeats: int = 2,
+    engine: str | None = None,
+    quantization: str | None = None,
 ) -> dict[str, Any]:
+    """``engine``, ``quantization``: the servers' (None: the checkpoint's choice)."""
     import torch
 
     from vaswani.data.corpora import load_corpus
@@ -141,8 +237,11 @@ def run_load_test(
 
     stamp = provenance("cpu")  # before anything is written: the tree is still the committed one
     sentences = load_corpus("multi30k", "test2016", data_dir=data_dir).source[:n_sentences]
-    servers = {mode: Server(checkpoint, flags, threads) for mode, flags in MODES.items()}
+    chosen = [flag for option, value in (("--engine", engine), ("--quantization", quantization)) if value
+              for flag in (option, value)]
+    servers = {mode: Server(checkpoint, [*flags, *chosen], threads) for mode, flags in MODES.items()}
     runs: list[dict[str, Any]] = []
+    ceilings: list[dict[str, Any]] = []  # GET /health at the same concurrency: the HTTP stack's own limit
     try:
         for url in (s.url for s in servers.values()):  # warm-up: first calls pay for lazy initialisation
             asyncio.run(_drive(url, 2, 2.0, sentences, beam))
@@ -156,6 +255,9 @@ def run_load_test(
                     runs.append({"mode": mode, "clients": level, "repeat": repeat, **result})
                     print(f"{mode:>12} {level:>3} clients, repeat {repeat}: {result['sentences_per_s']:.2f} "
                           f"sentences/s, p95 {result['p95_ms'] or 0:.0f} ms, errors {result['errors']}", flush=True)
+                ceiling = asyncio.run(_drive(servers["batching"].url, level, seconds, sentences, beam, health=True))
+                ceilings.append({"clients": level, "repeat": repeat, "requests_per_s": ceiling["sentences_per_s"],
+                                 "p95_ms": ceiling["p95_ms"]})
         screenshots = save_screenshots(servers["batching"].url, out)
         import httpx
 
@@ -164,6 +266,10 @@ def run_load_test(
         for server in servers.values():
             server.stop()
 
+    # The model thread alone: the batcher searched in this process at the largest level, with no HTTP at all (the
+    # servers have stopped, so it has the cores to itself, as the servers had).
+    settings = ServeSettings(engine=engine, quantization=quantization, threads=threads)
+    model_alone = asyncio.run(_drive_batcher(checkpoint, settings, max(clients), seconds, sentences, beam))
     rows = summarise(runs, clients)
     results = {
         "provenance": stamp,
@@ -174,6 +280,10 @@ def run_load_test(
             "note": "server and load generator run on the same machine and share its cores",
         },
         "model": model, "rows": rows, "runs": runs, "screenshots": screenshots,
+        "http_ceiling": [{"clients": level, "requests_per_s": statistics.median(
+            c["requests_per_s"] for c in ceilings if c["clients"] == level)} for level in clients],
+        "http_ceiling_runs": ceilings,
+        "model_thread_alone": model_alone,
     }
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "results.json", results)
@@ -214,6 +324,12 @@ def _ms(value: float | None) -> str:
     return "–" if value is None else f"{value:,.0f}"
 
 
+def engine_line(model: dict[str, Any]) -> str:
+    """What the servers ran on, from their /v1/model: e.g. "ctranslate2 int8 on cpu"."""
+    engine = model.get("engine") or "torch"
+    return " ".join(part for part in (engine, model.get("quantization"), "on", model.get("device") or "cpu") if part)
+
+
 def table(results: dict[str, Any]) -> str:
     setup, prov = results["setup"], results["provenance"]
     lines = [
@@ -222,11 +338,13 @@ def table(results: dict[str, Any]) -> str:
         f"Beam {setup['beam']}, one sentence per request, {setup['seconds_per_run']:.0f} s per run, "
         f"{setup['repeats']} repeats interleaved A B, B A (medians; min–max in brackets). "
         f"**The server and the load generator share the machine's {setup['cores_visible']} cores** "
-        f"(server: {setup['server_threads']} torch thread).",
+        f"(server: {engine_line(results.get('model') or {})}, {setup['server_threads']} thread"
+        f"{'s' if setup['server_threads'] > 1 else ''}).",
         "",
         "| clients | mode | sentences/s | batching speed-up | p50 ms | p95 ms | p99 ms | errors |",
         "|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
+    ceilings = {c["clients"]: c["requests_per_s"] for c in results.get("http_ceiling", [])}
     for row in results["rows"]:
         speedup = "" if row.get("speedup") is None else (
             f"{row['speedup']:.2f}× ({row['speedup_range'][0]:.2f}–{row['speedup_range'][1]:.2f})")
@@ -234,6 +352,16 @@ def table(results: dict[str, Any]) -> str:
             f"| {row['clients']} | {row['mode']} | {row['sentences_per_s']:.2f} "
             f"({row['sentences_per_s_min']:.2f}–{row['sentences_per_s_max']:.2f}) | {speedup} | "
             f"{_ms(row['p50_ms'])} | {_ms(row['p95_ms'])} | {_ms(row['p99_ms'])} | {row['errors']} |")
+    if ceilings:
+        lines += ["", "The ceiling of any rate above: the same clients asking `GET /health`, which costs no model time "
+                  "(the HTTP stack and the load generator alone, on the same cores): "
+                  + ", ".join(f"{ceilings[level]:.0f} requests/s at {level} client{'s' if level > 1 else ''}"
+                              for level in sorted(ceilings)) + "."]
+    alone = results.get("model_thread_alone")
+    if alone:
+        lines += ["", f"The model thread alone (the server's batcher called in one process, no HTTP, "
+                  f"{alone['clients']} callers): {alone['sentences_per_s']:.0f} sentences/s, "
+                  f"{alone['sentences'] / max(alone['batches'], 1):.1f} sentences per batch."]
     hardware = prov["hardware"]
     lines += ["", f"Command: `{prov['command']}` · commit {prov['git'].get('commit', '?')[:10]}"
               f"{' (dirty tree)' if prov['git'].get('dirty') else ''} · {hardware.get('processor', '')}, {hardware.get('cpu_count', '?')} cores", ""]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic_core import PydanticCustomError
@@ -48,3 +48,6 @@ class AttentionRequest(SearchSettings):
     """One sentence: its translation and the cross-attention weights behind it."""
 
     text: UnicodeText = Field(description="one German sentence")
+    attention_from: Literal["engine", "torch"] = Field(
+        "engine", description="engine: what the serving engine gives (CTranslate2: the last layer, its heads "
+        "averaged; torch: every layer and head); torch: the torch model's, every layer and head")

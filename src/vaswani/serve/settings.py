@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vaswani.config import Limit, validate_settings
+from vaswani.decoding.config import EngineName, Quantization
 from vaswani.errors import ConfigError
 
 # A sentence waits this long for company before its batch starts: beyond a second the wait, not the search,
@@ -20,20 +21,26 @@ class ServeSettings:
     max_body_bytes: int = 65_536  # request body; larger bodies get 413 before any parsing
     max_queue: int = 256  # sentences waiting for the model; beyond it, 503 + Retry-After
     max_beam: int = 8  # the widest beam a request may ask for
+    # The decode work one request may ask for, as source tokens × beam summed over its texts: what the search's
+    # memory and time grow with. Above it the request is refused (422) instead of holding the model for a minute.
+    max_request_tokens: int = 8192
     # ---- batching ----
     batching: bool = True  # False: every sentence is searched on its own, in arrival order
     batch_wait_ms: float = 5.0  # how long the first waiting sentence waits for others to join its batch
     max_batch_sentences: int = 64  # bounded batch: later arrivals wait at most a few batches
     max_batch_tokens: int = 6144  # padded source tokens × beam per batch (the Translator's token budget)
     # ---- compute ----
-    threads: int = 1  # torch intra-op threads of the one model thread
+    engine: EngineName | None = None  # None: the checkpoint's search.json, else auto (ctranslate2 when it can)
+    quantization: Quantization | None = None  # ctranslate2's; None: the checkpoint's search.json, else float32
+    threads: int = 1  # CPU threads of the one model thread (torch intra-op threads, or ctranslate2's)
     device: str | None = None  # None: cuda when available
-    compile: bool = False  # torch.compile the decoding step, once, at start-up (decoding/compiled.py)
+    compile: bool = False  # torch.compile the torch engine's decoding step, once, at start-up (decoding/compiled.py)
 
     SECTION = "serve"
     LIMITS = {
         **{name: Limit(ge=1) for name in ("max_chars", "max_texts", "max_body_bytes", "max_queue", "max_beam",
-                                          "max_batch_sentences", "max_batch_tokens", "threads")},
+                                          "max_request_tokens", "max_batch_sentences", "max_batch_tokens",
+                                          "threads")},
         "batch_wait_ms": Limit(ge=0, le=MAX_BATCH_WAIT_MS),
     }
 

@@ -10,11 +10,14 @@ short translations come out, and BLEU's brevity penalty punishes short ones. So 
 1. scores each candidate — ``best``, ``last``, and the average of the last k step checkpoints for
    k = 2 … ``average_last`` — by greedy BLEU on the whole validation split (or its first
    ``final_valid_sentences``), and keeps the highest;
-2. tunes the search on the same split: greedy, and beam ``final_beam`` with each α in ``final_alphas``;
+2. tunes the search on the same split: greedy, and beam ``final_beam`` ranked by log P / |Y|^α with each α in
+   ``final_alphas`` (the length penalty both engines compute, so the chosen search runs on CTranslate2 too);
 3. writes the winner as ``checkpoints/final/`` (weights, model.json, tokenizer.json), the chosen search as its
    ``search.json`` (``translate``, ``evaluate`` and ``serve`` use it by default) and every candidate's scores as its
    ``selection.json``;
-4. scores it on each of ``final_test_splits``, writing ``checkpoints/final/eval/<test set>/``.
+4. chooses the CTranslate2 quantization: the chosen search on the CPU in float32 and in int8, on the same split;
+   int8 becomes the default (``search.json``) only when it scores within ``INT8_TOLERANCE_BLEU`` of float32;
+5. scores it on each of ``final_test_splits``, writing ``checkpoints/final/eval/<test set>/``.
 
 Nothing is chosen on a test split. ``vaswani finalize --run-dir RUN`` runs the same step on a finished run.
 """
@@ -47,6 +50,9 @@ from vaswani.training.device_choices import decoding_batches
 FINAL = "final"
 SELECTION_FILE = "selection.json"
 MODEL_FILES = ("model.safetensors", "model.json", "tokenizer.json")
+# int8 is the default quantization only this close to float32 in validation BLEU: int8 decodes faster, but a
+# deployment should not lose more than the noise of choosing between two checkpoints for it.
+INT8_TOLERANCE_BLEU = 0.3
 
 
 def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, precision: str) -> dict[str, Any]:
@@ -79,7 +85,8 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
         chosen = max(weights, key=lambda row: row["greedy_valid"]["bleu"])  # ties: the earlier, simpler candidate
 
         searches = [SearchConfig(beam_size=1, precision=precision)] + [
-            SearchConfig(beam_size=tc.final_beam, alpha=alpha, precision=precision) for alpha in tc.final_alphas]
+            SearchConfig(beam_size=tc.final_beam, length_norm="power", alpha=alpha, precision=precision)
+            for alpha in tc.final_alphas]
         tried = []
         chosen_model = Translator.load(chosen["directory"], searches[0], device=device)  # loaded once, searched often
         for search in searches:
@@ -94,7 +101,15 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
         best_search = max(tried, key=lambda row: row["valid"]["bleu"])
         search = dataclasses.replace(SearchConfig(precision=precision), **best_search["settings"])
 
-        final = _publish(chosen["directory"], staging, checkpoints, search)
+        assembled = _assemble(chosen["directory"], staging, search)
+        if time.perf_counter() > deadline:
+            cut_short = True
+            quantization = {"chosen": None, "reason": f"train.final_max_minutes={tc.final_max_minutes:g} ran out"}
+        else:
+            quantization = choose_quantization(assembled, search, sources, references)
+        if quantization["chosen"] is not None:
+            write_stored_search(search, assembled, quantization=quantization["chosen"])
+        final = _swap_in(assembled, checkpoints)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -113,6 +128,7 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
         "valid_split": dc.valid_split,
         "valid_sentences": len(sources),
         "valid": best_search["valid"],
+        "quantization": quantization,
         "test": tests,
         "candidates": [{k: v for k, v in row.items() if k != "directory"} for row in weights],
         "searches": tried,
@@ -131,9 +147,30 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
     return selection
 
 
+def choose_quantization(final: Path, search: SearchConfig, sources: list[str], references: list[str]) -> dict[str, Any]:
+    """The final model's CTranslate2 quantization: ``search`` on the CPU in float32 and in int8, scored on the
+    validation ``sources``; int8 only within INT8_TOLERANCE_BLEU of float32. ``chosen`` is None (with the reason)
+    where CTranslate2 cannot run the model."""
+    cpu_search = dataclasses.replace(search, precision="auto")  # CTranslate2 computes in its quantization
+    scores: dict[str, Any] = {}
+    for quantization in ("float32", "int8"):
+        try:
+            translator = Translator.load(final, cpu_search, device="cpu", engine="ctranslate2",
+                                         quantization=quantization)
+        except VaswaniError as error:
+            _say(f"final quantization: none ({error})")
+            return {"chosen": None, "reason": str(error)}
+        scores[quantization] = _score(translator, sources, references).to_dict()
+        _say(f"final quantization: {quantization:<8} val BLEU {scores[quantization]['bleu']:5.2f} (ctranslate2, cpu)")
+    close = scores["int8"]["bleu"] >= scores["float32"]["bleu"] - INT8_TOLERANCE_BLEU
+    return {"chosen": "int8" if close else "float32", "tolerance_bleu": INT8_TOLERANCE_BLEU, "device": "cpu",
+            "engine": "ctranslate2", **scores}
+
+
 def summarize(selection: dict[str, Any]) -> dict[str, Any]:
     """The headline of a selection: what was chosen, its validation BLEU and each test set's scores."""
     return {"weights": selection["weights"], "search": selection["search"],
+            "quantization": selection.get("quantization", {}).get("chosen"),
             "valid_bleu": round(selection["valid"]["bleu"], 2),
             "test": {name: {key: round(scores[key], 3) for key in ("bleu", "chrf", "length_ratio")}
                      for name, scores in selection["test"].items()}}
@@ -162,17 +199,22 @@ def _score(translator: Translator, sources: list[str], references: list[str]) ->
 
 
 def _describe(search: SearchConfig) -> str:
-    return "greedy" if search.beam_size == 1 else f"beam {search.beam_size}, alpha {search.alpha:g}"
+    return "greedy" if search.beam_size == 1 else f"beam {search.beam_size}, {search.length_norm} {search.alpha:g}"
 
 
-def _publish(source: Path, staging: Path, checkpoints: Path, search: SearchConfig) -> Path:
-    """Assemble ``checkpoints/final`` from ``source``'s model files and ``search``, and swap it in by renames: a
-    kill at any instant leaves either the earlier final model or the new one, never half of one."""
+def _assemble(source: Path, staging: Path, search: SearchConfig) -> Path:
+    """The final model in ``staging``: ``source``'s model files and ``search``."""
     assembled = staging / FINAL
     assembled.mkdir()
     for name in MODEL_FILES:
         shutil.copyfile(source / name, assembled / name)
     write_stored_search(search, assembled)
+    return assembled
+
+
+def _swap_in(assembled: Path, checkpoints: Path) -> Path:
+    """Give the assembled final model its manifest and swap it in as ``checkpoints/final`` by renames: a kill at any
+    instant leaves either the earlier final model or the new one, never half of one."""
     write_manifest(assembled, CHECKPOINT_KIND)  # a checkpoint by its manifest, its files checked at every load
     final, replaced = checkpoints / FINAL, checkpoints / f".replaced-{FINAL}"
     if final.exists():

@@ -127,12 +127,14 @@ function drawHeatmap() {
   });
 }
 
-function fillSelectors(layers, heads) {
+// The layers the answer has (CTranslate2 gives the last one only) and its heads (0: only their average).
+function fillSelectors(layerNumbers, heads) {
   const layer = $("layer");
   const head = $("head");
-  layer.replaceChildren(...Array.from({ length: layers }, (_, i) =>
-    new Option(`${i + 1}${i === layers - 1 ? " (last)" : ""}`, String(i))));
-  layer.value = String(layers - 1);
+  const last = layerNumbers.length - 1;
+  layer.replaceChildren(...layerNumbers.map((number, i) =>
+    new Option(`${number}${i === last ? " (last)" : ""}`, String(i))));
+  layer.value = String(last);
   head.replaceChildren(new Option("average", "mean"),
     ...Array.from({ length: heads }, (_, i) => new Option(String(i + 1), String(i))));
   head.value = "mean";
@@ -153,7 +155,7 @@ async function translate(event) {
   button.textContent = "Translating…";
   try {
     const [attention, nbest] = await Promise.all([
-      post("/v1/attention", { text, beam }),
+      post("/v1/attention", { text, beam, attention_from: $("every-head").checked ? "torch" : "engine" }),
       wantNbest ? post("/v1/translate", { text, beam, nbest: Math.min(beam, 4) }) : Promise.resolve(null),
     ]);
     current = attention;
@@ -171,8 +173,9 @@ async function translate(event) {
     }
     list.hidden = !nbest;
     $("timing").textContent = `${attention.time_ms.toFixed(0)} ms · beam ${beam} · ${attention.model}`;
-    if ($("layer").options.length !== attention.layers || $("head").options.length !== attention.heads + 1) {
-      fillSelectors(attention.layers, attention.heads);
+    const shown = Array.from($("layer").options, (option) => option.textContent.split(" ")[0]).join();
+    if (shown !== attention.layer_numbers.join() || $("head").options.length !== attention.heads + 1) {
+      fillSelectors(attention.layer_numbers, attention.heads);
     }
     drawHeatmap();
     $("result").hidden = false;
@@ -190,7 +193,7 @@ async function describeModel() {
     const info = await (await fetch("/v1/model")).json();
     const c = info.config;
     const parts = [info.id, `${c.n_encoder_layers}+${c.n_decoder_layers} layers`, `d_model ${c.d_model}`,
-      `${c.n_heads} heads`];
+      `${c.n_heads} heads`, [info.engine, info.quantization].filter(Boolean).join(" ")];
     if (info.step != null) parts.push(`step ${info.step}`);
     if (info.weights != null) parts.push(info.weights);
     if (info.val_bleu != null) parts.push(`val BLEU ${info.val_bleu.toFixed(1)}`);

@@ -1,0 +1,204 @@
+"""`vaswani bench engines`: `vaswani translate` of a test set on each engine, and a bare CTranslate2 script on the
+same converted model, each timed as the command a user runs (start-up included).
+
+Every repeat runs every command once, in an order that rotates from repeat to repeat, so a drift in the machine's
+load hits all of them alike; each figure is the median of the repeats (min–max beside it). The commands:
+
+- ``vaswani translate --engine torch`` (our search, the reference),
+- ``vaswani translate --engine ctranslate2 --quantization Q`` for each ``--quantizations`` Q,
+- ``bare_ctranslate2.py`` (ctranslate2 + tokenizers and nothing else, see that file) on the conversion the engine
+  loaded, for each Q: the same model, beam and length penalty, one ``translate_batch`` call.
+
+All of them translate with the checkpoint's stored search (``search.json``) at ``--beam``, on ``--threads``
+threads; a stored GNMT length penalty, which CTranslate2 cannot rank a beam by, is measured as the power |Y|^α
+with the same α. The conversions are made, and every command run once, before the timed repeats. Each output is scored
+(sacreBLEU), and an empty input gives each command's start-up time alone. Written to ``--out``: results.json
+(every run, with provenance) and table.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from vaswani.config import ranged
+from vaswani.data.commands import add_data_dir_argument
+from vaswani.decoding.config import QUANTIZATIONS
+from vaswani.errors import VaswaniError
+from vaswani.io import atomic_write_json, atomic_write_text
+
+BARE_SCRIPT = Path(__file__).with_name("bare_ctranslate2.py")
+DEFAULT_QUANTIZATIONS = {"cpu": ["float32", "int8"], "cuda": ["float16", "int8_float16", "bfloat16"]}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint", required=True, metavar="RUN", help="checkpoint or run directory")
+    parser.add_argument("--dataset", default="multi30k")
+    parser.add_argument("--split", default="test2016")
+    parser.add_argument("--sentences", type=ranged(int, ge=1), default=None, help="the first N (default: all)")
+    add_data_dir_argument(parser)
+    parser.add_argument("--beam", type=ranged(int, ge=1), default=5)
+    parser.add_argument("--threads", type=ranged(int, ge=1), default=2, help="CPU threads of every engine")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="where every engine runs (cuda: torch on the GPU, CTranslate2's CUDA build)")
+    parser.add_argument("--quantizations", nargs="+", default=None, choices=QUANTIZATIONS,
+                        help="CTranslate2's (default: float32 int8 on the CPU, float16 int8_float16 bfloat16 on a GPU)")
+    parser.add_argument("--repeats", type=ranged(int, ge=1), default=3)
+    parser.add_argument("--out", type=Path, default=None, help="directory for results.json and table.md")
+
+
+def run(args: argparse.Namespace) -> int:
+    from vaswani.data.corpora import load_corpus
+    from vaswani.decoding import SearchConfig
+    from vaswani.decoding.config import read_stored_search
+    from vaswani.decoding.ct2_engine import length_exponent
+    from vaswani.decoding.translator import Translator
+    from vaswani.evaluation.metrics import corpus_scores
+    from vaswani.model.serialization import resolve_checkpoint
+    from vaswani.provenance import provenance
+
+    stamp = provenance(args.device)  # before anything is written
+    quantizations = args.quantizations or DEFAULT_QUANTIZATIONS[args.device]
+    checkpoint = resolve_checkpoint(args.checkpoint)
+    search = SearchConfig(**{**read_stored_search(checkpoint), "beam_size": args.beam})
+    if search.length_norm == "gnmt":
+        search = dataclasses.replace(search, length_norm="power")
+    corpus = load_corpus(args.dataset, args.split, data_dir=args.data_dir)
+    sources, references = corpus.source[: args.sentences], corpus.target[: args.sentences]
+    conversions = {q: Translator.load(checkpoint, search, device=args.device, engine="ctranslate2", quantization=q)
+                   .engine.directory for q in quantizations}  # converted now, outside the timed runs
+    with tempfile.TemporaryDirectory() as workdir:
+        work = Path(workdir)
+        (work / "source.txt").write_text("".join(line + "\n" for line in sources), encoding="utf-8")
+        (work / "empty.txt").write_text("", encoding="utf-8")
+        commands = _commands(checkpoint, search, length_exponent(search), conversions, args.threads, args.device)
+        for name, command in commands.items():  # untimed: file caches, lazily built things
+            _timed(command(work / "source.txt", work / "warm-up.txt"))
+        runs: list[dict[str, Any]] = []
+        names = list(commands)
+        for repeat in range(args.repeats):
+            order = names[repeat % len(names):] + names[: repeat % len(names)]
+            for name in order:
+                seconds = _timed(commands[name](work / "source.txt", work / f"{name}.txt"))
+                start_up = _timed(commands[name](work / "empty.txt", work / "empty-out.txt"))
+                runs.append({"command": name, "repeat": repeat, "seconds": seconds, "start_up_seconds": start_up})
+            print(f"repeat {repeat + 1}/{args.repeats} done", flush=True)
+        bleu = {name: round(corpus_scores((work / f"{name}.txt").read_text(encoding="utf-8").splitlines(),
+                                          references).bleu, 2) for name in commands}
+        outputs = {name: (work / f"{name}.txt").read_text(encoding="utf-8") for name in commands}
+    report = _report(stamp, args, checkpoint, search, commands, runs, bleu, outputs, len(sources))
+    print(render_table(report))
+    if args.out is not None:
+        atomic_write_json(args.out / "results.json", report)
+        atomic_write_text(args.out / "table.md", render_table(report))
+        print(f"wrote {args.out / 'results.json'} and {args.out / 'table.md'}")
+    return 0
+
+
+def _commands(checkpoint: Path, search: Any, exponent: float, conversions: dict[str, Path], threads: int,
+              device: str) -> dict[str, Any]:
+    """Command name -> function(input, output) -> argv."""
+    def translate(engine: str, *extra: str):
+        return lambda source, out: [sys.executable, "-m", "vaswani", "translate", "--checkpoint", str(checkpoint),
+                                    "--engine", engine, *extra, "--beam", str(search.beam_size), "--length-norm",
+                                    search.length_norm, "--alpha", repr(search.alpha), "--threads", str(threads),
+                                    "--device", device, "--input", str(source), "--output", str(out)]
+
+    def bare(quantization: str):
+        return lambda source, out: [sys.executable, str(BARE_SCRIPT), str(conversions[quantization]),
+                                    str(checkpoint / "tokenizer.json"), str(source), str(out), "--beam",
+                                    str(search.beam_size), "--length-penalty", repr(exponent), "--max-len-a",
+                                    repr(search.max_len_a), "--max-len-b", str(search.max_len_b), "--threads",
+                                    str(threads), "--device", device]
+
+    commands = {"vaswani translate, torch": translate("torch")}
+    for quantization in conversions:
+        commands[f"vaswani translate, ctranslate2 {quantization}"] = translate("ctranslate2", "--quantization",
+                                                                             quantization)
+        commands[f"bare ctranslate2 script, {quantization}"] = bare(quantization)
+    return commands
+
+
+def _timed(argv: list[str]) -> float:
+    started = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        raise VaswaniError(f"{' '.join(argv[:4])} … failed: {lines[-1] if lines else f'exit {done.returncode}'}")
+    return seconds
+
+
+def _report(stamp: dict[str, Any], args: argparse.Namespace, checkpoint: Path, search: Any, commands: dict[str, Any],
+            runs: list[dict[str, Any]], bleu: dict[str, float], outputs: dict[str, str],
+            sentences: int) -> dict[str, Any]:
+    rows = []
+    for name in commands:
+        mine = [r["seconds"] for r in runs if r["command"] == name]
+        start_up = statistics.median(r["start_up_seconds"] for r in runs if r["command"] == name)
+        median = statistics.median(mine)
+        quantization = None if name.endswith("torch") else name.rsplit(" ", 1)[-1]
+        rows.append({"command": name, "bare": name.startswith("bare"), "quantization": quantization,
+                     "seconds": median, "sentences_per_s": sentences / median,
+                     "sentences_per_s_min": sentences / max(mine), "sentences_per_s_max": sentences / min(mine),
+                     "start_up_seconds": start_up, "bleu": bleu[name]})
+    by = {row["command"]: row for row in rows}
+    torch_row = by["vaswani translate, torch"]
+    ratios = []
+    for row in rows:
+        if row["bare"] or row["quantization"] is None:
+            continue
+        bare = by[f"bare ctranslate2 script, {row['quantization']}"]
+        ratios.append({"quantization": row["quantization"],
+                       "over_torch": round(torch_row["seconds"] / row["seconds"], 3),
+                       "over_bare": round(bare["seconds"] / row["seconds"], 3),
+                       "lines_unlike_bare": _differing(outputs[row["command"]], outputs[bare["command"]]),
+                       "lines_unlike_torch": _differing(outputs[row["command"]], outputs[torch_row["command"]])})
+    return {
+        **stamp,
+        "checkpoint": str(checkpoint), "test_set": f"{args.dataset} {args.split}", "sentences": sentences,
+        "search": {"beam_size": search.beam_size, "length_norm": search.length_norm, "alpha": search.alpha,
+                   "max_len_a": search.max_len_a, "max_len_b": search.max_len_b},
+        "threads": args.threads, "device": args.device, "repeats": args.repeats, "runs": runs, "rows": rows,
+        "ratios": ratios,
+    }
+
+
+def _differing(one: str, other: str) -> int:
+    """Lines (translations) that differ between two outputs of the same input."""
+    return sum(a != b for a, b in zip(one.splitlines(), other.splitlines()))
+
+
+def render_table(report: dict[str, Any]) -> str:
+    from vaswani.provenance import provenance_lines
+
+    search = report["search"]
+    lines = [
+        "# `vaswani translate` on each engine, and a bare CTranslate2 script",
+        "",
+        f"{report['test_set']} ({report['sentences']} sentences), beam {search['beam_size']}, length penalty "
+        f"{search['length_norm']} {search['alpha']:g}, every engine on {report['device']} ({report['threads']} CPU "
+        "threads); each command "
+        f"timed as a process (start-up included), {report['repeats']} interleaved repeats, median (min–max).",
+        "",
+        "| command | sentences/s | spread | start-up s | BLEU |",
+        "|---|---:|---|---:|---:|",
+    ]
+    for row in report["rows"]:
+        lines.append(f"| {row['command']} | {row['sentences_per_s']:.1f} | {row['sentences_per_s_min']:.1f}–"
+                     f"{row['sentences_per_s_max']:.1f} | {row['start_up_seconds']:.2f} | {row['bleu']:.2f} |")
+    lines.append("")
+    for ratio in report["ratios"]:
+        lines.append(f"- ctranslate2 {ratio['quantization']}: {ratio['over_torch']:.2f}× the torch engine's "
+                     f"sentences/s ({ratio['lines_unlike_torch']} of {report['sentences']} translations differ from "
+                     f"torch's), {ratio['over_bare']:.2f}× the bare script's on the same converted model "
+                     f"({ratio['lines_unlike_bare']} differ from its).")
+    lines += ["", *provenance_lines(report), ""]
+    return "\n".join(lines)
