@@ -194,19 +194,19 @@ def test_a_diverging_run_stops_in_one_line_and_writes_nothing(synthetic_csv: Pat
     import vaswani.classification.train as training
 
     out = tmp_path / "out"
-    real_loss, real_evaluate = F.cross_entropy, training.evaluate
+    real_loss, real_score = F.cross_entropy, training.score_predictions
     evaluated = []
 
     def nan_after_an_epoch(logits, targets):  # noqa: ANN001 - F.cross_entropy's; diverges from epoch 2's first batch
         loss = real_loss(logits, targets)
         return loss * float("nan") if evaluated else loss
 
-    def evaluate(*args):  # noqa: ANN002 - metrics.evaluate's
+    def score_predictions(*args):  # noqa: ANN002 - metrics.score_predictions's
         evaluated.append(True)
-        return real_evaluate(*args)
+        return real_score(*args)
 
     monkeypatch.setattr(F, "cross_entropy", nan_after_an_epoch)
-    monkeypatch.setattr(training, "evaluate", evaluate)
+    monkeypatch.setattr(training, "score_predictions", score_predictions)
     code = main(["classify", "train", "--csv", str(synthetic_csv), "--text-column", "sentence", "--label-column",
                  "label", "--out", str(out), *FAST, "--epochs", "3"])
     assert (code, capsys.readouterr().err) == (

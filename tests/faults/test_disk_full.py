@@ -156,7 +156,7 @@ def test_an_output_file_is_written_whole_or_not_at_all(run, assert_one_line, dis
     output = tmp_path / "out.txt"
     if command == "translate":
         argv = ["translate", "--checkpoint", checkpoint, "--input", source_file, "--beam", "1", "--max-len-b", "30",
-                "--max-len-a", "0", "--device", "cpu", "--output", output]
+                "--max-len-a", "0", "--device", "cpu", "--engine", "torch", "--output", output]
     else:
         csv = tmp_path / "texts.csv"
         csv.write_text("text\n" + "fire in the forest\n" * 50)
@@ -165,3 +165,17 @@ def test_an_output_file_is_written_whole_or_not_at_all(run, assert_one_line, dis
         code, _, err = run(*argv)
     assert_one_line(code, err, 1, str(output), FULL)
     assert not output.exists() and leftovers(tmp_path) == []
+
+
+def test_a_ctranslate2_conversion_that_does_not_fit_names_its_destination(run, assert_one_line, disk_full, state,
+                                                                          checkpoint, source_file, tmp_path,
+                                                                          monkeypatch) -> None:
+    pytest.importorskip("ctranslate2")
+    monkeypatch.setenv("VASWANI_CACHE", str(tmp_path / "cache"))
+    before = state(checkpoint)
+    with disk_full(40):
+        code, _, err = run("translate", "--checkpoint", checkpoint, "--input", source_file, "--engine",
+                           "ctranslate2", "--length-norm", "power", "--device", "cpu", "--output",
+                           tmp_path / "out.txt")
+    assert_one_line(code, err, 1, "the CTranslate2 conversion cannot be written", "File too large")
+    assert state(checkpoint) == before and not (tmp_path / "out.txt").exists()

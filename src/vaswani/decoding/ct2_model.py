@@ -27,6 +27,7 @@ Conversion imports torch; finding an existing conversion does not.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -227,7 +228,15 @@ def converted_model(checkpoint: Path, quantization: str) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{name}.building-", dir=root))
     staging.chmod(0o777 & ~_umask())  # a plainly made directory's mode, not mkdtemp's private 0700
     try:
-        write_converted_model(checkpoint, staging, quantization)
+        try:
+            write_converted_model(checkpoint, staging, quantization)
+        except OSError as error:  # CTranslate2 names no file: the conversion's destination is what did not fit
+            shutil.rmtree(staging, ignore_errors=True)
+            with contextlib.suppress(OSError):  # the conversions' folder, if this left it empty
+                root.rmdir()
+            raise EnvironmentFault(f"{root / name}: the CTranslate2 conversion cannot be written "
+                                   f"({error.strerror or error}); free space there or set VASWANI_CACHE to a "
+                                   "directory with room") from None
         atomic_write_json(staging / CONVERSION_FILE, {
             "checkpoint": str(checkpoint.resolve()), "checkpoint_sha256": key, "quantization": quantization,
             "ctranslate2": _ctranslate2_version(), "converted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
