@@ -34,15 +34,6 @@ if [ "${1:-}" = prepare ]; then
   fi
   rm -rf "$data" && mkdir -p "$data" && cp -r "$source_data/multi30k" "$data/"
   git rev-parse HEAD >"$data/COMMIT"
-  # The device machine has no package index and no CTranslate2: its wheel travels (Python 3.12 there), the version
-  # installed here. Its needs (numpy, pyyaml) are on the machine.
-  ct2_version=$(python3 -c "import ctranslate2; print(ctranslate2.__version__)" 2>/dev/null)
-  if [ -n "$ct2_version" ]; then
-    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-      --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
-      --platform manylinux2014_x86_64 -d "$data/wheels" "ctranslate2==$ct2_version" ||
-      echo "gpu-session: no ctranslate2 wheel for the device machine; bench engines will fail there" >&2
-  fi
   echo "gpu_data/ holds multi30k and COMMIT $(cat "$data/COMMIT"); pass carry [\"gpu_data\"] with every part"
   exit 0
 fi
@@ -65,7 +56,6 @@ if [ -n "$cpu" ]; then
   bench_train_compiled=("${bench_train[@]}" --length-buckets 2 --compile)
   bench_decode=(--preset tiny --sentences 4 --batch-size 4 --beams 2 --output-len 6 --uncached-sentences 2
     --single-sentences 2 --repeats 1)
-  bench_engines=(--sentences 8 --repeats 1 --quantizations int8)
   attention=(--smoke --lengths 16 --batch-sizes 1 --d-model 16 --heads 2 --windows 4 --window-length 48
     --model-lengths 8 --train-steps 0)
   study=(--smoke)
@@ -91,8 +81,6 @@ else
     --length-buckets 3 --compile --cuda-graphs --precision bf16 --max-tokens 32768 --steps 10 --warmup 3
     --repeats 5)
   bench_decode=(--preset small --compile)
-  # CTranslate2's CUDA build on the short run's model, each GPU quantization, against our torch search on the GPU
-  bench_engines=(--repeats 3)
   attention=(--lengths 128 512 1024 2048 4096 --batch-sizes 1 8 --windows 16 32 64 128 256 512 --train-steps 100
     --train-preset multi30k-ablation)
   study=()
@@ -109,8 +97,6 @@ steps() {
   step bench 120 vaswani train "${short_run[@]}" --run-dir runs/short --set train.device=$device
   step bench 240 vaswani bench train "${bench_train[@]}" --device $device --out results/bench/train-base-$tag.json
   step bench 90 vaswani bench decode "${bench_decode[@]}" --device $device --out results/bench/decode-small-$tag.json
-  step bench 120 vaswani bench engines --checkpoint runs/short "${bench_engines[@]}" --device $device \
-    --out results/engines-$tag
   step train 540 vaswani train "${full_run[@]}" --run-dir runs/multi30k-$tag --set train.device=$device
   step train 20 vaswani experiment final-models --runs runs/multi30k-$tag --device $device \
     --out results/multi30k-$tag
@@ -125,7 +111,7 @@ made() {
   case "$1" in
   tests) ;;
   bench) echo "results/bench/train-base-$tag.json results/bench/train-base-$tag.md
-    results/bench/decode-small-$tag.json results/bench/decode-small-$tag.md results/engines-$tag
+    results/bench/decode-small-$tag.json results/bench/decode-small-$tag.md
     runs/short/metrics.jsonl
     runs/short/summary.json" ;;
   studies) echo "results/attention-$tag results/memory-$tag results/devices-$tag" ;;
@@ -196,10 +182,6 @@ export PYTHONUNBUFFERED=1
 # On the device machine the copy of the tree may sit in no checkout, or in another one: the commit comes from
 # prepare. On the CPU the results name this checkout's commit, and whether it had uncommitted changes.
 if [ -z "$cpu" ]; then export VASWANI_GIT_COMMIT="$commit"; fi
-if [ -z "$cpu" ] && compgen -G "$data/wheels/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$data"/wheels/*.whl &&
-    export PYTHONPATH="$PYTHONPATH:/tmp/site"
-fi
 log=$out/$(IFS=-; echo "${parts[*]}").log
 exec > >(tee "$log") 2>&1
 if [ -z "$cpu" ]; then

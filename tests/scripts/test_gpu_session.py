@@ -48,7 +48,7 @@ def test_the_parts_come_most_valuable_first_and_each_fits_one_device_call() -> N
     first_session = PARTS[: PARTS.index("train") + 1]
     assert sum(seconds for name, seconds, _ in steps if name in first_session) <= 28 * 60
     commands = [" ".join(argv[:2]) for argv in vaswani_commands()]
-    for expected in ("bench train", "bench decode", "bench engines", "experiment attention", "experiment memory",
+    for expected in ("bench train", "bench decode", "experiment attention", "experiment memory",
                      "experiment devices", "train --preset", "experiment final-models"):
         assert any(command.startswith(expected) for command in commands), expected
 
@@ -92,8 +92,7 @@ def test_every_step_runs_end_to_end_on_the_cpu(tmp_path: Path, data_dir: Path) -
         assert "results/multi30k-cpu/table.md" in packed.getnames()
     assert summary["final"]["search"] and summary["step"] == 2
     with tarfile.open(tmp_path / "results-bench.tar.gz") as packed:
-        assert {"results/bench/train-base-cpu.md", "results/bench/decode-small-cpu.json",
-                "results/engines-cpu/table.md"} <= set(packed.getnames())
+        assert {"results/bench/train-base-cpu.md", "results/bench/decode-small-cpu.json"} <= set(packed.getnames())
     assert not (REPO / "results" / "attention-cpu").exists()  # the repository is left untouched
 
 
