@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -16,17 +18,24 @@ if not Path(CHROMIUM).exists():
 SENTENCE = "Ein Hund läuft durch den Schnee."
 
 
-@pytest.fixture
-def page(server):
+@contextlib.contextmanager
+def opened_page(url: str) -> Iterator[sync_api.Page]:
+    """The server's page at ``url`` in headless Chromium."""
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
         try:
             tab = browser.new_page(viewport={"width": 1200, "height": 900})
             tab.set_default_timeout(30_000)
-            tab.goto(server.url + "/")
+            tab.goto(url + "/")
             yield tab
         finally:
             browser.close()
+
+
+@pytest.fixture
+def page(server):
+    with opened_page(server.url) as tab:
+        yield tab
 
 
 @pytest.mark.slow
@@ -75,8 +84,6 @@ def test_errors_are_shown_on_the_page(page) -> None:
 def test_on_ctranslate2_the_heatmap_is_its_attention_and_the_torch_models_when_asked(tiny_checkpoint, tmp_path,
                                                                                       start_server) -> None:
     pytest.importorskip("ctranslate2")
-    import shutil
-
     from vaswani.decoding import SearchConfig
     from vaswani.decoding.config import write_stored_search
 
@@ -85,29 +92,22 @@ def test_on_ctranslate2_the_heatmap_is_its_attention_and_the_torch_models_when_a
     write_stored_search(SearchConfig(beam_size=2, length_norm="power", max_len_a=0.0, max_len_b=8), checkpoint)
     server = start_server(checkpoint, "--engine", "ctranslate2")
     try:
-        with sync_api.sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
-            try:
-                tab = browser.new_page(viewport={"width": 1200, "height": 900})
-                tab.set_default_timeout(30_000)
-                tab.goto(server.url + "/")
-                tab.fill("#source", SENTENCE)
-                tab.select_option("#beam", "2")
-                tab.click("#translate-button")
-                tab.wait_for_selector("#attention:not([hidden])")
-                expected = httpx.post(f"{server.url}/v1/attention", json={"text": SENTENCE, "beam": 2}).json()
-                # CTranslate2's: the last layer, its heads averaged (no head of its own to pick)
-                assert tab.locator("#layer option").all_inner_texts() == ["2 (last)"]
-                assert tab.locator("#head option").all_inner_texts() == ["average"]
-                assert tab.locator("#heatmap .hm-target").count() == len(expected["target_tokens"])
-                assert "ctranslate2" in tab.inner_text("#model")
-                # every layer and head: the torch model's, for the same translation
-                tab.check("#every-head")
-                tab.click("#translate-button")
-                tab.wait_for_function("document.querySelectorAll('#head option').length === 5")
-                assert tab.locator("#layer option").all_inner_texts() == ["1", "2 (last)"]
-                assert tab.inner_text("#translation") == (expected["translation"] or "(empty translation)")
-            finally:
-                browser.close()
+        with opened_page(server.url) as tab:
+            tab.fill("#source", SENTENCE)
+            tab.select_option("#beam", "2")
+            tab.click("#translate-button")
+            tab.wait_for_selector("#attention:not([hidden])")
+            expected = httpx.post(f"{server.url}/v1/attention", json={"text": SENTENCE, "beam": 2}).json()
+            # CTranslate2's: the last layer, its heads averaged (no head of its own to pick)
+            assert tab.locator("#layer option").all_inner_texts() == ["2 (last)"]
+            assert tab.locator("#head option").all_inner_texts() == ["average"]
+            assert tab.locator("#heatmap .hm-target").count() == len(expected["target_tokens"])
+            assert "ctranslate2" in tab.inner_text("#model")
+            # every layer and head: the torch model's, for the same translation
+            tab.check("#every-head")
+            tab.click("#translate-button")
+            tab.wait_for_function("document.querySelectorAll('#head option').length === 5")
+            assert tab.locator("#layer option").all_inner_texts() == ["1", "2 (last)"]
+            assert tab.inner_text("#translation") == (expected["translation"] or "(empty translation)")
     finally:
         server.stop()
