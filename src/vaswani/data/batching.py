@@ -95,7 +95,23 @@ def collate(
 # ---------------------------------------------------------------------------------------------- sampler
 
 
-class TokenBudgetSampler:
+class EpochSampler:
+    """Batches of dataset indices that depend only on (seed, epoch). The last epoch's are kept: the trainer asks for
+    them often."""
+
+    _cache: tuple[int, list[np.ndarray]] | None = None
+
+    def batches(self, epoch: int) -> list[list[int]]:
+        """The batches of ``epoch``, deterministic in (seed, epoch)."""
+        if self._cache is None or self._cache[0] != epoch:
+            self._cache = (epoch, self._make(epoch))
+        return [batch.tolist() for batch in self._cache[1]]
+
+    def _make(self, epoch: int) -> list[np.ndarray]:
+        raise NotImplementedError
+
+
+class TokenBudgetSampler(EpochSampler):
     """An epoch's batches as lists of dataset indices.
 
     ``src_lengths``/``tgt_lengths`` are BPE token counts without specials (``EncodedCorpus.src_lengths``);
@@ -131,13 +147,6 @@ class TokenBudgetSampler:
         self.seed = seed
         self.shuffle = shuffle
         self.chunk_size = chunk_size
-        self._cache: tuple[int, list[np.ndarray]] | None = None  # the last epoch asked for: the trainer asks often
-
-    def batches(self, epoch: int) -> list[list[int]]:
-        """The batches of ``epoch``, deterministic in (seed, epoch)."""
-        if self._cache is None or self._cache[0] != epoch:
-            self._cache = (epoch, self._make(epoch))
-        return [batch.tolist() for batch in self._cache[1]]
 
     def _make(self, epoch: int) -> list[np.ndarray]:
         rng = np.random.default_rng([self.seed, epoch])

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from vaswani.data.batching import Batch
+from vaswani.data.batching import Batch, EpochSampler
 from vaswani.errors import ConfigError
 
 
@@ -66,7 +66,7 @@ def bucket_lengths(sizes: np.ndarray, count: int, longest: int | None = None) ->
     return sorted(set(lengths))
 
 
-class BucketSampler:
+class BucketSampler(EpochSampler):
     """An epoch's batches as lists of dataset indices, each batch inside one length bucket (see the module's
     docstring); deterministic in (seed, epoch).
 
@@ -91,7 +91,6 @@ class BucketSampler:
         self.shuffle = shuffle
         # the bucket of each pair: the shortest length that holds it
         self.bucket_of = np.searchsorted(np.asarray(self.lengths), self.sizes, side="left")
-        self._cache: tuple[int, list[np.ndarray]] | None = None  # the last epoch asked for: the trainer asks often
 
     def rows(self, length: int) -> int:
         """Rows of every batch of the bucket of this length."""
@@ -105,12 +104,6 @@ class BucketSampler:
     def shapes(self) -> list[tuple[int, int]]:
         """Every (rows, length) shape a batch can have, one per bucket."""
         return [(self.rows(length), length) for length in self.lengths]
-
-    def batches(self, epoch: int) -> list[list[int]]:
-        """The batches of ``epoch``."""
-        if self._cache is None or self._cache[0] != epoch:
-            self._cache = (epoch, self._make(epoch))
-        return [batch.tolist() for batch in self._cache[1]]
 
     def _make(self, epoch: int) -> list[np.ndarray]:
         rng = np.random.default_rng([self.seed, epoch])
