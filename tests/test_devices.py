@@ -98,3 +98,29 @@ def test_freed_memory_is_reused_instead_of_faulted_in_again() -> None:
     faults = [step_faults(10_000_000 - 100_000 * k) for k in range(6)]
     first = 3 * 10_000_000 * 4 // 4096  # the pages of the first step
     assert max(faults[2:]) < 0.05 * first, faults
+
+
+@pytest.mark.parametrize("value, expected", [("fast", "bf16"), ("slow", "fp32")])
+def test_the_cpu_bf16_override_decides_auto_as_on_that_machine_class(monkeypatch, value: str, expected: str) -> None:
+    from vaswani.precision import CPU_BF16_OVERRIDE, bf16_is_fast, resolve_precision
+
+    monkeypatch.setenv(CPU_BF16_OVERRIDE, value)
+    bf16_is_fast.cache_clear()
+    try:
+        assert resolve_precision("auto", torch.device("cpu")) == expected
+        assert resolve_precision("fp32", torch.device("cpu")) == "fp32"  # an explicit precision is never overridden
+    finally:
+        bf16_is_fast.cache_clear()
+
+
+def test_an_unknown_cpu_bf16_override_is_named_in_one_line(monkeypatch) -> None:
+    from vaswani.precision import CPU_BF16_OVERRIDE, bf16_is_fast, resolve_precision
+
+    monkeypatch.setenv(CPU_BF16_OVERRIDE, "yes")
+    bf16_is_fast.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match="VASWANI_CPU_BF16='yes' is not one of fast, slow") as error:
+            resolve_precision("auto", torch.device("cpu"))
+        assert "\n" not in str(error.value)
+    finally:
+        bf16_is_fast.cache_clear()

@@ -3,18 +3,26 @@
 bf16 autocast is a large win where the hardware has bf16 matrix units (recent GPUs; CPUs with AVX512-BF16 or
 AMX), and a large loss where it does not: on an AVX2-only CPU, PyTorch emulates bf16 matmuls and a
 training step runs ~15x slower than in fp32 (results/bench/). So "auto" measures instead of assuming.
+
+The measurement can be overridden: ``VASWANI_CPU_BF16=fast`` makes "auto" resolve on any CPU as it does on a CPU
+with bf16 units, ``VASWANI_CPU_BF16=slow`` as on an AVX2-only CPU. The suite runs once each way (``.ci/run``), so
+either machine class checks the other's path.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import time
 
 import torch
 
 from vaswani.config import PRECISIONS
 from vaswani.errors import ConfigError
+
+CPU_BF16_OVERRIDE = "VASWANI_CPU_BF16"
+CPU_BF16_CHOICES = {"fast": True, "slow": False}
 
 
 @functools.lru_cache(maxsize=None)
@@ -24,7 +32,20 @@ def bf16_is_fast(device_type: str) -> bool:
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     if device_type != "cpu":
         return False
+    override = cpu_bf16_override(os.environ.get(CPU_BF16_OVERRIDE))
+    if override is not None:
+        return override
     return _matmul_seconds(torch.bfloat16) < _matmul_seconds(torch.float32)
+
+
+def cpu_bf16_override(value: str | None) -> bool | None:
+    """The CPU's bf16 answer set by ``VASWANI_CPU_BF16`` (None: unset, measure it)."""
+    if not value:
+        return None
+    if value not in CPU_BF16_CHOICES:
+        raise ConfigError(f"{CPU_BF16_OVERRIDE}={value!r} is not one of {', '.join(CPU_BF16_CHOICES)}; unset it to "
+                          "let vaswani measure whether bf16 is fast on this CPU")
+    return CPU_BF16_CHOICES[value]
 
 
 def _matmul_seconds(dtype: torch.dtype, size: int = 256, repeats: int = 3) -> float:

@@ -104,10 +104,12 @@ def test_a_damaged_run_file_stops_the_resume_and_the_run_is_left_as_it_was(run, 
 
 
 def cut_inside(data: bytes) -> bytes:
-    """20 bytes taken out of the middle: a record in the middle of the log is broken."""
-    middle = len(data) // 2
-    return data[: middle - 10] + data[middle + 10 :]
-
+    """The closing brace and newline of the record nearest the middle taken out: that record and the next run
+    together on one line, which no JSON reader accepts, whatever numbers the run logged."""
+    ends = [i for i in range(len(data) - 2) if data[i : i + 2] == b"}\n"]  # every record's but the last
+    assert ends, "the log needs two records to break one of them"
+    end = min(ends, key=lambda i: abs(i - len(data) // 2))
+    return data[:end] + data[end + 2 :]
 
 
 # A record's numbers carry no checksum (the log grows by appends), so the cases are damage to its structure.
