@@ -26,13 +26,18 @@ class ServeSettings:
     max_request_tokens: int = 8192
     # ---- batching ----
     batching: bool = True  # False: every sentence is searched on its own, in arrival order
-    batch_wait_ms: float = 5.0  # how long the first waiting sentence waits for others to join its batch
+    # A ceiling, not a delay: how long a free model slot may hold the oldest waiting sentence for company before it
+    # searches a batch that is not full. 0: an idle model searches at once; what arrives meanwhile forms the next.
+    batch_wait_ms: float = 0.0
     max_batch_sentences: int = 64  # bounded batch: later arrivals wait at most a few batches
     max_batch_tokens: int = 6144  # padded source tokens × beam per batch (the Translator's token budget)
     # ---- compute ----
     engine: EngineName | None = None  # None: the checkpoint's search.json, else auto (ctranslate2 when it can)
     quantization: Quantization | None = None  # ctranslate2's; None: the checkpoint's search.json, else float32
-    threads: int = 1  # CPU threads of the one model thread (torch intra-op threads, or ctranslate2's)
+    # ---- processes and threads (None: chosen for the machine's cores, see thread_layout) ----
+    workers: int = 1  # processes behind the one port, each with its own engine
+    threads: int | None = None  # CPU threads of the engines, every worker together (split evenly between them)
+    parallel_batches: int | None = None  # batches one worker searches at once, each on its share of its threads
     device: str | None = None  # None: cuda when available
     compile: bool = False  # torch.compile the torch engine's decoding step, once, at start-up (decoding/compiled.py)
 
@@ -40,7 +45,7 @@ class ServeSettings:
     LIMITS = {
         **{name: Limit(ge=1) for name in ("max_chars", "max_texts", "max_body_bytes", "max_queue", "max_beam",
                                           "max_request_tokens", "max_batch_sentences", "max_batch_tokens",
-                                          "threads")},
+                                          "workers", "threads", "parallel_batches")},
         "batch_wait_ms": Limit(ge=0, le=MAX_BATCH_WAIT_MS),
     }
 
@@ -60,3 +65,43 @@ class ServeSettings:
     @property
     def wait_seconds(self) -> float:
         return self.batch_wait_ms / 1000 if self.batching else 0.0
+
+
+@dataclass(frozen=True)
+class ThreadLayout:
+    """How the engines of the server spend its CPU threads: ``workers`` processes, each searching
+    ``parallel_batches`` batches at once, each batch on ``threads_per_batch`` engine threads."""
+
+    workers: int
+    parallel_batches: int
+    threads_per_batch: int
+
+    @property
+    def threads(self) -> int:
+        return self.workers * self.parallel_batches * self.threads_per_batch
+
+
+def thread_layout(settings: ServeSettings, cores: int) -> ThreadLayout:
+    """The layout ``settings`` ask for on a machine with ``cores`` usable cores; what they leave out (None) is
+    chosen for the cores (:func:`default_threads`). ``threads`` is split evenly between the workers, and each
+    worker's share between its parallel batches; too few threads to give each at least one is a ConfigError naming
+    the flags."""
+    workers = settings.workers
+    default_total, default_parallel = default_threads(max(1, cores // workers))
+    threads = settings.threads if settings.threads is not None else workers * default_total
+    if threads < workers:
+        raise ConfigError(f"--threads {threads}: fewer than --workers {workers}; give each worker at least one "
+                          "thread", field="serve.threads")
+    per_worker = threads // workers
+    parallel = settings.parallel_batches if settings.parallel_batches is not None else min(default_parallel,
+                                                                                           per_worker)
+    if parallel > per_worker:
+        raise ConfigError(f"--parallel-batches {parallel}: more than the {per_worker} thread(s) of each worker "
+                          f"(--threads {threads} over --workers {workers}); give each batch at least one thread",
+                          field="serve.parallel_batches")
+    return ThreadLayout(workers, parallel, per_worker // parallel)
+
+
+def default_threads(cores: int) -> tuple[int, int]:
+    """(engine threads, parallel batches) of one worker with ``cores`` usable cores."""
+    return cores, 1
