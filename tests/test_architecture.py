@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "vaswani"
-BUILT_ON_THE_CORE = ("experiments", "benchmarks", "classification", "serve", "export")
+BUILT_ON_THE_CORE = ("experiments", "benchmarks", "classification", "serve", "export", "tools")
 # Who may import whom inside the core (besides the package's small shared modules below).
 # Processes only where the process is the point: git for the commit; a server under load, a training run killed
 # with SIGKILL, and commands timed as a user runs them (start-up included), each in a process of its own.
 # Everything else calls the public API in-process.
-SUBPROCESS_ALLOWED = {"vaswani.provenance", "vaswani.serve.loadtest", "vaswani.training.faults",
+SUBPROCESS_ALLOWED = {"vaswani.provenance", "vaswani.tools.serve_load", "vaswani.training.faults",
                       "vaswani.benchmarks.engines"}
 SHARED = {"config", "errors", "io", "precision", "devices", "provenance"}
 CORE_IMPORTS = {

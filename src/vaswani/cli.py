@@ -35,8 +35,9 @@ BUILT_ON_THE_CORE = {
     "vaswani.benchmarks.commands": ("bench",),
     "vaswani.experiments.commands": ("experiment",),
     "vaswani.classification.commands": ("classify",),
-    "vaswani.serve.commands": ("serve", "serve-bench"),
+    "vaswani.serve.commands": ("serve",),
     "vaswani.export.commands": ("export",),
+    "vaswani.tools.commands": ("serve-bench",),
 }
 COMMANDS = {**CORE_COMMANDS, **BUILT_ON_THE_CORE}
 

@@ -28,7 +28,8 @@ def main() -> None:
     parser.add_argument("--max-len-a", type=float, default=1.5)
     parser.add_argument("--max-len-b", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=0, help="threads per batch (intra_threads)")
+    parser.add_argument("--inter-threads", type=int, default=1, help="batches translated at once")
     parser.add_argument("--compute-type", default="default")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
@@ -39,7 +40,7 @@ def main() -> None:
     sources = [encoding.tokens for encoding in tokenizer.encode_batch(lines, add_special_tokens=False)]
     longest = max((len(source) + 1 for source in sources), default=1)
     translator = ctranslate2.Translator(args.model, device=args.device, compute_type=args.compute_type,
-                                        intra_threads=args.threads)
+                                        intra_threads=args.threads, inter_threads=args.inter_threads)
     results = translator.translate_batch(
         sources, max_batch_size=args.batch_size, beam_size=args.beam, length_penalty=args.length_penalty,
         max_decoding_length=int(args.max_len_a * longest + args.max_len_b), min_decoding_length=0,

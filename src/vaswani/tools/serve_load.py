@@ -1,32 +1,144 @@
-"""``vaswani serve-bench``: a bounded loopback load test of ``vaswani serve``, with and without request batching.
+"""``vaswani serve-bench``, the driving half: real ``vaswani serve`` processes on 127.0.0.1 under closed-loop load,
+and the ceilings measured in the same run. :mod:`vaswani.tools.serve_report` turns what this gathers into files.
 
-Two server processes are started on 127.0.0.1 (one batching, one searching each sentence alone) and driven in
-turn — A B, then B A, … — by N concurrent clients for a fixed number of seconds per level, each client sending one
-Multi30k test sentence per request on its kept-alive connection and the next as soon as the answer arrives.
-Nothing leaves the machine and the run stops by itself. Written to ``--out``: results.json (every repeat, with
-provenance), table.md, throughput.png, README.md, and screenshots of the page when Playwright and chromium are
-installed.
+What one run measures, every timed drive interleaved with its rivals (A B, then B A, …) so that a drift in the
+machine's load favours none of them:
+
+- **batching against none**: two servers of the same thread layout, one batching requests and one searching each
+  sentence alone, driven by each ``--clients`` level of closed-loop clients (each sends one Multi30k test sentence
+  per request on its kept-alive connection, and the next as soon as the answer arrives);
+- **thread layouts**: at the largest level, a batching server per ``--layouts`` entry (workers × parallel batches
+  × threads per batch), against a bare CTranslate2 script (ctranslate2 + tokenizers, nothing of vaswani) that
+  translates the same sentences in batches of that size on the same number of threads;
+- **ceilings**: ``GET /health`` at each level (the HTTP stack and this load generator alone: no model time), and
+  the server's batcher called in this process with no HTTP at each level (the model alone), which bounds the
+  latency N closed-loop clients can see: N / its rate.
+
+Nothing leaves the machine and every run stops by itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
-import os
+import math
+import re
 import signal
 import socket
-import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vaswani.errors import VaswaniError
-from vaswani.io import atomic_write_json, atomic_write_text
+from vaswani.errors import ConfigError, VaswaniError
 from vaswani.serve.settings import ServeSettings
 
 MODES = {"batching": [], "no batching": ["--no-batching"]}
+BARE_SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bare_ctranslate2.py"
+READY_LINE = re.compile(r"^vaswani serve: http://", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a server spends its threads: ``workers`` processes × ``parallel_batches`` batches searched at once ×
+    ``threads`` engine threads per batch, written ``WxPxT`` (``1x1x2``: one process, one batch at a time on two
+    threads)."""
+
+    workers: int
+    parallel_batches: int
+    threads: int
+
+    @classmethod
+    def parse(cls, text: str) -> "Layout":
+        parts = text.lower().split("x")
+        if len(parts) != 3 or not all(part.isdigit() and int(part) >= 1 for part in parts):
+            raise ConfigError(f"--layouts {text}: not WORKERSxPARALLEL_BATCHESxTHREADS of whole numbers >= 1 "
+                              "(e.g. 1x1x2: one process searching one batch at a time on two threads)")
+        return cls(*map(int, parts))
+
+    @property
+    def name(self) -> str:
+        return f"{self.workers}x{self.parallel_batches}x{self.threads}"
+
+    @property
+    def total_threads(self) -> int:
+        return self.workers * self.parallel_batches * self.threads
+
+    def flags(self) -> list[str]:
+        return ["--workers", str(self.workers), "--parallel-batches", str(self.parallel_batches), "--threads",
+                str(self.total_threads)]
+
+
+def layouts_for(cores: int) -> list[Layout]:
+    """Every way to spend ``cores`` engine threads, and one thread alone for reference: 1x1x1, then e.g.
+    1x1x2, 1x2x1, 2x1x1 on 2 cores."""
+    found = [Layout(1, 1, 1)]
+    for workers in range(1, cores + 1):
+        for parallel in range(1, cores // workers + 1):
+            if cores % (workers * parallel) == 0:
+                layout = Layout(workers, parallel, cores // (workers * parallel))
+                if layout not in found:
+                    found.append(layout)
+    return found
+
+
+@dataclass
+class Run:
+    """One timed drive of one server (or of its GET /health) by ``clients`` closed-loop clients."""
+
+    server: str  # "batching", "no batching", a layout's name, or "health" (GET /health)
+    clients: int
+    repeat: int
+    requests: int  # answered (200); one sentence each
+    seconds: float
+    per_s: float
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    errors: int
+    error_examples: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ModelAlone:
+    """The server's batcher called in one process, with no HTTP, by ``clients`` closed-loop callers."""
+
+    clients: int
+    sentences_per_s: float
+    batches: int
+    sentences: int
+
+
+@dataclass
+class BareRun:
+    """The bare CTranslate2 script translating the sentences in batches of ``batch`` on ``inter × intra``
+    threads, start-up excluded (its run on an empty input is subtracted)."""
+
+    layout: str  # "inter x intra", e.g. "1x2"
+    repeat: int
+    batch: int
+    sentences: int
+    seconds: float
+    sentences_per_s: float
+
+
+@dataclass
+class LoadTest:
+    """Everything one `vaswani serve-bench` measured, with what it ran on."""
+
+    provenance: dict[str, Any]
+    setup: dict[str, Any]
+    model: dict[str, Any]  # the batching server's /v1/model
+    runs: list[Run]  # batching and no batching at every level
+    health_runs: list[Run]
+    layout_runs: list[Run]
+    bare_runs: list[BareRun]
+    model_alone: list[ModelAlone]
+    screenshots: list[str]
 
 
 def _free_port() -> int:
@@ -36,29 +148,37 @@ def _free_port() -> int:
 
 
 class Server:
-    """`vaswani serve` in a subprocess on a free loopback port."""
+    """`vaswani serve` in a subprocess on a free loopback port, ready once every worker is (it printed its address)
+    and /health answers."""
 
-    def __init__(self, checkpoint: str | Path, flags: list[str], threads: int):
+    def __init__(self, checkpoint: str | Path, flags: list[str]):
         import httpx
 
         self.url = f"http://127.0.0.1:{_free_port()}"
         port = self.url.rsplit(":", 1)[1]
+        # Its output (an access-log line per request) goes to a file: a pipe nobody reads would fill and block it.
+        self.log = tempfile.TemporaryFile(mode="w+", encoding="utf-8")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "vaswani.cli", "serve", "--checkpoint", str(checkpoint), "--port", port,
-             "--threads", str(threads), *flags],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            [sys.executable, "-m", "vaswani.cli", "serve", "--checkpoint", str(checkpoint), "--port", port, *flags],
+            stdout=self.log, stderr=subprocess.STDOUT, text=True,
         )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise VaswaniError(f"the server did not start: {startup_error(self.process.stderr.read())}")
-            try:
-                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                time.sleep(0.3)
+                raise VaswaniError(f"the server did not start: {startup_error(self.output())}")
+            if READY_LINE.search(self.output()):
+                try:
+                    if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass
+            time.sleep(0.2)
         self.stop()
         raise VaswaniError("the server was not ready after 120 s")
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read()
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -67,15 +187,16 @@ class Server:
                 self.process.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 self.process.kill()
+        self.log.close()
 
 
 SERVE_ERROR = "vaswani serve: error: "
 
 
-def startup_error(stderr: str) -> str:
+def startup_error(output: str) -> str:
     """Why a `vaswani serve` that exited at start-up stopped, in one line: its own error message, or else the last
     line of what it printed (a bug's traceback ends with the exception) and where to see the rest."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
     for line in reversed(lines):
         if line.startswith(SERVE_ERROR):
             return line.removeprefix(SERVE_ERROR)
@@ -135,8 +256,13 @@ class Connection:
         self.reader = self.writer = self.protocol = None
 
 
-async def _drive(url: str, clients: int, seconds: float, sentences: list[str], beam: int,
-                 health: bool = False) -> dict[str, Any]:
+def percentile(ordered: list[float], q: float) -> float | None:
+    """The ``q`` quantile of sorted seconds, in milliseconds (None for no values)."""
+    return 1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else None
+
+
+async def drive(url: str, clients: int, seconds: float, sentences: list[str], beam: int, server: str = "",
+                repeat: int = 0, health: bool = False) -> Run:
     """``clients`` closed-loop clients for ``seconds``, each on a kept-alive connection; requests still running at
     the deadline are waited for. With ``health``, they ask GET /health instead: an answer that costs no model time,
     so its rate is what the HTTP stack and this load generator allow on the machine, the ceiling of any
@@ -171,49 +297,86 @@ async def _drive(url: str, clients: int, seconds: float, sentences: list[str], b
     await asyncio.gather(*(client() for _ in range(clients)))
     elapsed = time.perf_counter() - started
     ordered = sorted(latencies)
-
-    def percentile(q: float) -> float | None:
-        return 1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else None
-
-    return {
-        "sentences": len(latencies), "seconds": round(elapsed, 3),
-        "sentences_per_s": round(len(latencies) / elapsed, 3),
-        "p50_ms": percentile(0.50), "p95_ms": percentile(0.95), "p99_ms": percentile(0.99),
-        "errors": len(errors), "error_examples": errors[:3],
-    }
+    return Run("health" if health else server, clients, repeat, len(latencies), round(elapsed, 3),
+               round(len(latencies) / elapsed, 3), percentile(ordered, 0.50), percentile(ordered, 0.95),
+               percentile(ordered, 0.99), len(errors), errors[:3])
 
 
-async def _drive_batcher(checkpoint: str | Path, settings: ServeSettings, clients: int, seconds: float,
-                         sentences: list[str], beam: int) -> dict[str, Any]:
-    """``clients`` closed-loop callers of the server's batcher, in this process, for ``seconds``: the rate of the
-    model thread with no HTTP, the ceiling the served rate approaches."""
-    import dataclasses
-
+async def drive_batcher(checkpoint: str | Path, settings: ServeSettings, levels: list[int], seconds: float,
+                        sentences: list[str], beam: int) -> list[ModelAlone]:
+    """At each level, that many closed-loop callers of the server's batcher in this process for ``seconds``: the
+    rate of the model with no HTTP, the ceiling the served rate approaches."""
     from vaswani.serve.app import load_served_model
     from vaswani.serve.batcher import Batcher
 
-    translator = load_served_model(checkpoint, settings).translator
+    served = load_served_model(checkpoint, settings)
+    translator = served.translator
     config = translator.engine.bind(dataclasses.replace(translator.config, beam_size=beam))
     sources = translator.encode(sentences)
-    batcher = Batcher(translator, settings)
-    batcher.start()
-    done, started = 0, time.perf_counter()
-    deadline = started + seconds
+    results = []
+    for clients in levels:
+        batcher = Batcher(served.translators, settings)
+        batcher.start()
+        done, started = 0, time.perf_counter()
+        deadline = started + seconds
 
-    async def caller(first: int) -> None:
-        nonlocal done
-        index = first
-        while time.perf_counter() < deadline:
-            await batcher.translate([sources[index % len(sources)]], config)
-            index, done = index + clients, done + 1
+        async def caller(first: int) -> None:
+            nonlocal done
+            index = first
+            while time.perf_counter() < deadline:
+                await batcher.translate([sources[index % len(sources)]], config)
+                index, done = index + clients, done + 1
 
-    try:
-        await asyncio.gather(*(caller(i) for i in range(clients)))
-    finally:
-        await batcher.stop()
-    elapsed = time.perf_counter() - started
-    return {"clients": clients, "sentences_per_s": round(done / elapsed, 3), "batches": batcher.batches_run,
-            "sentences": batcher.sentences_run, "engine": translator.engine.describe()}
+        try:
+            await asyncio.gather(*(caller(i) for i in range(clients)))
+        finally:
+            await batcher.stop()
+        elapsed = time.perf_counter() - started
+        results.append(ModelAlone(clients, round(done / elapsed, 3), batcher.batches_run, batcher.sentences_run))
+    return results
+
+
+def bare_runs(model: dict[str, Any], checkpoint: Path, sentences: list[str], beam: int, batch: int,
+              threads: int, seconds: float, repeats: int) -> list[BareRun]:
+    """The bare CTranslate2 script on the servers' converted model, in batches of ``batch``, on ``threads`` threads
+    spent as one batch at a time (inter 1 × intra ``threads``) or several at once (inter ``threads`` × intra 1);
+    each run's input is the sentences repeated to last about ``seconds``, and its start-up (the same command on an
+    empty input) is subtracted."""
+    search = model.get("search") or {}
+    exponent = search.get("alpha", 1.0) if search.get("length_norm") == "power" else 1.0
+    layouts = sorted({(1, threads), (threads, 1)})
+    runs: list[BareRun] = []
+    with tempfile.TemporaryDirectory() as workdir:
+        work = Path(workdir)
+
+        def timed(inter: int, intra: int, lines: list[str]) -> float:
+            source, out = work / "source.txt", work / "out.txt"
+            source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+            command = [sys.executable, str(BARE_SCRIPT), model["model"], str(checkpoint / "tokenizer.json"),
+                       str(source), str(out), "--beam", str(beam), "--length-penalty", repr(exponent),
+                       "--max-len-a", repr(search.get("max_len_a", 1.5)), "--max-len-b",
+                       str(search.get("max_len_b", 10)), "--batch-size", str(batch), "--threads", str(intra),
+                       "--inter-threads", str(inter)]
+            started = time.perf_counter()
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode != 0:
+                lines_ = [line for line in done.stderr.splitlines() if line.strip()]
+                raise VaswaniError(f"the bare CTranslate2 script failed: {lines_[-1] if lines_ else done.returncode}")
+            return time.perf_counter() - started
+
+        copies = {}
+        for inter, intra in layouts:  # untimed calibration: how many copies of the sentences last ``seconds``
+            rate = len(sentences) / max(timed(inter, intra, sentences) - timed(inter, intra, []), 1e-3)
+            copies[inter, intra] = max(1, math.ceil(seconds * rate / len(sentences)))
+        for repeat in range(repeats):
+            for inter, intra in layouts if repeat % 2 == 0 else layouts[::-1]:
+                lines = sentences * copies[inter, intra]
+                total = timed(inter, intra, lines)
+                start_up = timed(inter, intra, [])
+                taken = max(total - start_up, 1e-3)
+                runs.append(BareRun(f"{inter}x{intra}", repeat, batch, len(lines), round(taken, 3),
+                                    round(len(lines) / taken, 3)))
+    return runs
 
 
 def run_load_test(
@@ -224,40 +387,51 @@ def run_load_test(
     n_sentences: int,
     out: Path,
     data_dir: Path | None = None,
-    threads: int = 1,
     repeats: int = 2,
-    engine: str | None = None,
-    quantization: str | None = None,
-) -> dict[str, Any]:
-    """``engine``, ``quantization``: the servers' (None: the checkpoint's choice)."""
+    engine_flags: list[str] | None = None,
+    settings: ServeSettings | None = None,
+    layouts: list[Layout] | None = None,
+) -> LoadTest:
+    """Measure, then write ``out`` (:func:`vaswani.tools.serve_report.write_report`). ``engine_flags`` (e.g.
+    --engine, --quantization, --threads) go to every server; ``settings`` are the same for the in-process batcher;
+    ``layouts``: the thread layouts compared at the largest level (None: :func:`layouts_for` the usable cores)."""
     import torch
 
     from vaswani.data.corpora import load_corpus
-    from vaswani.provenance import provenance
+    from vaswani.model.serialization import resolve_checkpoint
+    from vaswani.provenance import provenance, usable_cores
+    from vaswani.tools.serve_report import save_screenshots, write_report
 
     stamp = provenance("cpu")  # before anything is written: the tree is still the committed one
+    settings = settings or ServeSettings()
+    engine_flags = engine_flags or []
+    cores = usable_cores()
+    layouts = layouts if layouts is not None else layouts_for(cores)
     sentences = load_corpus("multi30k", "test2016", data_dir=data_dir).source[:n_sentences]
-    chosen = [flag for option, value in (("--engine", engine), ("--quantization", quantization)) if value
-              for flag in (option, value)]
-    servers = {mode: Server(checkpoint, [*flags, *chosen], threads) for mode, flags in MODES.items()}
-    runs: list[dict[str, Any]] = []
-    ceilings: list[dict[str, Any]] = []  # GET /health at the same concurrency: the HTTP stack's own limit
+    top = max(clients)
+    runs: list[Run] = []
+    health_runs: list[Run] = []
+    layout_runs: list[Run] = []
+
+    def interleaved(servers: dict[str, Server], level: int, repeat: int, into: list[Run]) -> None:
+        order = list(servers.items())
+        if repeat % 2:  # A B, then B A: a drift in the machine's load favours neither
+            order.reverse()
+        for name, server in order:
+            run = asyncio.run(drive(server.url, level, seconds, sentences, beam, name, repeat))
+            into.append(run)
+            print(f"{name:>12} {level:>3} clients, repeat {repeat}: {run.per_s:.2f} sentences/s, "
+                  f"p95 {run.p95_ms or 0:.0f} ms, errors {run.errors}", flush=True)
+
+    servers = {mode: Server(checkpoint, [*flags, *engine_flags]) for mode, flags in MODES.items()}
     try:
-        for url in (s.url for s in servers.values()):  # warm-up: first calls pay for lazy initialisation
-            asyncio.run(_drive(url, 2, 2.0, sentences, beam))
+        for server in servers.values():  # warm-up: first calls pay for lazy initialisation
+            asyncio.run(drive(server.url, 2, 2.0, sentences, beam))
         for level in clients:
             for repeat in range(repeats):
-                order = list(servers.items())
-                if repeat % 2:  # A B, then B A: a drift in the machine's load favours neither mode
-                    order.reverse()
-                for mode, server in order:
-                    result = asyncio.run(_drive(server.url, level, seconds, sentences, beam))
-                    runs.append({"mode": mode, "clients": level, "repeat": repeat, **result})
-                    print(f"{mode:>12} {level:>3} clients, repeat {repeat}: {result['sentences_per_s']:.2f} "
-                          f"sentences/s, p95 {result['p95_ms'] or 0:.0f} ms, errors {result['errors']}", flush=True)
-                ceiling = asyncio.run(_drive(servers["batching"].url, level, seconds, sentences, beam, health=True))
-                ceilings.append({"clients": level, "repeat": repeat, "requests_per_s": ceiling["sentences_per_s"],
-                                 "p95_ms": ceiling["p95_ms"]})
+                interleaved(servers, level, repeat, runs)
+                health_runs.append(asyncio.run(drive(servers["batching"].url, level, seconds, sentences, beam,
+                                                     repeat=repeat, health=True)))
         screenshots = save_screenshots(servers["batching"].url, out)
         import httpx
 
@@ -266,224 +440,51 @@ def run_load_test(
         for server in servers.values():
             server.stop()
 
-    # The model thread alone: the batcher searched in this process at the largest level, with no HTTP at all (the
-    # servers have stopped, so it has the cores to itself, as the servers had).
-    settings = ServeSettings(engine=engine, quantization=quantization, threads=threads)
-    model_alone = asyncio.run(_drive_batcher(checkpoint, settings, max(clients), seconds, sentences, beam))
-    rows = summarise(runs, clients)
-    results = {
-        "provenance": stamp,
-        "setup": {
+    # Thread layouts at the largest level, each a batching server of its own, started together and driven in turn.
+    chosen = _without_layout_flags(engine_flags)
+    if layouts:
+        rivals = {layout.name: Server(checkpoint, [*chosen, *layout.flags()]) for layout in layouts}
+        try:
+            for server in rivals.values():
+                asyncio.run(drive(server.url, top, 2.0, sentences, beam))
+            for repeat in range(repeats):
+                interleaved(rivals, top, repeat, layout_runs)
+        finally:
+            for server in rivals.values():
+                server.stop()
+
+    # The ceilings with no HTTP, once every server has stopped (so they have the cores to themselves, as the
+    # servers had): the model alone, and the bare script at the largest level's batch on the same threads.
+    model_alone = asyncio.run(drive_batcher(checkpoint, settings, clients, seconds, sentences, beam))
+    bare = []
+    if model.get("engine") == "ctranslate2":
+        threads = max(layout.total_threads for layout in layouts) if layouts else cores
+        bare = bare_runs(model, resolve_checkpoint(checkpoint), sentences, beam, top, threads, seconds, repeats)
+    test = LoadTest(
+        provenance=stamp,
+        setup={
             "checkpoint": str(checkpoint), "beam": beam, "seconds_per_run": seconds, "repeats": repeats,
             "sentences": f"first {len(sentences)} sources of Multi30k test2016, cycled",
-            "server_threads": threads, "cores_visible": os.cpu_count(), "torch_threads_client": torch.get_num_threads(),
+            "server_flags": engine_flags, "cores_visible": cores, "torch_threads_client": torch.get_num_threads(),
+            "layouts": [layout.name for layout in layouts],
             "note": "server and load generator run on the same machine and share its cores",
         },
-        "model": model, "rows": rows, "runs": runs, "screenshots": screenshots,
-        "http_ceiling": [{"clients": level, "requests_per_s": statistics.median(
-            c["requests_per_s"] for c in ceilings if c["clients"] == level)} for level in clients],
-        "http_ceiling_runs": ceilings,
-        "model_thread_alone": model_alone,
-    }
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "results.json", results)
-    atomic_write_text(out / "table.md", table(results))
-    plot(rows, out / "throughput.png")
-    atomic_write_text(out / "README.md", readme(results))
-    print(f"wrote {out}/results.json, table.md, throughput.png, README.md")
-    return results
+        model=model, runs=runs, health_runs=health_runs, layout_runs=layout_runs, bare_runs=bare,
+        model_alone=model_alone, screenshots=screenshots,
+    )
+    write_report(test, out)
+    return test
 
 
-def summarise(runs: list[dict[str, Any]], clients: list[int]) -> list[dict[str, Any]]:
-    """Per mode and level: the median over repeats, the spread (min–max), and the speed-up of batching."""
-    rows = []
-    for level in clients:
-        for mode in MODES:
-            mine = [r for r in runs if r["mode"] == mode and r["clients"] == level]
-            rate = [r["sentences_per_s"] for r in mine]
-            row = {"mode": mode, "clients": level, "sentences_per_s": statistics.median(rate),
-                   "sentences_per_s_min": min(rate), "sentences_per_s_max": max(rate),
-                   "errors": sum(r["errors"] for r in mine)}
-            for key in ("p50_ms", "p95_ms", "p99_ms"):
-                values = [r[key] for r in mine if r[key] is not None]
-                row[key] = statistics.median(values) if values else None
-            rows.append(row)
-        batched = rows[-2]
-        ratios = sorted(
-            a["sentences_per_s"] / b["sentences_per_s"]
-            for a in runs if a["mode"] == "batching" and a["clients"] == level
-            for b in runs if b["mode"] == "no batching" and b["clients"] == level and b["repeat"] == a["repeat"]
-            if b["sentences_per_s"] > 0
-        )
-        batched["speedup"] = statistics.median(ratios) if ratios else None
-        batched["speedup_range"] = [ratios[0], ratios[-1]] if ratios else None
-    return rows
+def _without_layout_flags(flags: list[str]) -> list[str]:
+    """``flags`` without the thread layout's (--workers, --parallel-batches, --threads and their values)."""
+    kept, skip = [], False
+    for flag in flags:
+        if skip:
+            skip = False
+        elif flag in ("--workers", "--parallel-batches", "--threads"):
+            skip = True
+        else:
+            kept.append(flag)
+    return kept
 
-
-def _ms(value: float | None) -> str:
-    return "–" if value is None else f"{value:,.0f}"
-
-
-def engine_line(model: dict[str, Any]) -> str:
-    """What the servers ran on, from their /v1/model: e.g. "ctranslate2 int8 on cpu"."""
-    engine = model.get("engine") or "torch"
-    return " ".join(part for part in (engine, model.get("quantization"), "on", model.get("device") or "cpu") if part)
-
-
-def table(results: dict[str, Any]) -> str:
-    setup, prov = results["setup"], results["provenance"]
-    lines = [
-        "# `vaswani serve` under load (loopback)",
-        "",
-        f"Beam {setup['beam']}, one sentence per request, {setup['seconds_per_run']:.0f} s per run, "
-        f"{setup['repeats']} repeats interleaved A B, B A (medians; min–max in brackets). "
-        f"**The server and the load generator share the machine's {setup['cores_visible']} cores** "
-        f"(server: {engine_line(results.get('model') or {})}, {setup['server_threads']} thread"
-        f"{'s' if setup['server_threads'] > 1 else ''}).",
-        "",
-        "| clients | mode | sentences/s | batching speed-up | p50 ms | p95 ms | p99 ms | errors |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    ceilings = {c["clients"]: c["requests_per_s"] for c in results.get("http_ceiling", [])}
-    for row in results["rows"]:
-        speedup = "" if row.get("speedup") is None else (
-            f"{row['speedup']:.2f}× ({row['speedup_range'][0]:.2f}–{row['speedup_range'][1]:.2f})")
-        lines.append(
-            f"| {row['clients']} | {row['mode']} | {row['sentences_per_s']:.2f} "
-            f"({row['sentences_per_s_min']:.2f}–{row['sentences_per_s_max']:.2f}) | {speedup} | "
-            f"{_ms(row['p50_ms'])} | {_ms(row['p95_ms'])} | {_ms(row['p99_ms'])} | {row['errors']} |")
-    if ceilings:
-        lines += ["", "The ceiling of any rate above: the same clients asking `GET /health`, which costs no model time "
-                  "(the HTTP stack and the load generator alone, on the same cores): "
-                  + ", ".join(f"{ceilings[level]:.0f} requests/s at {level} client{'s' if level > 1 else ''}"
-                              for level in sorted(ceilings)) + "."]
-    alone = results.get("model_thread_alone")
-    if alone:
-        lines += ["", f"The model thread alone (the server's batcher called in one process, no HTTP, "
-                  f"{alone['clients']} callers): {alone['sentences_per_s']:.0f} sentences/s, "
-                  f"{alone['sentences'] / max(alone['batches'], 1):.1f} sentences per batch."]
-    hardware = prov["hardware"]
-    lines += ["", f"Command: `{prov['command']}` · commit {prov['git'].get('commit', '?')[:10]}"
-              f"{' (dirty tree)' if prov['git'].get('dirty') else ''} · {hardware.get('processor', '')}, {hardware.get('cpu_count', '?')} cores", ""]
-    return "\n".join(lines)
-
-
-def readme(results: dict[str, Any]) -> str:
-    """Findings in prose, every number read from the rows."""
-    rows = results["rows"]
-    batched = [r for r in rows if r["mode"] == "batching"]
-    alone = [r for r in rows if r["mode"] == "no batching"]
-    most = max(batched, key=lambda r: r["clients"])
-    least = min(batched, key=lambda r: r["clients"])
-    alone_most = next(r for r in alone if r["clients"] == most["clients"])
-    errors = sum(r["errors"] for r in rows)
-    text = [
-        "# Serving under load",
-        "",
-        "Written by `vaswani serve-bench` (see `table.md` for every level and `results.json` for every run).",
-        "",
-        f"- With {most['clients']} concurrent clients, request batching serves **{most['sentences_per_s']:.2f}** "
-        f"sentences/s against **{alone_most['sentences_per_s']:.2f}** one sentence at a time: "
-        f"{most['speedup']:.2f}× (per-repeat range {most['speedup_range'][0]:.2f}–{most['speedup_range'][1]:.2f}); "
-        f"p95 latency {_ms(most['p95_ms'])} ms against {_ms(alone_most['p95_ms'])} ms.",
-        f"- With {least['clients']} client(s) there is nothing to batch: {least['sentences_per_s']:.2f} against "
-        f"{next(r for r in alone if r['clients'] == least['clients'])['sentences_per_s']:.2f} sentences/s, "
-        f"{least['speedup']:.2f}× ({_lone_client_verdict(least['speedup_range'])}).",
-        f"- Errors over all runs: **{errors}**.",
-        "- The server and the load generator share the same cores (and, on the machine that wrote these files, "
-        "other jobs), so the absolute rates are low and noisy; the ratios were measured with the two servers "
-        "driven in turn (A B, B A, …) in one process.",
-        "",
-        "![throughput and latency](throughput.png)",
-        "",
-    ]
-    model = results.get("model") or {}
-    if results.get("screenshots"):
-        bleu = model.get("val_bleu")
-        which = (f"step {model['step']}" if model.get("step") is not None else model.get("weights")) or "no step known"
-        score = ("validation BLEU unknown" if bleu is None else
-                 f"validation BLEU {bleu:.1f} on {model.get('val_bleu_on') or 'the validation split'}")
-        text += [
-            f"The screenshots show the page serving `{model.get('id')}` ({which}, {score}) and the beam-4 "
-            "translation of the sentence typed; one target row is clicked, which lights up its source tokens.",
-            "",
-        ]
-        text += [f"![the attention page]({shot})" for shot in results["screenshots"]] + [""]
-    return "\n".join(text)
-
-
-def _lone_client_verdict(ratio_range: list[float] | None) -> str:
-    if not ratio_range:
-        return "no ratio"
-    low, high = ratio_range
-    if low <= 1.0 <= high:
-        return f"per-repeat ratios {low:.2f}–{high:.2f} straddle 1: no difference beyond the noise"
-    if high < 1.0:
-        return f"per-repeat ratios {low:.2f}–{high:.2f}: the gathering wait costs a lone client"
-    return f"per-repeat ratios {low:.2f}–{high:.2f}, above 1 although a lone client has nothing to batch: noise"
-
-
-def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6))
-    for mode, marker in zip(MODES, ("o", "s")):
-        mine = [r for r in rows if r["mode"] == mode]
-        levels = [r["clients"] for r in mine]
-        left.plot(levels, [r["sentences_per_s"] for r in mine], marker=marker, label=mode)
-        left.fill_between(levels, [r["sentences_per_s_min"] for r in mine], [r["sentences_per_s_max"] for r in mine],
-                          alpha=0.2)
-        right.plot(levels, [(r["p95_ms"] or 0) / 1000 for r in mine], marker=marker, label=mode)
-    levels = sorted({r["clients"] for r in rows})
-    for axis, label in ((left, "sentences / s"), (right, "p95 latency (s)")):
-        axis.set_xscale("log", base=2)
-        axis.set_xticks(levels, [str(level) for level in levels])
-        axis.set_xlabel("concurrent clients")
-        axis.set_ylabel(label)
-        axis.grid(alpha=0.3)
-    left.legend()
-    fig.suptitle("vaswani serve on loopback (server and clients share the cores)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-SCREENSHOT_SENTENCE = "Ein Mann mit einem roten Hut spielt Gitarre auf der Straße."
-
-
-def save_screenshots(url: str, out: Path) -> list[str]:
-    """The page with a translation and its heatmap, at laptop and phone widths (skipped without a browser)."""
-    try:
-        from playwright.sync_api import sync_playwright
-    except ModuleNotFoundError:
-        print("no playwright: screenshots skipped", file=sys.stderr)
-        return []
-    chromium = "/usr/bin/chromium"
-    if not Path(chromium).exists():
-        print("no /usr/bin/chromium: screenshots skipped", file=sys.stderr)
-        return []
-    out.mkdir(parents=True, exist_ok=True)
-    names = []
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, headless=True, args=["--no-sandbox"])
-        try:
-            for name, viewport in (("page.png", {"width": 1280, "height": 900}),
-                                   ("page-phone.png", {"width": 390, "height": 844})):
-                page = browser.new_page(viewport=viewport, device_scale_factor=2 if "phone" in name else 1)
-                page.set_default_timeout(60_000)
-                page.goto(url + "/")
-                page.fill("#source", SCREENSHOT_SENTENCE)
-                page.check("#nbest")
-                page.click("#translate-button")
-                page.wait_for_selector("#attention:not([hidden])")
-                targets = page.locator("#heatmap .hm-target .hm-tgt")
-                targets.nth(min(2, targets.count() - 1)).click()  # pin one row: its source tokens light up
-                page.screenshot(path=str(out / name), full_page=True)
-                page.close()
-                names.append(name)
-        finally:
-            browser.close()
-    return names
