@@ -16,6 +16,7 @@ BUILT_ON_THE_CORE = ("experiments", "benchmarks", "classification", "serve", "ex
 # with SIGKILL, and commands timed as a user runs them (start-up included), each in a process of its own.
 # Everything else calls the public API in-process.
 SUBPROCESS_ALLOWED = {"vaswani.provenance", "vaswani.tools.serve_load", "vaswani.training.faults",
+                      "vaswani.benchmarks.engine_profile",
                       "vaswani.benchmarks.engines"}
 SHARED = {"config", "errors", "io", "precision", "devices", "provenance"}
 CORE_IMPORTS = {

@@ -12,14 +12,22 @@ load hits all of them alike; each figure is the median of the repeats (min–max
 All of them translate with the checkpoint's stored search (``search.json``) at ``--beam``, on ``--threads``
 threads; a stored GNMT length penalty, which CTranslate2 cannot rank a beam by, is measured as the power |Y|^α
 with the same α. The conversions are made, and every command run once, before the timed repeats. Each output is scored
-(sacreBLEU), and an empty input gives each command's start-up time alone. Written to ``--out``: results.json
-(every run, with provenance) and table.md.
+(sacreBLEU), and an empty input gives each command's start-up time alone. The commands run with Python's bytecode
+cache on (in a directory of the run's own), as an installed package does even where the environment says
+PYTHONDONTWRITEBYTECODE: otherwise every timed `vaswani translate` would compile vaswani's source again, a cost
+no installed copy pays and the bare script (whose libraries come compiled) never does.
+
+``--profile`` adds where vaswani's time goes on CTranslate2 (cProfile, which slows Python code by a constant
+factor, so its figures are shares, not timings): the start-up (``vaswani translate`` of an empty input, by phase),
+and the translation (the time inside CTranslate2's ``translate_batch`` against the Python around it, per batch).
+Written to ``--out``: results.json (every run, with provenance), table.md, and profile.md with ``--profile``.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import statistics
 import subprocess
 import sys
@@ -51,6 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quantizations", nargs="+", default=None, choices=QUANTIZATIONS,
                         help="CTranslate2's (default: float32 int8 on the CPU, float16 int8_float16 bfloat16 on a GPU)")
     parser.add_argument("--repeats", type=ranged(int, ge=1), default=3)
+    parser.add_argument("--profile", action="store_true",
+                        help="also profile vaswani translate on CTranslate2: its start-up by phase, and the Python "
+                        "around each batch's search (profile.md)")
     parser.add_argument("--out", type=Path, default=None, help="directory for results.json and table.md")
 
 
@@ -78,28 +89,50 @@ def run(args: argparse.Namespace) -> int:
         work = Path(workdir)
         (work / "source.txt").write_text("".join(line + "\n" for line in sources), encoding="utf-8")
         (work / "empty.txt").write_text("", encoding="utf-8")
+        env = command_environment(work / "pycache")
         commands = _commands(checkpoint, search, length_exponent(search), conversions, args.threads, args.device)
-        for name, command in commands.items():  # untimed: file caches, lazily built things
-            _timed(command(work / "source.txt", work / "warm-up.txt"))
+        for name, command in commands.items():  # untimed: file and bytecode caches, lazily built things
+            _timed(command(work / "source.txt", work / "warm-up.txt"), env)
         runs: list[dict[str, Any]] = []
         names = list(commands)
         for repeat in range(args.repeats):
             order = names[repeat % len(names):] + names[: repeat % len(names)]
             for name in order:
-                seconds = _timed(commands[name](work / "source.txt", work / f"{name}.txt"))
-                start_up = _timed(commands[name](work / "empty.txt", work / "empty-out.txt"))
+                seconds = _timed(commands[name](work / "source.txt", work / f"{name}.txt"), env)
+                start_up = _timed(commands[name](work / "empty.txt", work / "empty-out.txt"), env)
                 runs.append({"command": name, "repeat": repeat, "seconds": seconds, "start_up_seconds": start_up})
             print(f"repeat {repeat + 1}/{args.repeats} done", flush=True)
         bleu = {name: round(corpus_scores((work / f"{name}.txt").read_text(encoding="utf-8").splitlines(),
                                           references).bleu, 2) for name in commands}
         outputs = {name: (work / f"{name}.txt").read_text(encoding="utf-8") for name in commands}
+        profile = None
+        if args.profile and quantizations:
+            from vaswani.benchmarks.engine_profile import profile_translate
+
+            quantization = quantizations[-1]
+            profile = profile_translate(commands[f"vaswani translate, ctranslate2 {quantization}"], work, env,
+                                        quantization)
     report = _report(stamp, args, checkpoint, search, commands, runs, bleu, outputs, len(sources))
+    if profile is not None:
+        report["profile"] = dataclasses.asdict(profile)
     print(render_table(report))
     if args.out is not None:
         atomic_write_json(args.out / "results.json", report)
         atomic_write_text(args.out / "table.md", render_table(report))
         print(f"wrote {args.out / 'results.json'} and {args.out / 'table.md'}")
+        if profile is not None:
+            from vaswani.benchmarks.engine_profile import render_profile
+
+            atomic_write_text(args.out / "profile.md", render_profile(profile, report))
+            print(f"wrote {args.out / 'profile.md'}")
     return 0
+
+
+def command_environment(bytecode: Path) -> dict[str, str]:
+    """This process's environment with Python's bytecode cache on, kept in ``bytecode`` (never the source tree)."""
+    env = {**os.environ, "PYTHONPYCACHEPREFIX": str(bytecode)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
 
 
 def _commands(checkpoint: Path, search: Any, exponent: float, conversions: dict[str, Path], threads: int,
@@ -126,9 +159,9 @@ def _commands(checkpoint: Path, search: Any, exponent: float, conversions: dict[
     return commands
 
 
-def _timed(argv: list[str]) -> float:
+def _timed(argv: list[str], env: dict[str, str] | None = None) -> float:
     started = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, text=True)
+    done = subprocess.run(argv, capture_output=True, text=True, env=env)
     seconds = time.perf_counter() - started
     if done.returncode != 0:
         lines = [line for line in done.stderr.splitlines() if line.strip()]

@@ -28,6 +28,10 @@ MIN_VOCAB_SIZE = N_BYTES + len(SPECIAL_TOKENS)  # every byte plus the special to
 MAX_VOCAB_SIZE = 1_000_000  # far past any translation vocabulary; the BPE trainer's own limit is a 32-bit count
 
 
+# Texts from which one encode_batch call builds the encoder without the NFKC step (see Tokenizer.__init__).
+STRIPPED_ENCODER_FROM = 4096
+
+
 def _tokenizers():
     import tokenizers  # imported lazily: `vaswani --help` should not pay for it
 
@@ -42,13 +46,12 @@ class Tokenizer:
         # Text that happens to contain "<s>" or "</s>" must be encoded as ordinary characters, never as the
         # control tokens (this flag is not saved in tokenizer.json, so it is set on every construction).
         self._tok.encode_special_tokens = True
-        # The encoder we call runs without its NFKC step: Python's unicodedata does the same normalisation in
-        # ~0.2 µs per sentence where the Rust normalizer (which tracks character alignments we never use)
-        # costs ~7 µs, about 12% of all encoding time. tokenizer.json keeps its NFKC normalizer, so the saved
-        # file used on its own gives the same ids.
-        self._encoder = _tokenizers().Tokenizer.from_str(hf_tokenizer.to_str())
-        self._encoder.normalizer = None
-        self._encoder.encode_special_tokens = True
+        # What encode_batch calls. Python's unicodedata normalises (NFKC) every text first, so the tokenizer's own
+        # NFKC step finds nothing left to do; it still costs ~7 µs a sentence (the Rust normalizer tracks character
+        # alignments we never use), about 12% of all encoding time. A copy without that step pays for itself past
+        # STRIPPED_ENCODER_FROM texts: building it parses the vocabulary and merges again, tens of milliseconds that
+        # every start-up of `vaswani translate` would otherwise pay. Either encoder gives the same ids.
+        self._encoder = self._tok
         for expected_id, token in enumerate(SPECIAL_TOKENS):
             if self._tok.token_to_id(token) != expected_id:
                 raise DataError(
@@ -149,8 +152,16 @@ class Tokenizer:
             longest = self.chars_for(max_ids)
             texts = [text if len(text) <= longest else text[:longest] for text in texts]
         texts = [unicodedata.normalize("NFKC", text) for text in texts]
+        if len(texts) >= STRIPPED_ENCODER_FROM and self._encoder is self._tok:
+            self._encoder = self._stripped_encoder()
         ids = [encoding.ids for encoding in self._encoder.encode_batch(texts, add_special_tokens=False)]
         return ids if max_ids is None else [row[:max_ids] for row in ids]
+
+    def _stripped_encoder(self):  # noqa: ANN202 - a tokenizers.Tokenizer
+        encoder = _tokenizers().Tokenizer.from_str(self._tok.to_str())
+        encoder.normalizer = None
+        encoder.encode_special_tokens = True
+        return encoder
 
     def encode(self, text: str) -> list[int]:
         return self._encoder.encode(unicodedata.normalize("NFKC", text), add_special_tokens=False).ids

@@ -27,6 +27,7 @@ Outputs past the converted position table (2,048 tokens for sinusoidal positions
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -105,6 +106,23 @@ def cannot_run(config: SearchConfig) -> str | None:
     return None
 
 
+# Where CTranslate2 keeps the vocabulary a conversion was made with (the one list for source and target).
+SHARED_VOCABULARY_FILE = "shared_vocabulary.json"
+
+
+def stored_vocabulary(directory: Path, size: int) -> list[str] | None:
+    """The token strings by id that the converted model in ``directory`` was made with, read from its own file (a
+    JSON list: a millisecond, where rebuilding it from the tokenizer costs tens at every start-up), or None when
+    it has none of ``size`` strings. The conversion's key covers tokenizer.json, so the list is the tokenizer's."""
+    try:
+        tokens = json.loads((directory / SHARED_VOCABULARY_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(tokens, list) or len(tokens) != size or not all(isinstance(token, str) for token in tokens):
+        return None
+    return tokens
+
+
 class CTranslate2Engine:
     name = CTRANSLATE2
 
@@ -123,7 +141,8 @@ class CTranslate2Engine:
                                                      inter_threads=1)
         except (RuntimeError, ValueError) as error:
             raise VaswaniError(f"{directory}: CTranslate2 cannot load this model ({error})") from None
-        self.vocabulary = vocabulary(tokenizer, model_config.vocab_size)
+        self.vocabulary = stored_vocabulary(directory, model_config.vocab_size) or vocabulary(tokenizer,
+                                                                                            model_config.vocab_size)
         self.ids = {token: i for i, token in enumerate(self.vocabulary)}
         self.eos = self.vocabulary[tokenizer.eos_id]
         self._reference: Any = None
