@@ -175,20 +175,23 @@ def load_served_model(checkpoint: str | Path | Translator, settings: ServeSettin
         return ServedModel(checkpoint, unknown_model("in-process"))
     directory = resolve_checkpoint(checkpoint)
     engine, quantization = engine_choice(settings.engine, settings.quantization, read_stored_engine(directory))
-    layout = thread_layout(settings, usable_cores())
+    layout = thread_layout(settings, usable_cores(), batches_at_once=engine != TORCH)
 
-    def load(threads: int) -> Translator:
+    def load(threads: int, name: str = engine) -> Translator:
         return Translator.load(directory, SearchConfig(**read_stored_search(directory)), device=settings.device,
-                               engine=engine, quantization=quantization, threads=threads, compile=settings.compile)
+                               engine=name, quantization=quantization if name != TORCH else None, threads=threads,
+                               compile=settings.compile)
 
     translator = load(layout.threads_per_batch)
-    replicas = []
-    if layout.parallel_batches > 1:
-        if translator.engine.name != CTRANSLATE2:
+    if translator.engine.name != CTRANSLATE2 and layout.parallel_batches > 1:
+        if settings.parallel_batches is not None:
             raise ConfigError(f"--parallel-batches {layout.parallel_batches}: the {translator.engine.name} engine "
                               "searches one batch at a time (its threads are the process's); use --parallel-batches "
-                              "1, --workers, or --engine ctranslate2")
-        replicas = [load(layout.threads_per_batch) for _ in range(layout.parallel_batches - 1)]
+                              "1, --workers, or --engine ctranslate2", field="serve.parallel_batches")
+        # auto chose torch: one batch at a time, on all of this worker's threads
+        layout = thread_layout(settings, usable_cores(), batches_at_once=False)
+        translator = load(layout.threads_per_batch, TORCH)
+    replicas = [load(layout.threads_per_batch) for _ in range(layout.parallel_batches - 1)]
     if settings.compile:
         # Compile before the first request, not during it: two sentences, so the step that compiles
         # (batches of two or more, from the third position on) is reached.

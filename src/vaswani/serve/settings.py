@@ -81,20 +81,21 @@ class ThreadLayout:
         return self.workers * self.parallel_batches * self.threads_per_batch
 
 
-def thread_layout(settings: ServeSettings, cores: int) -> ThreadLayout:
-    """The layout ``settings`` ask for on a machine with ``cores`` usable cores; what they leave out (None) is
-    chosen for the cores (:func:`default_threads`). ``threads`` is split evenly between the workers, and each
-    worker's share between its parallel batches; too few threads to give each at least one is a ConfigError naming
-    the flags."""
+def thread_layout(settings: ServeSettings, cores: int, batches_at_once: bool = True) -> ThreadLayout:
+    """The layout ``settings`` ask for on a machine with ``cores`` usable cores. ``threads`` (default: the cores)
+    is split evenly between the workers, and each worker's share between its parallel batches (default: one batch
+    per thread, :data:`THREADS_PER_BATCH`); too few threads to give each at least one is a ConfigError naming the
+    flags. ``batches_at_once`` False (the torch engine, whose threads are the process's): one batch at a time on the
+    worker's share unless ``parallel_batches`` says otherwise."""
     workers = settings.workers
-    default_total, default_parallel = default_threads(max(1, cores // workers))
-    threads = settings.threads if settings.threads is not None else workers * default_total
+    threads = settings.threads if settings.threads is not None else max(cores, workers)
     if threads < workers:
         raise ConfigError(f"--threads {threads}: fewer than --workers {workers}; give each worker at least one "
                           "thread", field="serve.threads")
     per_worker = threads // workers
-    parallel = settings.parallel_batches if settings.parallel_batches is not None else min(default_parallel,
-                                                                                           per_worker)
+    parallel = settings.parallel_batches
+    if parallel is None:
+        parallel = max(1, per_worker // THREADS_PER_BATCH) if batches_at_once else 1
     if parallel > per_worker:
         raise ConfigError(f"--parallel-batches {parallel}: more than the {per_worker} thread(s) of each worker "
                           f"(--threads {threads} over --workers {workers}); give each batch at least one thread",
@@ -102,6 +103,8 @@ def thread_layout(settings: ServeSettings, cores: int) -> ThreadLayout:
     return ThreadLayout(workers, parallel, per_worker // parallel)
 
 
-def default_threads(cores: int) -> tuple[int, int]:
-    """(engine threads, parallel batches) of one worker with ``cores`` usable cores."""
-    return cores, 1
+# The engine threads of one batch when the server chooses: batches searched side by side on one thread each served
+# more, on 2 shared cores, than one batch at a time on both threads, whose threads wait for each other while the
+# HTTP work and the load generator hold a core (results/engines/serve/table.md, thread layouts). On more cores this
+# is an extrapolation: `vaswani serve-bench` compares every layout of the machine it runs on.
+THREADS_PER_BATCH = 1
