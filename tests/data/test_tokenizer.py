@@ -138,6 +138,8 @@ def test_a_large_batch_is_encoded_without_the_second_nfkc_step_and_to_the_same_i
     fresh = Tokenizer.train(multi30k_train.source[:500], vocab_size=400)
     assert fresh._encoder is fresh._tok  # nothing parsed twice at start-up
     as_loaded = fresh.encode_batch(texts)
+    assert fresh.encode_batch(texts, max_ids=64) == [ids[:64] for ids in as_loaded]
+    assert "longest_token_bytes" not in vars(fresh)  # no text long enough to be cut: the vocabulary was not read
     threshold = module.STRIPPED_ENCODER_FROM
     assert len(texts) < threshold
     module.STRIPPED_ENCODER_FROM = len(texts)

@@ -248,3 +248,25 @@ def test_parallel_slots_search_a_second_batch_while_the_first_is_busy(translator
     answers = asyncio.run(main())
     assert engine.most_at_once == 2 and engine.started == [1, 1]
     assert [a[0][0].text for a in answers] == translator.translate(test_pairs[0][:2])
+
+
+def test_what_waits_is_shared_between_the_free_slots(translator: Translator, test_pairs) -> None:
+    engine = GatedEngine(translator.engine)
+    slots = [_gated(translator, engine) for _ in range(3)]
+
+    async def main():
+        batcher = Batcher(slots, ServeSettings(batch_wait_ms=50))  # the eight arrive within the gathering ceiling
+        batcher.start()
+        try:
+            calls = [batcher.translate(translator.encode([text]), translator.config) for text in test_pairs[0][:8]]
+            answers = asyncio.gather(*calls)
+            await _until(lambda: engine.searching == 3)
+            engine.gate.set()
+            return await answers
+        finally:
+            engine.gate.set()
+            await batcher.stop()
+
+    answers = asyncio.run(main())
+    assert sorted(engine.started) == [2, 3, 3]  # eight sentences over three free slots, not eight in one
+    assert [a[0][0].text for a in answers] == translator.translate(test_pairs[0][:8])

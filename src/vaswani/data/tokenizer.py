@@ -148,7 +148,9 @@ class Tokenizer:
         most the first ``max_ids`` ids of each text, and a text longer than :meth:`chars_for` that many ids is cut
         by characters *before* it is normalised and encoded: the work per text is bounded whatever its length (a
         20 MB line costs what a 100 KB one does), and the ids kept are the ones the whole text would give."""
-        if max_ids is not None:
+        # Only a text longer than chars_for's bound with one-byte tokens can be cut: below it, the vocabulary (whose
+        # longest token takes a pass over all of it to find) is never read.
+        if max_ids is not None and max(map(len, texts), default=0) > self.chars_for(max_ids, token_bytes=1):
             longest = self.chars_for(max_ids)
             texts = [text if len(text) <= longest else text[:longest] for text in texts]
         texts = [unicodedata.normalize("NFKC", text) for text in texts]
@@ -173,12 +175,13 @@ class Tokenizer:
         return max((len(token) for token in self._tok.get_vocab(with_added_tokens=False) if token not in specials),
                    default=1)
 
-    def chars_for(self, max_ids: int) -> int:
+    def chars_for(self, max_ids: int, token_bytes: int | None = None) -> int:
         """A prefix length, in characters, past which the first ``max_ids`` ids of any text cannot depend on the
         rest: ``max_ids`` tokens cover at most ``max_ids × longest_token_bytes`` bytes of normalised text, each of
         those bytes comes from at most 3 characters of the original (NFKC composes at most 3 characters into one),
-        and a cut changes only the tokens of the word it falls in. Twice that keeps the cut far from the kept ids."""
-        return 6 * max_ids * self.longest_token_bytes + 64
+        and a cut changes only the tokens of the word it falls in. Twice that keeps the cut far from the kept ids.
+        ``token_bytes``: the bound for tokens of at most that many bytes (default: this vocabulary's longest)."""
+        return 6 * max_ids * (token_bytes or self.longest_token_bytes) + 64
 
     def decode_batch(self, sequences: Sequence[Sequence[int]]) -> list[str]:
         """Text of each id sequence; special tokens (padding, <s>, </s>) are skipped, not treated as ends."""

@@ -7,7 +7,8 @@ CTranslate2 search several batches at once, each on its share of the cores). A s
 
 - **Continuous.** When a slot is free and sentences wait, the next batch is formed at once: a lone request on an
   idle model is searched without waiting for company, and the requests that arrive while every slot is busy form
-  the next batch. ``batch_wait_ms`` (0 by default) is only a ceiling a user may set: how long a free slot may hold
+  the next batch. What waits is shared between the slots free at that moment, so several slots search side by
+  side instead of one taking everything while the others idle. ``batch_wait_ms`` (0 by default) is only a ceiling a user may set: how long a free slot may hold
   the oldest waiting sentence for company before it searches a batch that is not full.
 - **Fair turns.** Jobs take turns heading a batch, in arrival order: the head's settings are the batch's, and the
   batch takes one sentence from each job with the same settings in turn (round robin), until
@@ -178,7 +179,10 @@ class Batcher:
             if not self.line:  # every waiting client went away meanwhile
                 self._free.put_nowait(translator)
                 continue
-            batch = self.take_batch()
+            # Share what waits between the slots free now: a batch for each, searched side by side. Otherwise
+            # closed-loop clients fall into step, all waiting for one batch while the other slots stand idle.
+            free = self._free.qsize() + 1
+            batch = self.take_batch(max(1, -(-self.waiting // free)))
             search = asyncio.get_running_loop().create_task(self._search_and_answer(translator, batch))
             self._searches.add(search)
             search.add_done_callback(self._searches.discard)
@@ -218,11 +222,13 @@ class Batcher:
             if job.remaining == 0 and not job.future.done():  # done = cancelled: the client went away
                 job.future.set_result(job.results)
 
-    def take_batch(self) -> list[tuple[Job, int]]:
+    def take_batch(self, most: int | None = None) -> list[tuple[Job, int]]:
         """The next batch: headed by the first job in line, one sentence of each job with the same settings in
-        turn, within both budgets. The head then goes to the back of the line; jobs with nothing left leave it."""
+        turn, within both budgets (and at most ``most`` sentences). The head then goes to the back of the line; jobs
+        with nothing left leave it."""
         head = self.line[0]
-        config, limit = head.config, self.settings.sentences_per_batch
+        config = head.config
+        limit = min(self.settings.sentences_per_batch, most or self.settings.sentences_per_batch)
         takers = [job for job in self.line if job.config == config]
         batch: list[tuple[Job, int]] = []
         width = 0
