@@ -23,6 +23,7 @@ import asyncio
 import dataclasses
 import json
 import math
+import os
 import re
 import signal
 import socket
@@ -101,6 +102,7 @@ class Run:
     p99_ms: float | None
     errors: int
     error_examples: list[str] = field(default_factory=list)
+    load_average: float | None = None  # the machine's, over the minute before the run ended (other jobs included)
 
 
 @dataclass
@@ -299,7 +301,16 @@ async def drive(url: str, clients: int, seconds: float, sentences: list[str], be
     ordered = sorted(latencies)
     return Run("health" if health else server, clients, repeat, len(latencies), round(elapsed, 3),
                round(len(latencies) / elapsed, 3), percentile(ordered, 0.50), percentile(ordered, 0.95),
-               percentile(ordered, 0.99), len(errors), errors[:3])
+               percentile(ordered, 0.99), len(errors), errors[:3], load_average())
+
+
+def load_average() -> float | None:
+    """The machine's 1-minute load average (None where the system has none): how many processes wanted a core,
+    this run's and every other job's, so a reader can tell a quiet run from a crowded one."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
 
 
 async def drive_batcher(checkpoint: str | Path, settings: ServeSettings, levels: list[int], seconds: float,

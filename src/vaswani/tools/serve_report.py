@@ -155,6 +155,15 @@ def _layout_of(model: dict[str, Any]) -> str:
     return f"{workers}x{parallel}x{threads}" if threads else f"{workers} worker(s)"
 
 
+def _load_line(test: LoadTest) -> str:
+    loads = [run.load_average for run in test.runs + test.layout_runs + test.health_runs
+             if run.load_average is not None]
+    if not loads:
+        return ""
+    return (f" The machine's load average (1 minute, every job on it) at the end of the runs: "
+            f"{min(loads):.1f}–{max(loads):.1f} on {test.setup['cores_visible']} cores.")
+
+
 def table(test: LoadTest, summary: Summary) -> str:
     setup, prov = test.setup, test.provenance
     lines = [
@@ -164,7 +173,7 @@ def table(test: LoadTest, summary: Summary) -> str:
         f"{setup['repeats']} repeats interleaved A B, B A (medians; min–max in brackets). "
         f"**The server and the load generator share the machine's {setup['cores_visible']} cores** "
         f"(server: {engine_line(test.model)}, thread layout {_layout_of(test.model)}: workers × parallel batches × "
-        "threads per batch).",
+        f"threads per batch).{_load_line(test)}",
         "",
         "| clients | mode | sentences/s | batching speed-up | p50 ms | p95 ms | p99 ms | errors |",
         "|---:|---|---:|---:|---:|---:|---:|---:|",
