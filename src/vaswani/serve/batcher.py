@@ -89,11 +89,6 @@ class Batcher:
         self._searches: set[asyncio.Task] = set()
         self._exclusive_waiting = 0  # attention requests, counted against the queue limit too
 
-    @property
-    def translator(self) -> Translator:
-        """The first slot's translator: what requests are encoded with and /v1/model describes."""
-        return self.translators[0]
-
     # ---- lifecycle ---------------------------------------------------------------------------------------------
     def start(self) -> None:
         self._arrived = asyncio.Event()
