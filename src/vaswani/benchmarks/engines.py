@@ -59,6 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quantizations", nargs="+", default=None, choices=QUANTIZATIONS,
                         help="CTranslate2's (default: float32 int8 on the CPU, float16 int8_float16 bfloat16 on a GPU)")
     parser.add_argument("--repeats", type=ranged(int, ge=1), default=3)
+    parser.add_argument("--torch", action=argparse.BooleanOptionalAction, default=True,
+                        help="time the torch engine too (--no-torch: only CTranslate2 against the bare script, whose "
+                        "ratio is what vaswani's overhead costs)")
     parser.add_argument("--profile", action="store_true",
                         help="also profile vaswani translate on CTranslate2: its start-up by phase, and the Python "
                         "around each batch's search (profile.md)")
@@ -90,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
         (work / "source.txt").write_text("".join(line + "\n" for line in sources), encoding="utf-8")
         (work / "empty.txt").write_text("", encoding="utf-8")
         env = command_environment(work / "pycache")
-        commands = _commands(checkpoint, search, length_exponent(search), conversions, args.threads, args.device)
+        commands = _commands(checkpoint, search, length_exponent(search), conversions, args.threads, args.device,
+                             args.torch)
         for name, command in commands.items():  # untimed: file and bytecode caches, lazily built things
             _timed(command(work / "source.txt", work / "warm-up.txt"), env)
         runs: list[dict[str, Any]] = []
@@ -136,7 +140,7 @@ def command_environment(bytecode: Path) -> dict[str, str]:
 
 
 def _commands(checkpoint: Path, search: Any, exponent: float, conversions: dict[str, Path], threads: int,
-              device: str) -> dict[str, Any]:
+              device: str, torch: bool = True) -> dict[str, Any]:
     """Command name -> function(input, output) -> argv."""
     def translate(engine: str, *extra: str):
         return lambda source, out: [sys.executable, "-m", "vaswani", "translate", "--checkpoint", str(checkpoint),
@@ -151,7 +155,7 @@ def _commands(checkpoint: Path, search: Any, exponent: float, conversions: dict[
                                     repr(search.max_len_a), "--max-len-b", str(search.max_len_b), "--threads",
                                     str(threads), "--device", device]
 
-    commands = {"vaswani translate, torch": translate("torch")}
+    commands = {"vaswani translate, torch": translate("torch")} if torch else {}
     for quantization in conversions:
         commands[f"vaswani translate, ctranslate2 {quantization}"] = translate("ctranslate2", "--quantization",
                                                                              quantization)
@@ -183,17 +187,29 @@ def _report(stamp: dict[str, Any], args: argparse.Namespace, checkpoint: Path, s
                      "sentences_per_s_min": sentences / max(mine), "sentences_per_s_max": sentences / min(mine),
                      "start_up_seconds": start_up, "bleu": bleu[name]})
     by = {row["command"]: row for row in rows}
-    torch_row = by["vaswani translate, torch"]
+    torch_row = by.get("vaswani translate, torch")
     ratios = []
     for row in rows:
         if row["bare"] or row["quantization"] is None:
             continue
         bare = by[f"bare ctranslate2 script, {row['quantization']}"]
-        ratios.append({"quantization": row["quantization"],
-                       "over_torch": round(torch_row["seconds"] / row["seconds"], 3),
-                       "over_bare": round(bare["seconds"] / row["seconds"], 3),
-                       "lines_unlike_bare": _differing(outputs[row["command"]], outputs[bare["command"]]),
-                       "lines_unlike_torch": _differing(outputs[row["command"]], outputs[torch_row["command"]])})
+        # The bare script's time over ours in each repeat (both ran in it, one after the other): the spread of these
+        # says how far the machine's load moved the ratio.
+        per_repeat = sorted(theirs["seconds"] / ours["seconds"] for ours in runs if ours["command"] == row["command"]
+                            for theirs in runs if theirs["command"] == bare["command"]
+                            and theirs["repeat"] == ours["repeat"])
+        start_ups = sorted(theirs["start_up_seconds"] / ours["start_up_seconds"] for ours in runs
+                           if ours["command"] == row["command"] for theirs in runs
+                           if theirs["command"] == bare["command"] and theirs["repeat"] == ours["repeat"])
+        ratio = {"quantization": row["quantization"],
+                 "over_bare": round(bare["seconds"] / row["seconds"], 3),
+                 "over_bare_per_repeat": [round(value, 3) for value in per_repeat],
+                 "start_up_over_bare": round(statistics.median(start_ups), 3),
+                 "lines_unlike_bare": _differing(outputs[row["command"]], outputs[bare["command"]])}
+        if torch_row is not None:
+            ratio.update(over_torch=round(torch_row["seconds"] / row["seconds"], 3),
+                         lines_unlike_torch=_differing(outputs[row["command"]], outputs[torch_row["command"]]))
+        ratios.append(ratio)
     return {
         **stamp,
         "checkpoint": str(checkpoint), "test_set": f"{args.dataset} {args.split}", "sentences": sentences,
@@ -229,9 +245,12 @@ def render_table(report: dict[str, Any]) -> str:
                      f"{row['sentences_per_s_max']:.1f} | {row['start_up_seconds']:.2f} | {row['bleu']:.2f} |")
     lines.append("")
     for ratio in report["ratios"]:
-        lines.append(f"- ctranslate2 {ratio['quantization']}: {ratio['over_torch']:.2f}× the torch engine's "
-                     f"sentences/s ({ratio['lines_unlike_torch']} of {report['sentences']} translations differ from "
-                     f"torch's), {ratio['over_bare']:.2f}× the bare script's on the same converted model "
-                     f"({ratio['lines_unlike_bare']} differ from its).")
+        torch = (f"{ratio['over_torch']:.2f}× the torch engine's sentences/s ({ratio['lines_unlike_torch']} of "
+                 f"{report['sentences']} translations differ from torch's), " if "over_torch" in ratio else "")
+        spread = ratio.get("over_bare_per_repeat") or []
+        repeats = f" (per repeat {spread[0]:.2f}–{spread[-1]:.2f})" if spread else ""
+        lines.append(f"- ctranslate2 {ratio['quantization']}: {torch}{ratio['over_bare']:.2f}× the bare script's "
+                     f"sentences/s on the same converted model{repeats}, "
+                     f"{ratio['lines_unlike_bare']} translations differ from its.")
     lines += ["", *provenance_lines(report), ""]
     return "\n".join(lines)
