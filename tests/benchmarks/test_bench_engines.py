@@ -30,6 +30,12 @@ def test_the_bare_script_translates_as_the_ctranslate2_engine(trained_checkpoint
                     str(tmp_path / "in.de"), str(tmp_path / "out.en"), "--beam", "4", "--length-penalty",
                     repr(length_exponent(search)), "--threads", "1"], check=True, env={**os.environ})
     assert (tmp_path / "out.en").read_text(encoding="utf-8").splitlines() == engine.translate(sentences)
+    if quantization == "float32":  # batches in arrival order, two side by side: the same translations
+        subprocess.run([sys.executable, str(BARE_SCRIPT), str(engine.engine.directory),
+                        str(checkpoint / "tokenizer.json"), str(tmp_path / "in.de"), str(tmp_path / "in-order.en"),
+                        "--beam", "4", "--length-penalty", repr(length_exponent(search)), "--threads", "1",
+                        "--inter-threads", "2", "--batch-size", "3", "--in-order"], check=True, env={**os.environ})
+        assert (tmp_path / "in-order.en").read_text(encoding="utf-8").splitlines() == engine.translate(sentences)
 
 
 def test_the_report_gives_the_ratio_over_the_bare_script_per_repeat_with_or_without_torch() -> None:

@@ -115,12 +115,16 @@ class ModelAlone:
     sentences: int
 
 
+BARE_ORDERS = {"sorted": [], "in arrival order": ["--in-order"]}
+
+
 @dataclass
 class BareRun:
     """The bare CTranslate2 script translating the sentences in batches of ``batch`` on ``inter × intra``
-    threads, start-up excluded (its run on an empty input is subtracted)."""
+    threads, start-up excluded (its run on an empty input is subtracted): sorted by length, as a batch job may, or
+    in arrival order, as a server must."""
 
-    layout: str  # "inter x intra", e.g. "1x2"
+    layout: str  # "inter x intra, order", e.g. "2x1, sorted"
     repeat: int
     batch: int
     sentences: int
@@ -350,24 +354,24 @@ async def drive_batcher(checkpoint: str | Path, settings: ServeSettings, levels:
 def bare_runs(model: dict[str, Any], checkpoint: Path, sentences: list[str], beam: int, batch: int,
               threads: int, seconds: float, repeats: int) -> list[BareRun]:
     """The bare CTranslate2 script on the servers' converted model, in batches of ``batch``, on ``threads`` threads
-    spent as one batch at a time (inter 1 × intra ``threads``) or several at once (inter ``threads`` × intra 1);
-    each run's input is the sentences repeated to last about ``seconds``, and its start-up (the same command on an
-    empty input) is subtracted."""
+    spent as one batch at a time (inter 1 × intra ``threads``) or several at once (inter ``threads`` × intra 1),
+    with the sentences sorted by length or in arrival order; each run's input is the sentences repeated to last
+    about ``seconds``, and its start-up (the same command on an empty input) is subtracted."""
     search = model.get("search") or {}
     exponent = search.get("alpha", 1.0) if search.get("length_norm") == "power" else 1.0
-    layouts = sorted({(1, threads), (threads, 1)})
+    layouts = [(inter, intra, order) for inter, intra in sorted({(1, threads), (threads, 1)}) for order in BARE_ORDERS]
     runs: list[BareRun] = []
     with tempfile.TemporaryDirectory() as workdir:
         work = Path(workdir)
 
-        def timed(inter: int, intra: int, lines: list[str]) -> float:
+        def timed(inter: int, intra: int, order: str, lines: list[str]) -> float:
             source, out = work / "source.txt", work / "out.txt"
             source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
             command = [sys.executable, str(BARE_SCRIPT), model["model"], str(checkpoint / "tokenizer.json"),
                        str(source), str(out), "--beam", str(beam), "--length-penalty", repr(exponent),
                        "--max-len-a", repr(search.get("max_len_a", 1.5)), "--max-len-b",
                        str(search.get("max_len_b", 10)), "--batch-size", str(batch), "--threads", str(intra),
-                       "--inter-threads", str(inter)]
+                       "--inter-threads", str(inter), *BARE_ORDERS[order]]
             started = time.perf_counter()
             done = subprocess.run(command, capture_output=True, text=True)
             if done.returncode != 0:
@@ -376,16 +380,16 @@ def bare_runs(model: dict[str, Any], checkpoint: Path, sentences: list[str], bea
             return time.perf_counter() - started
 
         copies = {}
-        for inter, intra in layouts:  # untimed calibration: how many copies of the sentences last ``seconds``
-            rate = len(sentences) / max(timed(inter, intra, sentences) - timed(inter, intra, []), 1e-3)
-            copies[inter, intra] = max(1, math.ceil(seconds * rate / len(sentences)))
+        for layout in layouts:  # untimed calibration: how many copies of the sentences last ``seconds``
+            rate = len(sentences) / max(timed(*layout, sentences) - timed(*layout, []), 1e-3)
+            copies[layout] = max(1, math.ceil(seconds * rate / len(sentences)))
         for repeat in range(repeats):
-            for inter, intra in layouts if repeat % 2 == 0 else layouts[::-1]:
-                lines = sentences * copies[inter, intra]
-                total = timed(inter, intra, lines)
-                start_up = timed(inter, intra, [])
+            for inter, intra, order in layouts if repeat % 2 == 0 else layouts[::-1]:
+                lines = sentences * copies[inter, intra, order]
+                total = timed(inter, intra, order, lines)
+                start_up = timed(inter, intra, order, [])
                 taken = max(total - start_up, 1e-3)
-                runs.append(BareRun(f"{inter}x{intra}", repeat, batch, len(lines), round(taken, 3),
+                runs.append(BareRun(f"{inter}x{intra}, {order}", repeat, batch, len(lines), round(taken, 3),
                                     round(len(lines) / taken, 3)))
     return runs
 
