@@ -351,47 +351,55 @@ async def drive_batcher(checkpoint: str | Path, settings: ServeSettings, levels:
     return results
 
 
-def bare_runs(model: dict[str, Any], checkpoint: Path, sentences: list[str], beam: int, batch: int,
-              threads: int, seconds: float, repeats: int) -> list[BareRun]:
+class BareScript:
     """The bare CTranslate2 script on the servers' converted model, in batches of ``batch``, on ``threads`` threads
     spent as one batch at a time (inter 1 × intra ``threads``) or several at once (inter ``threads`` × intra 1),
-    with the sentences sorted by length or in arrival order; each run's input is the sentences repeated to last
-    about ``seconds``, and its start-up (the same command on an empty input) is subtracted."""
-    search = model.get("search") or {}
-    exponent = search.get("alpha", 1.0) if search.get("length_norm") == "power" else 1.0
-    layouts = [(inter, intra, order) for inter, intra in sorted({(1, threads), (threads, 1)}) for order in BARE_ORDERS]
-    runs: list[BareRun] = []
-    with tempfile.TemporaryDirectory() as workdir:
-        work = Path(workdir)
+    with the sentences sorted by length or in arrival order. Each run's input is the sentences repeated to last
+    about ``seconds`` (:meth:`calibrate` finds how many copies do), and its start-up (the same command on an empty
+    input) is subtracted."""
 
-        def timed(inter: int, intra: int, order: str, lines: list[str]) -> float:
-            source, out = work / "source.txt", work / "out.txt"
-            source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-            command = [sys.executable, str(BARE_SCRIPT), model["model"], str(checkpoint / "tokenizer.json"),
-                       str(source), str(out), "--beam", str(beam), "--length-penalty", repr(exponent),
-                       "--max-len-a", repr(search.get("max_len_a", 1.5)), "--max-len-b",
-                       str(search.get("max_len_b", 10)), "--batch-size", str(batch), "--threads", str(intra),
-                       "--inter-threads", str(inter), *BARE_ORDERS[order]]
-            started = time.perf_counter()
-            done = subprocess.run(command, capture_output=True, text=True)
-            if done.returncode != 0:
-                lines_ = [line for line in done.stderr.splitlines() if line.strip()]
-                raise VaswaniError(f"the bare CTranslate2 script failed: {lines_[-1] if lines_ else done.returncode}")
-            return time.perf_counter() - started
+    def __init__(self, model: dict[str, Any], checkpoint: Path, sentences: list[str], beam: int, batch: int,
+                 threads: int, seconds: float, work: Path):
+        search = model.get("search") or {}
+        self.options = ["--beam", str(beam), "--length-penalty",
+                        repr(search.get("alpha", 1.0) if search.get("length_norm") == "power" else 1.0),
+                        "--max-len-a", repr(search.get("max_len_a", 1.5)), "--max-len-b",
+                        str(search.get("max_len_b", 10)), "--batch-size", str(batch)]
+        self.files = [model["model"], str(checkpoint / "tokenizer.json")]
+        self.sentences, self.batch, self.seconds, self.work = sentences, batch, seconds, work
+        self.layouts = [(inter, intra, order) for inter, intra in sorted({(1, threads), (threads, 1)})
+                        for order in BARE_ORDERS]
+        self.copies = dict.fromkeys(self.layouts, 1)
 
-        copies = {}
-        for layout in layouts:  # untimed calibration: how many copies of the sentences last ``seconds``
-            rate = len(sentences) / max(timed(*layout, sentences) - timed(*layout, []), 1e-3)
-            copies[layout] = max(1, math.ceil(seconds * rate / len(sentences)))
-        for repeat in range(repeats):
-            for inter, intra, order in layouts if repeat % 2 == 0 else layouts[::-1]:
-                lines = sentences * copies[inter, intra, order]
-                total = timed(inter, intra, order, lines)
-                start_up = timed(inter, intra, order, [])
-                taken = max(total - start_up, 1e-3)
-                runs.append(BareRun(f"{inter}x{intra}, {order}", repeat, batch, len(lines), round(taken, 3),
-                                    round(len(lines) / taken, 3)))
-    return runs
+    def _timed(self, inter: int, intra: int, order: str, lines: list[str]) -> float:
+        source, out = self.work / "source.txt", self.work / "out.txt"
+        source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        command = [sys.executable, str(BARE_SCRIPT), *self.files, str(source), str(out), *self.options, "--threads",
+                   str(intra), "--inter-threads", str(inter), *BARE_ORDERS[order]]
+        started = time.perf_counter()
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            lines = [line for line in done.stderr.splitlines() if line.strip()]
+            raise VaswaniError(f"the bare CTranslate2 script failed: {lines[-1] if lines else done.returncode}")
+        return time.perf_counter() - started
+
+    def calibrate(self) -> None:
+        """Untimed: how many copies of the sentences each layout translates in about ``seconds``."""
+        for layout in self.layouts:
+            rate = len(self.sentences) / max(self._timed(*layout, self.sentences) - self._timed(*layout, []), 1e-3)
+            self.copies[layout] = max(1, math.ceil(self.seconds * rate / len(self.sentences)))
+
+    def runs(self, repeat: int) -> list[BareRun]:
+        """One timed run of each layout, in an order that turns around from one repeat to the next."""
+        found = []
+        for inter, intra, order in self.layouts if repeat % 2 == 0 else self.layouts[::-1]:
+            lines = self.sentences * self.copies[inter, intra, order]
+            taken = max(self._timed(inter, intra, order, lines) - self._timed(inter, intra, order, []), 1e-3)
+            found.append(BareRun(f"{inter}x{intra}, {order}", repeat, self.batch, len(lines), round(taken, 3),
+                                 round(len(lines) / taken, 3)))
+            print(f"bare script {found[-1].layout}, repeat {repeat}: {found[-1].sentences_per_s:.2f} sentences/s",
+                  flush=True)
+        return found
 
 
 def run_load_test(
@@ -455,26 +463,30 @@ def run_load_test(
         for server in servers.values():
             server.stop()
 
-    # Thread layouts at the largest level, each a batching server of its own, started together and driven in turn.
+    # Thread layouts at the largest level, each a batching server of its own, started together and driven in turn,
+    # and in each repeat the bare script on the same threads (the servers idle meanwhile).
     chosen = _without_layout_flags(engine_flags)
-    if layouts:
+    bare_runs: list[BareRun] = []
+    with tempfile.TemporaryDirectory() as workdir:
+        bare = None
+        if model.get("engine") == "ctranslate2":
+            threads = max(layout.total_threads for layout in layouts) if layouts else cores
+            bare = BareScript(model, resolve_checkpoint(checkpoint), sentences, beam, top, threads, seconds,
+                              Path(workdir))
+            bare.calibrate()
         rivals = {layout.name: Server(checkpoint, [*chosen, *layout.flags()]) for layout in layouts}
         try:
             for server in rivals.values():
                 asyncio.run(drive(server.url, top, 2.0, sentences, beam))
             for repeat in range(repeats):
                 interleaved(rivals, top, repeat, layout_runs)
+                bare_runs += bare.runs(repeat) if bare is not None else []
         finally:
             for server in rivals.values():
                 server.stop()
 
-    # The ceilings with no HTTP, once every server has stopped (so they have the cores to themselves, as the
-    # servers had): the model alone, and the bare script at the largest level's batch on the same threads.
+    # The model alone, once every server has stopped (so it has the cores to itself, as the servers had).
     model_alone = asyncio.run(drive_batcher(checkpoint, settings, clients, seconds, sentences, beam))
-    bare = []
-    if model.get("engine") == "ctranslate2":
-        threads = max(layout.total_threads for layout in layouts) if layouts else cores
-        bare = bare_runs(model, resolve_checkpoint(checkpoint), sentences, beam, top, threads, seconds, repeats)
     test = LoadTest(
         provenance=stamp,
         setup={
@@ -484,7 +496,7 @@ def run_load_test(
             "layouts": [layout.name for layout in layouts],
             "note": "server and load generator run on the same machine and share its cores",
         },
-        model=model, runs=runs, health_runs=health_runs, layout_runs=layout_runs, bare_runs=bare,
+        model=model, runs=runs, health_runs=health_runs, layout_runs=layout_runs, bare_runs=bare_runs,
         model_alone=model_alone, screenshots=screenshots,
     )
     write_report(test, out)
