@@ -17,10 +17,9 @@ import argparse
 import errno
 import importlib
 import os
-import re
 import sys
 
-from vaswani.errors import VaswaniError, is_out_of_memory
+from vaswani.errors import VaswaniError, is_out_of_memory, out_of_memory
 
 # Areas in the order `vaswani --help` lists them, each with the commands its register(subparsers) adds. Running
 # one command imports only its own area: some areas import torch to describe their options, which a translation
@@ -109,18 +108,8 @@ def _run(argv: list[str]) -> int:
     except (MemoryError, RuntimeError) as error:
         if not is_out_of_memory(error) or debug:  # any other RuntimeError is a bug
             raise
-        return _report(args.command, f"out of memory{_requested(error)}; lower "
-                       f"{MEMORY_SETTINGS.get(args.command, 'the sizes this command was given')}", 1)
-
-
-def _requested(error: BaseException) -> str:
-    """' (N GB requested)' when the allocator said how much it was asked for."""
-    match = re.search(r"allocate (?:memory: you tried to allocate )?(\d+) bytes", str(error)) or \
-        re.search(r"Tried to allocate ([\d.]+ [GMK]iB)", str(error))
-    if not match:
-        return ""
-    amount = match.group(1)
-    return f" ({int(amount) / 1e9:,.1f} GB requested)" if amount.isdigit() else f" ({amount} requested)"
+        fault = out_of_memory(error, MEMORY_SETTINGS.get(args.command, "the sizes this command was given"))
+        return _report(args.command, str(fault), fault.exit_code)
 
 
 def _report(command: str, message: str, code: int) -> int:

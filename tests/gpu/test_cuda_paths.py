@@ -29,7 +29,7 @@ from vaswani.training.config import apply_settings, load_preset
 from vaswani.training.loss import TranslationLoss
 from vaswani.training.optim import build_optimizer
 from vaswani.training.step import train_step
-from vaswani.training.trainer import train
+from vaswani.training.run import train
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

@@ -25,7 +25,8 @@ from vaswani.training.loss import TranslationLoss
 from vaswani.training.optim import build_optimizer
 from vaswani.training.schedule import build_scheduler
 from vaswani.training.step import read_results, train_step
-from vaswani.training.trainer import train
+from vaswani.training.summary import Stop
+from vaswani.training.run import train
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -108,8 +109,8 @@ def test_a_bucketed_cuda_graph_run_reports_its_whole_run_mfu(tmp_path: Path, dat
         "train.progress=false", "train.log_every_steps=10", "train.final_model=false", "train.device=cuda",
         "train.precision=bf16", "train.length_buckets=3", "train.cuda_graphs=true"])
     summary = train(config, tmp_path / "run")
-    assert summary["stop_reason"] == "max_steps" and summary["skipped_updates"] == 0
-    assert 0.0 < summary["mfu"] < 1.0
+    assert summary.stop_reason is Stop.MAX_STEPS and summary.skipped_updates == 0
+    assert 0.0 < summary.mfu < 1.0
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     steps = [row for row in rows if row["kind"] == "train"]
     assert [row["step"] for row in steps] == [10, 20, 30, 40] and all(0.0 < row["mfu"] < 1.0 for row in steps)

@@ -12,7 +12,7 @@ import torch.nn as nn
 from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError
 from vaswani.model import Transformer
-from vaswani.training.checkpoint import point, save_checkpoint
+from vaswani.training.checkpoint import move_link, save_checkpoint
 from vaswani.training.config import RunConfig, TrainConfig, apply_settings, load_preset, preset_names
 from vaswani.training.loss import translation_loss
 from vaswani.training.optim import build_optimizer, parameter_groups
@@ -168,7 +168,7 @@ def test_checkpoints_are_complete_or_absent(tmp_path, monkeypatch) -> None:
     tokenizer.write_text("{}")
     checkpoints = tmp_path / "checkpoints"
     first = save_checkpoint(checkpoints, "step_0000001", model, tokenizer, {"x": torch.ones(2)}, {"step": 1})
-    point(checkpoints, "last", first)
+    move_link(checkpoints, "last", first)
 
     # a crash in the middle of writing the next checkpoint (here: while saving the trainer state)
     def crash(*args, **kwargs):

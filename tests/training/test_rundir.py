@@ -10,7 +10,7 @@ import pytest
 from vaswani.config import ModelConfig
 from vaswani.errors import VaswaniError
 from vaswani.model import Transformer
-from vaswani.training.checkpoint import latest_checkpoint, load_trainer_state, point, save_checkpoint
+from vaswani.training.checkpoint import latest_checkpoint, load_trainer_state, move_link, save_checkpoint
 from vaswani.training.metrics import read_metrics
 
 
@@ -29,7 +29,7 @@ def _state(step: int) -> dict:
 def test_resume_finds_the_newest_complete_checkpoint_when_last_dangles(checkpoints) -> None:
     directory, model, tokenizer = checkpoints
     for step in (2, 4):
-        point(directory, "last", save_checkpoint(directory, f"step_{step:07d}", model, tokenizer, _state(step), {}))
+        move_link(directory, "last", save_checkpoint(directory, f"step_{step:07d}", model, tokenizer, _state(step), {}))
     (directory / "step_0000006").mkdir()  # a step the kill left without its files
     os.remove(directory / "last")
     os.symlink("step_0000009", directory / "last")  # dangling: Path.exists() is False
@@ -41,7 +41,7 @@ def test_resume_finds_the_newest_complete_checkpoint_when_last_dangles(checkpoin
 def test_a_step_saved_twice_is_replaced_by_renames_and_never_half_deleted(checkpoints, monkeypatch) -> None:
     directory, model, tokenizer = checkpoints
     first = save_checkpoint(directory, "step_0000002", model, tokenizer, _state(2), {"reason": "periodic"})
-    point(directory, "last", first)
+    move_link(directory, "last", first)
 
     # killed between the two renames: the old copy is aside under a name resume still finds
     real_replace = os.replace

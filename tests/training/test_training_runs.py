@@ -20,8 +20,10 @@ import yaml
 from safetensors.torch import load_file
 
 from vaswani.errors import VaswaniError
+from vaswani.evaluation.selection import Selection
 from vaswani.training.config import apply_settings, load_preset
 from vaswani.training.schedule import noam_lr
+from vaswani.training.summary import RunSummary, Stop
 
 TINY_RUN = [
     "train.max_epochs=null", "train.eval_every_steps=null", "train.bleu_subset=0", "train.precision=fp32",
@@ -133,8 +135,7 @@ def test_resume_keeps_the_runs_own_settings_and_records_what_set_changes(workdir
     resumed = _run(command, workdir)
     assert "train.max_steps changed 4 -> 6" in resumed.stderr
     assert "max_tokens changed" not in resumed.stderr and "vocab_size" not in resumed.stderr
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["step"] == 6
+    assert RunSummary.read(run_dir).step == 6
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert config["train"]["max_tokens"] == 500 and config["data"]["vocab_size"] == 400
     starts = [json.loads(line) for line in (run_dir / "provenance.jsonl").read_text().splitlines()]
@@ -154,7 +155,7 @@ def test_resume_refuses_a_changed_architecture_in_one_line(workdir: Path) -> Non
 
 
 def test_updates_within_budget_follows_the_pace_and_never_passes_the_plan() -> None:
-    from vaswani.training.trainer import updates_within_budget
+    from vaswani.training.callbacks import updates_within_budget
 
     assert updates_within_budget(100, 5000, seconds_left=60, updates_per_second=0.5) == 130
     assert updates_within_budget(100, 120, seconds_left=60, updates_per_second=0.5) == 120  # the plan ends first
@@ -170,8 +171,7 @@ def test_time_limited_run_sizes_its_progress_bar_to_the_clock(workdir: Path) -> 
     totals = [int(m) for m in re.findall(r"\d+/(\d+) \[", result.stderr)]
     assert totals and totals[0] == 100000  # before any pace is known the bar shows the plan
     assert totals[-1] < 1000, result.stderr[-1000:]
-    summary = json.loads((workdir / "timed" / "summary.json").read_text())
-    assert summary["stop_reason"] == "max_minutes"
+    assert RunSummary.read(workdir / "timed").stop_reason is Stop.MAX_MINUTES
 
 
 def test_nonfinite_losses_are_skipped_then_stop_the_run(workdir: Path, monkeypatch) -> None:
@@ -216,8 +216,8 @@ def test_two_gloo_ranks_match_one_process_with_the_same_global_batch(workdir: Pa
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517",
                "-m", "vaswani.cli"] + _train_command(ddp, *common)[3:]
     result = _run(command, workdir)
-    summary = json.loads((ddp / "summary.json").read_text())
-    assert summary["world_size"] == 2 and summary["ranks_identical"] is True, result.stderr[-2000:]
+    summary = RunSummary.read(ddp)
+    assert summary.world_size == 2 and summary.ranks_identical is True, result.stderr[-2000:]
     expected, actual = _weights(single), _weights(ddp)
     for name in expected:
         torch.testing.assert_close(actual[name], expected[name], rtol=1e-4, atol=1e-5, msg=name)
@@ -300,8 +300,9 @@ def test_deferred_host_reads_train_the_same_weights_and_read_nothing_in_an_updat
         workdir: Path, monkeypatch, host_reads) -> None:
     """train.host_sync=log-steps, as on CUDA: the same weights as reading every update, and (with the loss over all
     positions, as on CUDA) not one host read of a value between the start and the end of an update."""
-    from vaswani.training import trainer as trainer_module
-    from vaswani.training.trainer import Callback, Trainer
+    from vaswani.training import device_choices
+    from vaswani.training.callbacks import Callback
+    from vaswani.training.trainer import Trainer
 
     class ReadsDuringUpdates(Callback):
         def __init__(self) -> None:
@@ -316,7 +317,7 @@ def test_deferred_host_reads_train_the_same_weights_and_read_nothing_in_an_updat
             self.reads += self._mode.reads
 
     _in_process(workdir, monkeypatch)
-    monkeypatch.setattr(trainer_module, "loss_over_all_positions", lambda device, compiled: True)
+    monkeypatch.setattr(device_choices, "loss_over_all_positions", lambda device, compiled: True)
     settings = [*TINY_RUN, "train.max_steps=6", "train.log_every_steps=3", "train.length_buckets=3", "train.device=cpu"]
     weights, reads = [], []
     for host_sync in ("every-update", "log-steps"):
@@ -324,7 +325,7 @@ def test_deferred_host_reads_train_the_same_weights_and_read_nothing_in_an_updat
         trainer = Trainer(apply_settings(load_preset("smoke"), [*settings, f"train.host_sync={host_sync}"]),
                           workdir / f"reads-{host_sync}", callbacks=[counter])
         summary = trainer.fit()
-        assert summary["step"] == 6 and trainer.defer_reads == (host_sync == "log-steps")
+        assert summary.step == 6 and trainer.defer_reads == (host_sync == "log-steps")
         weights.append(trainer.model.state_dict())
         reads.append(counter.reads)
     for name, tensor in weights[0].items():
@@ -353,7 +354,7 @@ def test_a_deferred_nonfinite_update_is_skipped_by_the_device_and_counted_when_r
     trainer = Trainer(config, run_dir)
     summary = trainer.fit()
     # every update counts (the host learns of the skip at the log step after it), one of them was skipped
-    assert summary["step"] == 5 and summary["skipped_updates"] == 1 and trainer.progress.consecutive_nonfinite == 0
+    assert summary.step == 5 and summary.skipped_updates == 1 and trainer.progress.consecutive_nonfinite == 0
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if r["kind"] == "nonfinite"] == [2]
     assert all(torch.isfinite(t).all() for t in trainer.model.state_dict().values())
@@ -363,7 +364,8 @@ def test_the_gpu_preset_runs_on_a_cpu_with_its_time_limits(workdir: Path, monkey
     """multi30k-gpu with its GPU settings turned into their CPU fallbacks and a tiny model: length buckets, the
     clock ending training, and the final model's choice cut short by train.final_max_minutes."""
     from vaswani.data.buckets import BucketSampler
-    from vaswani.training.trainer import Callback, train
+    from vaswani.training.callbacks import Callback
+    from vaswani.training.run import train
 
     preset = load_preset("multi30k-gpu")
     tc = preset.train
@@ -384,7 +386,7 @@ def test_the_gpu_preset_runs_on_a_cpu_with_its_time_limits(workdir: Path, monkey
     shapes = Shapes()
     summary = train(apply_settings(preset, [*cpu, *tiny]), workdir / "gpu-preset", callbacks=[shapes])
     assert isinstance(shapes.sampler, BucketSampler) and len(shapes.sampler.shapes()) == 5
-    assert summary["stop_reason"] == "max_minutes" and "final" in summary
-    selection = json.loads((workdir / "gpu-preset" / "checkpoints" / "final" / "selection.json").read_text())
-    assert selection["cut_short_by_time"] is True
-    assert len(selection["searches"]) == 1  # greedy, scored before the limit was looked at; no beam after it
+    assert summary.stop_reason is Stop.MAX_MINUTES and summary.final is not None
+    selection = Selection.read(workdir / "gpu-preset" / "checkpoints" / "final")
+    assert selection.cut_short_by_time is True
+    assert len(selection.searches) == 1  # greedy, scored before the limit was looked at; no beam after it

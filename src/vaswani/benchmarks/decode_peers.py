@@ -34,7 +34,6 @@ length_penalty=1.0, CTranslate2's length_penalty=1), a sentence's beam stops whe
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -56,6 +55,8 @@ from vaswani.errors import VaswaniError
 from vaswani.io import atomic_write_json, atomic_write_text
 from vaswani.model import Transformer
 from vaswani.provenance import PROVENANCE_FILE, first_training_start, provenance, provenance_lines
+from vaswani.records import to_json
+from vaswani.training.summary import SUMMARY_FILE, RunSummary
 
 PEERS = ("marian", "ctranslate2")
 DEFAULT_THREADS = [2]
@@ -279,8 +280,8 @@ def _training_record(checkpoint: Path) -> dict[str, Any] | None:
     if run_dir is None or not (run_dir / PROVENANCE_FILE).is_file():
         return None
     record = {"provenance": first_training_start(run_dir) or None}
-    if (run_dir / "summary.json").is_file():
-        record["summary"] = json.loads((run_dir / "summary.json").read_text())
+    if (run_dir / SUMMARY_FILE).is_file():
+        record["summary"] = to_json(RunSummary.read(run_dir))
     return record
 
 

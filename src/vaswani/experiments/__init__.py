@@ -15,6 +15,6 @@
     common.py             what every experiment shares: results files, timing, peak memory, a training step
     commands.py           `vaswani experiment NAME`
 
-They are built on the core's public API (``vaswani.training.trainer.train`` and its callbacks,
+They are built on the core's public API (``vaswani.training.run.train`` and the Trainer's callbacks,
 ``vaswani.training.step.train_step``, ``vaswani.training.scoring``'s scores); the core never imports them.
 """
