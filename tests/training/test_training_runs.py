@@ -25,6 +25,7 @@ from vaswani.training.config import apply_settings, load_preset
 from vaswani.training.schedule import noam_lr
 from vaswani.training.summary import RunSummary, Stop
 
+REPO = Path(__file__).resolve().parents[2]
 TINY_RUN = [
     "train.max_epochs=null", "train.eval_every_steps=null", "train.bleu_subset=0", "train.precision=fp32",
     "train.progress=false", "train.patience=null", "train.log_every_steps=1", "train.max_tokens=600",
@@ -126,6 +127,61 @@ def test_a_stop_signal_saves_a_checkpoint_and_resume_can_change_the_learning_rat
     assert first_resumed["lr"] == pytest.approx(noam_lr(meta["step"] + 2, 64, 10, factor=1.0))
 
 
+# `vaswani train` with every checkpoint write sending the process a stop signal: the first write (periodic, at
+# update 3) the run's first signal, the write that signal starts (the interrupt's) a second one, and that write then
+# takes SAVE_SECONDS longer. Deterministic: the signals come from inside the writes, not from a timer.
+SIGNALS_DURING_SAVES = """
+import os, signal, sys, time
+import vaswani.training.signals as signals
+import vaswani.training.trainer as trainer
+from vaswani.cli import main
+
+stop_signal, signals.SAVE_GRACE_SECONDS, save_seconds = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+write = trainer.save_checkpoint
+
+def write_with_a_signal(checkpoints, name, model, tokenizer_file, state, meta):
+    os.kill(os.getpid(), stop_signal)
+    if meta["reason"] == "interrupt":
+        time.sleep(save_seconds)
+    return write(checkpoints, name, model, tokenizer_file, state, meta)
+
+trainer.save_checkpoint = write_with_a_signal
+sys.exit(main(sys.argv[4:]))
+"""
+
+
+def _signals_during_saves(workdir: Path, run_dir: Path, stop_signal: signal.Signals, grace: float,
+                          save_seconds: float) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-c", SIGNALS_DURING_SAVES, str(stop_signal.value), str(grace), str(save_seconds),
+               *_train_command(run_dir, "train.max_steps=400", "train.save_every_steps=3")[3:]]
+    return subprocess.run(command, cwd=workdir, env=_env(workdir), capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_second_stop_signal_during_the_save_waits_for_it(workdir: Path, stop_signal: signal.Signals) -> None:
+    """A scheduler that repeats its signal while the checkpoint is being written still gets the checkpoint, and
+    the exit status of the first signal."""
+    run_dir = workdir / f"second-{stop_signal.name}"
+    result = _signals_during_saves(workdir, run_dir, stop_signal, grace=60, save_seconds=0.5)
+    assert result.returncode == 128 + stop_signal.value, result.stderr[-2000:]
+    assert f"interrupted by {stop_signal.name}: saved a checkpoint at step 3" in result.stderr
+    meta = json.loads((run_dir / "checkpoints" / "last" / "meta.json").read_text())
+    assert (meta["reason"], meta["step"]) == ("interrupt", 3)
+    assert not list((run_dir / "checkpoints").glob(".*"))  # no staging or replaced directory left
+
+
+def test_a_save_that_outlasts_the_grace_period_is_abandoned(workdir: Path) -> None:
+    """The wait is bounded: a write still running SAVE_GRACE_SECONDS after the second signal is given up, and the
+    checkpoints stay as they were."""
+    run_dir = workdir / "grace-spent"
+    started = time.monotonic()
+    result = _signals_during_saves(workdir, run_dir, signal.SIGTERM, grace=0.5, save_seconds=120)
+    assert time.monotonic() - started < 100  # the 120 s write was not waited for
+    assert result.returncode == 130 and result.stderr.strip().splitlines()[-1] == "interrupted", result.stderr[-2000:]
+    meta = json.loads((run_dir / "checkpoints" / "last" / "meta.json").read_text())
+    assert (meta["reason"], meta["step"]) == ("periodic", 3)
+
+
 def test_resume_keeps_the_runs_own_settings_and_records_what_set_changes(workdir: Path) -> None:
     run_dir = workdir / "own-settings"
     _run(_train_command(run_dir, "train.max_steps=4", "train.max_tokens=500"), workdir)
@@ -207,20 +263,22 @@ def test_nonfinite_losses_are_skipped_then_stop_the_run(workdir: Path, monkeypat
     assert all(torch.isfinite(t).all() for t in load_file(last / "model.safetensors").values())
 
 
-def test_two_gloo_ranks_match_one_process_with_the_same_global_batch(workdir: Path) -> None:
+def test_two_gloo_ranks_are_the_plain_loop_with_the_same_global_batch(workdir: Path, monkeypatch) -> None:
+    """Two ranks each taking one micro-batch of an update compute, bit for bit, one process's update with two
+    (dropout off: each rank draws its own masks)."""
     # On the CPU on purpose, also on a GPU machine: gloo between two CPU processes, whatever GPUs are visible.
     common = ["train.max_steps=4", "model.dropout=0.0", "train.save_every_steps=null", "train.device=cpu"]
-    single = workdir / "single"
-    _run(_train_command(single, *common, "train.grad_accum=2"), workdir)
     ddp = workdir / "ddp"
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517",
                "-m", "vaswani.cli"] + _train_command(ddp, *common)[3:]
     result = _run(command, workdir)
     summary = RunSummary.read(ddp)
     assert summary.world_size == 2 and summary.ranks_identical is True, result.stderr[-2000:]
-    expected, actual = _weights(single), _weights(ddp)
-    for name in expected:
-        torch.testing.assert_close(actual[name], expected[name], rtol=1e-4, atol=1e-5, msg=name)
+    _in_process(workdir, monkeypatch)
+    config = apply_settings(load_preset("smoke"), [*TINY_RUN, *common, "train.grad_accum=2"])
+    plain = plain_training_from_the_docs()(config, updates=4).state_dict()
+    for name, tensor in _weights(ddp).items():
+        assert torch.equal(tensor, plain[name]), name
 
 
 def test_loss_decreases_on_a_tiny_real_batch(data_dir: Path) -> None:
@@ -258,40 +316,32 @@ def _in_process(workdir: Path, monkeypatch) -> None:
     monkeypatch.chdir(workdir)
 
 
-def test_the_trainer_is_the_plain_training_loop(workdir: Path, monkeypatch) -> None:
-    """With the GPU options off (the CPU's defaults) an update is exactly this loop's: token-budget batches, the
-    loss over the gathered real positions, backward of loss / tokens, clipping, fused AdamW, the schedule."""
-    from vaswani.data.batching import TokenBudgetSampler, collate
-    from vaswani.data.pipeline import default_out_dir, prepare_dataset
-    from vaswani.model import Transformer
-    from vaswani.training.loss import translation_loss
-    from vaswani.training.optim import build_optimizer
-    from vaswani.training.schedule import build_scheduler
+def plain_training_from_the_docs():
+    """The plain training loop docs/training.md shows ("The loop the Trainer runs"), run as it stands there."""
+    page = REPO / "docs" / "training.md"
+    section = page.read_text(encoding="utf-8").split("## The loop the Trainer runs", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict = {}
+    exec(compile(code, str(page), "exec"), namespace)
+    return namespace["plain_training"]
+
+
+# Bit-identity of the Trainer and the plain loop, on the CPU in fp32 (dropout on: the random numbers are drawn in
+# the same order). Two gloo ranks are checked against the loop by test_two_gloo_ranks_are_the_plain_loop_....
+@pytest.mark.parametrize("settings", [
+    [],
+    ["train.grad_accum=3"],  # three micro-batches per update, the loss normalised by all of their tokens
+    ["train.host_sync=log-steps", "train.log_every_steps=2"],  # deferred host reads: the fused optimizer's skip flag
+], ids=["one-batch-per-update", "grad-accum", "deferred-host-reads"])
+def test_the_trainer_is_the_plain_training_loop(workdir: Path, monkeypatch, settings: list[str]) -> None:
     from vaswani.training.trainer import Trainer
 
     _in_process(workdir, monkeypatch)
-    config = apply_settings(load_preset("smoke"), [*TINY_RUN, "train.max_steps=5", "train.device=cpu"])
-    trainer = Trainer(config, workdir / "plain")
-    trainer.fit()
-
-    dc, tc = config.data, config.train
-    prepared = prepare_dataset(dc.dataset, splits=("train",), vocab_size=dc.vocab_size, max_len=dc.max_len,
-                               out_dir=default_out_dir(dc.dataset, dc.direction, dc.vocab_size))
-    train, tokenizer = prepared.splits["train"], prepared.tokenizer
-    torch.manual_seed(tc.seed)
-    model = Transformer(trainer.config.model)
-    optimizer = build_optimizer(model, tc, torch.device("cpu"))
-    scheduler = build_scheduler(optimizer, tc, trainer.config.model.d_model, trainer.total_steps)
-    sampler = TokenBudgetSampler(train.src_lengths, train.tgt_lengths, tc.max_tokens, seed=tc.seed)
-    model.train()
-    for indices in sampler.batches(0)[:5]:
-        batch = collate([train[i] for i in indices], tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
-        out = translation_loss(model, batch.src, batch.tgt_in, batch.tgt_out, tc.label_smoothing)
-        (out.loss_sum * (1.0 / batch.n_tgt_tokens)).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), tc.clip_grad_norm)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+    config = apply_settings(load_preset("smoke"), [*TINY_RUN, "train.max_steps=5", "train.device=cpu", *settings])
+    trainer = Trainer(config, workdir / f"plain-{'-'.join(settings) or 'default'}")
+    assert trainer.defer_reads == ("train.host_sync=log-steps" in settings)
+    assert trainer.fit().step == 5
+    model = plain_training_from_the_docs()(config, updates=5)
     for name, tensor in model.state_dict().items():
         assert torch.equal(trainer.model.state_dict()[name], tensor), name
 

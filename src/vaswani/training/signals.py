@@ -26,9 +26,9 @@ class StopSignals:
     """The stop signals of one run: :meth:`caught` installs the handlers, :attr:`received` is the first signal, and
     :meth:`protecting_a_save` makes further ones wait for the checkpoint being written."""
 
-    def __init__(self, grace_seconds: float = SAVE_GRACE_SECONDS):
+    def __init__(self, grace_seconds: float | None = None):
         self.received: int | None = None
-        self.grace_seconds = grace_seconds
+        self.grace_seconds = SAVE_GRACE_SECONDS if grace_seconds is None else grace_seconds
         self._saving = False
         self._waiting = False  # a further signal came during the save: the grace timer (SIGALRM) runs
         self._previous_alarm: Any = None
