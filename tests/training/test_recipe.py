@@ -151,6 +151,14 @@ def test_presets_load_and_overrides_are_typed() -> None:
     assert RunConfig.from_dict(config.to_dict()) == config  # the saved config.yaml round-trips
 
 
+def test_a_run_config_holding_a_setting_that_configures_nothing_still_loads() -> None:
+    saved = load_preset("smoke").to_dict()
+    saved["train"]["num_workers"] = 4  # the config.yaml of a run that set it
+    assert RunConfig.from_dict(saved) == load_preset("smoke")
+    with pytest.raises(ConfigError, match="train.num_workers"):  # given now, it is refused as unknown
+        apply_settings(load_preset("smoke"), ["train.num_workers=4"])
+
+
 @pytest.mark.parametrize("setting,message", [
     ("train.learning_rate=1", "unknown setting train.learning_rate"),
     ("model.positions=absolute", "model.positions='absolute'"),
