@@ -75,3 +75,13 @@ def test_a_torn_last_metrics_line_is_dropped_and_a_torn_middle_one_named(tmp_pat
     path.write_text('{"kind": "train", "step": 1}\n\x89PNG\x1a garbage')  # not the start of a record: damage
     with pytest.raises(VaswaniError, match="metrics.jsonl:2: not a JSON record"):
         read_metrics(path)
+
+
+def test_a_last_line_holding_two_records_is_damage_not_a_torn_record(tmp_path: Path) -> None:
+    first, second = '{"kind": "train", "step": 1, "loss": 2.0}', '{"kind": "valid", "step": 1, "loss": 1.5}'
+    log = tmp_path / "metrics.jsonl"
+    log.write_text(f"{first}\n{second[:20]}")  # a kill while appending: the torn start is dropped
+    assert [r["step"] for r in read_metrics(log)] == [1]
+    log.write_text(f"{first[:-1]}{second}\n")  # a closing brace lost: two records on one line
+    with pytest.raises(VaswaniError, match=f"{log}:1: not a JSON record"):
+        read_metrics(log)

@@ -346,6 +346,18 @@ def test_the_trainer_is_the_plain_training_loop(workdir: Path, monkeypatch, sett
         assert torch.equal(trainer.model.state_dict()[name], tensor), name
 
 
+def test_a_trainer_writes_nothing_until_it_fits(workdir: Path, monkeypatch) -> None:
+    from vaswani.training.trainer import Trainer
+
+    _in_process(workdir, monkeypatch)
+    run_dir = workdir / "written-by-fit"
+    trainer = Trainer(apply_settings(load_preset("smoke"), [*TINY_RUN, "train.max_steps=1"]), run_dir)
+    assert not run_dir.exists()
+    trainer.fit()
+    assert {"config.yaml", "provenance.jsonl", "tokenizer.json", "metrics.jsonl", "checkpoints"} <= {
+        path.name for path in run_dir.iterdir()}
+
+
 def test_deferred_host_reads_train_the_same_weights_and_read_nothing_in_an_update(
         workdir: Path, monkeypatch, host_reads) -> None:
     """train.host_sync=log-steps, as on CUDA: the same weights as reading every update, and (with the loss over all
