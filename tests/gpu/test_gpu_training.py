@@ -24,9 +24,9 @@ from vaswani.training.device_choices import compile_options, defers_host_reads, 
 from vaswani.training.loss import TranslationLoss
 from vaswani.training.optim import build_optimizer
 from vaswani.training.schedule import build_scheduler
+from vaswani.training.run import train
 from vaswani.training.step import read_results, train_step
 from vaswani.training.summary import Stop
-from vaswani.training.run import train
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

@@ -243,8 +243,9 @@ class Printer(Callback):
 
 
 def reporting(progress_bar: bool) -> list[Callback]:
-    """The callbacks of a run's main process: its rates first, then what shows and writes them."""
-    return [Throughput(), *([ProgressBar()] if progress_bar else []), MetricsWriter(), Printer()]
+    """The callbacks of a run's main process: its rates first, then what writes and shows them (the metrics log
+    first: a directory it cannot write stops the run before a bar is drawn)."""
+    return [Throughput(), MetricsWriter(), *([ProgressBar()] if progress_bar else []), Printer()]
 
 
 __all__ = ["Callback", "LogLine", "MetricsWriter", "Printer", "ProgressBar", "ReadUpdate", "Throughput",
