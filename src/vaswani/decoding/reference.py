@@ -29,6 +29,9 @@ class PrefixState:
         pick = lambda t: None if t is None else t.index_select(0, index)  # noqa: E731
         return PrefixState(pick(self.src), pick(self.prefix), pick(self.memory), pick(self.memory_mask), self.step)
 
+    def reorder_beams(self, rows: torch.Tensor, sentences: torch.Tensor | None) -> "PrefixState":
+        return self.reorder(rows)  # the obviously correct reorder: every tensor, every step
+
 
 class UncachedModel(WrappedModel):
     """Wrap a Transformer so every decoding step recomputes the whole prefix.

@@ -137,7 +137,7 @@ NOISE_MULTIPLE = 2.0  # a difference counts as an effect only beyond twice the s
 
 
 def findings(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each seed-002 claim as a comparison of two rows, computed here so the table cannot drift from the
+    """Each claim the ablation tests as a comparison of two rows, computed here so the table cannot drift from the
     numbers. The verdict reads the validation-NLL difference against the seed-to-seed difference of the paper
     layout: one pair of seeds is a rough noise scale, so anything within twice it is called "within noise"."""
     by_name = {r["variant"]: r for r in rows}

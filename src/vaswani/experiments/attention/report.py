@@ -31,7 +31,7 @@ def table(settings: AttentionSettings, results: dict[str, Any], device: torch.de
         f"{settings.warmup} warm-up. Memory: {_memory_label(device)} — peak above the inputs and weights. "
         "FLOPs: training FLOPs (3 × forward matmuls) of the projections and of the scores the masks allow "
         "(`vaswani.training.flops`, the count MFU uses), without and with the window. The window runs in blocks "
-        f"of queries over the keys it reaches (`model.attention.windowed_attention`): about T·2k scores, not T².",
+        f"of queries over the keys it reaches (`model.window.windowed_attention`): about T·2k scores, not T².",
         "",
     ]
     for batch in settings.batch_sizes:
