@@ -75,14 +75,29 @@ MEMORY_SETTINGS = {
 }
 
 
+# Folders named in the environment, relative to where the command was typed.
+PATH_VARIABLES = ("VASWANI_DATA", "VASWANI_CACHE")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ``vaswani ARGS`` and return its exit status. A Ctrl-C at any point, even while the command modules are
     still importing, is one line and status 130, as a shell reports an interrupted command."""
     try:
+        _absolute_environment_paths()
         return _run(sys.argv[1:] if argv is None else list(argv))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _absolute_environment_paths() -> None:
+    """``VASWANI_DATA=../data vaswani …`` means relative to where the user typed it: made absolute before any work,
+    so the processes a command starts in another directory (torchrun ranks, variant runs) find the same folder."""
+    from vaswani.data.download import absolute_path
+
+    for name in PATH_VARIABLES:
+        if os.environ.get(name):
+            os.environ[name] = str(absolute_path(os.environ[name]))
 
 
 def _run(argv: list[str]) -> int:

@@ -112,11 +112,6 @@ def _search_config(args: argparse.Namespace, values: dict) -> SearchConfig:
         raise ConfigError(f"{FLAGS[name]} {value}: {error}", field=error.field) from None
 
 
-def stored_search(checkpoint: str) -> dict:
-    """The search settings stored with a checkpoint (or a run directory's final/best/last checkpoint)."""
-    return read_stored_search(resolve_checkpoint(checkpoint))
-
-
 def engine_choice(engine: str | None, quantization: str | None, stored: dict[str, str]) -> tuple[str, str | None]:
     """(engine, quantization) as given (None: not given), else as stored with the checkpoint (search.json), else
     auto and CTranslate2's default. A quantization given for the torch engine is an error naming it."""

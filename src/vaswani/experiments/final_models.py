@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from vaswani.errors import VaswaniError
-from vaswani.experiments.common import fixed, log, markdown_table, pyplot, write_results
+from vaswani.experiments.reporting import fixed, log, markdown_table, pyplot, write_results
 from vaswani.experiments.variants import metrics
 from vaswani.provenance import first_training_start
 from vaswani.training.config import RunConfig, load_preset

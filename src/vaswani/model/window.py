@@ -14,8 +14,6 @@ import torch.nn.functional as F
 
 from vaswani.model.masks import sliding_window_mask
 
-AttentionFunction = Callable[..., torch.Tensor]
-
 
 def window_block(window: int) -> int:
     """Queries per block of :func:`windowed_attention`: the window itself (each block then reads about 2k keys,
@@ -31,7 +29,7 @@ def windowed_attention(
     causal: bool,
     key_padding: torch.Tensor | None = None,
     *,
-    attend: AttentionFunction,
+    attend: Callable[..., torch.Tensor],
     dropout_p: float = 0.0,
 ) -> torch.Tensor:
     """Self-attention through a sliding window of ``window`` keys, in O(T·k) memory; equal to ``attend`` (one of

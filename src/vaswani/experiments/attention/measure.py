@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from vaswani.config import ModelConfig
+from vaswani.devices import synchronize as sync
 from vaswani.experiments.attention.settings import (
     SEED_NOISE_VARIANT,
     TRAINING_BLEU_SENTENCES,
@@ -23,16 +24,13 @@ from vaswani.experiments.attention.settings import (
     AttentionVariant,
     variant,
 )
-from vaswani.experiments.common import (
+from vaswani.experiments.measurement import (
     MiB,
     PeakMemory,
     TrainingStep,
     available_ram_bytes,
-    device_label,
     free_memory,
-    log,
     memory_method,
-    sync,
     synthetic_batch,
     tensor_bytes,
     time_call,
@@ -40,9 +38,10 @@ from vaswani.experiments.common import (
     training_state_bytes,
     unless_out_of_memory,
 )
+from vaswani.experiments.reporting import device_label, log
 from vaswani.model.attention import MultiHeadAttention
-from vaswani.model.window import window_block
 from vaswani.model.masks import causal_mask, sliding_window_mask
+from vaswani.model.window import window_block
 from vaswani.precision import autocast
 from vaswani.training.flops import self_attention_flops
 from vaswani.training.step import StepResult

@@ -11,7 +11,8 @@ import torch
 from vaswani.config import ModelConfig
 from vaswani.experiments.attention.measure import layer_training_flops
 from vaswani.experiments.attention.settings import VARIANTS, AttentionSettings
-from vaswani.experiments.common import MiB, markdown_table, provenance_line, pyplot
+from vaswani.experiments.measurement import MiB
+from vaswani.experiments.reporting import markdown_table, provenance_line, pyplot
 
 
 def _ok(point: dict | None) -> bool:
