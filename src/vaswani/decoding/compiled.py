@@ -38,8 +38,8 @@ SMALLEST_COMPILED_BATCH = 2
 def require_cpp_compiler(device: torch.device) -> None:
     """torch.compile's CPU code generator builds C++: say so in one line instead of failing mid-translation."""
     if device.type == "cpu" and not any(shutil.which(name) for name in ("g++", "c++", "clang++")):
-        raise VaswaniError("--compile on a CPU needs a C++ compiler (g++ or clang++) for torch.compile; "
-                           "install one (e.g. apt-get install g++) or leave out --compile")
+        raise VaswaniError("`compile` on a CPU needs a C++ compiler (g++ or clang++) for torch.compile; "
+                           "install one (e.g. apt-get install g++) or leave out `compile`")
 
 
 class CompiledDecoder(TransformerStandIn):

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from vaswani.config import ranged
+from vaswani.arguments import ranged
 from vaswani.experiments.reporting import device_label, log, markdown_table, provenance_line, pyplot, write_results
 from vaswani.experiments.variants import (
     POSITION_LABELS, TrainedRun, add_variant_arguments, final_validation, load_final_model, load_splits, metrics,

@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-from vaswani.config import PRECISIONS, ModelConfig, add_settings_argument, ranged
+from vaswani.arguments import add_settings_argument, ranged
+from vaswani.config import PRECISIONS, ModelConfig
 from vaswani.devices import synchronize as sync
 from vaswani.experiments.measurement import MiB, TrainingStep, free_memory, preset_model_config
 from vaswani.experiments.reporting import device_label, log, markdown_table, provenance_line, pyplot, write_results

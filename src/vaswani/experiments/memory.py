@@ -16,7 +16,8 @@ from typing import Any
 
 import torch
 
-from vaswani.config import PRECISIONS, ModelConfig, add_settings_argument, ranged
+from vaswani.arguments import add_settings_argument, ranged
+from vaswani.config import PRECISIONS, ModelConfig
 from vaswani.devices import resolve_device
 from vaswani.experiments.measurement import (
     GiB,

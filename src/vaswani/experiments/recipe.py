@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from vaswani.config import add_settings_argument, parse_variant, ranged
+from vaswani.arguments import add_settings_argument, parse_variant, ranged
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.errors import ConfigError
 from vaswani.experiments.reporting import device_label, fixed, log, markdown_table, pyplot, write_results

@@ -9,7 +9,8 @@ from typing import Any
 
 import torch
 
-from vaswani.config import DEFAULT_SLIDING_WINDOW, PRECISIONS, ranged
+from vaswani.arguments import ranged
+from vaswani.config import DEFAULT_SLIDING_WINDOW, PRECISIONS
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.experiments.attention import report
 from vaswani.experiments.attention.measure import measure
