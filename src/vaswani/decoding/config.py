@@ -76,8 +76,9 @@ class SearchConfig:
 
 @dataclass(frozen=True)
 class EngineOptions:
-    """Which engine runs a search, and on what: the choices of the machine that decodes, where a SearchConfig is
-    what is searched. One value goes from the command line, the server's settings or a caller to the engine.
+    """Which engine runs a search, and on what: the choices of the machine that decodes, beside the SearchConfig
+    that says what is searched. One value goes from the command line, the server's settings or a caller to the
+    engine.
 
     ``engine`` None means not chosen: :meth:`with_stored` takes the checkpoint's choice (its search.json), else
     auto; an engine opened with it unresolved runs auto.
