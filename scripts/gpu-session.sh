@@ -67,7 +67,7 @@ else
   commit=$(cat "$data/COMMIT" 2>/dev/null)
   gpu_tests=()
   # The 400 updates the evidence profiled (0.57 min without cuDNN attention, 1.48 min with it): now with the
-  # attention kernels the model chooses (model/attention.py, sdpa_backends).
+  # attention kernels the model chooses (model/kernels.py, sdpa_backends).
   short_run=(--preset multi30k-gpu --set train.progress=false --set train.max_steps=400
     --set train.final_model=false --set train.bleu_subset=0 --set train.log_every_steps=10)
   # The preset as a user runs it: 6 minutes of training, then the final model (averaging, the search, test2016

@@ -168,11 +168,11 @@ class Trainer:
         settings that differ from the run's saved ones, ``{"train.lr": (old, new)}``."""
         saved = _config_of(checkpoint_dir, state)
         if _without_data_dir(self.config.data) != _without_data_dir(saved.data):
-            raise VaswaniError("--resume cannot change data settings; start a new run directory instead")
+            raise VaswaniError("`resume` cannot change data settings; start a new run directory instead")
         changed_model = sorted(k for k, v in self.config.model.to_dict().items()
                                if v != saved.model.to_dict()[k] and k not in ("vocab_size", "pad_id"))
         if changed_model:
-            raise VaswaniError(f"--resume cannot change the architecture ({changed_model}); start a new run "
+            raise VaswaniError(f"`resume` cannot change the architecture ({changed_model}); start a new run "
                                "directory instead")
         changes = {f"train.{k}": (getattr(saved.train, k), getattr(self.config.train, k))
                    for k in dataclasses.asdict(saved.train) if getattr(saved.train, k) != getattr(self.config.train, k)}
@@ -428,7 +428,7 @@ class Trainer:
             raise VaswaniError(
                 f"stopping: {self.progress.consecutive_nonfinite} consecutive non-finite losses at step {number}. "
                 f"The last good checkpoint is {last.resolve() if last.exists() else 'not written yet'}; "
-                "lower the learning rate (train.lr_factor / train.lr) or use bf16/fp32, then --resume"
+                "lower the learning rate (train.lr_factor / train.lr) or use bf16/fp32, then `resume`"
             )
 
     # ---- stop signals and memory -------------------------------------------------------------------------------
