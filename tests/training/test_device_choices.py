@@ -120,8 +120,9 @@ def test_a_compiled_run_records_what_compiling_did_in_its_summary(tmp_path, data
     monkeypatch.setattr(trainer_module, "compile_options", lambda *args, **kwargs: {"dynamic": False,
                                                                                     "backend": "eager"})
     config = apply_settings(load_preset("smoke"), [
-        "data.train_split=val", "model.dropout=0.0", "train.max_tokens=3000", "train.length_buckets=3", "train.max_steps=null", "train.max_epochs=1", "train.eval_every_steps=null",
-        "train.bleu_subset=0", "train.progress=false", "train.device=cpu", "train.precision=fp32"])
+        "data.train_split=val", "model.dropout=0.0", "train.max_tokens=3000", "train.length_buckets=3",
+        "train.max_steps=null", "train.max_epochs=1", "train.eval_every_steps=null", "train.bleu_subset=0",
+        "train.progress=false", "train.device=cpu", "train.precision=fp32"])
     torch._dynamo.reset()
     try:
         trainer = trainer_module.Trainer(config, tmp_path / "run")
