@@ -103,7 +103,7 @@ fi
 # torch's own logging. The test suite checks that each part's limits fit its call.
 steps() {
   # headline, 8 minutes: the GPU tests, then multi30k-gpu as a user runs it and its results table
-  output=gpu-tests-$tag.log step headline 120 python3 -m pytest -v -rfEs --durations=20 -n $test_workers \
+  output=gpu-tests-$tag.log step headline 120 python3 -m pytest -v -rfEs --durations=0 -n $test_workers \
     -p no:cacheprovider -m gpu "${gpu_tests[@]}"
   TORCH_LOGS=recompiles,perf_hints gpu_samples=gpu-utilisation-multi30k-$tag.csv step headline 310 \
     vaswani train "${headline_run[@]}" --run-dir runs/multi30k-$tag

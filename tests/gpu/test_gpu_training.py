@@ -19,7 +19,7 @@ from torch._dynamo.utils import counters
 from vaswani.config import ModelConfig
 from vaswani.data.batching import Batch
 from vaswani.data.buckets import pad_to_shape
-from vaswani.model import Transformer
+from vaswani.model import Dropout, Transformer
 from vaswani.training.config import TrainConfig, apply_settings, load_preset
 from vaswani.training.device_choices import (CompilationWatch, compile_options, defers_host_reads,
                                              loss_over_all_positions)
@@ -105,6 +105,26 @@ def test_cuda_graph_training_takes_the_eager_updates() -> None:
     for name in ("model.output.weight", "model.decoder.layers.1.ffn.down.weight"):
         torch.testing.assert_close(weights[1][name], weights[0][name], rtol=1e-3, atol=1e-5, msg=name)
     torch._dynamo.reset()
+
+
+def test_dropout_draws_new_masks_at_every_replay() -> None:
+    """The random numbers of a recorded graph come from the CUDA generator's offset, which advances at every replay:
+    the model's dropout masks differ from one replay to the next instead of being frozen into the graph."""
+    torch._dynamo.reset()
+    dropout = torch.compile(Dropout(0.5), **compile_options(False, True, CUDA, bucketed=True))
+    x = torch.ones(64, 64, device=CUDA, requires_grad=True)
+    outputs = []
+    with CompilationWatch() as watch:
+        for _ in range(5):  # a warm-up, a recording, then three replays
+            y = dropout(x)
+            y.sum().backward()
+            outputs.append(y.detach().clone())
+    torch._dynamo.reset()
+    graphs = watch.counts()
+    assert graphs.cuda_graph_skips == 0 and graphs.cuda_graph_replays >= 3, graphs
+    replays = outputs[2:]
+    assert all(not torch.equal(a, b) for a, b in zip(replays, replays[1:]))
+    assert all(0.4 < (out == 0).float().mean() < 0.6 for out in replays)
 
 
 def test_a_bucketed_cuda_graph_run_reports_its_whole_run_mfu(tmp_path: Path, data_dir: Path, monkeypatch) -> None:
