@@ -2,9 +2,8 @@
 scaler, the out-of-memory message, MFU in metrics.jsonl, which SDPA kernel a training step runs, and that the real
 CUDA path follows the device rules the CPU tests check (tests/test_devices.py, tests/model/test_attention.py).
 
-Skipped without a GPU. On a lent one: ``python -m pytest -m gpu`` (``scripts/gpu-session.sh tests`` runs them
-first, then the rest of the suite on the GPU). Everything else in the suite also runs on the GPU there, through the
-``device`` fixture.
+Skipped without a GPU. On a lent one: ``python -m pytest -m gpu`` (``scripts/gpu-session.sh headline`` runs them
+first; its ``suite`` part runs the rest of the suite on the GPU, through the ``device`` fixture).
 """
 
 from __future__ import annotations

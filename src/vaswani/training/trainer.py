@@ -42,8 +42,8 @@ from vaswani.provenance import PROVENANCE_FILE, provenance
 from vaswani.training import data as training_data
 from vaswani.training.checkpoint import latest_checkpoint, load_trainer_state, point, prune, save_checkpoint
 from vaswani.training.config import RunConfig, apply_settings
-from vaswani.training.device_choices import (compile_options, defers_host_reads, loss_over_all_positions,
-                                             recompile_limit)
+from vaswani.training.device_choices import (CompilationWatch, compile_options, defers_host_reads,
+                                             loss_over_all_positions, recompile_limit)
 from vaswani.training.distributed import World, collective_device, init_world, shutdown
 from vaswani.training.flops import peak_flops, training_flops
 from vaswani.training.loss import TranslationLoss
@@ -265,7 +265,7 @@ class Trainer:
                    smoothing=0 if tc.max_minutes is not None else 0.3,
                    disable=not (tc.progress and self.world.is_main), file=sys.stderr)
         try:
-            with self._stop_signals_end_the_run(), self._out_of_memory_named():
+            with self._stop_signals_end_the_run(), self._out_of_memory_named(), CompilationWatch() as compilation:
                 stop = self._train(bar, started)
         finally:
             bar.close()
@@ -284,6 +284,8 @@ class Trainer:
         mfu = self._mfu(self._session_flops / max(time.perf_counter() - session_started, 1e-9))
         if mfu is not None:
             summary["mfu"] = float(f"{mfu:.4g}")
+        if self.compile_options is not None:  # graphs, recompiles, CUDA-graph replays and skips
+            summary["compilation"] = dataclasses.asdict(compilation.counts())
         if stop is Stop.INTERRUPTED:
             summary["signal"] = signal.Signals(self._stop_signal).name
         if self.world.distributed:
