@@ -4,7 +4,10 @@ what is built on the core uses its public names only."""
 from __future__ import annotations
 
 import ast
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,11 @@ BUILT_ON_THE_CORE = ("experiments", "benchmarks", "classification", "serve", "ex
 SUBPROCESS_ALLOWED = {"vaswani.provenance", "vaswani.serve.loadtest", "vaswani.training.faults",
                       "vaswani.benchmarks.engines"}
 SHARED = {"config", "errors", "io", "precision", "devices", "provenance", "records"}
+# The command line inside the core: cli.py, each area's commands.py, and the options they share (arguments.py).
+# Only these speak argparse; the rest of the core names settings by field and never knows a flag.
+COMMAND_LINE = "arguments"
+# Harnesses with a command line of their own (`python -m ...`), whose place is tools/ (ARCHITECTURE.md).
+HARNESSES = {"vaswani.training.faults", "vaswani.data.benchmark"}
 CORE_IMPORTS = {
     "model": {"model", "config", "errors", "io"},
     "data": {"data", "config", "errors", "io"},
@@ -68,11 +76,16 @@ def test_the_core_never_imports_what_is_built_on_it(name: str, path: Path, tree:
         assert _is_core(module), f"{path}:{line}: the core module {name} imports {module}"
 
 
+def _is_command_line(module: str) -> bool:
+    return module in ("vaswani.cli", "vaswani.__main__", f"vaswani.{COMMAND_LINE}") or module.endswith(".commands")
+
+
 def test_imports_inside_the_core_flow_one_way() -> None:
     for name, path, tree in MODULES:
         allowed = CORE_IMPORTS.get(_area(name))
         if allowed is None:
             continue
+        allowed = allowed | {COMMAND_LINE} if _is_command_line(name) else allowed
         for module, _, line in _imports(tree):
             if module == "vaswani":
                 continue
@@ -98,6 +111,30 @@ def test_library_code_never_calls_the_command_line() -> None:
         starts_processes = any(isinstance(node, ast.Import) and any(a.name == "subprocess" for a in node.names)
                                for node in ast.walk(tree))
         assert not starts_processes or name in SUBPROCESS_ALLOWED, f"{path}: starts subprocesses"
+
+
+@pytest.mark.parametrize("name,path,tree", CORE_MODULES, ids=[name for name, _, _ in CORE_MODULES])
+def test_only_the_command_line_of_the_core_speaks_argparse(name: str, path: Path, tree: ast.Module) -> None:
+    if _is_command_line(name) or name in HARNESSES:
+        return
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            assert all(alias.name != "argparse" for alias in node.names), f"{path}:{node.lineno}: imports argparse"
+        elif isinstance(node, ast.ImportFrom):
+            assert node.module not in ("argparse", f"vaswani.{COMMAND_LINE}"), \
+                f"{path}:{node.lineno}: imports {node.module}, the command line's"
+
+
+def test_importing_vaswani_leaves_the_environment_alone(tmp_path: Path) -> None:
+    """A relative $VASWANI_DATA is resolved where it is used (and made absolute by `vaswani` itself, cli.main),
+    never rewritten by an import."""
+    check = ("import os; before = dict(os.environ); import vaswani, vaswani.config, vaswani.data.download, "
+             "vaswani.decoding, vaswani.model, vaswani.cli; assert dict(os.environ) == before, "
+             "{k: v for k, v in os.environ.items() if before.get(k) != v}")
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent), "VASWANI_DATA": "relative/data",
+           "VASWANI_CACHE": "relative/cache"}
+    done = subprocess.run([sys.executable, "-c", check], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
 
 
 # A module a reader takes in at once: the trainer's loop on a few screens, any other file in a sitting.

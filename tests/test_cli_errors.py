@@ -454,7 +454,7 @@ def test_prepare_refuses_bad_sizes_before_any_work(run, tmp_path, options: list[
 
 # Checked after parsing, with their own messages, by the settings each command builds (tests above and in
 # tests/classification, tests/serve): SearchConfig, ServeSettings, the classifier's TrainSettings and prepare's
-# DataConfig. Every other numeric option declares its range where it is defined (vaswani.config.ranged).
+# DataConfig. Every other numeric option declares its range where it is defined (vaswani.arguments.ranged).
 CHECKED_BY_SETTINGS = {
     ("prepare", "--vocab-size"), ("prepare", "--max-len"), ("prepare", "--min-frequency"),
     ("translate", "--nbest"),
@@ -483,11 +483,39 @@ def numeric_options() -> list[tuple[str, str, object]]:
             if isinstance(action, argparse._SubParsersAction):
                 for name, sub in action.choices.items():
                     walk(sub, f"{command} {name}".strip())
-            elif action.type in (int, float) or hasattr(action.type, "limit"):  # bare, or vaswani.config.ranged
+            elif action.type in (int, float) or hasattr(action.type, "limit"):  # bare, or vaswani.arguments.ranged
                 found.append((command, action.option_strings[0], action.type))
 
     walk(build_parser(), "")
     return found
+
+
+def test_every_flag_the_errors_name_is_an_option_of_a_command() -> None:
+    """The one table that turns a setting's field into a flag: each flag exists, under the name the rendering
+    reads its value from, and every field of the server's settings has one (`vaswani serve` takes each)."""
+    import argparse
+    from dataclasses import fields
+
+    from vaswani.cli import FLAGS, build_parser, command_flags, destination
+    from vaswani.serve.settings import ServeSettings
+
+    options: dict[str, set[str]] = {}
+
+    def walk(parser: argparse.ArgumentParser) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    walk(sub)
+            for option in action.option_strings:
+                options.setdefault(option, set()).add(action.dest)
+
+    walk(build_parser())
+    for field, flag in FLAGS.items():
+        assert options.get(flag) == {destination(flag)}, f"{field}: {flag} keeps its value in {options.get(flag)}"
+    args = build_parser().parse_args(["serve", "--checkpoint", "x"])
+    limits = {f"serve.{f.name}" for f in fields(ServeSettings) if f.name not in ("batching", "engine_options")}
+    assert limits <= set(command_flags(args)), limits - set(command_flags(args))
+    assert "search.beam_size" not in command_flags(args)  # serve has no --beam: a request sets the beam
 
 
 def test_every_numeric_option_has_a_range() -> None:
@@ -495,7 +523,7 @@ def test_every_numeric_option_has_a_range() -> None:
     assert len(options) > 80  # the walk reached every subcommand
     unchecked = [(command, option) for command, option, kind in options
                  if kind in (int, float) and (command, option) not in CHECKED_BY_SETTINGS]
-    assert not unchecked, f"declare a range with vaswani.config.ranged: {unchecked}"
+    assert not unchecked, f"declare a range with vaswani.arguments.ranged: {unchecked}"
     stale = CHECKED_BY_SETTINGS - {(command, option) for command, option, _ in options}
     assert not stale, stale
 

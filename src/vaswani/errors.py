@@ -6,6 +6,7 @@ Any other exception is a bug and keeps its traceback.
 """
 
 import re
+from typing import Mapping
 
 # How an allocation that failed reads: torch.OutOfMemoryError's "out of memory" on a GPU; on a CPU torch's
 # allocator raises a RuntimeError naming itself or the system call's error.
@@ -23,8 +24,19 @@ def _on_the_device(error: BaseException) -> bool:
     return type(error).__name__ == "OutOfMemoryError"  # torch.OutOfMemoryError: CUDA's (or another accelerator's)
 
 
+# A setting named in a message, in backquotes: `engine`, `search.length_norm`.
+_MARKED_SETTING = re.compile(r"`([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)?)`")
+
+
+def name_settings(message: str, names: Mapping[str, str]) -> str:
+    """``message`` with each setting it names in backquotes spelled as ``names`` spells it (the command line: the
+    flag that sets it); a setting ``names`` lacks keeps its backquotes."""
+    return _MARKED_SETTING.sub(lambda match: names.get(match.group(1), match.group(0)), message)
+
+
 class VaswaniError(Exception):
-    """A problem with the user's input; the message names the file/line/field and what to do."""
+    """A problem with the user's input; the message names the file/line/field and what to do. It names a setting
+    by its field in backquotes (`` `engine` ``), which a front end may spell its own way (:func:`name_settings`)."""
 
     exit_code = 2
 
@@ -35,6 +47,11 @@ class ConfigError(VaswaniError, ValueError):
     def __init__(self, message: str, field: str | None = None):
         super().__init__(message)
         self.field = field
+
+
+class VaswaniWarning(UserWarning):
+    """What a user should know that does not stop the work, e.g. which engine ``auto`` took and why; it names
+    settings as errors do."""
 
 
 class DataError(VaswaniError, ValueError):

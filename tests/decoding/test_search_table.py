@@ -1,7 +1,7 @@
 """Search on a hand-built model whose next-token distribution is a fixed table, so the right answer is known.
 
 The fake model offers the same interface as the Transformer (``start_decoding`` / ``decode_step`` /
-``state.reorder``); its probabilities depend only on the tokens generated so far.
+``state.reorder`` / ``state.reorder_beams``); its probabilities depend only on the tokens generated so far.
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ class TableState:
 
     def reorder(self, index: torch.Tensor) -> "TableState":
         return TableState(self.prefix.index_select(0, index), self.step)
+
+    def reorder_beams(self, rows: torch.Tensor, sentences: torch.Tensor | None) -> "TableState":
+        return self.reorder(rows)  # nothing is shared by a sentence's beams
 
 
 class TableModel:

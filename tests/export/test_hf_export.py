@@ -25,7 +25,7 @@ from transformers import AutoTokenizer, MarianMTModel, pipeline  # noqa: E402
 
 from vaswani.cli import main  # noqa: E402
 from vaswani.data.tokenizer import Tokenizer  # noqa: E402
-from vaswani.decoding.config import SearchConfig  # noqa: E402
+from vaswani.decoding.config import EngineOptions, SearchConfig  # noqa: E402
 from vaswani.decoding.search import generate  # noqa: E402
 from vaswani.decoding.translator import Translator  # noqa: E402
 from vaswani.errors import VaswaniError  # noqa: E402
@@ -118,7 +118,8 @@ def test_translation_pipeline_uses_the_export(exported: Path, trained_checkpoint
     theirs = [out["translation_text"] for out in translate(sentences[:6], max_length=MAX_OUTPUT + 1)]
     # The export's generation_config: beam 4, length_penalty 1.0 (= our length_norm=average).
     config = SearchConfig(beam_size=4, length_norm="average", max_len_a=0.0, max_len_b=MAX_OUTPUT, precision="fp32")
-    assert theirs == Translator.load(trained_checkpoint, config, device="cpu").translate(sentences[:6])
+    assert theirs == Translator.load(trained_checkpoint, config,
+                                     options=EngineOptions(device="cpu")).translate(sentences[:6])
 
 
 @pytest.mark.parametrize("settings", [dict(tie_embeddings="none"), dict(tie_embeddings="decoder-output"),

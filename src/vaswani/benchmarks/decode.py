@@ -30,7 +30,8 @@ from typing import Any
 import torch
 
 from vaswani.benchmarks.profiling import add_passes_argument
-from vaswani.config import PRECISIONS, ModelConfig, ranged
+from vaswani.arguments import ranged
+from vaswani.config import PRECISIONS, ModelConfig
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.devices import resolve_device, synchronize
 from vaswani.decoding.compiled import CompiledDecoder

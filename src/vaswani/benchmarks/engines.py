@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vaswani.config import ranged
+from vaswani.arguments import ranged
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.decoding.config import QUANTIZATIONS
 from vaswani.errors import VaswaniError
@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from vaswani.data.corpora import load_corpus
-    from vaswani.decoding import SearchConfig
+    from vaswani.decoding import EngineOptions, SearchConfig
     from vaswani.decoding.config import read_stored_search
     from vaswani.decoding.ct2_engine import length_exponent
     from vaswani.decoding.translator import Translator
@@ -72,8 +72,9 @@ def run(args: argparse.Namespace) -> int:
         search = dataclasses.replace(search, length_norm="power")
     corpus = load_corpus(args.dataset, args.split, data_dir=args.data_dir)
     sources, references = corpus.source[: args.sentences], corpus.target[: args.sentences]
-    conversions = {q: Translator.load(checkpoint, search, device=args.device, engine="ctranslate2", quantization=q)
-                   .engine.directory for q in quantizations}  # converted now, outside the timed runs
+    conversions = {q: Translator.load(checkpoint, search, EngineOptions(engine="ctranslate2", quantization=q,
+                                                                        device=args.device)).engine.directory
+                   for q in quantizations}  # converted now, outside the timed runs
     with tempfile.TemporaryDirectory() as workdir:
         work = Path(workdir)
         (work / "source.txt").write_text("".join(line + "\n" for line in sources), encoding="utf-8")

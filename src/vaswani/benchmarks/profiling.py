@@ -19,7 +19,7 @@ import argparse
 import time
 from typing import Any, Callable
 
-from vaswani.config import ranged
+from vaswani.arguments import ranged
 
 OTHER = "other (views, allocation, small ops)"
 MATRIX_PRODUCTS, ATTENTION_KERNEL = "matrix products", "attention kernel"

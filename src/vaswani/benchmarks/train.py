@@ -22,8 +22,8 @@ from vaswani.benchmarks.train_batches import BATCH_KINDS
 from vaswani.benchmarks.train_peers import PEERS
 from vaswani.benchmarks.train_race import TrainBenchSettings, measure
 from vaswani.benchmarks.train_report import print_row, profile_markdown, speed_table
-from vaswani.config import (PRECISIONS, ModelConfig, add_settings_argument, apply_model_settings, parse_variant,
-                            ranged)
+from vaswani.arguments import add_settings_argument, parse_variant, ranged
+from vaswani.config import PRECISIONS, ModelConfig, apply_model_settings
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.devices import resolve_device, reuse_freed_memory
 from vaswani.io import atomic_write_json, atomic_write_text, check_output_file

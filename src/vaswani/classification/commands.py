@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from vaswani.classification.settings import TrainSettings
-from vaswani.config import add_settings_argument, parse_settings, ranged
+from vaswani.arguments import add_settings_argument, ranged
+from vaswani.config import parse_settings
 from vaswani.errors import ConfigError
 from vaswani.io import check_new_directory, directory_written_whole
 

@@ -43,18 +43,6 @@ def absolute_path(value: str | Path) -> Path:
     return Path(os.path.abspath(Path(value).expanduser()))
 
 
-def _absolute_environment_paths(*names: str) -> None:
-    # `VASWANI_DATA=../shared/data vaswani …` means relative to where the user typed it. Resolve it once, when the
-    # package is first imported, and write it back so that child processes started in another directory (torchrun
-    # ranks, variant runs, tests) inherit the same absolute folder.
-    for name in names:
-        if os.environ.get(name):
-            os.environ[name] = str(absolute_path(os.environ[name]))
-
-
-_absolute_environment_paths("VASWANI_DATA", "VASWANI_CACHE")
-
-
 def default_data_dir() -> Path | None:
     value = os.environ.get("VASWANI_DATA")
     return absolute_path(value) if value else None

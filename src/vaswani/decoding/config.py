@@ -1,4 +1,5 @@
-"""What a search does, as one dataclass (no torch import: the command line builds it cheaply)."""
+"""What a search does and which engine runs it, as two dataclasses (no torch import: the command line builds them
+cheaply)."""
 
 from __future__ import annotations
 
@@ -66,10 +67,45 @@ class SearchConfig:
         # The shortest source is one token and </s>: its limit a·2 + b must leave room for a token before </s>,
         # or every output of such a sentence is empty.
         if 2 * self.max_len_a + self.max_len_b < 2:
-            field = "search.max_len_b" if self.max_len_a == 0 else "search.max_len_a"
-            raise ConfigError(f"search.max_len_a={self.max_len_a:g} and search.max_len_b={self.max_len_b} leave no "
-                              "room for a word in the translation of a one-word sentence (2 · a + b must be at "
-                              "least 2)", field=field)
+            a, b = f"search.max_len_a={self.max_len_a:g}", f"search.max_len_b={self.max_len_b}"
+            # The setting to change comes first: b when a is 0 (a limit of b alone), else a.
+            first, second, field = (b, a, "search.max_len_b") if self.max_len_a == 0 else (a, b, "search.max_len_a")
+            raise ConfigError(f"{first} and {second} leave no room for a word in the translation of a one-word "
+                              "sentence (2 · a + b must be at least 2)", field=field)
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Which engine runs a search, and on what: the choices of the machine that decodes, beside the SearchConfig
+    that says what is searched. One value goes from the command line, the server's settings or a caller to the
+    engine.
+
+    ``engine`` None means not chosen: :meth:`with_stored` takes the checkpoint's choice (its search.json), else
+    auto; an engine opened with it unresolved runs auto.
+    """
+
+    engine: EngineName | None = "torch"  # torch (our search), ctranslate2 (the converted model), auto (either)
+    quantization: Quantization | None = None  # CTranslate2's weights and arithmetic; None: float32
+    device: str | None = None  # auto, cpu, cuda or cuda:N; None: auto (a model given as weights: where they are)
+    threads: int = 0  # CPU threads of the engine; 0: its own default (torch: every core)
+    compile: bool = False  # torch.compile the torch engine's decoding step (decoding/compiled.py)
+
+    SECTION = ""  # errors name the bare field ("engine"), as the command line's flags do
+    LIMITS = {"threads": Limit(ge=0)}
+
+    def __post_init__(self) -> None:
+        validate_settings(self)
+
+    def with_stored(self, stored: dict[str, str]) -> "EngineOptions":
+        """These options with a checkpoint's stored engine and quantization (:func:`read_stored_engine`) filling
+        the ones not chosen (None), and auto for an engine neither chose. A quantization chosen for the torch
+        engine is an error naming it."""
+        engine = self.engine or stored.get("engine") or "auto"
+        if engine == "torch" and self.quantization is not None:
+            raise ConfigError(f"`quantization` {self.quantization} applies to the ctranslate2 engine; the torch "
+                              "engine computes in `search.precision` (use `engine` ctranslate2 or auto)",
+                              field="quantization")
+        return dataclasses.replace(self, engine=engine, quantization=self.quantization or stored.get("quantization"))
 
 
 # A checkpoint may carry the search chosen for it on validation data (the end of a training run writes it): what

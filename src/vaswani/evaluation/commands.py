@@ -6,9 +6,9 @@ import argparse
 import json
 from pathlib import Path
 
-from vaswani.config import ranged
+from vaswani.arguments import ranged
 from vaswani.data.commands import add_data_dir_argument
-from vaswani.decoding.arguments import add_search_arguments, search_config_from_args, translator_from_args
+from vaswani.decoding.commands import add_search_arguments, search_config_from_args, translator_from_args
 from vaswani.errors import VaswaniError
 from vaswani.io import check_new_directory
 

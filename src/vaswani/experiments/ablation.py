@@ -17,8 +17,8 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from vaswani.config import ranged
-from vaswani.experiments.common import device_label, log, markdown_table, provenance_line, pyplot, write_results
+from vaswani.arguments import ranged
+from vaswani.experiments.reporting import device_label, log, markdown_table, provenance_line, pyplot, write_results
 from vaswani.experiments.variants import (
     POSITION_LABELS, TrainedRun, add_variant_arguments, final_validation, load_final_model, load_splits, metrics,
     setup,
@@ -137,7 +137,7 @@ NOISE_MULTIPLE = 2.0  # a difference counts as an effect only beyond twice the s
 
 
 def findings(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each seed-002 claim as a comparison of two rows, computed here so the table cannot drift from the
+    """Each claim the ablation tests as a comparison of two rows, computed here so the table cannot drift from the
     numbers. The verdict reads the validation-NLL difference against the seed-to-seed difference of the paper
     layout: one pair of seeds is a rough noise scale, so anything within twice it is called "within noise"."""
     by_name = {r["variant"]: r for r in rows}

@@ -17,22 +17,13 @@ from typing import Any
 
 import torch
 
-from vaswani.config import PRECISIONS, ModelConfig, add_settings_argument, ranged
-from vaswani.training.step import TeacherForcedBatch
-from vaswani.experiments.common import (
-    MiB,
-    TrainingStep,
-    device_label,
-    free_memory,
-    log,
-    markdown_table,
-    preset_model_config,
-    provenance_line,
-    pyplot,
-    sync,
-    write_results,
-)
+from vaswani.arguments import add_settings_argument, ranged
+from vaswani.config import PRECISIONS, ModelConfig
+from vaswani.devices import synchronize as sync
+from vaswani.experiments.measurement import MiB, TrainingStep, free_memory, preset_model_config
+from vaswani.experiments.reporting import device_label, log, markdown_table, provenance_line, pyplot, write_results
 from vaswani.precision import resolve_precision
+from vaswani.training.step import TeacherForcedBatch
 
 MULTI30K_TRAIN_PAIRS = 29_000
 PHASES = ("forward", "backward", "optimizer", "step")

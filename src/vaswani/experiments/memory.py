@@ -16,22 +16,21 @@ from typing import Any
 
 import torch
 
-from vaswani.config import PRECISIONS, ModelConfig, add_settings_argument, ranged
+from vaswani.arguments import add_settings_argument, ranged
+from vaswani.config import PRECISIONS, ModelConfig
 from vaswani.devices import resolve_device
-from vaswani.experiments.common import (
+from vaswani.experiments.measurement import (
     GiB,
     MiB,
     PeakMemory,
     TrainingStep,
-    device_label,
     free_memory,
-    log,
     memory_method,
     preset_model_config,
     synthetic_batch,
     unless_out_of_memory,
-    write_results,
 )
+from vaswani.experiments.reporting import device_label, log, write_results
 from vaswani.experiments.memory_estimate import (
     BatchShape,
     estimate_training_memory,

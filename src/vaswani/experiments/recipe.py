@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from vaswani.config import add_settings_argument, parse_variant, ranged
+from vaswani.arguments import add_settings_argument, parse_variant, ranged
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.errors import ConfigError
-from vaswani.experiments.common import device_label, fixed, log, markdown_table, pyplot, write_results
+from vaswani.experiments.reporting import device_label, fixed, log, markdown_table, pyplot, write_results
 from vaswani.experiments.variants import (
     RunVariant, TrainedRun, final_validation, load_final_model, metrics, train_variants, variant_config,
 )

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from vaswani.config import ranged
-from vaswani.experiments.common import device_label, log, markdown_table, provenance_line, pyplot, write_results
+from vaswani.arguments import ranged
+from vaswani.experiments.reporting import device_label, log, markdown_table, provenance_line, pyplot, write_results
 from vaswani.experiments.perturb import CONDITIONS, DESCRIPTIONS, perturb_all
 from vaswani.training.scoring import greedy_scores, id_batches, teacher_forced_scores
 from vaswani.experiments.variants import (

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 import torch
 import yaml
 
-from vaswani.config import add_settings_argument, ranged
+from vaswani.arguments import add_settings_argument, ranged
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.errors import VaswaniError
 from vaswani.training.config import RunConfig, apply_settings, load_preset

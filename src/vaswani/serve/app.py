@@ -24,7 +24,6 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from vaswani.decoding import SearchConfig, Translator
-from vaswani.decoding.arguments import engine_choice
 from vaswani.decoding.config import read_stored_engine, read_stored_search, stored_settings
 from vaswani.decoding.engine import CTRANSLATE2, TORCH
 from vaswani.errors import ConfigError, VaswaniError
@@ -114,11 +113,9 @@ def load_served_model(checkpoint: str | Path | Translator, settings: ServeSettin
     if isinstance(checkpoint, Translator):
         return ServedModel(checkpoint, CheckpointInfo("in-process"))
     directory = resolve_checkpoint(checkpoint)
-    engine, quantization = engine_choice(settings.engine, settings.quantization, read_stored_engine(directory))
-    translator = Translator.load(directory, SearchConfig(**read_stored_search(directory)), device=settings.device,
-                                 engine=engine, quantization=quantization, threads=settings.threads,
-                                 compile=settings.compile)
-    if settings.compile:
+    options = settings.engine_options.with_stored(read_stored_engine(directory))
+    translator = Translator.load(directory, SearchConfig(**read_stored_search(directory)), options)
+    if options.compile:
         # Compile before the first request, not during it: two sentences, so the step that compiles
         # (batches of two or more, from the third position on) is reached.
         log.info("compiling the decoding step")

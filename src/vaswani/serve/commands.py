@@ -7,7 +7,8 @@ import errno
 import socket
 from pathlib import Path
 
-from vaswani.config import ranged
+from vaswani.arguments import ranged
+from vaswani.decoding.commands import engine_options_from_args
 from vaswani.decoding.config import ENGINES, QUANTIZATIONS
 from vaswani.errors import ConfigError, EnvironmentFault, VaswaniError
 from vaswani.serve.settings import ServeSettings
@@ -43,7 +44,7 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
                         "(results/bench/decode-readme-model.md)")
 
 
-def add_engine_arguments(parser: argparse.ArgumentParser, threads: int = DEFAULTS.threads) -> None:
+def add_engine_arguments(parser: argparse.ArgumentParser, threads: int = DEFAULTS.engine_options.threads) -> None:
     """--engine, --quantization and --threads (shared by serve and serve-bench)."""
     parser.add_argument("--engine", choices=ENGINES, default=None,
                         help="torch, ctranslate2 (the checkpoint converted once, next to it), or auto: ctranslate2 "
@@ -60,8 +61,7 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
         max_chars=args.max_chars, max_texts=args.max_texts, max_body_bytes=args.max_body_bytes,
         max_queue=args.max_queue, max_beam=args.max_beam, max_request_tokens=args.max_request_tokens,
         batching=args.batching, batch_wait_ms=args.batch_wait_ms, max_batch_sentences=args.max_batch_sentences,
-        max_batch_tokens=args.max_batch_tokens, engine=args.engine, quantization=args.quantization,
-        threads=args.threads, device=args.device, compile=args.compile,
+        max_batch_tokens=args.max_batch_tokens, engine_options=engine_options_from_args(args),
     )
 
 

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vaswani.decoding.config import EngineOptions
 from vaswani.errors import VaswaniError
 from vaswani.io import atomic_write_json, atomic_write_text
 from vaswani.serve.settings import ServeSettings
@@ -268,7 +269,8 @@ def run_load_test(
 
     # The model thread alone: the batcher searched in this process at the largest level, with no HTTP at all (the
     # servers have stopped, so it has the cores to itself, as the servers had).
-    settings = ServeSettings(engine=engine, quantization=quantization, threads=threads)
+    options = EngineOptions(engine=engine, quantization=quantization, threads=threads)
+    settings = ServeSettings(engine_options=options)
     model_alone = asyncio.run(_drive_batcher(checkpoint, settings, max(clients), seconds, sentences, beam))
     rows = summarise(runs, clients)
     results = {

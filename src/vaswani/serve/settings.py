@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from vaswani.config import Limit, validate_settings
-from vaswani.decoding.config import EngineName, Quantization
-from vaswani.errors import ConfigError
+from vaswani.decoding.config import EngineOptions
 
 # A sentence waits this long for company before its batch starts: beyond a second the wait, not the search,
 # would be most of every request's latency (and an endless wait, `inf`, would answer no request at all).
@@ -30,28 +29,20 @@ class ServeSettings:
     max_batch_sentences: int = 64  # bounded batch: later arrivals wait at most a few batches
     max_batch_tokens: int = 6144  # padded source tokens × beam per batch (the Translator's token budget)
     # ---- compute ----
-    engine: EngineName | None = None  # None: the checkpoint's search.json, else auto (ctranslate2 when it can)
-    quantization: Quantization | None = None  # ctranslate2's; None: the checkpoint's search.json, else float32
-    threads: int = 1  # CPU threads of the one model thread (torch intra-op threads, or ctranslate2's)
-    device: str | None = None  # None: cuda when available
-    compile: bool = False  # torch.compile the torch engine's decoding step, once, at start-up (decoding/compiled.py)
+    # The engine and what it runs on. An engine and quantization not chosen: the checkpoint's search.json, else
+    # auto (ctranslate2 when it can); one CPU thread for the one model thread; ``compile`` compiles the torch
+    # engine's decoding step once, at start-up.
+    engine_options: EngineOptions = field(default_factory=lambda: EngineOptions(engine=None, threads=1))
 
     SECTION = "serve"
     LIMITS = {
         **{name: Limit(ge=1) for name in ("max_chars", "max_texts", "max_body_bytes", "max_queue", "max_beam",
-                                          "max_request_tokens", "max_batch_sentences", "max_batch_tokens",
-                                          "threads")},
+                                          "max_request_tokens", "max_batch_sentences", "max_batch_tokens")},
         "batch_wait_ms": Limit(ge=0, le=MAX_BATCH_WAIT_MS),
     }
 
     def __post_init__(self) -> None:
-        try:
-            validate_settings(self)  # types, finite numbers (no inf or nan), LIMITS
-        except ConfigError as error:
-            # Every field is also a command-line flag of `vaswani serve`: name it, as translate names its own.
-            name = (error.field or "").removeprefix("serve.")
-            raise ConfigError(f"--{name.replace('_', '-')} {getattr(self, name)}: {error}",
-                              field=error.field) from None
+        validate_settings(self)  # types, finite numbers (no inf or nan), LIMITS
 
     @property
     def sentences_per_batch(self) -> int:

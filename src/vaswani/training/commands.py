@@ -8,7 +8,7 @@ import signal
 import sys
 from pathlib import Path
 
-from vaswani.config import add_settings_argument
+from vaswani.arguments import add_settings_argument
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.errors import VaswaniError
 

@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 from vaswani.data.corpora import load_corpus
-from vaswani.decoding.config import SearchConfig, stored_settings, write_stored_search
+from vaswani.decoding.config import EngineOptions, SearchConfig, stored_settings, write_stored_search
 from vaswani.decoding.translator import Translator
 from vaswani.errors import VaswaniError
 from vaswani.evaluation.average import average_checkpoints, last_checkpoints
@@ -66,6 +66,7 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     batches = decoding_batches(device)
+    on_device = EngineOptions(device=str(device))  # the torch engine
     # train.final_max_minutes: once spent, the candidates and searches not yet scored are left out
     deadline = started + 60 * tc.final_max_minutes if tc.final_max_minutes else float("inf")
     cut_short = False
@@ -76,7 +77,7 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
             if weights and time.perf_counter() > deadline:
                 cut_short = True
                 break
-            scores = _score(Translator.load(directory, SearchConfig(beam_size=1, precision=precision), device=device,
+            scores = _score(Translator.load(directory, SearchConfig(beam_size=1, precision=precision), on_device,
                                             **batches), sources, references)
             weights.append(Candidate(name, steps, scores))
             directories[name] = directory
@@ -87,12 +88,12 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
             SearchConfig(beam_size=tc.final_beam, length_norm="power", alpha=alpha, precision=precision)
             for alpha in tc.final_alphas]
         tried: list[SearchTried] = []
-        chosen_model = Translator.load(directories[chosen.weights], searches[0], device=device)  # searched often
+        chosen_model = Translator.load(directories[chosen.weights], searches[0], on_device)  # searched often
         for search in searches:
             if tried and time.perf_counter() > deadline:
                 cut_short = True
                 break
-            translator = Translator(chosen_model.model, chosen_model.tokenizer, search, device=device, **batches)
+            translator = Translator(chosen_model.model, chosen_model.tokenizer, search, options=on_device, **batches)
             scores = _score(translator, sources, references)
             tried.append(SearchTried(_describe(search), stored_settings(search), scores))
             _say(f"final search: {_describe(search):<22} val BLEU {scores.bleu:5.2f}  "
@@ -112,7 +113,7 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
-    translator = Translator.load(final, search, device=device, **batches)
+    translator = Translator.load(final, search, on_device, **batches)
     tests: dict[str, TestSetScores] = {}
     for split in tc.final_test_splits:
         corpus = load_corpus(dc.dataset, split, dc.direction, data_dir=dc.data_dir)
@@ -144,8 +145,8 @@ def choose_quantization(final: Path, search: SearchConfig, sources: list[str], r
     scores: dict[str, CorpusScores] = {}
     for quantization in ("float32", "int8"):
         try:
-            translator = Translator.load(final, cpu_search, device="cpu", engine="ctranslate2",
-                                         quantization=quantization)
+            translator = Translator.load(final, cpu_search, EngineOptions(engine="ctranslate2",
+                                                                          quantization=quantization, device="cpu"))
         except VaswaniError as error:
             _say(f"final quantization: none ({error})")
             return Quantization(None, reason=str(error))

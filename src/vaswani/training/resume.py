@@ -92,11 +92,11 @@ def check_resumable(config: RunConfig, checkpoint_dir: Path, state: dict[str, An
     that differ from the run's saved ones (printed when ``announce``)."""
     saved = config_of(checkpoint_dir, state)
     if _without_data_dir(config.data) != _without_data_dir(saved.data):
-        raise VaswaniError("--resume cannot change data settings; start a new run directory instead")
+        raise VaswaniError("`resume` cannot change data settings; start a new run directory instead")
     changed_model = sorted(key for key, value in config.model.to_dict().items()
                            if value != saved.model.to_dict()[key] and key not in SET_BY_THE_DATA)
     if changed_model:
-        raise VaswaniError(f"--resume cannot change the architecture ({changed_model}); start a new run "
+        raise VaswaniError(f"`resume` cannot change the architecture ({changed_model}); start a new run "
                            "directory instead")
     changes = {f"train.{key}": (getattr(saved.train, key), getattr(config.train, key))
                for key in dataclasses.asdict(saved.train) if getattr(saved.train, key) != getattr(config.train, key)}

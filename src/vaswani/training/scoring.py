@@ -12,7 +12,7 @@ import torch
 
 from vaswani.data.batching import Batch, collate, pack
 from vaswani.data.tokenizer import Tokenizer
-from vaswani.decoding.config import SearchConfig
+from vaswani.decoding.config import EngineOptions, SearchConfig
 from vaswani.decoding.translator import Translator
 from vaswani.evaluation.checkpoint_info import ValidationExample, ValidationResult
 from vaswani.evaluation.metrics import CorpusScores, corpus_scores
@@ -81,8 +81,8 @@ def greedy_scores(model: Transformer, tokenizer: Tokenizer, sources: Sequence[st
     """Greedy translations of ``sources`` and their corpus scores (BLEU, chrF, length ratio) against
     ``references``. Sources are text, or BPE ids without ``</s>`` (padding ids inside them are masked out: the
     robustness study's dropped tokens)."""
-    translator = Translator(model, tokenizer, SearchConfig(beam_size=1, precision=precision), device=device,
-                            **decoding_batches(device))
+    translator = Translator(model, tokenizer, SearchConfig(beam_size=1, precision=precision),
+                            options=EngineOptions(device=str(device)), **decoding_batches(device))
     if all(isinstance(source, str) for source in sources):
         ids = translator.encode(sources)
     else:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from vaswani.evaluation.selection import FinalChoice
 from vaswani.records import read_record, write_record
+from vaswani.training.device_choices import CompilationCounts
 
 SUMMARY_FILE = "summary.json"
 
@@ -34,6 +35,7 @@ class RunSummary:
     signal: str | None = None  # the signal that stopped the run ("SIGTERM"), when one did
     ranks_identical: bool | None = None  # distributed runs: whether every rank ended with the same weights
     mfu: float | None = None  # on a GPU: model FLOPs utilisation over this session's whole wall time
+    compilation: CompilationCounts | None = None  # a compiled run: its graphs, recompiles, CUDA-graph replays
     # written by `vaswani train` (training/run.py): the final model's headline and the time it took, and the time the
     # user waited for (data preparation, training and the final model; not Python's start-up)
     final: FinalChoice | None = None

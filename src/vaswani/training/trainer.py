@@ -37,7 +37,8 @@ from vaswani.training import data as training_data
 from vaswani.training.callbacks import Callback, LogLine, ReadUpdate, reporting
 from vaswani.training.checkpoint import load_trainer_state, move_link, prune, save_checkpoint
 from vaswani.training.config import RunConfig
-from vaswani.training.device_choices import compile_options, defers_host_reads, set_up_process, training_module
+from vaswani.training.device_choices import (CompilationWatch, compile_options, defers_host_reads, set_up_process,
+                                             training_module)
 from vaswani.training.distributed import World, init_world, rank_batches, ranks_identical, shutdown
 from vaswani.training.optim import build_optimizer
 from vaswani.training.resume import (Progress, announce_resume, check_resumable, record_start, restore,
@@ -126,7 +127,7 @@ class Trainer:
         summary = None
         self._notify("on_fit_start")
         try:
-            with self.signals.caught():
+            with self.signals.caught(), CompilationWatch() as compilation:
                 stop = self._train(started)
                 if stop is Stop.INTERRUPTED:
                     self._checkpoint("interrupt")
@@ -134,7 +135,8 @@ class Trainer:
                 stop, self.progress.step, self.progress.epoch, self.progress.best_metric,
                 self.progress.skipped_updates, round((time.perf_counter() - started) / 60, 2), self.world.size,
                 signal=self.signals.name if stop is Stop.INTERRUPTED else None,
-                ranks_identical=ranks_identical(self.model) if self.world.distributed else None)
+                ranks_identical=ranks_identical(self.model) if self.world.distributed else None,
+                compilation=compilation.counts() if self.compile_options is not None else None)
         finally:
             self._notify("on_fit_end", summary)
         shutdown(self.world)
@@ -240,7 +242,7 @@ class Trainer:
                 raise VaswaniError(
                     f"stopping: {self.progress.consecutive_nonfinite} consecutive non-finite losses at step "
                     f"{number}. The last good checkpoint is {last.resolve() if last.exists() else 'not written yet'}"
-                    "; lower the learning rate (train.lr_factor / train.lr) or use bf16/fp32, then --resume")
+                    "; lower the learning rate (train.lr_factor / train.lr) or use bf16/fp32, then `resume`")
 
     def _log(self) -> None:
         """The newest update's loss, accuracy and gradient norm, and the learning rate of the next."""

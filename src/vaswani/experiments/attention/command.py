@@ -9,12 +9,13 @@ from typing import Any
 
 import torch
 
-from vaswani.config import DEFAULT_SLIDING_WINDOW, PRECISIONS, ranged
+from vaswani.arguments import ranged
+from vaswani.config import DEFAULT_SLIDING_WINDOW, PRECISIONS
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.experiments.attention import report
 from vaswani.experiments.attention.measure import measure
 from vaswani.experiments.attention.settings import CPU_DEFAULTS, GPU_DEFAULTS, SMOKE, AttentionSettings
-from vaswani.experiments.common import device_label, log, write_results
+from vaswani.experiments.reporting import device_label, log, write_results
 from vaswani.precision import resolve_precision
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from vaswani.config import ModelConfig
+from vaswani.devices import synchronize as sync
 from vaswani.experiments.attention.settings import (
     SEED_NOISE_VARIANT,
     TRAINING_BLEU_SENTENCES,
@@ -23,16 +24,13 @@ from vaswani.experiments.attention.settings import (
     AttentionVariant,
     variant,
 )
-from vaswani.experiments.common import (
+from vaswani.experiments.measurement import (
     MiB,
     PeakMemory,
     TrainingStep,
     available_ram_bytes,
-    device_label,
     free_memory,
-    log,
     memory_method,
-    sync,
     synthetic_batch,
     tensor_bytes,
     time_call,
@@ -40,8 +38,10 @@ from vaswani.experiments.common import (
     training_state_bytes,
     unless_out_of_memory,
 )
-from vaswani.model.attention import MultiHeadAttention, window_block
+from vaswani.experiments.reporting import device_label, log
+from vaswani.model.attention import MultiHeadAttention
 from vaswani.model.masks import causal_mask, sliding_window_mask
+from vaswani.model.window import window_block
 from vaswani.precision import autocast
 from vaswani.training.flops import self_attention_flops
 from vaswani.training.step import DeferredStepResult, StepResult
@@ -73,7 +73,7 @@ def bench_point(settings: AttentionSettings, backend: str, window: int | None, b
 
     def step() -> None:
         with autocast(device, precision):
-            out, _ = layer(x, is_causal=settings.causal)
+            out = layer(x, is_causal=settings.causal)
         out.backward(grad.to(out.dtype))
         x.grad = None
         layer.zero_grad(set_to_none=True)
@@ -103,7 +103,7 @@ def backend_agreement(settings: AttentionSettings, batch: int, length: int, wind
     def output_and_input_grad(backend: str, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         layer.backend = backend  # the module looks its backend up at every call
         xb = x.clone().requires_grad_(True)
-        out, _ = layer(xb, mask=mask, is_causal=settings.causal)
+        out = layer(xb, mask=mask, is_causal=settings.causal)
         out.backward(grad)
         return out.detach(), xb.grad
 
@@ -131,7 +131,7 @@ def counted_flops(settings: AttentionSettings, batch: int, length: int, device: 
     layer = _layer(settings, "standard", device).eval()
     x = torch.randn(batch, length, settings.d_model, device=device, requires_grad=True)
     with FlopCounterMode(display=False) as counter:
-        out, _ = layer(x, is_causal=settings.causal)
+        out = layer(x, is_causal=settings.causal)
         out.sum().backward()
     allowed = int(causal_mask(length).sum()) if settings.causal else length * length
     masked = 3 * batch * 2 * 2 * settings.d_model * (length * length - allowed)
