@@ -26,7 +26,7 @@ def device() -> torch.device:
 def shared_data_dir() -> Path | None:
     for candidate in (os.environ.get("VASWANI_DATA"), REPO_ROOT.parent / "shared" / "data"):
         if candidate and (Path(candidate) / "multi30k").is_dir():
-            return Path(candidate)
+            return Path(candidate).resolve()  # absolute: tests hand it to processes that start elsewhere
     return None
 
 
