@@ -105,7 +105,7 @@ FINAL_MODEL_RUN = [
 def finished_run(tmp_path_factory, data_dir: Path) -> tuple[Path, dict]:
     """(run directory, summary) of a tiny smoke run trained to its final model."""
     from vaswani.training.config import apply_settings, load_preset
-    from vaswani.training.trainer import train
+    from vaswani.training.run import train
 
     root = tmp_path_factory.mktemp("final")
     with pytest.MonkeyPatch.context() as patch:

@@ -16,6 +16,6 @@
     reporting.py          how every experiment writes down what it found: results.json, table.md, plots
     commands.py           `vaswani experiment NAME`
 
-They are built on the core's public API (``vaswani.training.trainer.train`` and its callbacks,
+They are built on the core's public API (``vaswani.training.run.train`` and the Trainer's callbacks,
 ``vaswani.training.step.train_step``, ``vaswani.training.scoring``'s scores); the core never imports them.
 """

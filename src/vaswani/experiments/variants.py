@@ -30,7 +30,8 @@ from vaswani.data.commands import add_data_dir_argument
 from vaswani.errors import VaswaniError
 from vaswani.training.config import RunConfig, apply_settings, load_preset
 from vaswani.training.metrics import METRICS_FILE, read_metrics
-from vaswani.training.trainer import train
+from vaswani.training.run import train
+from vaswani.training.summary import SUMMARY_FILE, RunSummary, Stop
 
 
 @dataclass(frozen=True)
@@ -75,10 +76,8 @@ def _state(run_dir: Path, expected: dict[str, Any]) -> str:
     saved = yaml.safe_load(config_file.read_text())
     if _comparable(saved) != _comparable(expected):
         return "different"
-    if (run_dir / "summary.json").is_file():
-        summary = json.loads((run_dir / "summary.json").read_text())
-        if summary.get("stop_reason") != "interrupted":
-            return "done"
+    if (run_dir / SUMMARY_FILE).is_file() and RunSummary.read(run_dir).stop_reason is not Stop.INTERRUPTED:
+        return "done"
     return "partial" if (run_dir / "checkpoints" / "last").exists() else "empty"
 
 

@@ -27,12 +27,12 @@ from typing import Any
 import torch
 
 from vaswani.errors import VaswaniError
+from vaswani.evaluation.checkpoint_info import META_FILE
 from vaswani.io import atomic_write_json, fsync_directory, named_as, read_manifest, write_manifest, writing
 from vaswani.model import Transformer
 from vaswani.model.serialization import CHECKPOINT_KIND, check_checkpoint, resolve_checkpoint, save_model
 
 STATE_FILE = "trainer_state.pt"
-META_FILE = "meta.json"
 CHECKPOINT_FILES = ("model.safetensors", "model.json", "tokenizer.json", STATE_FILE, META_FILE)
 STEP_NAME = re.compile(r"(?:\.replaced-)?step_(\d+)$")
 
@@ -85,7 +85,7 @@ def save_checkpoint(
     return final
 
 
-def point(checkpoints_dir: Path, link: str, target: Path) -> None:
+def move_link(checkpoints_dir: Path, link: str, target: Path) -> None:
     """Atomically make ``checkpoints/<link>`` a relative symlink to ``target``."""
     tmp = checkpoints_dir / f".{link}.tmp-{os.getpid()}"
     tmp.unlink(missing_ok=True)

@@ -53,8 +53,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
+    from vaswani.records import to_json
     from vaswani.training.config import apply_settings, load_preset
-    from vaswani.training.trainer import resumed_config, train
+    from vaswani.training.resume import resumed_config
+    from vaswani.training.run import train
 
     run_dir = args.run_dir or Path("runs") / Path(args.preset).stem
     if args.resume:  # the run continues as it was: its saved settings, changed only by the --set given now
@@ -69,9 +71,9 @@ def run_train(args: argparse.Namespace) -> int:
 
     summary = train(config, run_dir, resume=args.resume, start_over=args.start_over)
     if summary is not None:  # rank 0 of a distributed run, or a single process
-        print(json.dumps(summary), file=sys.stdout)
-    if summary is not None and "signal" in summary:  # stopped by a signal: the shell's convention, 128 + its number
-        return 128 + signal.Signals[summary["signal"]].value
+        print(json.dumps(to_json(summary)), file=sys.stdout)
+    if summary is not None and summary.signal is not None:  # the shell's convention: 128 + the signal's number
+        return 128 + signal.Signals[summary.signal].value
     return 0
 
 
@@ -90,11 +92,12 @@ def run_finalize(args: argparse.Namespace) -> int:
 
     from vaswani.devices import resolve_device
     from vaswani.precision import resolve_precision
-    from vaswani.training.finalize import finalize, summarize
-    from vaswani.training.rundir import claim
+    from vaswani.records import to_json
+    from vaswani.training.finalize import finalize
+    from vaswani.training.rundir import lock_run_directory
 
     device = resolve_device(config.train.device)
-    with claim(args.run_dir):  # never beside a trainer still writing checkpoints there
+    with lock_run_directory(args.run_dir):  # never beside a trainer still writing checkpoints there
         selection = finalize(args.run_dir, config, device, resolve_precision(config.train.precision, device))
-    print(json.dumps(summarize(selection)))
+    print(json.dumps(to_json(selection.headline())))
     return 0

@@ -54,7 +54,6 @@ class TrainConfig:
     # number of rows per length; None: each batch padded to its longest pair
     length_buckets: int | None = None
     grad_accum: int = 1
-    num_workers: int = 0
     # length of training
     max_epochs: int | None = 20
     max_steps: int | None = None
@@ -116,7 +115,7 @@ class TrainConfig:
     final_max_minutes: float | None = None
 
     LIMITS = {
-        "seed": Limit(ge=0), "max_tokens": Limit(ge=1), "grad_accum": Limit(ge=1), "num_workers": Limit(ge=0),
+        "seed": Limit(ge=0), "max_tokens": Limit(ge=1), "grad_accum": Limit(ge=1),
         "length_buckets": Limit(ge=1),
         "max_epochs": Limit(ge=1), "max_steps": Limit(ge=1), "max_minutes": Limit(gt=0),
         "label_smoothing": Limit(ge=0, lt=1), "betas": Limit(ge=0, lt=1), "eps": Limit(gt=0),
@@ -216,7 +215,14 @@ def _plain(values: dict[str, Any]) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
 
 
+# Settings that configure nothing, still found in the config.yaml of runs that set them: reading one drops it, so
+# those runs resume and finalize. train.num_workers: batches are collated by the training process itself, one ahead
+# of the device (training/data.py).
+MEANINGLESS = {"train": ("num_workers",)}
+
+
 def _build(cls: type, values: dict[str, Any], source: str) -> Any:
+    values = {key: value for key, value in values.items() if key not in MEANINGLESS.get(cls.SECTION, ())}
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - known)
     if unknown:

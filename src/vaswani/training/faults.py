@@ -51,7 +51,7 @@ PHASES = ("step", "checkpoint", "evaluation")
 # an evaluation with a few greedy translations.
 MAX_DELAY = {"step": 0.01, "checkpoint": 0.004, "evaluation": 0.05}
 # Imported once by the fork server, before the lives are forked from it.
-PRELOAD = ["vaswani.training.trainer", "torch.utils.tensorboard", "matplotlib.pyplot", "tokenizers"]
+PRELOAD = ["vaswani.training.run", "torch.utils.tensorboard", "matplotlib.pyplot", "tokenizers"]
 _channel = None  # this life's end of the pipe
 
 
@@ -65,7 +65,9 @@ def _mark(name: str, step: int) -> None:
 def run_life(preset: str, run_dir: Path, settings: list[str], resume: bool, start_over: bool) -> int:
     """Train as ``vaswani train`` does, announcing each phase on stdout."""
     from vaswani.training.config import apply_settings, load_preset
-    from vaswani.training.trainer import Callback, resumed_config, train
+    from vaswani.training.callbacks import Callback
+    from vaswani.training.resume import resumed_config
+    from vaswani.training.run import train
 
     class PhaseReporter(Callback):
         def on_update_start(self, trainer):
@@ -82,7 +84,7 @@ def run_life(preset: str, run_dir: Path, settings: list[str], resume: bool, star
 
     config = resumed_config(run_dir, settings) if resume else apply_settings(load_preset(preset), settings)
     summary = train(config, run_dir, resume=resume, start_over=start_over, callbacks=[PhaseReporter()])
-    _mark("finished", summary["step"])
+    _mark("finished", summary.step)
     return 0
 
 

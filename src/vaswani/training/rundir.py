@@ -1,8 +1,8 @@
 """Who owns a run directory, and what is already in it.
 
-A run directory has one owner at a time: :func:`claim` takes an exclusive ``fcntl.flock`` on ``RUN/.lock`` for the
-whole run. The kernel drops the lock when the process ends, however it ends, so a SIGKILLed run never leaves a
-stale lock behind; a second trainer started on the same directory is refused with the holder's pid.
+A run directory has one owner at a time: :func:`lock_run_directory` takes an exclusive ``fcntl.flock`` on
+``RUN/.lock`` for the whole run. The kernel drops the lock when the process ends, however it ends, so a SIGKILLed run
+never leaves a stale lock behind; a second trainer started on the same directory is refused with the holder's pid.
 
 A directory is a run directory because the trainer said so: a new run writes the manifest ``RUN/vaswani.json``
 (kind "run") before anything else. A new run starts only in a directory that is missing or empty; one that holds
@@ -56,7 +56,7 @@ def _refuse_another_kind(run_dir: Path) -> None:
 
 
 @contextlib.contextmanager
-def claim(run_dir: Path) -> Iterator[None]:
+def lock_run_directory(run_dir: Path) -> Iterator[None]:
     """Hold the run directory's lock for the duration of the ``with`` block (and no longer than the process). A
     directory whose manifest names another kind (a checkpoint, an export) is refused before the lock file is made."""
     _refuse_another_kind(run_dir)
@@ -85,7 +85,7 @@ def claim(run_dir: Path) -> Iterator[None]:
 def check_start(run_dir: Path, resume: bool, start_over: bool) -> None:
     """Refuse a start that would mix two runs, write into a directory that is not a run, or resume nothing; with
     ``start_over``, move the earlier run aside. A new run's manifest is written here, first. Call it while holding
-    :func:`claim`."""
+    :func:`lock_run_directory`."""
     _refuse_another_kind(run_dir)
     manifest = read_manifest(run_dir)
     evidence = run_evidence(run_dir)
@@ -131,4 +131,4 @@ def _write_run_manifest(run_dir: Path) -> None:
     write_manifest(run_dir, RUN_KIND, files=[])
 
 
-__all__ = ["LOCK_FILE", "RUN_FILES", "RUN_KIND", "check_start", "claim", "run_evidence"]
+__all__ = ["LOCK_FILE", "RUN_FILES", "RUN_KIND", "check_start", "lock_run_directory", "run_evidence"]
