@@ -35,7 +35,8 @@ SMOKE_RECIPE = "smoke"
 BASELINE, NOISE = "baseline", "baseline-seed1"
 # Every proxy: the budget, no early stop, no final-model step (the final model is the real run's business), and
 # the quick BLEU on the preset's validation subset at every epoch for the BLEU-vs-minutes curve.
-PROXY_SETTINGS = ("train.final_model=false", "train.patience=null", "train.progress=false")
+PROXY_SETTINGS = ("train.final_model=false", "train.patience=null", "train.progress=false",
+                  "train.scale_up_models=")  # every variant trains its own model, not the one the clock affords
 
 VARIANTS: dict[str, RunVariant] = {v.name: v for v in (
     RunVariant(BASELINE, "multi30k-cpu as it is"),

@@ -23,6 +23,7 @@ from vaswani.config import Limit, ModelConfig, Precision, apply_overrides, parse
 from vaswani.data.corpora import DATASETS, get_dataset
 from vaswani.data.tokenizer import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE
 from vaswani.errors import ConfigError, DataError
+from vaswani.training.budget import settings_of
 
 
 @dataclass
@@ -74,6 +75,12 @@ class TrainConfig:
     # linear/cosine: the decay also follows the clock, so that it ends when train.max_minutes does if that comes
     # before the last planned step (on a slower machine); its progress is the larger of the steps' and the clock's
     decay_on_clock: bool = False
+    # a larger model where the machine is fast enough (training/budget.py): entries of space-separated
+    # section.key=value items, smallest first; a new run measures the preset's model and then each entry for
+    # scale_up_probe_seconds, and trains the largest that completes train.max_epochs within train.max_minutes (a run
+    # without both limits has no budget to fit: it trains the preset's model)
+    scale_up_models: tuple[str, ...] = ()
+    scale_up_probe_seconds: float = 15.0
     clip_grad_norm: float | None = 1.0
     # precision and speed
     precision: Precision = "auto"  # auto: bf16 where supported, else fp16/fp32
@@ -123,7 +130,7 @@ class TrainConfig:
         "min_lr_ratio": Limit(ge=0, le=1), "clip_grad_norm": Limit(ge=0), "num_threads": Limit(ge=1),
         "eval_every_steps": Limit(ge=1), "bleu_subset": Limit(ge=0), "patience": Limit(ge=1),
         "save_every_steps": Limit(ge=1), "keep_checkpoints": Limit(ge=0), "log_every_steps": Limit(ge=1),
-        "max_consecutive_nonfinite": Limit(ge=1), "average_last": Limit(ge=0), "final_beam": Limit(ge=1),
+        "max_consecutive_nonfinite": Limit(ge=1), "scale_up_probe_seconds": Limit(gt=0, le=600), "average_last": Limit(ge=0), "final_beam": Limit(ge=1),
         "final_alphas": Limit(ge=0), "final_valid_sentences": Limit(ge=1), "final_max_minutes": Limit(gt=0),
     }
 
@@ -138,6 +145,8 @@ class TrainConfig:
         if self.decay_on_clock and (self.schedule not in ("linear", "cosine") or self.max_minutes is None):
             raise ConfigError("train.decay_on_clock needs a decaying schedule (train.schedule=linear or cosine) and "
                               "a clock to follow (train.max_minutes)", field="train.decay_on_clock")
+        if self.scale_up_models:
+            self._check_scale_up_models()
         if self.schedule == "noam" and self.warmup_steps < 1:
             raise ConfigError("train.schedule=noam needs train.warmup_steps >= 1 (its peak is at the warmup's end)",
                               field="train.warmup_steps")
@@ -147,6 +156,16 @@ class TrainConfig:
         if self.cuda_graphs and self.grad_accum > 1:
             raise ConfigError("train.cuda_graphs needs train.grad_accum=1: a replay overwrites the gradients of the "
                               "micro-batch before it", field="train.cuda_graphs")
+
+
+    def _check_scale_up_models(self) -> None:
+        for entry in self.scale_up_models:
+            try:
+                parse_settings(settings_of(entry), ("model", "train"))
+            except ConfigError as error:
+                raise ConfigError(f"train.scale_up_models entry {entry!r}: expected model.KEY=VALUE or "
+                                  "train.KEY=VALUE items separated by spaces, e.g. 'model.d_model=256 "
+                                  f"model.d_ff=1024' ({error})", field="train.scale_up_models") from None
 
 
 @dataclass

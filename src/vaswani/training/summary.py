@@ -8,6 +8,7 @@ from pathlib import Path
 
 from vaswani.evaluation.selection import FinalChoice
 from vaswani.records import read_record, write_record
+from vaswani.training.budget import BudgetPlan
 from vaswani.training.device_choices import CompilationCounts
 
 SUMMARY_FILE = "summary.json"
@@ -38,6 +39,7 @@ class RunSummary:
     compilation: CompilationCounts | None = None  # a compiled run: its graphs, recompiles, CUDA-graph replays
     # written by `vaswani train` (training/run.py): the final model's headline and the time it took, and the time the
     # user waited for (data preparation, training and the final model; not Python's start-up)
+    scale_up: BudgetPlan | None = None  # the model train.scale_up_models chose for this machine, and why
     final: FinalChoice | None = None
     final_minutes: float | None = None
     wall_minutes: float | None = None

@@ -34,6 +34,7 @@ from vaswani.model import Transformer
 from vaswani.precision import resolve_precision
 from vaswani.records import to_json
 from vaswani.training import data as training_data
+from vaswani.training.budget import early_stopping_counts
 from vaswani.training.callbacks import Callback, LogLine, ReadUpdate, reporting
 from vaswani.training.checkpoint import load_trainer_state, move_link, prune, save_checkpoint
 from vaswani.training.config import RunConfig
@@ -261,7 +262,9 @@ class Trainer:
         metric = result.loss if tc.early_stopping_metric == "val_loss" else -(result.bleu or 0.0)
         improved = progress.best_metric is None or metric < progress.best_metric
         progress.best_metric = metric if improved else progress.best_metric
-        progress.evals_without_improvement = 0 if improved else progress.evals_without_improvement + 1
+        # a clock-driven rate that is still high stalls the metric without the model being done (training/budget.py)
+        counts = early_stopping_counts(tc.decay_on_clock, self.optimizer.param_groups[0]["lr"], tc.lr)
+        progress.evals_without_improvement = 0 if improved else progress.evals_without_improvement + counts
         self._validated = (progress.step, result)
         self._notify("on_evaluation", result)
         self._checkpoint("best" if improved else "eval")
