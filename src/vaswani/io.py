@@ -1,12 +1,18 @@
-"""Writing files so that a crash never leaves half of one, and reading back what was written: every file the tool
-writes goes through here.
+"""Writing files so that a crash never leaves half of one, and reading back what was written: every file and folder
+the tool writes goes through here, and nothing else stages, renames or fsyncs.
 
 The pattern is the same everywhere: write a temporary file in the destination's directory, fsync it, give it the
-permissions a plainly created file would have, then ``os.replace`` it over the destination. Readers see the old file
-or the new one, never a torn one, even if the process is killed mid-write. A directory of several files is assembled
-beside its destination and renamed into place (:func:`directory_written_whole`), with a manifest written last
-(:func:`write_manifest`): the manifest says what the directory is and holds each file's size and sha256, so a reader
-knows a run, a checkpoint or an evaluation by what the tool wrote, never by which files happen to be there.
+permissions a plainly created file would have, rename it over the destination and fsync the directory
+(:func:`atomic_write`). Readers see the old file or the new one, never a torn one, even if the process is killed
+mid-write. A directory of several files is assembled in a staging directory beside its destination
+(:func:`staging_directory`) and renamed into place (:func:`install_directory`, or the two together,
+:func:`directory_written_whole`), with a manifest written last (:func:`write_manifest`): the manifest says what the
+directory is and holds each file's size and sha256, so a reader knows a run, a checkpoint or an evaluation by what
+the tool wrote, never by which files happen to be there.
+
+One fsync rule holds for all of them: every file is fsynced before the rename that publishes it, and the directory
+holding the new name after it; a file system that cannot fsync a directory at all (EINVAL: some network and FUSE
+mounts) is skipped, since the rename is still atomic there, and any other failure is raised.
 
 A write that fails because the machine cannot take it (a full disk, the file-size limit of ``ulimit -f``, a
 read-only mount) is one :class:`EnvironmentFault` naming the file, whichever library was writing (:func:`writing`).
@@ -108,8 +114,9 @@ def named_as(staging: str | Path, destination: str | Path) -> Iterator[None]:
 
 
 def atomic_write(path: str | Path, write: Callable[[str], None]) -> None:
-    """Call ``write(temporary_path)`` to produce the file, then fsync and rename it to ``path``. A write the machine
-    refuses (full disk, file-size limit) is an EnvironmentFault naming ``path``, and leaves no temporary file."""
+    """Call ``write(temporary_path)`` to produce the file, then fsync and rename it to ``path`` and fsync the
+    directory. A write the machine refuses (full disk, file-size limit) is an EnvironmentFault naming ``path``; any
+    failure of ``write`` leaves no temporary file."""
     path = Path(path)
     with writing(path):
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -117,13 +124,13 @@ def atomic_write(path: str | Path, write: Callable[[str], None]) -> None:
         os.close(fd)
         try:
             write(tmp)
-            with open(tmp, "rb+") as handle:
-                os.fsync(handle.fileno())
+            fsync_file(tmp)
             os.chmod(tmp, default_file_mode())
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+        fsync_directory(path.parent)
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
@@ -251,39 +258,81 @@ def check_new_directory(out: str | Path, force: bool, inputs: Sequence[str | Pat
     ensure_writable_directory(out.parent, f"parent of {option} {out}")
 
 
+def staging_directory(destination: str | Path, name: str | None = None) -> Path:
+    """An empty directory beside ``destination`` to assemble it in, with the permissions a plainly created directory
+    would have. Hidden: ``name`` when the caller must find it again (a checkpoint's ``.tmp-step_N-PID``, which a
+    later save removes if a kill left it), else a fresh ``.NAME.XXXXXXXX``."""
+    destination = Path(destination)
+    with writing(destination):
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        if name is None:
+            staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", dir=destination.parent))
+        else:
+            staging = destination.parent / name
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir()
+        os.chmod(staging, default_directory_mode())
+    return staging
+
+
+def install_directory(staging: str | Path, destination: str | Path, keep: Callable[[Path], bool] | None = None,
+                      aside: str | Path | None = None) -> bool:
+    """Make the assembled ``staging`` directory ``destination``: fsync every file in it and the directory, then
+    rename it into place and fsync the parent. An existing ``destination`` is kept when ``keep(destination)`` says
+    so (another process wrote the same output meanwhile: ``staging`` is discarded and False returned); otherwise it
+    is first renamed ``aside`` (default: a fresh hidden directory beside it), and deleted only once the new one is in
+    place (a named ``aside`` is deleted then even if a killed install left it). A kill at any instant leaves the old ``destination`` or the new one, never a mix. Returns True when
+    ``staging`` took the place."""
+    staging, destination = Path(staging), Path(destination)
+    for path in sorted(staging.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            fsync_file(path)
+    fsync_directory(staging)
+    if keep is not None and destination.exists() and keep(destination):
+        shutil.rmtree(staging, ignore_errors=True)
+        return False
+    previous = None
+    if destination.exists() or destination.is_symlink():
+        if aside is None:
+            holder = Path(tempfile.mkdtemp(prefix=f".{destination.name}.old.", dir=destination.parent))
+            previous = holder / destination.name
+        else:
+            previous = holder = Path(aside)
+            shutil.rmtree(holder, ignore_errors=True)
+        os.replace(destination, previous)
+    try:
+        os.replace(staging, destination)
+    except OSError as error:
+        if error.errno in (errno.ENOTEMPTY, errno.EEXIST) and keep is not None and keep(destination):
+            shutil.rmtree(staging, ignore_errors=True)  # another process put a whole one there first
+            if previous is not None:
+                shutil.rmtree(holder, ignore_errors=True)
+            return False
+        if previous is not None:
+            os.replace(previous, destination)
+        raise
+    fsync_directory(destination.parent)
+    if previous is not None or aside is not None:  # a named ``aside`` may be left from an earlier, killed install
+        shutil.rmtree(Path(aside) if aside is not None else holder, ignore_errors=True)
+    return True
+
+
 @contextlib.contextmanager
 def directory_written_whole(out: str | Path, kind: str | None = None,
                             details: dict[str, Any] | None = None) -> Iterator[Path]:
     """Yield an empty staging directory beside ``out``; when the block succeeds it takes ``out``'s place, and an
     existing ``out`` is deleted only after that. With ``kind``, the manifest (see :func:`write_manifest`) is written
     into it last. A failure (or a kill) never leaves a half-written ``out`` and never loses the old one: what can
-    remain is a hidden ``.NAME.*`` directory beside it. The directory gets the permissions a plainly created one
-    would have."""
+    remain is a hidden ``.NAME.*`` directory beside it."""
     out = Path(out)
-    with writing(out):
-        out.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    staging = staging_directory(out)
     try:
         with named_as(staging, out):
             yield staging
         with writing(out):
             if kind is not None:
                 write_manifest(staging, kind, details)
-            os.chmod(staging, default_directory_mode())
-            fsync_directory(staging)
-            previous = None
-            if out.exists():
-                previous = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
-                os.replace(out, previous / out.name)
-            try:
-                os.replace(staging, out)
-            except OSError:
-                if previous is not None:
-                    os.replace(previous / out.name, out)
-                raise
-            fsync_directory(out.parent)
-            if previous is not None:
-                shutil.rmtree(previous, ignore_errors=True)
+            install_directory(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -298,7 +347,7 @@ def files_written_together(directory: str | Path, kind: str | None = None,
     directory = Path(directory)
     with writing(directory):
         directory.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".staging.", dir=directory))
+    staging = staging_directory(directory / "staging")  # .staging.XXXXXXXX inside it
     try:
         with named_as(staging, directory):
             yield staging
@@ -306,6 +355,8 @@ def files_written_together(directory: str | Path, kind: str | None = None,
             if kind is not None:
                 write_manifest(staging, kind, details)
             names = sorted(p.name for p in staging.iterdir() if p.name != MANIFEST_FILE)
+            for name in names:
+                fsync_file(staging / name)
             for name in [*names, *([MANIFEST_FILE] if kind is not None else [])]:
                 os.replace(staging / name, directory / name)
             fsync_directory(directory)
@@ -313,11 +364,44 @@ def files_written_together(directory: str | Path, kind: str | None = None,
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def fsync_directory(path: Path) -> None:
-    """Make a rename inside ``path`` durable (the directory entry is written, not only the file)."""
+def atomic_symlink(link: str | Path, target: str) -> None:
+    """Make ``link`` a symlink to ``target`` (relative to the link's directory), replacing what was there by one
+    rename: a reader finds the old link or the new one, never none."""
+    link = Path(link)
+    with writing(link):
+        temporary = link.parent / f".{link.name}.tmp-{os.getpid()}"
+        temporary.unlink(missing_ok=True)
+        os.symlink(target, temporary)
+        os.replace(temporary, link)
+        fsync_directory(link.parent)
+
+
+def move(source: str | Path, destination: str | Path) -> None:
+    """Rename ``source`` (a file or a folder) to ``destination`` on the same file system, durably: both directories
+    are fsynced, so a crash finds it in one place or the other."""
+    source, destination = Path(source), Path(destination)
+    with writing(destination):
+        os.replace(source, destination)
+        fsync_directory(destination.parent)
+        if source.parent != destination.parent:
+            fsync_directory(source.parent)
+
+
+def fsync_file(path: str | Path) -> None:
+    """Write ``path``'s bytes to the disk before anything is renamed to publish it."""
+    with open(path, "rb") as handle:
+        os.fsync(handle.fileno())
+
+
+def fsync_directory(path: str | Path) -> None:
+    """Make a rename inside ``path`` durable (the directory entry is written, not only the file). A file system that
+    cannot fsync a directory (EINVAL) is skipped: the rename is atomic there all the same."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
+    except OSError as error:
+        if error.errno != errno.EINVAL:
+            raise
     finally:
         os.close(fd)
 
@@ -339,12 +423,33 @@ class Manifest:
     details: dict[str, Any] = field(default_factory=dict)
 
 
+def bytes_sha256(data: bytes) -> str:
+    """The sha256 of ``data``, in hex."""
+    return hashlib.sha256(data).hexdigest()
+
+
 def file_sha256(path: str | Path) -> str:
+    """The sha256 of ``path``'s bytes, in hex, read a chunk at a time."""
     digest = hashlib.sha256()
+    _digest_file(digest, path)
+    return digest.hexdigest()
+
+
+def files_sha256(directory: str | Path, names: Iterable[str]) -> str:
+    """One sha256 over the files ``names`` in ``directory``, each as its name, its size and its bytes: equal files,
+    equal key (the key of what a derived output, such as a conversion, was made from)."""
+    digest = hashlib.sha256()
+    for name in names:
+        path = Path(directory) / name
+        digest.update(f"{name}\0{path.stat().st_size}\0".encode())
+        _digest_file(digest, path)
+    return digest.hexdigest()
+
+
+def _digest_file(digest: Any, path: str | Path) -> None:
     with open(path, "rb") as handle:
         while chunk := handle.read(HASH_CHUNK):
             digest.update(chunk)
-    return digest.hexdigest()
 
 
 def write_manifest(directory: str | Path, kind: str, details: dict[str, Any] | None = None,

@@ -12,7 +12,6 @@ seed) and ``learning_curve.png`` (every seed); the trained models go to ``runs_d
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import statistics
 import time
@@ -29,7 +28,7 @@ from vaswani.classification.data import load_dataset
 from vaswani.classification.settings import TrainSettings
 from vaswani.classification.train import train_classifier
 from vaswani.classification.checkpoint import CLASSIFIER_KIND
-from vaswani.io import NUMBER, atomic_write_bytes, directory_written_whole, files_written_together
+from vaswani.io import NUMBER, atomic_write_bytes, directory_written_whole, file_sha256, files_written_together
 
 EXPERIMENT_KIND = "classifier experiment"
 _MEAN_STD = {"mean": NUMBER, "std": NUMBER}
@@ -60,10 +59,6 @@ def mean_std(values: Sequence[float]) -> dict[str, float]:
         "min": min(values),
         "max": max(values),
     }
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def run_experiment(
@@ -126,7 +121,7 @@ def run_experiment(
         "hardware": hardware("cpu"),
         "data": {
             "csv": str(csv_path),
-            "sha256": sha256(csv_path),
+            "sha256": file_sha256(csv_path),
             "rows_used": len(data.texts),
             "skipped_empty_text": data.skipped_empty_text,
             "skipped_empty_label": data.skipped_empty_label,

@@ -9,7 +9,6 @@ gigabytes of text, and nothing should learn that by running out of memory.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
 import zlib
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import TextIO
 
 from vaswani.errors import DataError
+from vaswani.io import bytes_sha256
 
 GZIP_MAGIC = b"\x1f\x8b"
 # The most text one gzip file may decompress to: far past any corpus a CPU trains on (WMT14 en-de is 1.3 GB
@@ -33,18 +33,6 @@ class TextFile:
     path: Path
     lines: list[str]
     sha256: str
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def sha256_file(path: str | Path, chunk_size: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(chunk_size):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def read_bytes(path: str | Path) -> bytes:
@@ -162,7 +150,7 @@ def read_text_file(path: str | Path, expected_sha256: str | None = None) -> Text
     """
     path = Path(path)
     data = read_bytes(path)
-    checksum = sha256_bytes(data)
+    checksum = bytes_sha256(data)
     if expected_sha256 is not None and checksum != expected_sha256:
         raise DataError(
             f"{path}: sha256 is {checksum} but {expected_sha256} was expected; the file is corrupt or a "

@@ -28,12 +28,10 @@ Conversion imports torch; finding an existing conversion does not.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import math
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from vaswani.config import ModelConfig
 from vaswani.data.tokenizer import BOS, EOS, UNK, Tokenizer
 from vaswani.errors import EnvironmentFault, VaswaniError
-from vaswani.io import atomic_write_json
+from vaswani.io import atomic_write_json, files_sha256, install_directory, staging_directory
 
 if TYPE_CHECKING:
     import numpy as np
@@ -199,17 +197,11 @@ def write_converted_model(checkpoint: Path, out: Path, quantization: str) -> Pat
 # ---- the copy kept next to the checkpoint -------------------------------------------------------------------------
 def checkpoint_key(checkpoint: Path) -> str:
     """sha256 of the files a conversion is made from: equal keys, equal conversions."""
-    digest = hashlib.sha256()
     for name in CHECKPOINT_FILES:
-        path = checkpoint / name
-        if not path.is_file():
+        if not (checkpoint / name).is_file():
             raise VaswaniError(f"{checkpoint}: no {name}; a CTranslate2 model is converted from "
                                f"{', '.join(CHECKPOINT_FILES)}")
-        digest.update(f"{name}\0{path.stat().st_size}\0".encode())
-        with open(path, "rb") as handle:
-            while chunk := handle.read(1 << 20):
-                digest.update(chunk)
-    return digest.hexdigest()
+    return files_sha256(checkpoint, CHECKPOINT_FILES)
 
 
 def converted_model(checkpoint: Path, quantization: str) -> Path:
@@ -218,15 +210,14 @@ def converted_model(checkpoint: Path, quantization: str) -> Path:
     name = f"{quantization}-{key[:16]}"
     roots = [checkpoint / CONVERTED_DIRECTORY, _cache_root()]
     for root in roots:
-        if (root / name / CONVERSION_FILE).is_file():
+        if _is_whole(root / name):
             return root / name
     root = next((root for root in roots if _writable(root)), None)
     if root is None:
         raise EnvironmentFault(f"cannot write a CTranslate2 conversion into {roots[0]} or {roots[1]}; make one of "
                                "them writable (or set VASWANI_CACHE to a writable directory)")
     _remove_abandoned(root)
-    staging = Path(tempfile.mkdtemp(prefix=f".{name}.building-", dir=root))
-    staging.chmod(0o777 & ~_umask())  # a plainly made directory's mode, not mkdtemp's private 0700
+    staging = staging_directory(root / name)
     try:
         try:
             write_converted_model(checkpoint, staging, quantization)
@@ -241,11 +232,8 @@ def converted_model(checkpoint: Path, quantization: str) -> Path:
             "checkpoint": str(checkpoint.resolve()), "checkpoint_sha256": key, "quantization": quantization,
             "ctranslate2": _ctranslate2_version(), "converted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         })
-        try:
-            os.rename(staging, root / name)
-        except OSError:  # another process finished the same conversion first: load its copy, drop ours
-            if not (root / name / CONVERSION_FILE).is_file():
-                raise
+        # Two processes may convert at once: the second finds the first one's whole conversion and drops its own.
+        install_directory(staging, root / name, keep=_is_whole)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     for stale in root.glob(f"{quantization}-*"):  # conversions of weights this checkpoint no longer has
@@ -254,10 +242,8 @@ def converted_model(checkpoint: Path, quantization: str) -> Path:
     return root / name
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+def _is_whole(conversion: Path) -> bool:
+    return (conversion / CONVERSION_FILE).is_file()
 
 
 def _cache_root() -> Path:
@@ -276,7 +262,7 @@ def _writable(root: Path) -> bool:
 
 def _remove_abandoned(root: Path) -> None:
     """Delete conversions a killed process left half-assembled (never one another process is still writing)."""
-    for leftover in root.glob(".*.building-*"):
+    for leftover in root.glob(".*"):
         try:
             if time.time() - leftover.stat().st_mtime > ABANDONED_AFTER_S:
                 shutil.rmtree(leftover, ignore_errors=True)

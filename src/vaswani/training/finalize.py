@@ -41,7 +41,7 @@ from vaswani.errors import VaswaniError
 from vaswani.evaluation.average import average_checkpoints, last_checkpoints
 from vaswani.evaluation.evaluate import TestSet, evaluate
 from vaswani.evaluation.metrics import CorpusScores, corpus_scores
-from vaswani.io import atomic_write_json, write_manifest
+from vaswani.io import atomic_write_json, install_directory, staging_directory, write_manifest, writing
 from vaswani.model.serialization import CHECKPOINT_KIND
 from vaswani.training.checkpoint import STEP_NAME
 from vaswani.training.config import RunConfig
@@ -64,9 +64,7 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
     dc, tc = config.data, config.train
     valid = load_corpus(dc.dataset, dc.valid_split, dc.direction, data_dir=dc.data_dir)
     sources, references = valid.source[: tc.final_valid_sentences], valid.target[: tc.final_valid_sentences]
-    staging = checkpoints / f".tmp-{FINAL}-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    staging = staging_directory(checkpoints / FINAL, name=f".tmp-{FINAL}-{os.getpid()}")
     batches = decoding_batches(device)
     # train.final_max_minutes: once spent, the candidates and searches not yet scored are left out
     deadline = started + 60 * tc.final_max_minutes if tc.final_max_minutes else float("inf")
@@ -207,7 +205,7 @@ def _assemble(source: Path, staging: Path, search: SearchConfig) -> Path:
     assembled = staging / FINAL
     assembled.mkdir()
     for name in MODEL_FILES:
-        shutil.copyfile(source / name, assembled / name)
+        shutil.copyfile(source / name, assembled / name)  # fsynced when the whole is installed
     write_stored_search(search, assembled)
     return assembled
 
@@ -216,12 +214,9 @@ def _swap_in(assembled: Path, checkpoints: Path) -> Path:
     """Give the assembled final model its manifest and swap it in as ``checkpoints/final`` by renames: a kill at any
     instant leaves either the earlier final model or the new one, never half of one."""
     write_manifest(assembled, CHECKPOINT_KIND)  # a checkpoint by its manifest, its files checked at every load
-    final, replaced = checkpoints / FINAL, checkpoints / f".replaced-{FINAL}"
-    if final.exists():
-        shutil.rmtree(replaced, ignore_errors=True)
-        os.replace(final, replaced)
-    os.replace(assembled, final)
-    shutil.rmtree(replaced, ignore_errors=True)
+    final = checkpoints / FINAL
+    with writing(final):
+        install_directory(assembled, final, aside=checkpoints / f".replaced-{FINAL}")
     return final
 
 

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from vaswani.errors import EnvironmentFault, VaswaniError
-from vaswani.io import MANIFEST_FILE, ensure_writable_directory, read_manifest, write_manifest, writing
+from vaswani.io import MANIFEST_FILE, ensure_writable_directory, move, read_manifest, write_manifest, writing
 from vaswani.training.checkpoint import latest_checkpoint
 
 LOCK_FILE = ".lock"
@@ -120,7 +120,7 @@ def check_start(run_dir: Path, resume: bool, start_over: bool) -> None:
         aside.mkdir()
     for name in (*RUN_FILES, "tokenizer.json"):
         if (run_dir / name).exists() or (run_dir / name).is_symlink():
-            os.replace(run_dir / name, aside / name)
+            move(run_dir / name, aside / name)
     if manifest is None:
         _write_run_manifest(run_dir)
     print(f"start over: the earlier run's files are now in {aside}", file=sys.stderr)

@@ -34,7 +34,7 @@ from tqdm import tqdm
 from vaswani.data.batching import Batch
 from vaswani.devices import device_type, resolve_device, reuse_freed_memory
 from vaswani.errors import EnvironmentFault, VaswaniError, is_out_of_memory
-from vaswani.io import atomic_write_json
+from vaswani.io import atomic_write_json, atomic_write_text
 from vaswani.model import Transformer
 from vaswani.model.serialization import load_weights
 from vaswani.precision import resolve_precision
@@ -186,7 +186,7 @@ class Trainer:
         if not self.world.is_main:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.yaml").write_text(self.config.to_yaml())
+        atomic_write_text(self.run_dir / "config.yaml", self.config.to_yaml())
         record = {**provenance(self.device), "precision": self.precision, "world_size": self.world.size,
                   "torch_threads": torch.get_num_threads(), "resumed": resumed}
         if changes:
