@@ -29,6 +29,7 @@ import os
 import re
 import resource
 import shutil
+import stat
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -52,6 +53,18 @@ def default_file_mode() -> int:
 def default_directory_mode() -> int:
     """The permissions a plainly created directory would get (mkdtemp makes private 0700 ones)."""
     return 0o777 & ~_umask()
+
+
+def absolute_path(value: str | Path) -> Path:
+    """A user-typed path made absolute against the directory it was typed in (``~`` expanded), so that it still
+    names the same folder after a ``chdir`` or in a child process started elsewhere."""
+    return Path(os.path.abspath(Path(value).expanduser()))
+
+
+def default_cache_dir() -> Path:
+    """Where the tool keeps what it downloads and converts: ``$VASWANI_CACHE``, else ``~/.cache/vaswani``."""
+    value = os.environ.get("VASWANI_CACHE")
+    return absolute_path(value) if value else Path.home() / ".cache" / "vaswani"
 
 
 def write_fault(error: BaseException, path: str | Path) -> EnvironmentFault | None:
@@ -153,21 +166,72 @@ def atomic_copy(source: str | Path, destination: str | Path) -> None:
     atomic_write(destination, lambda tmp: shutil.copyfile(source, tmp))
 
 
-def read_json(path: str | Path, what: str = "JSON file") -> Any:
-    """The JSON value in ``path``; a file that cannot be read, is not UTF-8, is not JSON or is nested too deeply for
-    the parser is a VaswaniError naming it as ``what`` (e.g. "classifier description")."""
+# What a JSON or YAML file vaswani reads back may hold: far more than any it writes (a results file is kilobytes, a
+# tokenizer a few megabytes), far less than would exhaust memory or the parser's recursion.
+MAX_DOCUMENT_BYTES = 256 << 20
+MAX_NESTING = 64
+MAX_VALUES = 20_000_000
+
+
+def read_document(path: str | Path, what: str, limit: int = MAX_DOCUMENT_BYTES) -> str:
+    """The UTF-8 text of ``path``, a regular file of at most ``limit`` bytes (checked before it is read); anything
+    else is a VaswaniError naming it as ``what``."""
     path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        with open(path, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise VaswaniError(f"{path}: the {what} is not a regular file; it is not what vaswani wrote")
+            if info.st_size > limit:
+                raise VaswaniError(f"{path}: the {what} is {info.st_size:,} bytes, more than the {limit:,} vaswani "
+                                   "reads; it is not what vaswani wrote")
+            data = handle.read(limit + 1)
     except OSError as error:
         raise VaswaniError(f"{path}: the {what} cannot be read ({error.strerror or error})") from None
+    if len(data) > limit:  # grew while being read
+        raise VaswaniError(f"{path}: the {what} is more than the {limit:,} bytes vaswani reads")
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise VaswaniError(f"{path}: the {what} is not UTF-8 text; it is damaged or not what vaswani wrote") from None
+
+
+def document_shape_problem(value: Any, nesting: int = MAX_NESTING, values: int = MAX_VALUES) -> str | None:
+    """Why a parsed JSON or YAML ``value`` is too deep or too large to hand on (None when it is not): walked without
+    recursion, and shared values (YAML aliases) counted each time they are reached, as a reader would."""
+    stack = [(value, 1)]
+    seen = 0
+    while stack:
+        item, depth = stack.pop()
+        seen += 1
+        if seen > values:
+            return f"more than {values:,} values"
+        if isinstance(item, (dict, list, tuple)):
+            if depth > nesting:
+                return f"nested more than {nesting} levels deep"
+            children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return None
+
+
+def read_json(path: str | Path, what: str = "JSON file") -> Any:
+    """The JSON value in ``path``; a file that cannot be read, is larger than MAX_DOCUMENT_BYTES, is not UTF-8, is
+    not JSON or is nested deeper than MAX_NESTING is a VaswaniError naming it as ``what`` (e.g. "classifier
+    description")."""
+    path = Path(path)
+    text = read_document(path, what)
+    try:
+        value = json.loads(text)
     except json.JSONDecodeError as error:
         raise VaswaniError(f"{path}: the {what} is not valid JSON ({error}); it is damaged or not what vaswani "
                            "wrote") from None
     except RecursionError:
-        raise VaswaniError(f"{path}: the {what} is nested too deeply to read; it is not what vaswani wrote") from None
+        value, problem = None, f"nested more than {MAX_NESTING} levels deep"
+    else:
+        problem = document_shape_problem(value)
+    if problem is not None:
+        raise VaswaniError(f"{path}: the {what} is {problem}; it is not what vaswani wrote")
+    return value
 
 
 def ensure_writable_directory(path: str | Path, what: str = "output directory") -> Path:
@@ -236,28 +300,6 @@ def _json_kind(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def check_new_directory(out: str | Path, force: bool, inputs: Sequence[str | Path] = (),
-                        option: str = "--out", replaces: str | None = None) -> None:
-    """Before any work, refuse an output directory that cannot be (re)placed safely: a file, a non-empty directory
-    without ``force`` (unless its manifest says it is an earlier output of kind ``replaces``, which a re-run
-    replaces), and even with ``force`` a directory that is or holds the current directory or one of the command's
-    own ``inputs`` (replacing it would delete them); then prove its parent can be written."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise VaswaniError(f"{option} {out} is a file, not a directory")
-    target = out.resolve()
-    for kept, what in [(Path.cwd(), "the current directory"), *((Path(p), str(p)) for p in inputs)]:
-        if kept.resolve() == target or target in kept.resolve().parents:
-            if kept.exists() and out.exists():
-                raise VaswaniError(f"{option} {out} holds {what}, which replacing it would delete; "
-                                   "pick a new directory")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        kind = directory_kind(out)
-        if replaces is None or kind != replaces:
-            raise VaswaniError(f"{option} {out} exists and is not empty; pass --force to replace it")
-    ensure_writable_directory(out.parent, f"parent of {option} {out}")
-
-
 def staging_directory(destination: str | Path, name: str | None = None) -> Path:
     """An empty directory beside ``destination`` to assemble it in, with the permissions a plainly created directory
     would have. Hidden: ``name`` when the caller must find it again (a checkpoint's ``.tmp-step_N-PID``, which a
@@ -281,8 +323,8 @@ def install_directory(staging: str | Path, destination: str | Path, keep: Callab
     rename it into place and fsync the parent. An existing ``destination`` is kept when ``keep(destination)`` says
     so (another process wrote the same output meanwhile: ``staging`` is discarded and False returned); otherwise it
     is first renamed ``aside`` (default: a fresh hidden directory beside it), and deleted only once the new one is in
-    place (a named ``aside`` is deleted then even if a killed install left it). A kill at any instant leaves the old ``destination`` or the new one, never a mix. Returns True when
-    ``staging`` took the place."""
+    place (a named ``aside`` is deleted then even if a killed install left it). A kill at any instant leaves the old
+    ``destination`` or the new one, never a mix. Returns True when ``staging`` took the place."""
     staging, destination = Path(staging), Path(destination)
     for path in sorted(staging.rglob("*")):
         if path.is_file() and not path.is_symlink():
@@ -318,12 +360,12 @@ def install_directory(staging: str | Path, destination: str | Path, keep: Callab
 
 
 @contextlib.contextmanager
-def directory_written_whole(out: str | Path, kind: str | None = None,
-                            details: dict[str, Any] | None = None) -> Iterator[Path]:
+def directory_written_whole(out: str | Path, kind: str | None = None, details: dict[str, Any] | None = None,
+                            writer: str | None = None) -> Iterator[Path]:
     """Yield an empty staging directory beside ``out``; when the block succeeds it takes ``out``'s place, and an
     existing ``out`` is deleted only after that. With ``kind``, the manifest (see :func:`write_manifest`) is written
-    into it last. A failure (or a kill) never leaves a half-written ``out`` and never loses the old one: what can
-    remain is a hidden ``.NAME.*`` directory beside it."""
+    into it last, naming the command (``writer``). A failure (or a kill) never leaves a half-written ``out`` and never
+    loses the old one: what can remain is a hidden ``.NAME.*`` directory beside it."""
     out = Path(out)
     staging = staging_directory(out)
     try:
@@ -331,7 +373,7 @@ def directory_written_whole(out: str | Path, kind: str | None = None,
             yield staging
         with writing(out):
             if kind is not None:
-                write_manifest(staging, kind, details)
+                write_manifest(staging, kind, details, writer=writer)
             install_directory(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -421,6 +463,7 @@ class Manifest:
     kind: str
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
+    writer: str | None = None  # the command that wrote it, where several write the same kind (a checkpoint)
 
 
 def bytes_sha256(data: bytes) -> str:
@@ -429,42 +472,48 @@ def bytes_sha256(data: bytes) -> str:
 
 
 def file_sha256(path: str | Path) -> str:
-    """The sha256 of ``path``'s bytes, in hex, read a chunk at a time."""
+    """The sha256 of ``path``'s bytes, in hex, read a chunk at a time. Remembered for the process by the file's
+    identity and times (device, inode, size, modification and change time, in nanoseconds), so a load that checks a
+    checkpoint and then keys its conversion reads the weights once; any write changes that identity."""
+    info = os.stat(path)
+    identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+    known = _HASHED.get(identity)
+    if known is not None:
+        return known
     digest = hashlib.sha256()
-    _digest_file(digest, path)
-    return digest.hexdigest()
-
-
-def files_sha256(directory: str | Path, names: Iterable[str]) -> str:
-    """One sha256 over the files ``names`` in ``directory``, each as its name, its size and its bytes: equal files,
-    equal key (the key of what a derived output, such as a conversion, was made from)."""
-    digest = hashlib.sha256()
-    for name in names:
-        path = Path(directory) / name
-        digest.update(f"{name}\0{path.stat().st_size}\0".encode())
-        _digest_file(digest, path)
-    return digest.hexdigest()
-
-
-def _digest_file(digest: Any, path: str | Path) -> None:
     with open(path, "rb") as handle:
         while chunk := handle.read(HASH_CHUNK):
             digest.update(chunk)
+    _HASHED[identity] = digest.hexdigest()
+    return _HASHED[identity]
+
+
+_HASHED: dict[tuple[int, ...], str] = {}
+
+
+def files_sha256(directory: str | Path, names: Iterable[str]) -> str:
+    """One sha256 over the files ``names`` in ``directory``, each as its name, its size and its sha256: equal files,
+    equal key (the key of what a derived output, such as a conversion, was made from)."""
+    lines = [f"{name}\0{(Path(directory) / name).stat().st_size}\0{file_sha256(Path(directory) / name)}\n"
+             for name in names]
+    return bytes_sha256("".join(lines).encode())
 
 
 def write_manifest(directory: str | Path, kind: str, details: dict[str, Any] | None = None,
-                   files: Iterable[str] | None = None) -> Manifest:
-    """Write ``directory``'s manifest: its ``kind``, ``details``, and the size and sha256 of ``files`` (default:
-    every visible regular file directly in it). Written last, atomically: a directory with a manifest is complete."""
+                   files: Iterable[str] | None = None, writer: str | None = None) -> Manifest:
+    """Write ``directory``'s manifest: its ``kind``, the command that wrote it (``writer``), ``details``, and the
+    size and sha256 of ``files`` (default: every visible regular file directly in it). Written last, atomically: a
+    directory with a manifest is complete."""
     directory = Path(directory)
     names = sorted(files) if files is not None else sorted(
         p.name for p in directory.iterdir() if p.is_file() and not p.is_symlink() and not p.name.startswith(".")
         and p.name != MANIFEST_FILE)
     listed = {name: {"bytes": (directory / name).stat().st_size, "sha256": file_sha256(directory / name)}
               for name in names}
-    manifest = Manifest(kind, listed, dict(details or {}))
+    manifest = Manifest(kind, listed, dict(details or {}), writer)
     atomic_write_json(directory / MANIFEST_FILE, {"kind": kind, "format": MANIFEST_FORMAT, "files": listed,
-                                                  "details": manifest.details})
+                                                  "details": manifest.details,
+                                                  **({"writer": writer} if writer is not None else {})})
     return manifest
 
 
@@ -477,7 +526,7 @@ def read_manifest(directory: str | Path) -> Manifest | None:
     problem = _manifest_problem(values)
     if problem:
         raise VaswaniError(f"{path}: not a vaswani manifest ({problem}); it is damaged or was not written by vaswani")
-    return Manifest(values["kind"], values["files"], values.get("details") or {})
+    return Manifest(values["kind"], values["files"], values.get("details") or {}, values.get("writer"))
 
 
 def _manifest_problem(values: Any) -> str | None:
@@ -498,6 +547,8 @@ def _manifest_problem(values: Any) -> str | None:
             return f"bad entry {name!r}"
     if not isinstance(values.get("details", {}), dict):
         return '"details" is not an object'
+    if not isinstance(values.get("writer", ""), str):
+        return '"writer" is not a string'
     return None
 
 
@@ -528,17 +579,204 @@ def verify_files(directory: str | Path, manifest: Manifest, names: Iterable[str]
                                "the file is damaged or was edited")
 
 
-def check_output_file(path: str | Path, option: str) -> Path:
-    """Refuse, before a command's work, an output file it could not write at the end: ``path`` names a directory
-    or something else that is not a file (atomic_write would replace a device such as /dev/null with a file), or
-    its directory cannot be written. The one-line error names ``option`` (e.g. ``--output``) and the path."""
-    path = Path(path)
-    if path.is_dir():
-        raise VaswaniError(f"{option} {path}: is a directory; name a file")
-    if path.exists() and not path.is_file():
-        raise VaswaniError(f"{option} {path}: is not a regular file; name a file")
-    ensure_writable_directory(path.parent, f"{option} directory")
-    return path
+# ---- no output reaches an input ------------------------------------------------------------------------------
+
+# Kinds several commands write under the same name: a manifest of one replaces only what its writer wrote.
+SHARED_KINDS = {"checkpoint"}
+DESCENDANTS_SEARCHED = 10_000  # entries looked at below a folder that would be replaced, for a manifest it holds
+
+
+def repository_results() -> Path | None:
+    """The ``results/`` folder of the repository this package runs from (an editable install or a checkout), whose
+    published figures no command overwrites unless ``--out`` names them; None for an installed package."""
+    root = Path(__file__).resolve().parents[2]
+    if (root / "pyproject.toml").is_file() and (root / "results").is_dir():
+        return (root / "results").resolve()
+    return None
+
+
+def check_output(path: str | Path, *, command: str, writes: Literal["folder", "files", "file"],
+                 inputs: Sequence[str | Path | None] = (), kind: str | None = None, force: bool = False,
+                 replaces_own: bool = False, option: str = "--out", explicit: bool = True,
+                 belongs_in: str | None = None, names: Sequence[str] = ()) -> Path:
+    """The one rule that no output reaches an input, checked before any work and writing nothing. Returns ``path``.
+
+    ``writes`` says what the command makes at ``path``: a ``folder`` replaced whole (with a manifest of ``kind``
+    naming ``command`` as its writer), ``files`` written into a folder that may hold other things (``names``, when
+    known), or one ``file``.
+    The destination is resolved (``..``, links above it; a link as the destination itself is refused, since
+    replacing it would replace the link), and refused when it
+
+    - is, holds or lies inside one of the command's ``inputs``, or a folder an input links to (a run's
+      ``checkpoints/best`` is the checkpoint it points to), or the user cache;
+    - lies inside any folder vaswani wrote with a manifest (a run, a checkpoint, an export, a cache, a classifier,
+      an evaluation...; files written beside files of their own kind, such as one experiment's results in a folder
+      of another's, excepted), or, for a folder replaced whole, holds one or holds the current directory;
+    - except inside the subfolder ``belongs_in`` of such a folder, where the output is meant to go (evaluate:
+      ``eval/`` of a run or a checkpoint);
+    - is a folder with a manifest of another kind, or of the same kind by another command; one of the same kind by
+      the same command is replaced with ``force`` (or, with ``replaces_own``, as a re-run always does); a non-empty
+      folder vaswani did not write is never replaced;
+    - lies inside the repository's ``results/`` when no option named it (``explicit`` False: a default).
+
+    Finally the nearest existing folder above it must be writable (probed with a file that is removed again).
+    """
+    given = Path(path)
+    where = f"{option} {given}"
+    target = _resolved(given, where)
+    for guarded, what in _guarded(inputs):
+        if target == guarded:
+            raise VaswaniError(f"{where} is {what}, an input of this command; pick a new "
+                               f"{'file' if writes == 'file' else 'directory'}")
+        if _inside(guarded, target):
+            if writes == "folder" and given.exists():
+                raise VaswaniError(f"{where} holds {what}, which replacing it would delete; pick a new directory")
+            if writes == "files" and guarded.parent == target and (not names or guarded.name in names):
+                raise VaswaniError(f"{where} holds {what}, an input this command would overwrite; pick another "
+                                   "directory")
+        if _inside(target, guarded) and not _belongs(target, guarded, belongs_in):
+            raise VaswaniError(f"{where} lies inside {what}, an input of this command; write outside it")
+    for folder in target.parents:
+        manifest = _manifest_or_damaged(folder)
+        nested = writes == "files" and manifest is not None and manifest.kind == kind  # results beside results
+        if manifest is not None and not nested and not _belongs(target, folder, belongs_in):
+            raise VaswaniError(f"{where} lies inside {folder}, a {manifest.kind} vaswani wrote; write outside it")
+    results = repository_results()
+    if not explicit and results is not None and (target == results or _inside(target, results)):
+        raise VaswaniError(f"{where} is inside the repository's published results ({results}); pass {option} to "
+                           "write there on purpose, or run from another directory")
+    if given.exists():
+        if writes == "file":
+            if given.is_dir():
+                raise VaswaniError(f"{where}: is a directory; name a file")
+            if not given.is_file():
+                raise VaswaniError(f"{where}: is not a regular file; name a file")
+        elif not given.is_dir():
+            raise VaswaniError(f"{where} is a file, not a directory")
+        else:
+            _check_folder(given, target, command, writes, kind, force, replaces_own, where)
+    _probe_writable(target, where)
+    return given
+
+
+def _check_folder(given: Path, target: Path, command: str, writes: str, kind: str | None, force: bool,
+                  replaces_own: bool, where: str) -> None:
+    manifest = read_manifest(target)  # a damaged one is named
+    if writes == "files":
+        if manifest is not None and manifest.kind != kind:
+            raise VaswaniError(f"{where} is a {manifest.kind} vaswani wrote; pick another directory")
+        return
+    if Path.cwd().resolve() == target or _inside(Path.cwd().resolve(), target):
+        raise VaswaniError(f"{where} holds the current directory, which replacing it would delete; pick a new "
+                           "directory")
+    if not any(given.iterdir()):
+        return
+    if manifest is None:
+        raise VaswaniError(f"{where} exists, is not empty and was not written by `vaswani {command}`; pick a new "
+                           "directory (or empty this one)")
+    if manifest.kind != kind or not _same_writer(manifest, kind, command):
+        by = f" by `vaswani {manifest.writer}`" if manifest.writer else ""
+        raise VaswaniError(f"{where} is a {manifest.kind} written{by or ' by another command'}, not an earlier "
+                           f"output of `vaswani {command}`; pick a new directory")
+    held = _manifest_below(target)
+    if held is not None:
+        raise VaswaniError(f"{where} holds {held[0]}, a {held[1]} vaswani wrote, which replacing it would delete; "
+                           "pick a new directory")
+    if not force and not replaces_own:
+        raise VaswaniError(f"{where} holds an earlier {kind} of `vaswani {command}`; pass --force to replace it")
+
+
+def _same_writer(manifest: Manifest, kind: str | None, command: str) -> bool:
+    if manifest.writer is not None:
+        return manifest.writer == command
+    return kind not in SHARED_KINDS  # a shared kind written before writers were recorded: whose is unknown
+
+
+def _resolved(given: Path, where: str) -> Path:
+    if given.is_symlink():
+        raise VaswaniError(f"{where} is a link (to {os.readlink(given)}); name the file or folder itself")
+    try:
+        return given.resolve()
+    except (OSError, RuntimeError) as error:  # a loop of links
+        raise VaswaniError(f"{where} cannot be resolved ({error}); name another path") from None
+
+
+def _guarded(inputs: Sequence[str | Path | None]) -> list[tuple[Path, str]]:
+    """The resolved inputs, what the links inside an input folder point to (a run's ``checkpoints/best`` is the
+    checkpoint it names), and the user cache."""
+    found: list[tuple[Path, str]] = []
+    for given in inputs:
+        if given is None:
+            continue
+        path = Path(given)
+        found.append((path.resolve(), str(path)))
+        if path.is_dir():
+            for link in _links_within(path, depth=2):
+                found.append((link.resolve(), f"{link} (the {link.resolve().name} it points to)"))
+    found.append((default_cache_dir().resolve(), f"the cache {default_cache_dir()}"))
+    return found
+
+
+def _links_within(folder: Path, depth: int) -> list[Path]:
+    links = []
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return links
+    for entry in entries:
+        if entry.is_symlink():
+            if entry.exists():
+                links.append(entry)
+        elif depth > 1 and entry.is_dir():
+            links += _links_within(entry, depth - 1)
+    return links
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return folder in path.parents
+
+
+def _belongs(target: Path, folder: Path, belongs_in: str | None) -> bool:
+    """Is ``target`` inside ``folder``'s subfolder ``belongs_in``, where this kind of output goes?"""
+    return belongs_in is not None and _inside(target, folder / belongs_in)
+
+
+def _manifest_or_damaged(folder: Path) -> Manifest | None:
+    """``folder``'s manifest; a damaged one still says vaswani wrote the folder (its kind then unknown)."""
+    try:
+        return read_manifest(folder)
+    except VaswaniError:
+        return Manifest("damaged output")
+
+
+def _manifest_below(folder: Path) -> tuple[Path, str] | None:
+    """A folder under ``folder`` with a manifest (links not followed): what replacing ``folder`` would delete."""
+    seen = 0
+    for root, directories, files in os.walk(folder):
+        seen += len(directories) + len(files)
+        if Path(root) != folder and MANIFEST_FILE in files:
+            manifest = _manifest_or_damaged(Path(root))
+            return Path(root), manifest.kind if manifest is not None else "folder"
+        if seen > DESCENDANTS_SEARCHED:
+            return folder, "folder too large to search"
+    return None
+
+
+def _probe_writable(target: Path, where: str) -> None:
+    """Prove the nearest existing folder at or above where ``target`` will be written can take a new file, leaving
+    nothing behind (missing folders are made only when the output is written)."""
+    folder = target if target.is_dir() else target.parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
+        raise EnvironmentFault(f"{where}: {folder} is a file, not a directory")
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-test-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as error:
+        raise EnvironmentFault(f"{where}: {folder} cannot be written ({error.strerror or error}); pick a directory "
+                               "you can write to") from None
 
 
 def standard_stream(name: Literal["stdin", "stdout"], instead: str) -> TextIO:

@@ -38,7 +38,7 @@ from vaswani.decoding.config import SearchConfig
 from vaswani.decoding.reference import UncachedModel
 from vaswani.decoding.search import generate
 from vaswani.errors import VaswaniError
-from vaswani.io import atomic_write_json, atomic_write_text, check_output_file, ensure_writable_directory
+from vaswani.io import atomic_write_json, atomic_write_text, check_output
 from vaswani.precision import resolve_precision
 from vaswani.provenance import provenance, provenance_lines
 from vaswani.model import Transformer
@@ -229,11 +229,12 @@ def run(args: argparse.Namespace) -> int:
 def _check_outputs(args: argparse.Namespace) -> None:
     """Refuse an output that cannot be written before minutes of timing, not after: with --peer a directory,
     else a JSON file and its .md beside it."""
+    inputs = [args.checkpoint]
     if args.out and args.peer:
-        ensure_writable_directory(args.out, "--out directory")
+        check_output(args.out, command="bench decode", writes="files", inputs=inputs)
     elif args.out:
         for path in (args.out, args.out.with_suffix(".md")):
-            check_output_file(path, "--out")
+            check_output(path, command="bench decode", writes="file", inputs=inputs)
 
 
 def search_configs(args: argparse.Namespace, model: Transformer, device: torch.device,

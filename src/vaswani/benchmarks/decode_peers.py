@@ -245,7 +245,6 @@ def run_peers(args: argparse.Namespace) -> int:
     _print(report)
     if args.out:
         out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
         atomic_write_json(out / "results.json", report)
         atomic_write_text(out / "table.md", render_table(report))
         if profiles:

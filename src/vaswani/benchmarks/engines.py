@@ -32,9 +32,10 @@ from vaswani.config import ranged
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.decoding.config import QUANTIZATIONS
 from vaswani.errors import VaswaniError
-from vaswani.io import atomic_write_json, atomic_write_text
+from vaswani.io import atomic_write_json, atomic_write_text, check_output
 
 BARE_SCRIPT = Path(__file__).with_name("bare_ctranslate2.py")
+RESULT_FILES = ("results.json", "table.md")
 DEFAULT_QUANTIZATIONS = {"cpu": ["float32", "int8"], "cuda": ["float16", "int8_float16", "bfloat16"]}
 
 
@@ -64,6 +65,9 @@ def run(args: argparse.Namespace) -> int:
     from vaswani.model.serialization import resolve_checkpoint
     from vaswani.provenance import provenance
 
+    if args.out is not None:
+        check_output(args.out, command="bench engines", writes="files", inputs=[args.checkpoint, args.data_dir],
+                     names=RESULT_FILES)
     stamp = provenance(args.device)  # before anything is written
     quantizations = args.quantizations or DEFAULT_QUANTIZATIONS[args.device]
     checkpoint = resolve_checkpoint(args.checkpoint)
@@ -96,9 +100,9 @@ def run(args: argparse.Namespace) -> int:
     report = _report(stamp, args, checkpoint, search, commands, runs, bleu, outputs, len(sources))
     print(render_table(report))
     if args.out is not None:
-        atomic_write_json(args.out / "results.json", report)
-        atomic_write_text(args.out / "table.md", render_table(report))
-        print(f"wrote {args.out / 'results.json'} and {args.out / 'table.md'}")
+        atomic_write_json(args.out / RESULT_FILES[0], report)
+        atomic_write_text(args.out / RESULT_FILES[1], render_table(report))
+        print(f"wrote {args.out / RESULT_FILES[0]} and {args.out / RESULT_FILES[1]}")
     return 0
 
 

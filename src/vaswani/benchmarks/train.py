@@ -26,7 +26,7 @@ from vaswani.config import (PRECISIONS, ModelConfig, add_settings_argument, appl
                             ranged)
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.devices import resolve_device, reuse_freed_memory
-from vaswani.io import atomic_write_json, atomic_write_text, check_output_file
+from vaswani.io import atomic_write_json, atomic_write_text, check_output
 from vaswani.errors import VaswaniError
 from vaswani.provenance import provenance
 from vaswani.training.device_choices import defers_host_reads
@@ -101,7 +101,7 @@ def _check_outputs(args: argparse.Namespace) -> None:
     if args.out:
         profile = [args.out.with_suffix(".profile.md")] if args.profile is not None else []
         for path in (args.out, args.out.with_suffix(".md"), *profile):
-            check_output_file(path, "--out")
+            check_output(path, command="bench train", writes="file")
 
 
 def settings_from_args(args: argparse.Namespace) -> TrainBenchSettings:

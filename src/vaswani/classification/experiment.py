@@ -28,9 +28,18 @@ from vaswani.classification.data import load_dataset
 from vaswani.classification.settings import TrainSettings
 from vaswani.classification.train import train_classifier
 from vaswani.classification.checkpoint import CLASSIFIER_KIND
-from vaswani.io import NUMBER, atomic_write_bytes, directory_written_whole, file_sha256, files_written_together
+from vaswani.io import (
+    MANIFEST_FILE,
+    NUMBER,
+    atomic_write_bytes,
+    directory_written_whole,
+    file_sha256,
+    files_written_together,
+)
 
 EXPERIMENT_KIND = "classifier experiment"
+EXPERIMENT_WRITER = "classify experiment"
+RESULT_FILES = ("results.json", "table.md", "confusion.png", "learning_curve.png", MANIFEST_FILE)
 _MEAN_STD = {"mean": NUMBER, "std": NUMBER}
 _SEED = {"seed": int, "transformer": {"confusion": [[int]]}, "baseline": {"confusion": [[int]]}}
 # The results.json this module writes, as far as `classify summary` reads it (see vaswani.io.json_shape_problem).
@@ -84,7 +93,8 @@ def run_experiment(
     per_seed, histories, first_confusions = [], {}, None
     for seed in seeds:
         log(f"--- seed {seed} ---")
-        with directory_written_whole(runs_dir / f"seed_{seed}", kind=CLASSIFIER_KIND) as staging:
+        seed_dir = runs_dir / f"seed_{seed}"
+        with directory_written_whole(seed_dir, kind=CLASSIFIER_KIND, writer=EXPERIMENT_WRITER) as staging:
             run = train_classifier(data, dataclasses.replace(settings, seed=seed), staging, progress=progress,
                                    log=log)
         log(f"seed {seed}: Transformer macro-F1 {run.val_metrics.macro_f1:.4f} (epoch {run.best_epoch}), "

@@ -10,7 +10,7 @@ import time
 
 def add_data_dir_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """``--data-dir DIR``, made absolute where it is typed (a later chdir or a child process sees the same folder)."""
-    from vaswani.data.download import absolute_path
+    from vaswani.io import absolute_path
 
     parser.add_argument("--data-dir", type=absolute_path, default=None, metavar="DIR",
                         help="folder holding the corpus files (default: $VASWANI_DATA); files missing there are "
@@ -59,8 +59,14 @@ def register(subparsers) -> None:
 
 
 def run_prepare(args: argparse.Namespace) -> int:
-    from vaswani.data.pipeline import prepare_dataset  # lazy: keeps `vaswani --help` fast
+    # lazy: keeps `vaswani --help` fast
+    from vaswani.data.pipeline import PREPARED_FILES, PREPARED_KIND, prepare_dataset, prepared_out_dir
+    from vaswani.io import check_output
 
+    local = any(path is not None for path in (args.src, args.tgt, args.tsv))
+    out = prepared_out_dir(args.out, args.dataset, args.direction, args.vocab_size, local)
+    check_output(out, command="prepare", writes="files", kind=PREPARED_KIND, names=PREPARED_FILES,
+                 inputs=[args.src, args.tgt, args.tsv, args.tokenizer, args.data_dir], explicit=args.out is not None)
     _log_to_stderr()
     start = time.perf_counter()
     splits = [name.strip() for name in args.splits.split(",") if name.strip()]
@@ -68,7 +74,7 @@ def run_prepare(args: argparse.Namespace) -> int:
         dataset=args.dataset,
         splits=splits,
         data_dir=args.data_dir,
-        out_dir=args.out,
+        out_dir=out,
         vocab_size=args.vocab_size,
         max_len=args.max_len,
         direction=args.direction,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vaswani.errors import DataError
-from vaswani.io import atomic_write
+from vaswani.io import absolute_path, atomic_write, default_cache_dir
 
 logger = logging.getLogger(__name__)
 
@@ -36,12 +36,6 @@ class RemoteFile:
     path: str  # relative to a data dir, with "/" separators
     url: str
     sha256: str
-
-
-def absolute_path(value: str | Path) -> Path:
-    """A user-typed path made absolute against the directory it was typed in (``~`` expanded), so that it still
-    names the same folder after a ``chdir`` or in a child process started elsewhere."""
-    return Path(os.path.abspath(Path(value).expanduser()))
 
 
 def _absolute_environment_paths(*names: str) -> None:
@@ -59,11 +53,6 @@ _absolute_environment_paths("VASWANI_DATA", "VASWANI_CACHE")
 def default_data_dir() -> Path | None:
     value = os.environ.get("VASWANI_DATA")
     return absolute_path(value) if value else None
-
-
-def default_cache_dir() -> Path:
-    value = os.environ.get("VASWANI_CACHE")
-    return absolute_path(value) if value else Path.home() / ".cache" / "vaswani"
 
 
 def default_mirror() -> str | None:

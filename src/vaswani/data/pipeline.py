@@ -65,6 +65,19 @@ def default_out_dir(dataset: str, direction: str, vocab_size: int) -> Path:
     return Path("runs") / "data" / f"{dataset}-{direction}-{vocab_size}"
 
 
+def prepared_out_dir(out_dir: str | Path | None, dataset: str, direction: str, vocab_size: int | None,
+                     local: bool) -> Path:
+    """Where :func:`prepare_dataset` writes: ``out_dir``, else the default folder of the dataset ("local" for a
+    corpus of the user's own files), its direction and vocabulary size."""
+    if out_dir is not None:
+        return Path(out_dir)
+    dataset = "local" if local else dataset
+    return default_out_dir(dataset, direction, vocab_size if vocab_size is not None else default_vocab_size(dataset))
+
+
+PREPARED_FILES = (TOKENIZER_FILE, TOKENIZER_INFO_FILE, MANIFEST_FILE, "cache")  # what prepare writes into its folder
+
+
 def prepare_dataset(
     dataset: str = DEFAULT_DATASET,
     splits: Sequence[str] = DEFAULT_SPLITS,
@@ -106,8 +119,8 @@ def prepare_dataset(
                           "token")
     if min_frequency < 1:
         raise ConfigError(f"min_frequency={min_frequency} must be >= 1")
+    out = prepared_out_dir(out_dir, dataset, direction, vocab_size, local)
     vocab_size = vocab_size if vocab_size is not None else default_vocab_size(dataset)
-    out = Path(out_dir) if out_dir is not None else default_out_dir(dataset, direction, vocab_size)
     kind = read_manifest(out).kind if (out / MANIFEST_FILE).is_file() else PREPARED_KIND
     if kind != PREPARED_KIND:  # a checkpoint's tokenizer.json is not prepared data, and its folder is no cache
         raise ConfigError(f"{out} is a {kind} (see its {MANIFEST_FILE}), not a prepared-data directory; pick another "

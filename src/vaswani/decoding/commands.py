@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from vaswani.data.textfiles import STANDARD_INPUT, read_lines, read_stream_lines, unicode_problem
 from vaswani.decoding.arguments import add_search_arguments, search_config_from_args, translator_from_args
-from vaswani.io import atomic_write_text, check_output_file, standard_stream
+from vaswani.io import atomic_write_text, check_output, standard_stream
 
 if TYPE_CHECKING:  # the translator imports torch; the parser is built without it
     from vaswani.decoding.translator import Translation, Translator
@@ -36,7 +36,8 @@ def translate_command(args: argparse.Namespace) -> int:
     if args.output is None:
         standard_stream("stdout", "pass --output FILE")
     else:
-        check_output_file(args.output, "--output")
+        check_output(args.output, command="translate", writes="file", inputs=[args.checkpoint, args.input],
+                     option="--output")
     stdin = standard_stream("stdin", "pass --input FILE") if args.input is None else None
     interactive = stdin is not None and stdin.isatty()
     if not interactive:

@@ -131,12 +131,17 @@ class CTranslate2Engine:
     @classmethod
     def load(cls, checkpoint: Path, model_config: ModelConfig, tokenizer: Tokenizer, quantization: str = "float32",
              device: str | None = "auto", threads: int = 0) -> "CTranslate2Engine":
-        """The engine for the checkpoint in directory ``checkpoint``, converting it first if needed."""
+        """The engine for the checkpoint in directory ``checkpoint``, converting it first if needed. The checkpoint
+        is checked first as every engine checks it (its files against their fingerprint and manifest), since its
+        conversion stands for it."""
+        from vaswani.model.serialization import check_checkpoint
+
         reason = cannot_express(model_config)
         if reason is not None:
             raise ConfigError(f"CTranslate2 cannot run {reason}; use --engine torch")
         kind, index = resolve_device(device)
         check_quantization(quantization, kind)
+        check_checkpoint(checkpoint)
         return cls(converted_model(checkpoint, quantization), model_config, tokenizer, quantization, kind, index,
                    threads, checkpoint)
 

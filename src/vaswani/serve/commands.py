@@ -82,7 +82,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     bench = subparsers.add_parser(
         "serve-bench",
-        help="load-test the server on loopback: 1/8/32 clients, with and without batching -> results/serve",
+        help="load-test the server on loopback: 1/8/32 clients, with and without batching -> --out",
         description="Start `vaswani serve` on 127.0.0.1 twice (with and without request batching), drive it with "
         "N concurrent clients for a fixed duration each, and write sentences/s, latency percentiles and errors "
         "to results.json, table.md and a plot. Stops by itself.",
@@ -97,7 +97,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--sentences", type=ranged(int, ge=1), default=500,
                        help="test sentences cycled through by the clients")
     bench.add_argument("--data-dir", type=Path, default=None, help="corpora (default: $VASWANI_DATA)")
-    bench.add_argument("--out", type=Path, default=Path("results/serve"))
+    bench.add_argument("--out", type=Path, default=None,
+                       help="results folder (default runs/serve-bench; the repository's results/serve only when named "
+                       "here)")
     add_engine_arguments(bench, threads=1)
     bench.set_defaults(handler=bench_command)
 
@@ -162,8 +164,13 @@ def listening_socket(host: str, port: int) -> socket.socket:
 
 
 def bench_command(args: argparse.Namespace) -> int:
+    from vaswani.io import check_output
     from vaswani.serve.loadtest import run_load_test
 
+    explicit = args.out is not None
+    args.out = args.out if explicit else Path("runs") / "serve-bench"
+    check_output(args.out, command="serve-bench", writes="files", inputs=[args.checkpoint, args.data_dir],
+                 explicit=explicit)
     run_load_test(args.checkpoint, args.clients, args.seconds, args.beam, args.sentences, args.out,
                   data_dir=args.data_dir, threads=args.threads, repeats=args.repeats, engine=args.engine,
                   quantization=args.quantization)

@@ -39,7 +39,7 @@ from vaswani.decoding.config import SearchConfig, stored_settings, write_stored_
 from vaswani.decoding.translator import Translator
 from vaswani.errors import VaswaniError
 from vaswani.evaluation.average import average_checkpoints, last_checkpoints
-from vaswani.evaluation.evaluate import TestSet, evaluate
+from vaswani.evaluation.evaluate import EVALUATIONS_FOLDER, TestSet, evaluate
 from vaswani.evaluation.metrics import CorpusScores, corpus_scores
 from vaswani.io import atomic_write_json, install_directory, staging_directory, write_manifest, writing
 from vaswani.model.serialization import CHECKPOINT_KIND
@@ -116,7 +116,7 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
     for split in tc.final_test_splits:
         corpus = load_corpus(dc.dataset, split, dc.direction, data_dir=dc.data_dir)
         test_set = TestSet(f"{dc.dataset}-{split}", corpus.source, corpus.target)
-        results, _ = evaluate(translator, test_set, final / "eval" / test_set.name, checkpoint=str(final))
+        results, _ = evaluate(translator, test_set, final / EVALUATIONS_FOLDER / test_set.name, checkpoint=str(final))
         tests[test_set.name] = {key: results[key] for key in ("bleu", "chrf", "length_ratio", "signature",
                                                               "chrf_signature", "sentences")}
     selection = {
