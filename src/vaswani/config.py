@@ -272,6 +272,14 @@ def add_settings_argument(parser: Any, sections: tuple[str, ...], example: str) 
                         help=f"override a {'/'.join(sections)} setting, e.g. --set {example} (repeatable)")
 
 
+# Upper bounds of the command line's counts: far past what any run of this project uses, far below what would
+# exhaust a machine before the work starts (CTranslate2 allocates per thread; a position table is built per length).
+MAX_THREADS = 1024  # CPU threads
+MAX_LENGTH = 65_536  # tokens of one sequence, or characters of one text
+MAX_BATCH = 1 << 20  # sentences, texts or tokens in one batch or one request
+MAX_COUNT = 2**31 - 1  # steps, epochs, repeats, sentences, processes, seeds
+
+
 def ranged(kind: type[int] | type[float], **bounds: float) -> Callable[[str], Any]:
     """An argparse ``type=`` for a command-line number of ``kind`` inside ``Limit(**bounds)``, e.g.
     ``ranged(int, ge=1)``. Anything else (out of range, not a number, nan, inf) stops the command while its
@@ -292,6 +300,7 @@ def ranged(kind: type[int] | type[float], **bounds: float) -> Callable[[str], An
         return value
 
     parse.limit = limit  # the declared range travels with the option (tests check that every number has one)
+    parse.kind = kind
     return parse
 
 

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vaswani.config import ranged
+from vaswani.config import MAX_COUNT, MAX_LENGTH, MAX_THREADS, ranged
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.decoding.config import QUANTIZATIONS
 from vaswani.errors import VaswaniError
@@ -43,15 +43,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True, metavar="RUN", help="checkpoint or run directory")
     parser.add_argument("--dataset", default="multi30k")
     parser.add_argument("--split", default="test2016")
-    parser.add_argument("--sentences", type=ranged(int, ge=1), default=None, help="the first N (default: all)")
+    parser.add_argument("--sentences", type=ranged(int, ge=1, le=MAX_COUNT), default=None,
+                        help="the first N (default: all)")
     add_data_dir_argument(parser)
-    parser.add_argument("--beam", type=ranged(int, ge=1), default=5)
-    parser.add_argument("--threads", type=ranged(int, ge=1), default=2, help="CPU threads of every engine")
+    parser.add_argument("--beam", type=ranged(int, ge=1, le=MAX_LENGTH), default=5)
+    parser.add_argument("--threads", type=ranged(int, ge=1, le=MAX_THREADS), default=2,
+                        help="CPU threads of every engine")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                         help="where every engine runs (cuda: torch on the GPU, CTranslate2's CUDA build)")
     parser.add_argument("--quantizations", nargs="+", default=None, choices=QUANTIZATIONS,
                         help="CTranslate2's (default: float32 int8 on the CPU, float16 int8_float16 bfloat16 on a GPU)")
-    parser.add_argument("--repeats", type=ranged(int, ge=1), default=3)
+    parser.add_argument("--repeats", type=ranged(int, ge=1, le=MAX_COUNT), default=3)
     parser.add_argument("--out", type=Path, default=None, help="directory for results.json and table.md")
 
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from vaswani.classification.settings import TrainSettings
-from vaswani.config import add_settings_argument, parse_settings, ranged
+from vaswani.config import MAX_BATCH, MAX_COUNT, MAX_LENGTH, MAX_THREADS, add_settings_argument, parse_settings, ranged
 from vaswani.errors import ConfigError
 from vaswani.io import check_output, directory_written_whole
 
@@ -30,9 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--force", action="store_true",
                        help="replace an earlier classifier of `classify train` in --out (whole, once the new one is "
                        "complete); nothing else is ever replaced")
-    train.add_argument("--seed", type=ranged(int, ge=0), default=DEFAULTS.seed,
+    train.add_argument("--seed", type=ranged(int, ge=0, le=MAX_COUNT), default=DEFAULTS.seed,
                        help="seed of the split, the initialisation and the batch order")
-    train.add_argument("--examples", type=ranged(int, ge=0), default=5,
+    train.add_argument("--examples", type=ranged(int, ge=0, le=MAX_COUNT), default=5,
                        help="random validation examples to print at the end")
     train.set_defaults(handler=train_command)
 
@@ -49,8 +49,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "experiment", help="Transformer vs TF-IDF baseline over several seeds on one held-out split (results/)"
     )
     _add_training_arguments(experiment)
-    experiment.add_argument("--seeds", type=ranged(int, ge=0), nargs="+", default=[0, 1, 2])
-    experiment.add_argument("--split-seed", type=ranged(int, ge=0), default=0,
+    experiment.add_argument("--seeds", type=ranged(int, ge=0, le=MAX_COUNT), nargs="+", default=[0, 1, 2])
+    experiment.add_argument("--split-seed", type=ranged(int, ge=0, le=MAX_COUNT), default=0,
                             help="seed of the held-out split shared by all runs")
     experiment.add_argument("--out", type=Path, default=None,
                             help="where results.json, table.md and the plots go (default runs/classifier-experiment/"
@@ -83,25 +83,28 @@ def _add_training_arguments(parser: argparse.ArgumentParser) -> None:
     tok.add_argument("--tokenizer", choices=["bpe", "word"], default=d.tokenizer,
                      help="lowercase regex words with <unk> (default; measured best on tweets), or the project's "
                      "byte-level BPE")
-    tok.add_argument("--vocab-size", type=int, default=d.vocab_size)
-    tok.add_argument("--min-frequency", type=int, default=d.min_frequency)
-    tok.add_argument("--max-len", type=int, default=d.max_len, help="tokens per text incl. <s> and </s>")
+    tok.add_argument("--vocab-size", type=ranged(int, le=MAX_COUNT), default=d.vocab_size)
+    tok.add_argument("--min-frequency", type=ranged(int, le=MAX_COUNT), default=d.min_frequency)
+    tok.add_argument("--max-len", type=ranged(int, le=MAX_LENGTH), default=d.max_len,
+                     help="tokens per text incl. <s> and </s>")
     tok.add_argument("--keep-case", action="store_true", help="do not lowercase texts before tokenizing")
     model = parser.add_argument_group("model")
     model.add_argument("--preset", choices=["tiny", "small"], default=d.preset)
     model.add_argument("--pooling", choices=["cls", "mean"], default=d.pooling)
     add_settings_argument(model, ("model",), "model.dropout=0.2")
     optim = parser.add_argument_group("optimisation")
-    optim.add_argument("--epochs", type=int, default=d.epochs)
-    optim.add_argument("--batch-size", type=int, default=d.batch_size)
+    optim.add_argument("--epochs", type=ranged(int, le=MAX_COUNT), default=d.epochs)
+    optim.add_argument("--batch-size", type=ranged(int, le=MAX_BATCH), default=d.batch_size)
     optim.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (AdamW)")
-    optim.add_argument("--warmup", type=int, default=d.warmup, help="linear warmup steps, then linear decay to 0")
+    optim.add_argument("--warmup", type=ranged(int, le=MAX_COUNT), default=d.warmup,
+                       help="linear warmup steps, then linear decay to 0")
     optim.add_argument("--weight-decay", type=float, default=d.weight_decay, help="on weight matrices only")
     optim.add_argument("--clip", type=float, default=d.clip, help="max gradient norm")
-    optim.add_argument("--patience", type=int, default=d.patience, help="epochs without better validation macro-F1")
+    optim.add_argument("--patience", type=ranged(int, le=MAX_COUNT), default=d.patience,
+                       help="epochs without better validation macro-F1")
     optim.add_argument("--precision", choices=["fp32", "bf16"], default=d.precision,
                        help="bf16 autocast; only faster on CPUs with native bf16 (AVX512-BF16/AMX)")
-    optim.add_argument("--threads", type=ranged(int, ge=1), default=1,
+    optim.add_argument("--threads", type=ranged(int, ge=1, le=MAX_THREADS), default=1,
                        help="torch CPU threads (1 is fastest for these small matrices on a shared machine)")
     optim.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm progress bars")
 

@@ -7,6 +7,8 @@ import logging
 import sys
 import time
 
+from vaswani.config import MAX_COUNT, MAX_LENGTH, ranged
+
 
 def add_data_dir_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """``--data-dir DIR``, made absolute where it is typed (a later chdir or a child process sees the same folder)."""
@@ -31,10 +33,10 @@ def register(subparsers) -> None:
     add_data_dir_argument(parser)
     parser.add_argument("--direction", default="de-en", choices=["de-en", "en-de"],
                         help="translation direction: de-en (default) translates German into English")
-    parser.add_argument("--vocab-size", type=int, metavar="N",
+    parser.add_argument("--vocab-size", type=ranged(int, le=MAX_COUNT), metavar="N",
                         help="BPE vocabulary size, special tokens included (default: 8000 for multi30k, 50000 for "
                         "wmt17, 16000 otherwise)")
-    parser.add_argument("--max-len", type=int, default=64, metavar="N",
+    parser.add_argument("--max-len", type=ranged(int, le=MAX_LENGTH), default=64, metavar="N",
                         help="longest sequence the model takes, counting the added <s> or </s>: a pair is dropped "
                         "if either side has more than N-1 BPE tokens (default 64)")
     parser.add_argument("--out", metavar="DIR",
@@ -53,7 +55,7 @@ def register(subparsers) -> None:
     parser.add_argument("--tokenizer", metavar="FILE",
                         help="use this existing tokenizer.json instead of training one (e.g. to encode IWSLT test "
                         "sets with a tokenizer trained on another dataset)")
-    parser.add_argument("--min-frequency", type=int, default=2, metavar="N",
+    parser.add_argument("--min-frequency", type=ranged(int, le=MAX_COUNT), default=2, metavar="N",
                         help="BPE merges need a pair seen at least N times (default 2)")
     parser.set_defaults(handler=run_prepare)
 

@@ -46,6 +46,9 @@ DEFAULT_SPLITS = ("train", "val", "test")
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_INFO_FILE = "tokenizer_info.json"  # how the tokenizer was trained, to catch a mismatched --vocab-size
 PREPARED_KIND = "prepared data"  # the manifest's kind: tokenizer.json and tokenizer_info.json with their sha256
+# Characters of a line the tokenizer learns from, per position of max_len: a sentence that fits max_len tokens is
+# far shorter.
+TRAINING_CHARS_PER_POSITION = 64
 
 
 @dataclass
@@ -137,7 +140,8 @@ def prepare_dataset(
 
     corpora: dict[str, ParallelCorpus] = {}
     tok_path = Path(tokenizer_path) if tokenizer_path is not None else out / TOKENIZER_FILE
-    tokenizer, trained, seconds = _get_tokenizer(out, tokenizer_path, vocab_size, min_frequency, load, corpora)
+    tokenizer, trained, seconds = _get_tokenizer(out, tokenizer_path, vocab_size, min_frequency, max_len, load,
+                                                 corpora)
     result: dict[str, EncodedCorpus] = {}
     for split in splits:
         if split not in corpora:  # the training split is already loaded when the tokenizer was trained
@@ -148,8 +152,12 @@ def prepare_dataset(
     return PreparedData(tokenizer, result, out, tok_path, trained, seconds, corpora)
 
 
-def _get_tokenizer(out: Path, tokenizer_path, vocab_size: int, min_frequency: int, load, corpora: dict):
-    """Load out/tokenizer.json (or ``tokenizer_path``), or train one on the training split and save it."""
+def _get_tokenizer(out: Path, tokenizer_path, vocab_size: int, min_frequency: int, max_len: int, load,
+                   corpora: dict):
+    """Load out/tokenizer.json (or ``tokenizer_path``), or train one on the training split and save it. The BPE
+    learns from the first ``TRAINING_CHARS_PER_POSITION * max_len`` characters of each line, cut before it is
+    tokenized as every encoding cuts: one enormous line costs what a long sentence does, and a line that long holds
+    more than ``max_len`` tokens, so training drops its pair anyway."""
     if tokenizer_path is not None:
         return Tokenizer.load(tokenizer_path), False, 0.0
     path = out / TOKENIZER_FILE
@@ -179,7 +187,9 @@ def _get_tokenizer(out: Path, tokenizer_path, vocab_size: int, min_frequency: in
     corpus = load("train")
     corpora["train"] = corpus
     logger.info("training a %d-token BPE on %s train (%d sentences)", vocab_size, corpus.name, 2 * len(corpus))
-    tokenizer = Tokenizer.train(itertools.chain(corpus.source, corpus.target), vocab_size, min_frequency)
+    longest = TRAINING_CHARS_PER_POSITION * max_len
+    lines = (line[:longest] for line in itertools.chain(corpus.source, corpus.target))
+    tokenizer = Tokenizer.train(lines, vocab_size, min_frequency)
     info = {
         "vocab_size": vocab_size,
         "actual_vocab_size": tokenizer.vocab_size,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from vaswani.config import Limit, Precision, validate_settings
+from vaswani.config import MAX_LENGTH, Limit, Precision, validate_settings
 from vaswani.errors import ConfigError, VaswaniError
 from vaswani.io import atomic_write_json, read_json, read_manifest, verify_files
 
@@ -53,7 +53,7 @@ class SearchConfig:
     LIMITS = {
         "beam_size": Limit(ge=1, le=256), "nbest": Limit(ge=1), "alpha": Limit(ge=0, le=5),
         "max_len_a": Limit(ge=0, le=16), "max_len_b": Limit(ge=0, le=4096),
-        "repetition_penalty": Limit(ge=0.01, le=100), "no_repeat_ngram": Limit(ge=0),
+        "repetition_penalty": Limit(ge=0.01, le=100), "no_repeat_ngram": Limit(ge=0, le=MAX_LENGTH),
         "bos_id": Limit(ge=0), "eos_id": Limit(ge=0), "pad_id": Limit(ge=0),
     }
 

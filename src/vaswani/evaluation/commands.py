@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from vaswani.config import ranged
+from vaswani.config import MAX_COUNT, ranged
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.decoding.arguments import add_search_arguments, search_config_from_args, translator_from_args
 from vaswani.errors import VaswaniError
@@ -34,7 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           help="replace an earlier evaluation in --out (a re-run does so anyway); nothing else is "
                           "ever replaced")
     evaluate.add_argument("--json", action="store_true", help="print results.json instead of the summary")
-    evaluate.add_argument("--seed", type=ranged(int, ge=0), default=0, help="seed of the best/worst sample (default 0)")
+    evaluate.add_argument("--seed", type=ranged(int, ge=0, le=MAX_COUNT), default=0,
+                          help="seed of the best/worst sample (default 0)")
     add_search_arguments(evaluate, nbest=False)  # scores the best hypothesis only
     evaluate.set_defaults(handler=evaluate_command)
 
@@ -62,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     which = average.add_mutually_exclusive_group(required=True)
     which.add_argument("--checkpoints", nargs="+", metavar="DIR", help="checkpoint directories to average")
     which.add_argument("--run", metavar="DIR", help="a run directory: average its last --last step_* checkpoints")
-    average.add_argument("--last", type=ranged(int, ge=1), default=5, metavar="N",
+    average.add_argument("--last", type=ranged(int, ge=1, le=MAX_COUNT), default=5, metavar="N",
                          help="with --run: how many (default 5)")
     average.add_argument("--out", required=True, type=Path, metavar="DIR", help="new checkpoint directory")
     average.add_argument("--force", action="store_true",

@@ -7,7 +7,7 @@ import errno
 import socket
 from pathlib import Path
 
-from vaswani.config import ranged
+from vaswani.config import MAX_BATCH, MAX_COUNT, MAX_LENGTH, MAX_THREADS, ranged
 from vaswani.decoding.config import ENGINES, QUANTIZATIONS
 from vaswani.errors import ConfigError, EnvironmentFault, VaswaniError
 from vaswani.serve.settings import ServeSettings
@@ -19,21 +19,24 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     """One flag per :class:`ServeSettings` field (shared by serve and serve-bench)."""
     d = DEFAULTS
     limits = parser.add_argument_group("limits")
-    limits.add_argument("--max-chars", type=int, default=d.max_chars, help="characters per text")
-    limits.add_argument("--max-texts", type=int, default=d.max_texts, help="texts per /v1/translate request")
-    limits.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes, help="request body size (413 above)")
-    limits.add_argument("--max-queue", type=int, default=d.max_queue,
+    limits.add_argument("--max-chars", type=ranged(int, le=MAX_LENGTH), default=d.max_chars, help="characters per text")
+    limits.add_argument("--max-texts", type=ranged(int, le=MAX_BATCH), default=d.max_texts,
+                        help="texts per /v1/translate request")
+    limits.add_argument("--max-body-bytes", type=ranged(int, le=MAX_BATCH * 64), default=d.max_body_bytes,
+                        help="request body size (413 above)")
+    limits.add_argument("--max-queue", type=ranged(int, le=MAX_BATCH), default=d.max_queue,
                         help="sentences waiting for the model (503 + Retry-After above)")
-    limits.add_argument("--max-beam", type=int, default=d.max_beam, help="widest beam a request may ask for")
-    limits.add_argument("--max-request-tokens", type=int, default=d.max_request_tokens,
+    limits.add_argument("--max-beam", type=ranged(int, le=MAX_LENGTH), default=d.max_beam,
+                        help="widest beam a request may ask for")
+    limits.add_argument("--max-request-tokens", type=ranged(int, le=MAX_BATCH), default=d.max_request_tokens,
                         help="decode work of one request: source tokens x beam, summed over its texts (422 above)")
     batching = parser.add_argument_group("batching")
     batching.add_argument("--batching", action=argparse.BooleanOptionalAction, default=d.batching,
                           help="gather concurrent requests into one batch (--no-batching: one sentence at a time)")
     batching.add_argument("--batch-wait-ms", type=float, default=d.batch_wait_ms,
                           help="how long a sentence waits for others to join its batch")
-    batching.add_argument("--max-batch-sentences", type=int, default=d.max_batch_sentences)
-    batching.add_argument("--max-batch-tokens", type=int, default=d.max_batch_tokens,
+    batching.add_argument("--max-batch-sentences", type=ranged(int, le=MAX_BATCH), default=d.max_batch_sentences)
+    batching.add_argument("--max-batch-tokens", type=ranged(int, le=MAX_BATCH), default=d.max_batch_tokens,
                           help="padded source tokens x beam per batch")
     add_engine_arguments(parser)
     parser.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when available")
@@ -51,7 +54,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser, threads: int = DEFAULT
     parser.add_argument("--quantization", choices=QUANTIZATIONS, default=None,
                         help="ctranslate2's weights and arithmetic (default: the checkpoint's search.json, else "
                         "float32)")
-    parser.add_argument("--threads", type=ranged(int, ge=1), default=threads,
+    parser.add_argument("--threads", type=ranged(int, ge=1, le=MAX_THREADS), default=threads,
                         help="CPU threads of the model thread (torch's or ctranslate2's)")
 
 
@@ -89,12 +92,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     bench.add_argument("--checkpoint", required=True, metavar="DIR")
-    bench.add_argument("--clients", type=ranged(int, ge=1), nargs="+", default=[1, 8, 32], help="concurrency levels")
+    bench.add_argument("--clients", type=ranged(int, ge=1, le=MAX_THREADS), nargs="+", default=[1, 8, 32],
+                       help="concurrency levels")
     bench.add_argument("--seconds", type=ranged(float, gt=0), default=20.0, help="duration of each run")
-    bench.add_argument("--repeats", type=ranged(int, ge=1), default=2,
+    bench.add_argument("--repeats", type=ranged(int, ge=1, le=MAX_COUNT), default=2,
                        help="runs per level and mode, interleaved A B, B A, …")
-    bench.add_argument("--beam", type=ranged(int, ge=1), default=4, help="beam of every request")
-    bench.add_argument("--sentences", type=ranged(int, ge=1), default=500,
+    bench.add_argument("--beam", type=ranged(int, ge=1, le=MAX_LENGTH), default=4, help="beam of every request")
+    bench.add_argument("--sentences", type=ranged(int, ge=1, le=MAX_COUNT), default=500,
                        help="test sentences cycled through by the clients")
     bench.add_argument("--data-dir", type=Path, default=None, help="corpora (default: $VASWANI_DATA)")
     bench.add_argument("--out", type=Path, default=None,
