@@ -598,7 +598,7 @@ def repository_results() -> Path | None:
 def check_output(path: str | Path, *, command: str, writes: Literal["folder", "files", "file"],
                  inputs: Sequence[str | Path | None] = (), kind: str | None = None, force: bool = False,
                  replaces_own: bool = False, option: str = "--out", explicit: bool = True,
-                 belongs_in: str | None = None, names: Sequence[str] = ()) -> Path:
+                 belongs_in: str | None = None, names: Sequence[str] = (), nests: bool = False) -> Path:
     """The one rule that no output reaches an input, checked before any work and writing nothing. Returns ``path``.
 
     ``writes`` says what the command makes at ``path``: a ``folder`` replaced whole (with a manifest of ``kind``
@@ -610,8 +610,8 @@ def check_output(path: str | Path, *, command: str, writes: Literal["folder", "f
     - is, holds or lies inside one of the command's ``inputs``, or a folder an input links to (a run's
       ``checkpoints/best`` is the checkpoint it points to), or the user cache;
     - lies inside any folder vaswani wrote with a manifest (a run, a checkpoint, an export, a cache, a classifier,
-      an evaluation...; files written beside files of their own kind, such as one experiment's results in a folder
-      of another's, excepted), or, for a folder replaced whole, holds one or holds the current directory;
+      an evaluation...; with ``nests``, a folder of files of the same kind excepted, such as one experiment's
+      results inside another's), or, for a folder replaced whole, holds one or holds the current directory;
     - except inside the subfolder ``belongs_in`` of such a folder, where the output is meant to go (evaluate:
       ``eval/`` of a run or a checkpoint);
     - is a folder with a manifest of another kind, or of the same kind by another command; one of the same kind by
@@ -638,7 +638,7 @@ def check_output(path: str | Path, *, command: str, writes: Literal["folder", "f
             raise VaswaniError(f"{where} lies inside {what}, an input of this command; write outside it")
     for folder in target.parents:
         manifest = _manifest_or_damaged(folder)
-        nested = writes == "files" and manifest is not None and manifest.kind == kind  # results beside results
+        nested = nests and writes == "files" and manifest is not None and manifest.kind == kind
         if manifest is not None and not nested and not _belongs(target, folder, belongs_in):
             raise VaswaniError(f"{where} lies inside {folder}, a {manifest.kind} vaswani wrote; write outside it")
     results = repository_results()
@@ -655,7 +655,7 @@ def check_output(path: str | Path, *, command: str, writes: Literal["folder", "f
             raise VaswaniError(f"{where} is a file, not a directory")
         else:
             _check_folder(given, target, command, writes, kind, force, replaces_own, where)
-    _probe_writable(target, where)
+    probe_writable(target, where)
     return given
 
 
@@ -762,9 +762,11 @@ def _manifest_below(folder: Path) -> tuple[Path, str] | None:
     return None
 
 
-def _probe_writable(target: Path, where: str) -> None:
+def probe_writable(target: str | Path, where: str) -> None:
     """Prove the nearest existing folder at or above where ``target`` will be written can take a new file, leaving
-    nothing behind (missing folders are made only when the output is written)."""
+    nothing behind (missing folders are made only when the output is written); an EnvironmentFault naming
+    ``where`` otherwise."""
+    target = Path(target).absolute()
     folder = target if target.is_dir() else target.parent
     while not folder.exists():
         folder = folder.parent

@@ -244,7 +244,7 @@ def experiment_command(args: argparse.Namespace) -> int:
     explicit = args.out is not None
     args.out = args.out if explicit else args.runs_dir / "results"
     check_output(args.out, command=EXPERIMENT_WRITER, writes="files", kind=EXPERIMENT_KIND, inputs=[args.csv],
-                 explicit=explicit, names=RESULT_FILES)
+                 explicit=explicit, names=RESULT_FILES, nests=True)  # a variant's results inside the reference's
     for seed in args.seeds:  # an earlier experiment's trained classifiers are kept unless --force
         check_output(args.runs_dir / f"seed_{seed}", command=EXPERIMENT_WRITER, writes="folder", kind=CLASSIFIER_KIND,
                      inputs=[args.csv, args.out], force=args.force, option="--runs-dir")

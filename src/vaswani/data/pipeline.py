@@ -33,7 +33,7 @@ from vaswani.errors import ConfigError, DataError
 from vaswani.io import (
     MANIFEST_FILE,
     atomic_write_json,
-    ensure_writable_directory,
+    probe_writable,
     read_json,
     read_manifest,
     verify_files,
@@ -128,7 +128,7 @@ def prepare_dataset(
     if kind != PREPARED_KIND:  # a checkpoint's tokenizer.json is not prepared data, and its folder is no cache
         raise ConfigError(f"{out} is a {kind} (see its {MANIFEST_FILE}), not a prepared-data directory; pick another "
                           "output directory")
-    ensure_writable_directory(out, "output directory")
+    probe_writable(out, f"output directory {out}")  # made when the first file is written: a refusal leaves none
 
     def load(split: str) -> ParallelCorpus:
         if tsv_file is not None:

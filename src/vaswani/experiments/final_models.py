@@ -9,14 +9,13 @@ model (``train.final_model=false``) is refused with the command that makes one.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from vaswani.errors import VaswaniError
-from vaswani.io import atomic_copy
+from vaswani.io import atomic_copy, read_json
 from vaswani.experiments.common import fixed, log, markdown_table, pyplot, write_results
 from vaswani.experiments.variants import metrics
 from vaswani.provenance import first_training_start
@@ -69,8 +68,8 @@ def final_model_row(run_dir: Path) -> dict[str, Any]:
     if not selection_file.is_file():
         raise VaswaniError(f"{run_dir}: no final model ({selection_file} is missing); choose it with "
                            f"`vaswani finalize --run-dir {run_dir}`")
-    summary = json.loads(summary_file.read_text())
-    selection = json.loads(selection_file.read_text())
+    summary = read_json(summary_file, "run summary")
+    selection = read_json(selection_file, "final model's selection")
     config: RunConfig = load_preset(str(run_dir / "config.yaml"))
     provenance = first_training_start(run_dir)
     valid = [r for r in metrics(run_dir) if r.get("kind") == "valid"]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 import time
 from contextlib import asynccontextmanager
@@ -29,6 +28,7 @@ from vaswani.decoding.arguments import engine_choice
 from vaswani.decoding.config import read_stored_engine, read_stored_search, stored_settings
 from vaswani.decoding.engine import CTRANSLATE2, TORCH
 from vaswani.errors import ConfigError, VaswaniError
+from vaswani.io import read_json
 from vaswani.model.serialization import resolve_checkpoint
 from vaswani.serve.batcher import Batcher, QueueFull
 from vaswani.serve.schemas import AttentionRequest, SearchSettings, TranslateRequest
@@ -88,9 +88,11 @@ def unknown_model(model_id: str) -> dict[str, Any]:
 
 def _json(path: Path) -> dict[str, Any]:
     """A JSON object from ``path``, or {} when it is missing or not one (the info is optional, never fatal)."""
+    if not path.is_file():
+        return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        data = read_json(path, "run's record")
+    except VaswaniError:
         return {}
     return data if isinstance(data, dict) else {}
 
