@@ -640,7 +640,7 @@ def check_output(path: str | Path, *, command: str, writes: Literal["folder", "f
         manifest = _manifest_or_damaged(folder)
         nested = nests and writes == "files" and manifest is not None and manifest.kind == kind
         if manifest is not None and not nested and not _belongs(target, folder, belongs_in):
-            raise VaswaniError(f"{where} lies inside {folder}, a {manifest.kind} vaswani wrote; write outside it")
+            raise VaswaniError(f"{where} lies inside {folder}, {_a(manifest.kind)} vaswani wrote; write outside it")
     results = repository_results()
     if not explicit and results is not None and (target == results or _inside(target, results)):
         raise VaswaniError(f"{where} is inside the repository's published results ({results}); pass {option} to "
@@ -664,7 +664,7 @@ def _check_folder(given: Path, target: Path, command: str, writes: str, kind: st
     manifest = read_manifest(target)  # a damaged one is named
     if writes == "files":
         if manifest is not None and manifest.kind != kind:
-            raise VaswaniError(f"{where} is a {manifest.kind} vaswani wrote; pick another directory")
+            raise VaswaniError(f"{where} is {_a(manifest.kind)} vaswani wrote; pick another directory")
         return
     if Path.cwd().resolve() == target or _inside(Path.cwd().resolve(), target):
         raise VaswaniError(f"{where} holds the current directory, which replacing it would delete; pick a new "
@@ -676,14 +676,18 @@ def _check_folder(given: Path, target: Path, command: str, writes: str, kind: st
                            "directory (or empty this one)")
     if manifest.kind != kind or not _same_writer(manifest, kind, command):
         by = f" by `vaswani {manifest.writer}`" if manifest.writer else ""
-        raise VaswaniError(f"{where} is a {manifest.kind} written{by or ' by another command'}, not an earlier "
+        raise VaswaniError(f"{where} is {_a(manifest.kind)} written{by or ' by another command'}, not an earlier "
                            f"output of `vaswani {command}`; pick a new directory")
     held = _manifest_below(target)
     if held is not None:
-        raise VaswaniError(f"{where} holds {held[0]}, a {held[1]} vaswani wrote, which replacing it would delete; "
+        raise VaswaniError(f"{where} holds {held[0]}, {_a(held[1])} vaswani wrote, which replacing it would delete; "
                            "pick a new directory")
     if not force and not replaces_own:
         raise VaswaniError(f"{where} holds an earlier {kind} of `vaswani {command}`; pass --force to replace it")
+
+
+def _a(kind: str) -> str:
+    return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind}"
 
 
 def _same_writer(manifest: Manifest, kind: str | None, command: str) -> bool:

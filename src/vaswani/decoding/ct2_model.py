@@ -231,7 +231,7 @@ def converted_model(checkpoint: Path, quantization: str) -> Path:
         if problem is None:
             return root / name
         if (root / name).exists():
-            problems.append(f"{root / name}: {problem}")
+            problems.append(problem if problem.startswith(str(root / name)) else f"{root / name}: {problem}")
     root = next((root for root in roots if _writable(root)), None)
     if root is None:
         raise EnvironmentFault(f"cannot write a CTranslate2 conversion into {roots[0]} or {roots[1]}; make one of "

@@ -1,7 +1,8 @@
 """What every experiment shares: where a number came from, how it is timed, how memory is measured, how it is
 written down.
 
-Each experiment writes one directory (``results/<name>/`` by default)::
+Each experiment writes one directory (``runs/experiments/<name>/`` by default, ``--out results/<name>`` for the
+published one)::
 
     results.json   raw numbers + the command, git commit, hardware and library versions that produced them
     table.md       the table a reader wants, naming the device that produced it
