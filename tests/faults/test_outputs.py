@@ -1,14 +1,13 @@
 """No output reaches an input, whatever the flags: every writing command with its output at its own input, inside
 it, at a run, at the run's ``checkpoints/``, at a link, at a checkpoint and at an evaluation, with and without
 ``--force``. Each case asserts exit 2, one error line naming the destination, and the whole tree unchanged (the
-sha256 of every file, every link and folder, hidden ones such as a run's ``.lock`` included).
+bytes of every file, every link and folder, hidden ones such as a run's ``.lock`` included).
 
 The destinations are refused before any work, so no case trains, converts or translates: the suite shares one
 workspace and stays fast."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 from collections.abc import Callable
@@ -19,20 +18,6 @@ import pytest
 from vaswani.io import write_manifest
 
 SEARCH = ["--beam", "1", "--max-len-a", "0", "--max-len-b", "4", "--device", "cpu"]
-
-
-def tree_sha256(root: Path) -> dict[str, str]:
-    """Every entry under ``root``: a file's sha256, a link's target, or "dir"."""
-    found = {}
-    for path in sorted(root.rglob("*")):
-        name = str(path.relative_to(root))
-        if path.is_symlink():
-            found[name] = f"link:{os.readlink(path)}"
-        elif path.is_dir():
-            found[name] = "dir"
-        else:
-            found[name] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -115,30 +100,30 @@ CASES = [pytest.param(writer, destination, force, id=f"{writer}-{destination}{'-
 
 
 @pytest.mark.parametrize("writer, destination, force", CASES)
-def test_no_output_reaches_an_input(run, assert_one_line, workspace: Path, writer: str, destination: str,
+def test_no_output_reaches_an_input(run, assert_one_line, state, workspace: Path, writer: str, destination: str,
                                     force: bool, monkeypatch) -> None:
     monkeypatch.chdir(workspace)
     out = DESTINATIONS[destination](workspace, writer)
     argv = WRITERS[writer][0](workspace, out) + (["--force"] if force else [])
-    before = tree_sha256(workspace)
+    before = state(workspace)
     code, _, err = run(*argv)
     assert_one_line(code, err, 2)
     assert str(out) in err or str(out.parent) in err, err  # the destination (or the folder it lies in) is named
-    assert tree_sha256(workspace) == before  # not a byte, not a lock file, not an empty folder
+    assert state(workspace) == before  # not a byte, not a lock file, not an empty folder
 
 
-def test_a_default_destination_inside_the_repository_results_is_refused(tmp_path) -> None:
+def test_a_default_destination_inside_the_repository_results_is_refused(state) -> None:
     from vaswani.errors import VaswaniError
     from vaswani.io import check_output, repository_results
 
     results = repository_results()
     if results is None:
         pytest.skip("an installed package: no repository results/ to protect")
-    before = tree_sha256(results)
+    before = state(results)
     with pytest.raises(VaswaniError, match="published results"):
         check_output(results / "memory", command="experiment memory", writes="files", explicit=False)
     check_output(results / "memory", command="experiment memory", writes="files", explicit=True)  # --out names it
-    assert tree_sha256(results) == before
+    assert state(results) == before
 
 
 def test_a_smoke_experiment_without_out_never_writes_into_results(run, tmp_path, monkeypatch) -> None:
@@ -156,7 +141,7 @@ def test_a_smoke_experiment_without_out_never_writes_into_results(run, tmp_path,
 
 
 @pytest.mark.parametrize("replaced", [False, True], ids=["kept", "force"])
-def test_force_replaces_only_what_the_same_command_wrote(run, assert_one_line, workspace: Path, tmp_path,
+def test_force_replaces_only_what_the_same_command_wrote(run, assert_one_line, state, workspace: Path, tmp_path,
                                                          replaced: bool) -> None:
     """An earlier average is replaced with --force; a training checkpoint, the same kind written by another
     command, never is."""
@@ -172,19 +157,19 @@ def test_force_replaces_only_what_the_same_command_wrote(run, assert_one_line, w
         assert_one_line(code, err, 2, "pass --force")
         assert (out / "notes.txt").is_file()
     trained = Path(shutil.copytree(workspace / "run" / "checkpoints" / "step_0000002", tmp_path / "trained"))
-    before = tree_sha256(trained)
+    before = state(trained)
     code, _, err = run("average", "--run", workspace / "run", "--last", "1", "--out", trained, "--force")
     assert_one_line(code, err, 2, "written by another command")
-    assert tree_sha256(trained) == before
+    assert state(trained) == before
 
 
-def test_a_refused_train_leaves_no_lock_and_no_folder(run, assert_one_line, workspace: Path, tmp_path) -> None:
+def test_a_refused_train_leaves_no_lock_and_no_folder(run, assert_one_line, state, tmp_path) -> None:
     folder = tmp_path / "mine"
     folder.mkdir()
     (folder / "notes.txt").write_text("my own file")
-    before = tree_sha256(tmp_path)
+    before = state(tmp_path)
     code, _, err = run("train", "--preset", "smoke", "--run-dir", folder)
     assert_one_line(code, err, 2, "holds no run")
     code, _, err = run("train", "--preset", "smoke", "--run-dir", tmp_path / "new" / "run", "--resume")
     assert_one_line(code, err, 2, "nothing to resume")
-    assert tree_sha256(tmp_path) == before  # no .lock in either, and no new/run/ made for nothing
+    assert state(tmp_path) == before  # no .lock in either, and no new/run/ made for nothing
