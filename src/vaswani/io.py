@@ -636,11 +636,13 @@ def check_output(path: str | Path, *, command: str, writes: Literal["folder", "f
                                    "directory")
         if _inside(target, guarded) and not _belongs(target, guarded, belongs_in):
             raise VaswaniError(f"{where} lies inside {what}, an input of this command; write outside it")
-    for folder in target.parents:
+    for folder in target.parents:  # the nearest folder vaswani wrote decides
         manifest = _manifest_or_damaged(folder)
-        nested = nests and writes == "files" and manifest is not None and manifest.kind == kind
-        if manifest is not None and not nested and not _belongs(target, folder, belongs_in):
-            raise VaswaniError(f"{where} lies inside {folder}, {_a(manifest.kind)} vaswani wrote; write outside it")
+        if manifest is None or nests and writes == "files" and manifest.kind == kind:
+            continue
+        if _belongs(target, folder, belongs_in):
+            break  # where this output goes (a checkpoint's eval/): a run holding that checkpoint holds it too
+        raise VaswaniError(f"{where} lies inside {folder}, {_a(manifest.kind)} vaswani wrote; write outside it")
     results = repository_results()
     if not explicit and results is not None and (target == results or _inside(target, results)):
         raise VaswaniError(f"{where} is inside the repository's published results ({results}); pass {option} to "

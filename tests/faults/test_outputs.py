@@ -173,3 +173,16 @@ def test_a_refused_train_leaves_no_lock_and_no_folder(run, assert_one_line, stat
     code, _, err = run("train", "--preset", "smoke", "--run-dir", tmp_path / "new" / "run", "--resume")
     assert_one_line(code, err, 2, "nothing to resume")
     assert state(tmp_path) == before  # no .lock in either, and no new/run/ made for nothing
+
+
+@pytest.mark.parametrize("checkpoint", ["run", "run/checkpoints/step_0000002"])
+def test_an_evaluation_goes_where_it_belongs_by_default(run, workspace: Path, tmp_path, checkpoint: str) -> None:
+    """evaluate's default --out is the checkpoint's (or the run's) eval/ folder: inside an input, and inside the run
+    that holds the checkpoint, where an evaluation belongs."""
+    copy = Path(shutil.copytree(workspace / "run", tmp_path / "run", symlinks=True))
+    given = tmp_path / checkpoint
+    code, _, err = run("evaluate", "--checkpoint", given, "--src", workspace / "in.de", "--ref", workspace / "ref.en",
+                       *SEARCH)
+    assert code == 0, err
+    [evaluation] = (given.resolve() / "eval").iterdir()
+    assert (evaluation / "results.json").is_file() and copy.is_dir()
