@@ -271,10 +271,14 @@ def test_export_force_never_replaces_the_current_directory_or_the_checkpoint(run
 def test_average_refuses_a_non_empty_out_and_with_force_replaces_it_whole(run, checkpoint: Path,
                                                                           tmp_path) -> None:
     other = Path(shutil.copytree(checkpoint, tmp_path / "other"))
-    old = Path(shutil.copytree(checkpoint, tmp_path / "old"))
-    (old / "trainer_state.pt").write_bytes(b"an older run's state")
+    trained = Path(shutil.copytree(checkpoint, tmp_path / "trained"))  # a checkpoint average did not write
+    assert_clean(*run("average", "--checkpoints", checkpoint, other, "--out", trained, "--force"), 2,
+                 "is a checkpoint written by another command", "pick a new directory")
+    old = tmp_path / "old"
+    assert run("average", "--checkpoints", checkpoint, other, "--out", old)[0] == 0
+    (old / "trainer_state.pt").write_bytes(b"a file of the earlier average's folder")
     assert_clean(*run("average", "--checkpoints", checkpoint, other, "--out", old), 2,
-                 "not empty; pass --force")
+                 "holds an earlier checkpoint of `vaswani average`; pass --force")
     assert (old / "trainer_state.pt").is_file()
     code, err = run("average", "--checkpoints", checkpoint, other, "--out", old, "--force")
     assert code == 0, err

@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
 def _absolute_environment_paths() -> None:
     """``VASWANI_DATA=../data vaswani …`` means relative to where the user typed it: made absolute before any work,
     so the processes a command starts in another directory (torchrun ranks, variant runs) find the same folder."""
-    from vaswani.data.download import absolute_path
+    from vaswani.io import absolute_path
 
     for name in PATH_VARIABLES:
         if os.environ.get(name):

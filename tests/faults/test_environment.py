@@ -167,13 +167,13 @@ def test_no_command_writes_into_its_own_inputs(run, assert_one_line, state, chec
                *common)[0] == 0
     before = state(tmp_path)
     cases = [
-        (["compare", evaluation, "--out", evaluation], f"--out {evaluation} holds {evaluation}"),
+        (["compare", evaluation, "--out", evaluation], f"--out {evaluation} is {evaluation}, an input"),
         (["compare", evaluation / "results.json", "--out", evaluation, "--force"], f"holds {evaluation}/results.json"),
         (["evaluate", "--checkpoint", checkpoint, "--src", source_file, "--ref", references, "--out", checkpoint,
-          *common], f"--out {checkpoint} holds {checkpoint}"),
+          *common], f"--out {checkpoint} is {checkpoint}, an input"),
         (["evaluate", "--checkpoint", checkpoint, "--src", source_file, "--ref", references, "--out", tmp_path,
           "--force", *common], f"--out {tmp_path} holds"),
-        (["average", "--checkpoints", checkpoint, checkpoint, "--out", checkpoint, "--force"], f"holds {checkpoint}"),
+        (["average", "--checkpoints", checkpoint, checkpoint, "--out", checkpoint, "--force"], f"is {checkpoint}"),
         (["export", "--checkpoint", checkpoint, "--format", "hf", "--out", tmp_path, "--force"], f"holds {checkpoint}"),
     ]
     for argv, fragment in cases:

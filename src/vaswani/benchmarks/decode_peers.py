@@ -242,7 +242,6 @@ def run_peers(args: argparse.Namespace) -> int:
     print_report(report)
     if args.out:
         out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
         atomic_write_json(out / "results.json", report)
         atomic_write_text(out / "table.md", render_table(report))
         if profiles:

@@ -1,4 +1,4 @@
-"""Experiments that explain the design choices: each is `vaswani experiment NAME` and writes results/<name>/.
+"""Experiments that explain the design choices: each is `vaswani experiment NAME` and writes its results folder.
 
     attention.py          ``attention``: standard vs SDPA vs sliding-window attention (time, memory, FLOPs,
                           training comparison)

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from vaswani.arguments import ranged
+from vaswani.config import MAX_COUNT
 from vaswani.experiments.reporting import device_label, log, markdown_table, provenance_line, pyplot, write_results
 from vaswani.experiments.variants import (
     POSITION_LABELS, TrainedRun, add_variant_arguments, final_validation, load_final_model, load_splits, metrics,
@@ -35,10 +36,10 @@ DEFAULT_GROUP_SIZES = (1, 2, 4, 6)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_variant_arguments(parser)
-    parser.add_argument("--group-sizes", type=ranged(int, ge=1), nargs="+", default=None,
+    parser.add_argument("--group-sizes", type=ranged(int, ge=1, le=MAX_COUNT), nargs="+", default=None,
                         help="length test: consecutive test sentences joined into one input "
                         f"(default {' '.join(map(str, DEFAULT_GROUP_SIZES))}; --smoke: 1 2)")
-    parser.add_argument("--sentences", type=ranged(int, ge=1), default=None,
+    parser.add_argument("--sentences", type=ranged(int, ge=1, le=MAX_COUNT), default=None,
                         help="test sentences translated (default: all; --smoke: 16)")
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import torch
 
 from vaswani.errors import VaswaniError
 from vaswani.experiments.reporting import fixed, log, markdown_table, pyplot, write_results
+from vaswani.io import atomic_copy
 from vaswani.experiments.variants import metrics
 from vaswani.provenance import first_training_start
 from vaswani.evaluation.selection import SELECTION_FILE, Selection
@@ -125,9 +125,7 @@ def copy_run_files(run_dir: Path, out: Path) -> None:
     wanted += [path for test in sorted((final / "eval").glob("*")) for path in (test / n for n in EVAL_FILES)]
     for source in wanted:
         if source.is_file():
-            target = out / source.relative_to(run_dir)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, target)
+            atomic_copy(source, out / source.relative_to(run_dir))
 
 
 def findings(rows: list[dict[str, Any]]) -> str:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from vaswani.arguments import add_settings_argument, parse_variant, ranged
+from vaswani.config import MAX_THREADS
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.errors import ConfigError
 from vaswani.experiments.reporting import device_label, fixed, log, markdown_table, pyplot, write_results
@@ -64,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs-dir", type=Path, default=None,
                         help="where the proxy runs live; finished runs with the same config are reused "
                         "(default runs/experiments/recipe)")
-    parser.add_argument("--jobs", type=ranged(int, ge=1), default=1,
+    parser.add_argument("--jobs", type=ranged(int, ge=1, le=MAX_THREADS), default=1,
                         help="proxies trained at the same time, one thread each when > 1 (default %(default)s)")
     add_settings_argument(parser, ("model", "data", "train"), "train.seed=2 (applied to every variant)")
     add_data_dir_argument(parser)

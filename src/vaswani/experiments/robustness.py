@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from vaswani.arguments import ranged
+from vaswani.config import MAX_COUNT
 from vaswani.experiments.reporting import device_label, log, markdown_table, provenance_line, pyplot, write_results
 from vaswani.experiments.perturb import CONDITIONS, DESCRIPTIONS, perturb_all
 from vaswani.training.scoring import greedy_scores, id_batches, teacher_forced_scores
@@ -32,9 +33,9 @@ MIN_SENTENCES_PER_POSITION = 20  # accuracy at a target position is plotted wher
 # ---- the experiment -----------------------------------------------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_variant_arguments(parser)
-    parser.add_argument("--sentences", type=ranged(int, ge=1), default=None,
+    parser.add_argument("--sentences", type=ranged(int, ge=1, le=MAX_COUNT), default=None,
                         help="score only the first N validation sentences (default: all; --smoke: 32)")
-    parser.add_argument("--seed", type=ranged(int, ge=0), default=0,
+    parser.add_argument("--seed", type=ranged(int, ge=0, le=MAX_COUNT), default=0,
                         help="seed of the perturbations (default %(default)s)")
     parser.add_argument("--no-bleu", action="store_true", help="skip greedy decoding (teacher-forced scores only)")
 

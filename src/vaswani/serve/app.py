@@ -273,10 +273,20 @@ def search_config(translator: Translator, body: SearchSettings, settings: ServeS
         if nbest > config.beam_size:
             raise ApiError(422, "nbest",
                            f"{nbest} hypotheses need a beam at least as wide (beam is {config.beam_size})")
-        return translator.engine.bind(dataclasses.replace(config, nbest=nbest))
+        return translator.engine.bind(servable(dataclasses.replace(config, nbest=nbest), translator.engine.name))
     except ConfigError as error:
         name = (error.field or "").removeprefix("search.")
         raise ApiError(422, REQUEST_FIELDS.get(name, "body"), str(error)) from None
+
+
+def servable(config: SearchConfig, engine: str) -> SearchConfig:
+    """``config`` as ``engine`` can run it for any beam a request may ask for. A request sets the beam but not the
+    length penalty, which comes from the model's stored search: a GNMT penalty (a greedy final model stores the
+    default one) has no counterpart in CTranslate2's beam, so there a beam ranks by the power penalty with the same
+    alpha, the one CTranslate2 computes (as `vaswani bench engines` runs a stored GNMT search)."""
+    if engine == CTRANSLATE2 and config.length_norm == "gnmt" and config.beam_size > 1 and config.alpha > 0:
+        return dataclasses.replace(config, length_norm="power")
+    return config
 
 
 def check_text(text: str, field: str, settings: ServeSettings) -> None:

@@ -20,6 +20,5 @@
     metrics.py     metrics.jsonl, TensorBoard and the plots
     flops.py       model FLOPs of a step and the device's peak, for MFU
     config.py      the run's settings: model, data and train sections, presets, --set
-    faults.py      the fault loop: SIGKILL at random points, resume, compare bit for bit
     commands.py    `vaswani train`, `vaswani finalize`
 """

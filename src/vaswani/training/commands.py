@@ -77,6 +77,22 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_run_settings(config_file: Path) -> None:
+    """The run's config.yaml holds what `vaswani train` wrote there (its model, data and train sections): an empty or
+    cut file is not "all defaults", which would describe other weights than the run trained."""
+    import yaml
+
+    from vaswani.training.config import read_config_text
+
+    try:
+        values = yaml.safe_load(read_config_text(config_file, "run's settings"))
+    except (yaml.YAMLError, RecursionError):
+        return  # load_preset names what is wrong with it
+    if not isinstance(values, dict) or not {"model", "data", "train"} <= set(values):
+        raise VaswaniError(f"{config_file}: not the settings `vaswani train` wrote (no model, data and train "
+                           "sections); restore the run's config.yaml (its checkpoints' trainer_state.pt holds a copy)")
+
+
 def run_finalize(args: argparse.Namespace) -> int:
     from vaswani.config import parse_settings
     from vaswani.training.config import apply_settings, load_preset
@@ -84,6 +100,7 @@ def run_finalize(args: argparse.Namespace) -> int:
     config_file = args.run_dir / "config.yaml"
     if not config_file.is_file():
         raise VaswaniError(f"{args.run_dir}: no config.yaml; is it a run directory written by `vaswani train`?")
+    _check_run_settings(config_file)
     # Only how the final model is chosen may change: the weights were trained with the run's model and data.
     parse_settings(args.settings, ("train",))
     config = apply_settings(load_preset(str(config_file)), args.settings)

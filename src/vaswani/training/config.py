@@ -19,11 +19,23 @@ from typing import Any, Literal
 
 import yaml
 
-from vaswani.config import Limit, ModelConfig, Precision, apply_overrides, parse_settings, validate_settings
+from vaswani.config import (
+    MAX_LENGTH,
+    Limit,
+    ModelConfig,
+    Precision,
+    apply_overrides,
+    parse_settings,
+    validate_settings,
+)
 from vaswani.data.corpora import DATASETS, get_dataset
 from vaswani.data.tokenizer import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE
 from vaswani.errors import ConfigError, DataError
+from vaswani.io import MAX_DOCUMENT_BYTES
 from vaswani.training.budget import settings_of
+
+
+DATASET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 @dataclass
@@ -39,10 +51,15 @@ class DataConfig:
     data_dir: str | None = None  # default: $VASWANI_DATA, then the download cache
 
     # max_len counts <s> or </s>: 2 is the shortest sequence that still holds a token
-    LIMITS = {"vocab_size": Limit(ge=MIN_VOCAB_SIZE, le=MAX_VOCAB_SIZE), "max_len": Limit(ge=2)}
+    LIMITS = {"vocab_size": Limit(ge=MIN_VOCAB_SIZE, le=MAX_VOCAB_SIZE), "max_len": Limit(ge=2, le=MAX_LENGTH)}
 
     def __post_init__(self) -> None:
         validate_settings(self)
+        # A dataset's name becomes part of folder names (runs/data/NAME-..., cache entries): a path would lead them
+        # elsewhere.
+        if not DATASET_NAME.fullmatch(self.dataset) or ".." in self.dataset:
+            raise ConfigError(f"data.dataset={self.dataset!r} is not a dataset name: one of {', '.join(DATASETS)} "
+                              "(letters, digits, '.', '-' and '_'; a path is not a name)", field="data.dataset")
 
 
 @dataclass
@@ -292,8 +309,14 @@ class _StrictLoader(yaml.SafeLoader):
 
 
 def read_config_text(path: Path, what: str) -> str:
-    """A UTF-8 text file's content, or a ConfigError naming the file and what is wrong with it."""
+    """A UTF-8 text file's content (a regular file of at most MAX_DOCUMENT_BYTES, checked before it is read), or a
+    ConfigError naming the file and what is wrong with it."""
     try:
+        if path.is_file() and path.stat().st_size > MAX_DOCUMENT_BYTES:
+            raise ConfigError(f"{path}: {path.stat().st_size:,} bytes, more than the {MAX_DOCUMENT_BYTES:,} a {what} "
+                              "may hold")
+        if path.exists() and not path.is_file() and not path.is_dir():
+            raise ConfigError(f"{path}: not a regular file, so not a {what} file")
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
         raise ConfigError(f"{path}: {what} is not UTF-8 text ({error.reason} at byte {error.start})") from None

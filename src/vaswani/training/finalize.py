@@ -37,10 +37,10 @@ from vaswani.decoding.config import EngineOptions, SearchConfig, stored_settings
 from vaswani.decoding.translator import Translator
 from vaswani.errors import VaswaniError
 from vaswani.evaluation.average import average_checkpoints, last_checkpoints
-from vaswani.evaluation.evaluate import TestSet, evaluate
+from vaswani.evaluation.evaluate import EVALUATIONS_FOLDER, TestSet, evaluate
 from vaswani.evaluation.metrics import CorpusScores, corpus_scores
 from vaswani.evaluation.selection import Candidate, Quantization, SearchTried, Selection, TestSetScores
-from vaswani.io import write_manifest
+from vaswani.io import install_directory, staging_directory, write_manifest, writing
 from vaswani.model.serialization import CHECKPOINT_KIND
 from vaswani.training.checkpoint import STEP_NAME
 from vaswani.training.config import RunConfig
@@ -62,9 +62,7 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
     dc, tc = config.data, config.train
     valid = load_corpus(dc.dataset, dc.valid_split, dc.direction, data_dir=dc.data_dir)
     sources, references = valid.source[: tc.final_valid_sentences], valid.target[: tc.final_valid_sentences]
-    staging = checkpoints / f".tmp-{FINAL}-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    staging = staging_directory(checkpoints / FINAL, name=f".tmp-{FINAL}-{os.getpid()}")
     batches = decoding_batches(device)
     on_device = EngineOptions(device=str(device))  # the torch engine
     # train.final_max_minutes: once spent, the candidates and searches not yet scored are left out
@@ -118,7 +116,7 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
     for split in tc.final_test_splits:
         corpus = load_corpus(dc.dataset, split, dc.direction, data_dir=dc.data_dir)
         test_set = TestSet(f"{dc.dataset}-{split}", corpus.source, corpus.target)
-        results, _ = evaluate(translator, test_set, final / "eval" / test_set.name, checkpoint=str(final))
+        results, _ = evaluate(translator, test_set, final / EVALUATIONS_FOLDER / test_set.name, checkpoint=str(final))
         tests[test_set.name] = TestSetScores(**{field.name: results[field.name]
                                              for field in dataclasses.fields(TestSetScores)})
     selection = Selection(weights=chosen.weights, search=best_search.search, search_settings=best_search.settings,
@@ -188,7 +186,7 @@ def _assemble(source: Path, staging: Path, search: SearchConfig) -> Path:
     assembled = staging / FINAL
     assembled.mkdir()
     for name in MODEL_FILES:
-        shutil.copyfile(source / name, assembled / name)
+        shutil.copyfile(source / name, assembled / name)  # fsynced when the whole is installed
     write_stored_search(search, assembled)
     return assembled
 
@@ -197,12 +195,9 @@ def _swap_in(assembled: Path, checkpoints: Path) -> Path:
     """Give the assembled final model its manifest and swap it in as ``checkpoints/final`` by renames: a kill at any
     instant leaves either the earlier final model or the new one, never half of one."""
     write_manifest(assembled, CHECKPOINT_KIND)  # a checkpoint by its manifest, its files checked at every load
-    final, replaced = checkpoints / FINAL, checkpoints / f".replaced-{FINAL}"
-    if final.exists():
-        shutil.rmtree(replaced, ignore_errors=True)
-        os.replace(final, replaced)
-    os.replace(assembled, final)
-    shutil.rmtree(replaced, ignore_errors=True)
+    final = checkpoints / FINAL
+    with writing(final):
+        install_directory(assembled, final, aside=checkpoints / f".replaced-{FINAL}")
     return final
 
 

@@ -20,6 +20,7 @@ from typing import Any, Sequence
 import torch
 
 from vaswani.errors import VaswaniError
+from vaswani.io import atomic_write_text
 from vaswani.model import Transformer
 from vaswani.model.serialization import load_weights
 from vaswani.provenance import PROVENANCE_FILE, provenance
@@ -110,7 +111,7 @@ def record_start(run_dir: Path, config: RunConfig, device: torch.device, precisi
                  resumed: bool, changes: Changes) -> None:
     """The resolved config, and one provenance line per start or resume (with the settings it changed)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(config.to_yaml())
+    atomic_write_text(run_dir / "config.yaml", config.to_yaml())
     record = {**provenance(device), "precision": precision, "world_size": world_size,
               "torch_threads": torch.get_num_threads(), "resumed": resumed}
     if changes:

@@ -25,7 +25,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from vaswani.errors import EnvironmentFault, VaswaniError
-from vaswani.io import MANIFEST_FILE, ensure_writable_directory, read_manifest, write_manifest, writing
+from vaswani.io import (
+    MANIFEST_FILE,
+    check_output,
+    ensure_writable_directory,
+    move,
+    read_manifest,
+    write_manifest,
+    writing,
+)
 from vaswani.training.checkpoint import latest_checkpoint
 
 LOCK_FILE = ".lock"
@@ -58,14 +66,20 @@ def _refuse_another_kind(run_dir: Path) -> None:
 @contextlib.contextmanager
 def lock_run_directory(run_dir: Path) -> Iterator[None]:
     """Hold the run directory's lock for the duration of the ``with`` block (and no longer than the process). A
-    directory whose manifest names another kind (a checkpoint, an export) is refused before the lock file is made."""
+    directory whose manifest names another kind (a checkpoint, an export), or one inside any folder vaswani wrote,
+    is refused before the lock file is made. A start refused inside the block, before the run wrote anything,
+    leaves nothing behind: the lock file and the directory are removed again if this claim made them."""
     _refuse_another_kind(run_dir)
+    check_output(run_dir, command="train", writes="files", kind=RUN_KIND, option="--run-dir")
+    made = [folder for folder in (run_dir.absolute(), *run_dir.absolute().parents) if not folder.exists()]
     ensure_writable_directory(run_dir, "run directory")
     path = run_dir / LOCK_FILE
+    made_lock = not path.exists()
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as error:
         raise EnvironmentFault(f"{path}: cannot create the run's lock file ({error.strerror})") from None
+    before = sorted(os.listdir(run_dir))
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -77,7 +91,15 @@ def lock_run_directory(run_dir: Path) -> Iterator[None]:
                                "stop it, or pick another --run-dir") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        yield
+        try:
+            yield
+        except VaswaniError:
+            if made_lock and sorted(os.listdir(run_dir)) == before:  # refused before the run wrote anything
+                path.unlink(missing_ok=True)  # still locked by us: no other trainer holds this file
+                with contextlib.suppress(OSError):
+                    for folder in made:
+                        folder.rmdir()
+            raise
     finally:
         os.close(fd)  # closing the descriptor releases the lock
 
@@ -120,7 +142,7 @@ def check_start(run_dir: Path, resume: bool, start_over: bool) -> None:
         aside.mkdir()
     for name in (*RUN_FILES, "tokenizer.json"):
         if (run_dir / name).exists() or (run_dir / name).is_symlink():
-            os.replace(run_dir / name, aside / name)
+            move(run_dir / name, aside / name)
     if manifest is None:
         _write_run_manifest(run_dir)
     print(f"start over: the earlier run's files are now in {aside}", file=sys.stderr)
