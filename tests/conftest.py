@@ -26,7 +26,7 @@ def device() -> torch.device:
 def shared_data_dir() -> Path | None:
     for candidate in (os.environ.get("VASWANI_DATA"), REPO_ROOT.parent / "shared" / "data"):
         if candidate and (Path(candidate) / "multi30k").is_dir():
-            return Path(candidate)
+            return Path(candidate).resolve()  # absolute: tests hand it to processes that start elsewhere
     return None
 
 
@@ -105,7 +105,7 @@ FINAL_MODEL_RUN = [
 def finished_run(tmp_path_factory, data_dir: Path) -> tuple[Path, dict]:
     """(run directory, summary) of a tiny smoke run trained to its final model."""
     from vaswani.training.config import apply_settings, load_preset
-    from vaswani.training.trainer import train
+    from vaswani.training.run import train
 
     root = tmp_path_factory.mktemp("final")
     with pytest.MonkeyPatch.context() as patch:

@@ -144,11 +144,11 @@ def test_a_run_directory_holding_a_run_is_never_overwritten(run, tmp_path, link:
 
 
 def test_start_over_moves_the_earlier_run_aside_and_deletes_nothing(tmp_path) -> None:
-    from vaswani.training.rundir import check_start, claim, run_evidence
+    from vaswani.training.rundir import check_start, lock_run_directory, run_evidence
 
     run_dir = tmp_path / "run"
     before = fake_run(run_dir, "step_0000009")
-    with claim(run_dir):
+    with lock_run_directory(run_dir):
         check_start(run_dir, resume=False, start_over=True)
     assert run_evidence(run_dir) == []
     aside = next(run_dir.glob("superseded-*"))
@@ -157,12 +157,12 @@ def test_start_over_moves_the_earlier_run_aside_and_deletes_nothing(tmp_path) ->
 
 
 def test_a_second_trainer_on_the_same_directory_is_refused_with_the_holders_pid(run, tmp_path) -> None:
-    from vaswani.training.rundir import claim
+    from vaswani.training.rundir import lock_run_directory
 
     run_dir = tmp_path / "run"
-    with claim(run_dir):  # flock conflicts between two open files even inside one process
+    with lock_run_directory(run_dir):  # flock conflicts between two open files even inside one process
         assert_clean(*run("train", "--preset", "smoke", "--run-dir", run_dir), 2, "in use", f"pid {os.getpid()}")
-    with claim(run_dir):  # released when the holder is done
+    with lock_run_directory(run_dir):  # released when the holder is done
         pass
 
 
@@ -271,10 +271,14 @@ def test_export_force_never_replaces_the_current_directory_or_the_checkpoint(run
 def test_average_refuses_a_non_empty_out_and_with_force_replaces_it_whole(run, checkpoint: Path,
                                                                           tmp_path) -> None:
     other = Path(shutil.copytree(checkpoint, tmp_path / "other"))
-    old = Path(shutil.copytree(checkpoint, tmp_path / "old"))
-    (old / "trainer_state.pt").write_bytes(b"an older run's state")
+    trained = Path(shutil.copytree(checkpoint, tmp_path / "trained"))  # a checkpoint average did not write
+    assert_clean(*run("average", "--checkpoints", checkpoint, other, "--out", trained, "--force"), 2,
+                 "is a checkpoint written by another command", "pick a new directory")
+    old = tmp_path / "old"
+    assert run("average", "--checkpoints", checkpoint, other, "--out", old)[0] == 0
+    (old / "trainer_state.pt").write_bytes(b"a file of the earlier average's folder")
     assert_clean(*run("average", "--checkpoints", checkpoint, other, "--out", old), 2,
-                 "not empty; pass --force")
+                 "holds an earlier checkpoint of `vaswani average`; pass --force")
     assert (old / "trainer_state.pt").is_file()
     code, err = run("average", "--checkpoints", checkpoint, other, "--out", old, "--force")
     assert code == 0, err
@@ -454,7 +458,7 @@ def test_prepare_refuses_bad_sizes_before_any_work(run, tmp_path, options: list[
 
 # Checked after parsing, with their own messages, by the settings each command builds (tests above and in
 # tests/classification, tests/serve): SearchConfig, ServeSettings, the classifier's TrainSettings and prepare's
-# DataConfig. Every other numeric option declares its range where it is defined (vaswani.config.ranged).
+# DataConfig. Every other numeric option declares its range where it is defined (vaswani.arguments.ranged).
 CHECKED_BY_SETTINGS = {
     ("prepare", "--vocab-size"), ("prepare", "--max-len"), ("prepare", "--min-frequency"),
     ("translate", "--nbest"),
@@ -483,11 +487,39 @@ def numeric_options() -> list[tuple[str, str, object]]:
             if isinstance(action, argparse._SubParsersAction):
                 for name, sub in action.choices.items():
                     walk(sub, f"{command} {name}".strip())
-            elif action.type in (int, float) or hasattr(action.type, "limit"):  # bare, or vaswani.config.ranged
+            elif action.type in (int, float) or hasattr(action.type, "limit"):  # bare, or vaswani.arguments.ranged
                 found.append((command, action.option_strings[0], action.type))
 
     walk(build_parser(), "")
     return found
+
+
+def test_every_flag_the_errors_name_is_an_option_of_a_command() -> None:
+    """The one table that turns a setting's field into a flag: each flag exists, under the name the rendering
+    reads its value from, and every field of the server's settings has one (`vaswani serve` takes each)."""
+    import argparse
+    from dataclasses import fields
+
+    from vaswani.cli import FLAGS, build_parser, command_flags, destination
+    from vaswani.serve.settings import ServeSettings
+
+    options: dict[str, set[str]] = {}
+
+    def walk(parser: argparse.ArgumentParser) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    walk(sub)
+            for option in action.option_strings:
+                options.setdefault(option, set()).add(action.dest)
+
+    walk(build_parser())
+    for field, flag in FLAGS.items():
+        assert options.get(flag) == {destination(flag)}, f"{field}: {flag} keeps its value in {options.get(flag)}"
+    args = build_parser().parse_args(["serve", "--checkpoint", "x"])
+    limits = {f"serve.{f.name}" for f in fields(ServeSettings) if f.name not in ("batching", "engine_options")}
+    assert limits <= set(command_flags(args)), limits - set(command_flags(args))
+    assert "search.beam_size" not in command_flags(args)  # serve has no --beam: a request sets the beam
 
 
 def test_every_numeric_option_has_a_range() -> None:
@@ -495,7 +527,7 @@ def test_every_numeric_option_has_a_range() -> None:
     assert len(options) > 80  # the walk reached every subcommand
     unchecked = [(command, option) for command, option, kind in options
                  if kind in (int, float) and (command, option) not in CHECKED_BY_SETTINGS]
-    assert not unchecked, f"declare a range with vaswani.config.ranged: {unchecked}"
+    assert not unchecked, f"declare a range with vaswani.arguments.ranged: {unchecked}"
     stale = CHECKED_BY_SETTINGS - {(command, option) for command, option, _ in options}
     assert not stale, stale
 

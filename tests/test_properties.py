@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from vaswani.config import ModelConfig  # noqa: E402
-from vaswani.decoding.config import SearchConfig  # noqa: E402
+from vaswani.decoding.config import EngineOptions, SearchConfig  # noqa: E402
 from vaswani.errors import ConfigError, VaswaniError  # noqa: E402
 from vaswani.training.config import DataConfig, RunConfig, TrainConfig, apply_settings, load_preset  # noqa: E402
 
@@ -138,7 +138,8 @@ def translator(tiny_checkpoint: Path):
     from vaswani.decoding.translator import Translator
 
     # greedy and short outputs: an untrained model would otherwise decode to the length limit every time
-    return Translator.load(tiny_checkpoint, SearchConfig(beam_size=1, max_len_a=0.0, max_len_b=4), device="cpu")
+    return Translator.load(tiny_checkpoint, SearchConfig(beam_size=1, max_len_a=0.0, max_len_b=4),
+                           options=EngineOptions(device="cpu"))
 
 
 texts = st.text(
@@ -207,7 +208,8 @@ def test_a_damaged_checkpoint_loads_or_is_refused(tiny_checkpoint: Path, tmp_pat
     directory = Path(shutil.copytree(tiny_checkpoint, tmp_path_factory.mktemp("damaged") / "ckpt"))
     (directory / which).write_bytes(damage((directory / which).read_bytes(), cut, flips, insert))
     try:
-        Translator.load(directory, SearchConfig(beam_size=1, max_len_a=0.0, max_len_b=2), device="cpu")
+        Translator.load(directory, SearchConfig(beam_size=1, max_len_a=0.0, max_len_b=2),
+                        options=EngineOptions(device="cpu"))
     except VaswaniError:
         pass
 

@@ -1,7 +1,6 @@
 """vaswani: a Transformer encoder-decoder written from scratch, for German-English translation."""
 
 from vaswani.config import MODEL_PRESETS, ModelConfig
-from vaswani.data import download as _download  # noqa: F401  (resolves a relative $VASWANI_DATA at start-up)
 from vaswani.errors import ConfigError, DataError, VaswaniError
 
 __version__ = "0.1.0"

@@ -8,7 +8,9 @@ What a user sees when something goes wrong: one line naming the file, setting or
 exit status says whose fault it was: 2 for the input (a setting, a file's content, a wrong path), 1 for the
 environment (no CUDA device, a directory that cannot be written, a full disk, out of memory). Any other exception
 is a bug in vaswani and keeps its traceback. ``--debug`` (or ``VASWANI_DEBUG=1``) shows the traceback of every
-error.
+error. The library's errors and warnings name a setting by its field (`` `engine` ``, ``search.beam_size=0``);
+here it becomes the flag the user typed (``--engine``, ``--beam 0: search.beam_size=0 …``), through one table
+(:data:`FLAGS`) for every command.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ import argparse
 import errno
 import importlib
 import os
-import re
 import sys
+import warnings
+from typing import Any
 
-from vaswani.errors import VaswaniError, is_out_of_memory
+from vaswani.errors import ConfigError, VaswaniError, VaswaniWarning, is_out_of_memory, name_settings, out_of_memory
 
 # Areas in the order `vaswani --help` lists them, each with the commands its register(subparsers) adds. Running
 # one command imports only its own area: some areas import torch to describe their options, which a translation
@@ -58,6 +61,45 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+# The flag that sets each setting the library's messages name, by field: a command that has the flag shows it.
+FLAGS = {
+    **{name: f"--{name}" for name in ("engine", "quantization", "device", "threads", "compile", "resume")},
+    "settings": "--set",
+    "search.beam_size": "--beam",
+    **{f"search.{name}": f"--{name.replace('_', '-')}" for name in (
+        "nbest", "alpha", "length_norm", "max_len_a", "max_len_b", "repetition_penalty", "no_repeat_ngram",
+        "precision")},
+    **{f"serve.{name}": f"--{name.replace('_', '-')}" for name in (
+        "max_chars", "max_texts", "max_body_bytes", "max_queue", "max_beam", "max_request_tokens", "batch_wait_ms",
+        "max_batch_sentences", "max_batch_tokens", "workers", "parallel_batches")},
+}
+
+
+def destination(flag: str) -> str:
+    """The attribute argparse keeps a flag's value in."""
+    return "settings" if flag == "--set" else flag.removeprefix("--").replace("-", "_")
+
+
+def command_flags(args: argparse.Namespace) -> dict[str, str]:
+    """The part of :data:`FLAGS` that the command ``args`` were parsed for takes."""
+    return {field: flag for field, flag in FLAGS.items() if hasattr(args, destination(flag))}
+
+
+def user_message(error: VaswaniError, args: argparse.Namespace) -> str:
+    """The error as the command line says it: every setting it names as its flag, and an invalid value of a
+    setting the command takes as a flag led by that flag and the value typed (``--beam 0: search.beam_size=0 must
+    be >= 1``)."""
+    flags = command_flags(args)
+    message = name_settings(str(error), flags)
+    field = error.field if isinstance(error, ConfigError) else None
+    flag = flags.get(field or "")
+    if flag and str(error).startswith(f"{field}="):
+        value = getattr(args, destination(flag))
+        if value is not None:
+            return f"{flag} {value}: {message}"
+    return message
+
+
 # An OSError naming a path the user gave wrongly is the input's fault; the others are the machine's.
 _USER_ERRNOS = {errno.ENOENT, errno.EISDIR, errno.ENOTDIR, errno.ENAMETOOLONG, errno.ELOOP}
 
@@ -76,14 +118,29 @@ MEMORY_SETTINGS = {
 }
 
 
+# Folders named in the environment, relative to where the command was typed.
+PATH_VARIABLES = ("VASWANI_DATA", "VASWANI_CACHE")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ``vaswani ARGS`` and return its exit status. A Ctrl-C at any point, even while the command modules are
     still importing, is one line and status 130, as a shell reports an interrupted command."""
     try:
+        _absolute_environment_paths()
         return _run(sys.argv[1:] if argv is None else list(argv))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _absolute_environment_paths() -> None:
+    """``VASWANI_DATA=../data vaswani …`` means relative to where the user typed it: made absolute before any work,
+    so the processes a command starts in another directory (torchrun ranks, variant runs) find the same folder."""
+    from vaswani.io import absolute_path
+
+    for name in PATH_VARIABLES:
+        if os.environ.get(name):
+            os.environ[name] = str(absolute_path(os.environ[name]))
 
 
 def _run(argv: list[str]) -> int:
@@ -94,14 +151,16 @@ def _run(argv: list[str]) -> int:
     record_command(argv)
     debug = args.debug or os.environ.get("VASWANI_DEBUG", "") not in ("", "0")
     try:
-        return int(args.handler(args) or 0)
+        with warnings.catch_warnings():
+            warnings.showwarning = _warning_shower(args, warnings.showwarning)
+            return int(args.handler(args) or 0)
     except BrokenPipeError:  # output piped into `head` and closed early: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except VaswaniError as error:
         if debug:
             raise
-        return _report(args.command, str(error), error.exit_code)
+        return _report(args.command, user_message(error, args), error.exit_code)
     except OSError as error:  # a file vanished, a directory cannot be written, the disk is full
         if debug:
             raise
@@ -110,18 +169,20 @@ def _run(argv: list[str]) -> int:
     except (MemoryError, RuntimeError) as error:
         if not is_out_of_memory(error) or debug:  # any other RuntimeError is a bug
             raise
-        return _report(args.command, f"out of memory{_requested(error)}; lower "
-                       f"{MEMORY_SETTINGS.get(args.command, 'the sizes this command was given')}", 1)
+        fault = out_of_memory(error, MEMORY_SETTINGS.get(args.command, "the sizes this command was given"))
+        return _report(args.command, str(fault), fault.exit_code)
 
 
-def _requested(error: BaseException) -> str:
-    """' (N GB requested)' when the allocator said how much it was asked for."""
-    match = re.search(r"allocate (?:memory: you tried to allocate )?(\d+) bytes", str(error)) or \
-        re.search(r"Tried to allocate ([\d.]+ [GMK]iB)", str(error))
-    if not match:
-        return ""
-    amount = match.group(1)
-    return f" ({int(amount) / 1e9:,.1f} GB requested)" if amount.isdigit() else f" ({amount} requested)"
+def _warning_shower(args: argparse.Namespace, show: Any) -> Any:
+    """``warnings.showwarning`` that prints the library's own warnings as one line naming flags, as errors are."""
+
+    def shower(message: Warning | str, category: type[Warning], *rest: Any, **kwargs: Any) -> None:
+        if issubclass(category, VaswaniWarning):
+            print(name_settings(str(message), command_flags(args)), file=sys.stderr)
+        else:
+            show(message, category, *rest, **kwargs)
+
+    return shower
 
 
 def _report(command: str, message: str, code: int) -> int:

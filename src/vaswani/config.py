@@ -2,17 +2,17 @@
 
 Everything the architecture can vary lives in :class:`ModelConfig`; presets are plain functions of it, so
 ``ModelConfig.preset("base", positions="rope")`` reads the same in Python as ``--set model.positions=rope``
-does on the command line.
+does on the command line. Settings are checked here (:func:`validate_settings`) and their errors name the field
+(``model.n_heads``); the command line turns a field into the flag a user typed (``vaswani.cli``).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import math
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Literal, get_args, get_type_hints
+from typing import Any, Literal, get_args, get_type_hints
 
 from vaswani.errors import ConfigError
 
@@ -135,7 +135,8 @@ def validate_settings(obj: Any) -> None:
     ``__post_init__``, after this call.
 
     YAML and the command line give strings ("3e-4", "none", "true"); this turns them into the declared
-    float/int/bool/None/tuple or raises a ConfigError that names ``section.field``. Every way a config is made
+    float/int/bool/None/tuple or raises a ConfigError that names ``section.field`` (``field`` alone for a class
+    whose ``SECTION`` is empty). Every way a config is made
     (a preset, ``--set``, a resumed run's saved config, ``dataclasses.replace``) runs ``__post_init__``, so every
     way is checked.
     """
@@ -143,7 +144,7 @@ def validate_settings(obj: Any) -> None:
     section = getattr(type(obj), "SECTION", "model")
     limits: dict[str, Limit] = getattr(type(obj), "LIMITS", {})
     for f in fields(obj):
-        value, name = getattr(obj, f.name), f"{section}.{f.name}"
+        value, name = getattr(obj, f.name), f"{section}.{f.name}" if section else f.name
         try:
             coerced = _coerce(value, hints[f.name])
         except (TypeError, ValueError, OverflowError):
@@ -188,8 +189,13 @@ def _short(value: Any) -> str:
 
 
 def _literal_choices(tp: Any) -> tuple[Any, ...]:
+    """The values a ``Literal`` type allows (None too for an optional one); () for any other type."""
     if getattr(tp, "__origin__", None) is Literal:
         return get_args(tp)
+    args = get_args(tp)
+    if type(None) in args and len(args) == 2:
+        inner = _literal_choices(next(a for a in args if a is not type(None)))
+        return (*inner, None) if inner else ()
     return ()
 
 
@@ -233,66 +239,25 @@ def _coerce(value: Any, tp: Any) -> Any:
 
 
 def parse_settings(items: list[str], sections: tuple[str, ...]) -> dict[str, dict[str, str]]:
-    """``--set section.key=value`` strings grouped by section: the one grammar of every command's ``--set``."""
+    """``section.key=value`` strings grouped by section: the one grammar of every command's ``--set``."""
     grouped: dict[str, dict[str, str]] = {section: {} for section in sections}
     for item in items:
         key, sep, value = item.partition("=")
         section, dot, name = key.strip().partition(".")
         if not sep or not dot or not name or section not in grouped:
             example = f"{sections[0]}.dropout=0.2" if sections[0] == "model" else f"{sections[0]}.KEY=VALUE"
-            raise ConfigError(f"--set {item!r}: expected section.key=value with section {' or '.join(sections)}, "
-                              f"e.g. --set {example}")
+            raise ConfigError(f"`settings` {item!r}: expected section.key=value with section "
+                              f"{' or '.join(sections)}, e.g. {example}", field="settings")
         grouped[section][name] = value
     return grouped
 
 
-def parse_variant(spec: str, sections: tuple[str, ...]) -> tuple[str, list[str]]:
-    """``NAME:section.key=value,section.key=value`` (a command's ``--variant``) as the name and its ``--set``
-    items. A comma starts a new item only where ``section.key=`` follows, so tuple values keep theirs:
-    ``adam:train.betas=0.9,0.995,train.eps=1e-8``."""
-    name, _, assignments = spec.partition(":")
-    expected = f"expected NAME:{sections[0]}.KEY=VALUE[,{sections[0]}.KEY=VALUE] with section {' or '.join(sections)}"
-    items: list[str] = []
-    for piece in assignments.split(",") if assignments.strip() else []:
-        section, dot, key = piece.partition("=")[0].strip().partition(".")
-        if "=" in piece and dot and key and section in sections:
-            items.append(piece.strip())
-        elif items:  # a tuple value's next element
-            items[-1] += "," + piece.strip()
-        else:
-            raise ConfigError(f"--variant {spec!r}: {piece.strip()!r} is not section.key=value; {expected}")
-    if not name.strip() or not items:
-        raise ConfigError(f"--variant {spec!r}: {expected}")
-    return name.strip(), items
-
-
-def add_settings_argument(parser: Any, sections: tuple[str, ...], example: str) -> None:
-    """The ``--set section.key=value`` option (repeatable), read back with :func:`parse_settings`."""
-    parser.add_argument("--set", dest="settings", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help=f"override a {'/'.join(sections)} setting, e.g. --set {example} (repeatable)")
-
-
-def ranged(kind: type[int] | type[float], **bounds: float) -> Callable[[str], Any]:
-    """An argparse ``type=`` for a command-line number of ``kind`` inside ``Limit(**bounds)``, e.g.
-    ``ranged(int, ge=1)``. Anything else (out of range, not a number, nan, inf) stops the command while its
-    arguments are parsed, with argparse's one-line usage error naming the option: before any data is read or any
-    model built, and never as a traceback from deep inside the run."""
-    limit = Limit(**bounds)
-    wanted = f"{'a whole number' if kind is int else 'a number'} {limit.describe()}".rstrip()
-
-    def parse(text: str) -> int | float:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"needs {wanted}, got {text!r}") from None
-        if not math.isfinite(value) or not limit.allows(value):
-            raise argparse.ArgumentTypeError(f"needs {wanted}, got {text!r}")
-        if kind is float and not representable(value):
-            raise argparse.ArgumentTypeError(f"needs {wanted}, got {text!r}, which {UNREPRESENTABLE}")
-        return value
-
-    parse.limit = limit  # the declared range travels with the option (tests check that every number has one)
-    return parse
+# Upper bounds of the command line's counts: far past what any run of this project uses, far below what would
+# exhaust a machine before the work starts (CTranslate2 allocates per thread; a position table is built per length).
+MAX_THREADS = 1024  # CPU threads
+MAX_LENGTH = 65_536  # tokens of one sequence, or characters of one text
+MAX_BATCH = 1 << 20  # sentences, texts or tokens in one batch or one request
+MAX_COUNT = 2**31 - 1  # steps, epochs, repeats, sentences, processes, seeds
 
 
 def apply_model_settings(config: ModelConfig, items: list[str]) -> ModelConfig:
@@ -321,12 +286,9 @@ __all__ = [
     "Precision",
     "PRECISIONS",
     "Limit",
-    "add_settings_argument",
     "apply_model_settings",
     "apply_overrides",
     "parse_settings",
-    "parse_variant",
-    "ranged",
     "representable",
     "validate_settings",
 ]

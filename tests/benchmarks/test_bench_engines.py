@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("ctranslate2", reason="the engines benchmark needs ctranslate2: pip install 'vaswani[export]'")
 
 from vaswani.benchmarks.engines import BARE_SCRIPT  # noqa: E402
-from vaswani.decoding import SearchConfig, Translator  # noqa: E402
+from vaswani.decoding import EngineOptions, SearchConfig, Translator  # noqa: E402
 from vaswani.decoding.ct2_engine import length_exponent  # noqa: E402
 
 
@@ -24,7 +24,8 @@ def test_the_bare_script_translates_as_the_ctranslate2_engine(trained_checkpoint
     checkpoint = Path(shutil.copytree(trained_checkpoint, tmp_path / "checkpoint",
                                       ignore=shutil.ignore_patterns("ctranslate2")))
     search = SearchConfig(beam_size=4, length_norm="power", alpha=1.0)
-    engine = Translator.load(checkpoint, search, device="cpu", engine="ctranslate2", quantization=quantization)
+    engine = Translator.load(checkpoint, search,
+                             options=EngineOptions(device="cpu", engine="ctranslate2", quantization=quantization))
     (tmp_path / "in.de").write_text("".join(f"{s}\n" for s in sentences), encoding="utf-8")
     subprocess.run([sys.executable, str(BARE_SCRIPT), str(engine.engine.directory), str(checkpoint / "tokenizer.json"),
                     str(tmp_path / "in.de"), str(tmp_path / "out.en"), "--beam", "4", "--length-penalty",

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -19,13 +20,14 @@ pytest.importorskip("ctranslate2", reason="the CTranslate2 engine needs ctransla
 
 from vaswani.cli import main  # noqa: E402
 from vaswani.config import ModelConfig  # noqa: E402
-from vaswani.decoding import SearchConfig, Translator  # noqa: E402
+from vaswani.decoding import EngineOptions, SearchConfig, Translator  # noqa: E402
 from vaswani.decoding.config import write_stored_search  # noqa: E402
-from vaswani.decoding.ct2_model import (CONVERSION_FILE, CONVERTED_DIRECTORY, converted_model,  # noqa: E402
+from vaswani.decoding.ct2_model import (CONVERSION_KIND, CONVERTED_DIRECTORY, converted_model,  # noqa: E402
                                         weight_parameters)
 from vaswani.decoding.engine import output_limits  # noqa: E402
-from vaswani.errors import ConfigError, VaswaniError  # noqa: E402
-from vaswani.model.serialization import load_model, save_model  # noqa: E402
+from vaswani.errors import ConfigError, VaswaniError, VaswaniWarning
+from vaswani.io import MANIFEST_FILE, write_manifest
+from vaswani.model.serialization import CHECKPOINT_KIND, load_model, save_model
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 TEST2016 = 64  # sentences of test2016 each search translates on both engines
@@ -64,8 +66,10 @@ def checkpoint(trained_checkpoint: Path, tmp_path: Path) -> Path:
 def test_ctranslate2_float32_translates_like_the_torch_engine(trained_checkpoint: Path, test2016: list[str],
                                                               name: str) -> None:
     search = SEARCHES[name]
-    torch_engine = Translator.load(trained_checkpoint, fp32(search), device="cpu", engine="torch")
-    ctranslate2 = Translator.load(trained_checkpoint, search, device="cpu", engine="ctranslate2", threads=1)
+    torch_engine = Translator.load(trained_checkpoint, fp32(search),
+                                   options=EngineOptions(device="cpu", engine="torch"))
+    ctranslate2 = Translator.load(trained_checkpoint, search,
+                                  options=EngineOptions(device="cpu", engine="ctranslate2", threads=1))
     assert ctranslate2.engine.describe()["quantization"] == "float32"
     ours, theirs = torch_engine.translate_nbest(test2016), ctranslate2.translate_nbest(test2016)
     assert [[h.text for h in nbest] for nbest in theirs] == [[h.text for h in nbest] for nbest in ours]
@@ -83,8 +87,10 @@ def test_ctranslate2_float32_translates_like_the_torch_engine(trained_checkpoint
 def test_an_output_cut_at_its_limit_is_the_torch_engines(trained_checkpoint: Path, test2016: list[str]) -> None:
     """Each sentence its own limit, in one CTranslate2 call per batch: a greedy output is cut at its own."""
     search = SearchConfig(beam_size=1, max_len_a=0.5, max_len_b=2)
-    torch_engine = Translator.load(trained_checkpoint, fp32(search), device="cpu", engine="torch")
-    ctranslate2 = Translator.load(trained_checkpoint, search, device="cpu", engine="ctranslate2", threads=1)
+    torch_engine = Translator.load(trained_checkpoint, fp32(search),
+                                   options=EngineOptions(device="cpu", engine="torch"))
+    ctranslate2 = Translator.load(trained_checkpoint, search,
+                                  options=EngineOptions(device="cpu", engine="ctranslate2", threads=1))
     ours, theirs = torch_engine.translate_nbest(test2016), ctranslate2.translate_nbest(test2016)
     assert [n[0].text for n in theirs] == [n[0].text for n in ours]
     assert [n[0].length for n in theirs] == [n[0].length for n in ours]
@@ -109,8 +115,8 @@ def test_output_limits_are_the_torch_searchs_float32_arithmetic() -> None:
 
 
 REFUSED = [
-    (SearchConfig(beam_size=4, length_norm="gnmt", alpha=0.6), "--length-norm gnmt (alpha 0.6)"),
-    (SearchConfig(beam_size=1, precision="bf16"), "--precision bf16"),
+    (SearchConfig(beam_size=4, length_norm="gnmt", alpha=0.6), "`search.length_norm` gnmt (alpha 0.6)"),
+    (SearchConfig(beam_size=1, precision="bf16"), "`search.precision` bf16"),
     (SearchConfig(beam_size=1, allow_eos=False), "search.allow_eos=False"),
 ]
 
@@ -119,51 +125,55 @@ REFUSED = [
 def test_what_ctranslate2_cannot_run_is_refused_in_one_line_naming_it(trained_checkpoint: Path, search: SearchConfig,
                                                                       named: str) -> None:
     with pytest.raises(ConfigError) as error:
-        Translator.load(trained_checkpoint, search, device="cpu", engine="ctranslate2")
+        Translator.load(trained_checkpoint, search, options=EngineOptions(device="cpu", engine="ctranslate2"))
     assert named in str(error.value) and "\n" not in str(error.value)
 
 
 def test_gnmt_is_run_where_it_ranks_nothing_and_a_model_ctranslate2_cannot_express_is_refused(
         trained_checkpoint: Path, random_checkpoint, tmp_path: Path) -> None:
+    # greedy search never ranks: GNMT only scores
     greedy = Translator.load(trained_checkpoint, SearchConfig(beam_size=1, length_norm="gnmt", alpha=0.6),
-                             device="cpu", engine="ctranslate2")  # greedy search never ranks: GNMT only scores
+                             options=EngineOptions(device="cpu", engine="ctranslate2"))
     assert greedy.engine.name == "ctranslate2"
     window = random_checkpoint(tmp_path / "window", sliding_window=4)
     with pytest.raises(ConfigError, match="model.sliding_window=4"):
-        Translator.load(window, SearchConfig(beam_size=1), device="cpu", engine="ctranslate2")
-    with pytest.raises(ConfigError, match="--compile"):
-        Translator.load(trained_checkpoint, SearchConfig(beam_size=1), device="cpu", engine="ctranslate2",
-                        compile=True)
+        Translator.load(window, SearchConfig(beam_size=1), options=EngineOptions(device="cpu", engine="ctranslate2"))
+    with pytest.raises(ConfigError, match="`compile` compiles the torch engine's decoding step"):
+        Translator.load(trained_checkpoint, SearchConfig(beam_size=1),
+                        options=EngineOptions(device="cpu", engine="ctranslate2", compile=True))
 
 
 def test_a_quantization_this_cpu_cannot_compute_is_refused_naming_it(trained_checkpoint: Path) -> None:
     with pytest.raises(ConfigError) as error:
-        Translator.load(trained_checkpoint, SearchConfig(beam_size=1), device="cpu", engine="ctranslate2",
-                        quantization="bfloat16")
-    assert str(error.value).startswith("--quantization bfloat16: CTranslate2 cannot compute it on this cpu (it needs "
-                                       "a GPU); here it can: ")
+        Translator.load(trained_checkpoint, SearchConfig(beam_size=1),
+                        options=EngineOptions(device="cpu", engine="ctranslate2", quantization="bfloat16"))
+    assert str(error.value).startswith("`quantization` bfloat16: CTranslate2 cannot compute it on this cpu (it needs "
+                                       "a GPU); here it can: ") and error.value.field == "quantization"
 
 
-def test_auto_takes_ctranslate2_when_it_can_and_else_says_in_one_line_why_not(trained_checkpoint: Path,
-                                                                               capsys) -> None:
-    power = Translator.load(trained_checkpoint, SearchConfig(beam_size=2, length_norm="power"), device="cpu",
-                            engine="auto")
-    assert power.engine.name == "ctranslate2" and capsys.readouterr().err == ""
-    gnmt = Translator.load(trained_checkpoint, SearchConfig(beam_size=2), device="cpu", engine="auto",
-                           quantization="int8")
+def test_auto_takes_ctranslate2_when_it_can_and_else_says_in_one_line_why_not(trained_checkpoint: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning at all
+        power = Translator.load(trained_checkpoint, SearchConfig(beam_size=2, length_norm="power"),
+                                options=EngineOptions(device="cpu", engine="auto"))
+    assert power.engine.name == "ctranslate2"
+    with pytest.warns(VaswaniWarning) as said:
+        gnmt = Translator.load(trained_checkpoint, SearchConfig(beam_size=2),
+                               options=EngineOptions(device="cpu", engine="auto", quantization="int8"))
     assert gnmt.engine.name == "torch"
-    assert capsys.readouterr().err == (
-        "engine auto: torch (--quantization int8 is not used), because CTranslate2 cannot run --length-norm gnmt "
-        "(alpha 0.6): CTranslate2 ranks a beam by log P / |Y|^alpha and has no GNMT penalty; use --length-norm power "
-        "(or average, none), or --engine torch\n")
+    assert [str(warning.message) for warning in said] == [
+        "engine auto: torch (`quantization` int8 is not used), because CTranslate2 cannot run `search.length_norm` "
+        "gnmt (alpha 0.6): CTranslate2 ranks a beam by log P / |Y|^alpha and has no GNMT penalty; use "
+        "`search.length_norm` power (or average, none), or `engine` torch"]
 
 
 def test_int8_is_a_conversion_of_its_own_computed_in_int8(trained_checkpoint: Path, sentences: list[str]) -> None:
     """(How close int8 comes to float32 is measured where it is chosen: the end of a run, on validation data.)"""
     search = SearchConfig(beam_size=1)
-    float32 = Translator.load(trained_checkpoint, search, device="cpu", engine="ctranslate2", threads=1)
-    int8 = Translator.load(trained_checkpoint, search, device="cpu", engine="ctranslate2", quantization="int8",
-                           threads=1)
+    float32 = Translator.load(trained_checkpoint, search,
+                              options=EngineOptions(device="cpu", engine="ctranslate2", threads=1))
+    int8 = Translator.load(trained_checkpoint, search,
+                           options=EngineOptions(device="cpu", engine="ctranslate2", quantization="int8", threads=1))
     assert int8.engine.describe()["quantization"] == "int8" and int8.engine.translator.compute_type.startswith("int8")
     assert int8.engine.directory.name.startswith("int8-") and float32.engine.directory.name.startswith("float32-")
     # int8 matrices; the position tables and norms stay float32
@@ -177,8 +187,10 @@ def test_the_conversion_is_made_once_per_weights_and_quantization_and_replaced_w
     assert first.parent == checkpoint / CONVERTED_DIRECTORY and first.name.startswith("float32-")
     made = (first / "model.bin").stat().st_mtime_ns
     assert converted_model(checkpoint, "float32") == first and (first / "model.bin").stat().st_mtime_ns == made
-    record = json.loads((first / CONVERSION_FILE).read_text())
-    assert record["quantization"] == "float32" and first.name.endswith(record["checkpoint_sha256"][:16])
+    record = json.loads((first / MANIFEST_FILE).read_text())
+    assert record["kind"] == CONVERSION_KIND and {"model.bin", "config.json"} <= set(record["files"])
+    details = record["details"]
+    assert details["quantization"] == "float32" and first.name.endswith(details["checkpoint_sha256"][:16])
     int8 = converted_model(checkpoint, "int8")
     assert int8 != first and first.is_dir()  # another quantization is another conversion, beside the first
 
@@ -186,18 +198,20 @@ def test_the_conversion_is_made_once_per_weights_and_quantization_and_replaced_w
     with torch.no_grad():
         model.output.weight.mul_(0.5)  # new weights: the float32 conversion is stale
     save_model(model, checkpoint)
+    write_manifest(checkpoint, CHECKPOINT_KIND)  # as a save of the weights writes it
     fresh = converted_model(checkpoint, "float32")
     assert fresh != first and not first.exists() and int8.exists()
-    scored = Translator.load(checkpoint, SearchConfig(beam_size=1), device="cpu", engine="ctranslate2")
+    scored = Translator.load(checkpoint, SearchConfig(beam_size=1),
+                             options=EngineOptions(device="cpu", engine="ctranslate2"))
     assert scored.engine.directory == fresh
     assert not list((checkpoint / CONVERTED_DIRECTORY).glob(".*"))  # nothing half-built left behind
 
 
 CONVERT_AND_TRANSLATE = """
 import sys
-from vaswani.decoding import SearchConfig, Translator
-translator = Translator.load(sys.argv[1], SearchConfig(beam_size=2, length_norm="power"), device="cpu",
-                             engine="ctranslate2", threads=1)
+from vaswani.decoding import EngineOptions, SearchConfig, Translator
+translator = Translator.load(sys.argv[1], SearchConfig(beam_size=2, length_norm="power"),
+                             EngineOptions(engine="ctranslate2", device="cpu", threads=1))
 print(translator.engine.directory, translator.translate(["Ein Mann fährt Fahrrad."])[0])
 """
 
@@ -212,7 +226,7 @@ def test_two_processes_converting_at_once_both_get_a_whole_model(checkpoint: Pat
     answers = {stdout.strip() for stdout, _ in outputs}
     assert len(answers) == 1  # the same directory, the same translation
     conversions = [p for p in (checkpoint / CONVERTED_DIRECTORY).iterdir()]
-    assert len(conversions) == 1 and (conversions[0] / CONVERSION_FILE).is_file()
+    assert len(conversions) == 1 and (conversions[0] / MANIFEST_FILE).is_file()
 
 
 def test_translate_on_ctranslate2_never_imports_torch(checkpoint: Path, tmp_path: Path) -> None:
@@ -226,8 +240,8 @@ def test_translate_on_ctranslate2_never_imports_torch(checkpoint: Path, tmp_path
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert done.stdout.split() == ["0", "False"], done.stderr
     assert "engine auto" not in done.stderr and "error" not in done.stderr  # (a progress bar only)
-    expected = Translator.load(checkpoint, SearchConfig(beam_size=2, length_norm="power"), device="cpu",
-                               engine="ctranslate2", quantization="int8")
+    expected = Translator.load(checkpoint, SearchConfig(beam_size=2, length_norm="power"),
+                               options=EngineOptions(device="cpu", engine="ctranslate2", quantization="int8"))
     assert (tmp_path / "out.en").read_text(encoding="utf-8").splitlines() == expected.translate(
         ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee."])
 
@@ -235,7 +249,7 @@ def test_translate_on_ctranslate2_never_imports_torch(checkpoint: Path, tmp_path
 def test_the_engine_and_quantization_are_chosen_by_search_json_and_the_options(checkpoint: Path, tmp_path: Path,
                                                                                capsys) -> None:
     from vaswani.cli import build_parser
-    from vaswani.decoding.arguments import translator_from_args
+    from vaswani.decoding.commands import translator_from_args
 
     def engine(*options: str) -> dict:
         args = build_parser().parse_args(["translate", "--checkpoint", str(checkpoint), "--device", "cpu", *options])
@@ -254,6 +268,13 @@ def test_the_engine_and_quantization_are_chosen_by_search_json_and_the_options(c
     assert (code, capsys.readouterr().err) == (
         2, "vaswani translate: error: --quantization int8 applies to the ctranslate2 engine; the torch engine computes "
            "in --precision (use --engine ctranslate2 or auto)\n")
+    # what `auto` says on the command line, in the flags typed
+    code = main(["translate", "--checkpoint", str(checkpoint), "--input", str(tmp_path / "in.de"), "--engine", "auto",
+                 "--quantization", "int8", "--length-norm", "gnmt", "--output", str(tmp_path / "out.en")])
+    assert (code, capsys.readouterr().err) == (0, (
+        "engine auto: torch (--quantization int8 is not used), because CTranslate2 cannot run --length-norm gnmt "
+        "(alpha 0.6): CTranslate2 ranks a beam by log P / |Y|^alpha and has no GNMT penalty; use --length-norm power "
+        "(or average, none), or --engine torch\n"))
 
 
 def test_the_export_is_the_engines_conversion(checkpoint: Path, tmp_path: Path) -> None:
@@ -273,17 +294,18 @@ def test_parameters_are_counted_from_the_weights_file_alone(trained_checkpoint: 
 
 
 def test_sources_with_padding_inside_are_left_to_the_torch_engine(trained_checkpoint: Path) -> None:
-    translator = Translator.load(trained_checkpoint, SearchConfig(beam_size=1), device="cpu", engine="ctranslate2")
+    translator = Translator.load(trained_checkpoint, SearchConfig(beam_size=1),
+                                 options=EngineOptions(device="cpu", engine="ctranslate2"))
     with pytest.raises(VaswaniError, match="cannot mask tokens inside a source"):
         translator.translate_ids_nbest([[5, 0, 6, 2]])
 
 
 def test_a_bound_search_keeps_the_engine(trained_checkpoint: Path) -> None:
-    translator = Translator.load(trained_checkpoint, SearchConfig(beam_size=2, length_norm="power"), device="cpu",
-                                 engine="ctranslate2")
+    translator = Translator.load(trained_checkpoint, SearchConfig(beam_size=2, length_norm="power"),
+                                 options=EngineOptions(device="cpu", engine="ctranslate2"))
     wider = translator.with_search(dataclasses.replace(translator.config, beam_size=4), batch_size=8, max_tokens=None)
     assert wider.engine is translator.engine and wider.config.beam_size == 4
-    with pytest.raises(ConfigError, match="--length-norm gnmt"):
+    with pytest.raises(ConfigError, match="`search.length_norm` gnmt"):
         translator.with_search(dataclasses.replace(translator.config, length_norm="gnmt"), 8, None)
 
 
@@ -294,8 +316,10 @@ def test_a_random_model_of_every_variant_decodes_alike(random_checkpoint, tmp_pa
         checkpoint = random_checkpoint(tmp_path / f"variant{number}", **settings)
         search = SearchConfig(beam_size=1, max_len_a=0.0, max_len_b=9)
         sources = [[5, 17, 40, 2], [9, 2], [33, 8, 8, 8, 8, 8, 2]]
-        ours = Translator.load(checkpoint, fp32(search), device="cpu", engine="torch").translate_ids_nbest(sources)
-        theirs = Translator.load(checkpoint, search, device="cpu", engine="ctranslate2").translate_ids_nbest(sources)
+        ours = Translator.load(checkpoint, fp32(search),
+                               options=EngineOptions(device="cpu", engine="torch")).translate_ids_nbest(sources)
+        theirs = Translator.load(checkpoint, search,
+                                 options=EngineOptions(device="cpu", engine="ctranslate2")).translate_ids_nbest(sources)
         assert [n[0].text for n in theirs] == [n[0].text for n in ours], settings
 
 
@@ -331,7 +355,8 @@ def test_the_device_and_quantization_rules_of_ctranslate2_on_a_gpu(monkeypatch) 
 def test_ctranslate2s_attention_is_the_torch_models_last_layer_averaged_over_heads(trained_checkpoint: Path,
                                                                                   sentences: list[str],
                                                                                   search: SearchConfig) -> None:
-    translator = Translator.load(trained_checkpoint, search, device="cpu", engine="ctranslate2", threads=1)
+    translator = Translator.load(trained_checkpoint, search,
+                                 options=EngineOptions(device="cpu", engine="ctranslate2", threads=1))
     source = translator.encode([sentences[3]])[0]
     best, rows = translator.engine.attention(source, translator.config)
     with torch.no_grad():
@@ -364,16 +389,21 @@ def test_evaluate_on_each_engine_scores_the_same_and_records_which_ran(trained_c
     assert hypotheses["ctranslate2"] == hypotheses["torch"]
 
 
-def test_the_vocabulary_is_read_from_the_conversion_and_is_the_tokenizers(checkpoint: Path) -> None:
+def test_the_vocabulary_is_read_from_the_conversion_and_is_the_tokenizers(checkpoint: Path, tmp_path: Path) -> None:
     from vaswani.data.tokenizer import Tokenizer
-    from vaswani.decoding.ct2_engine import SHARED_VOCABULARY_FILE
+    from vaswani.decoding.ct2_engine import SHARED_VOCABULARY_FILE, stored_vocabulary
     from vaswani.decoding.ct2_model import vocabulary
 
     search = SearchConfig(beam_size=1)
-    engine = Translator.load(checkpoint, search, device="cpu", engine="ctranslate2").engine
+    engine = Translator.load(checkpoint, search, EngineOptions(engine="ctranslate2", device="cpu")).engine
     expected = vocabulary(Tokenizer.load(checkpoint / "tokenizer.json"), engine.model_config.vocab_size)
     assert engine.vocabulary == expected
     stored = engine.directory / SHARED_VOCABULARY_FILE
     assert json.loads(stored.read_text(encoding="utf-8")) == expected  # what the engine read instead of rebuilding
-    stored.write_text(json.dumps(expected[:-1]), encoding="utf-8")  # a list of another length is not trusted
-    assert Translator.load(checkpoint, search, device="cpu", engine="ctranslate2").engine.vocabulary == expected
+    assert stored_vocabulary(engine.directory, len(expected)) == expected
+    elsewhere = tmp_path / "conversion"
+    elsewhere.mkdir()
+    (elsewhere / SHARED_VOCABULARY_FILE).write_text(json.dumps(expected[:-1]), encoding="utf-8")
+    assert stored_vocabulary(elsewhere, len(expected)) is None  # a list of another length is not trusted
+    (elsewhere / SHARED_VOCABULARY_FILE).write_text("[1, 2", encoding="utf-8")
+    assert stored_vocabulary(elsewhere, len(expected)) is None and stored_vocabulary(tmp_path, 3) is None

@@ -1,7 +1,7 @@
 """Search on a hand-built model whose next-token distribution is a fixed table, so the right answer is known.
 
 The fake model offers the same interface as the Transformer (``start_decoding`` / ``decode_step`` /
-``state.reorder``); its probabilities depend only on the tokens generated so far.
+``state.reorder`` / ``state.reorder_beams``); its probabilities depend only on the tokens generated so far.
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ class TableState:
 
     def reorder(self, index: torch.Tensor) -> "TableState":
         return TableState(self.prefix.index_select(0, index), self.step)
+
+    def reorder_beams(self, rows: torch.Tensor, sentences: torch.Tensor | None) -> "TableState":
+        return self.reorder(rows)  # nothing is shared by a sentence's beams
 
 
 class TableModel:
@@ -171,3 +174,13 @@ def test_no_repeat_ngram_blocks_in_search() -> None:
     blocked = greedy_search(TableModel(cycle), SRC, _config(beam_size=1, max_len_b=8, no_repeat_ngram=2))[0][0]
     assert plain.tokens[:4] == [A, B, A, B]
     assert blocked.tokens == [A, B, A]  # "A B" again is blocked; </s> is the best remaining token
+
+
+def test_the_transformer_and_a_table_are_both_searchable_models() -> None:
+    from vaswani.config import ModelConfig
+    from vaswani.decoding.search import SearchableModel
+    from vaswani.model import Transformer
+
+    assert isinstance(Transformer(ModelConfig.preset("tiny", vocab_size=VOCAB)), SearchableModel)
+    assert isinstance(TableModel({}), SearchableModel)
+    assert not isinstance(torch.nn.Linear(2, 2), SearchableModel)  # a module is not one by being a module

@@ -11,18 +11,19 @@ import sys
 import pytest
 
 from vaswani.cli import main
-from vaswani.decoding import SearchConfig, Translator
+from vaswani.decoding import EngineOptions, SearchConfig, Translator
 
 
 def beam2_fp32(checkpoint, device) -> Translator:
     """The translations the `vaswani translate --beam 2 --precision fp32` commands below must print."""
-    return Translator.load(checkpoint, SearchConfig(beam_size=2, precision="fp32"), device=device)
+    return Translator.load(checkpoint, SearchConfig(beam_size=2, precision="fp32"),
+                           options=EngineOptions(device=device))
 
 
 @pytest.fixture(scope="module")
 def translator(tiny_checkpoint, device) -> Translator:
     config = SearchConfig(beam_size=2, nbest=2, max_len_a=0.5, max_len_b=5, precision="fp32")  # short: fast tests
-    return Translator.load(tiny_checkpoint, config, device=device, batch_size=4)
+    return Translator.load(tiny_checkpoint, config, batch_size=4, options=EngineOptions(device=device))
 
 
 def test_output_order_equals_input_order_whatever_the_batching(translator: Translator, test_pairs) -> None:
@@ -147,7 +148,8 @@ def test_long_sources_are_cut_for_learned_positions(tiny_checkpoint, test_pairs,
 
     tokenizer = Tokenizer.load(tiny_checkpoint / "tokenizer.json")
     config = ModelConfig.preset("tiny", dropout=0.0, vocab_size=tokenizer.vocab_size, positions="learned", max_len=8)
-    translator = Translator(Transformer(config), tokenizer, SearchConfig(beam_size=2), device="cpu")
+    translator = Translator(Transformer(config), tokenizer, SearchConfig(beam_size=2),
+                            options=EngineOptions(device="cpu"))
     sources = translator.encode(test_pairs[0][:2])
     assert all(len(s) == 8 and s[-1] == tokenizer.eos_id for s in sources)
     assert "cut" in capsys.readouterr().err
@@ -199,7 +201,8 @@ def test_compile_without_a_cpp_compiler_is_a_one_line_error(tiny_checkpoint, tmp
 
 def test_with_search_shares_the_model_and_its_compiled_step(tiny_checkpoint) -> None:
     """The server's per-batch copies must reuse one compiled step: a new one per batch would recompile every time."""
-    translator = Translator.load(tiny_checkpoint, SearchConfig(beam_size=2), device="cpu", compile=True)
+    translator = Translator.load(tiny_checkpoint, SearchConfig(beam_size=2),
+                                 options=EngineOptions(device="cpu", compile=True))
     copy = translator.with_search(SearchConfig(beam_size=3, bos_id=7, precision="auto"), batch_size=5, max_tokens=None)
     assert copy.engine is translator.engine and copy.engine.decoder is translator.engine.decoder
     assert (copy.config.beam_size, copy.batch_size, copy.max_tokens) == (3, 5, None)

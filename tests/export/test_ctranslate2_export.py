@@ -12,7 +12,7 @@ pytest.importorskip("ctranslate2", reason="the export tests need ctranslate2: pi
 
 from vaswani.cli import main  # noqa: E402
 from vaswani.data.tokenizer import Tokenizer  # noqa: E402
-from vaswani.decoding.config import SearchConfig  # noqa: E402
+from vaswani.decoding.config import EngineOptions, SearchConfig  # noqa: E402
 from vaswani.decoding.search import generate  # noqa: E402
 from vaswani.decoding.translator import Translator  # noqa: E402
 from vaswani.errors import VaswaniError  # noqa: E402
@@ -56,7 +56,8 @@ def test_readme_snippet_translates_like_our_greedy_search(exports: dict[str, Pat
     # The snippet of docs/export.md, with a length limit to match ours:
     translator = Ct2Translator(exports["float32"])
     theirs = translator.translate(sentences + ["  "], beam_size=1, max_decoding_length=MAX_OUTPUT - 1)
-    ours = Translator.load(trained_checkpoint, GREEDY_FP32, device="cpu").translate(sentences + ["  "])
+    ours = Translator.load(trained_checkpoint, GREEDY_FP32,
+                           options=EngineOptions(device="cpu")).translate(sentences + ["  "])
     assert theirs[-1] == ""
     assert theirs == ours
 

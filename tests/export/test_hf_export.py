@@ -25,7 +25,7 @@ from transformers import AutoTokenizer, MarianMTModel, pipeline  # noqa: E402
 
 from vaswani.cli import main  # noqa: E402
 from vaswani.data.tokenizer import Tokenizer  # noqa: E402
-from vaswani.decoding.config import SearchConfig  # noqa: E402
+from vaswani.decoding.config import EngineOptions, SearchConfig  # noqa: E402
 from vaswani.decoding.search import generate  # noqa: E402
 from vaswani.decoding.translator import Translator  # noqa: E402
 from vaswani.errors import VaswaniError  # noqa: E402
@@ -118,7 +118,8 @@ def test_translation_pipeline_uses_the_export(exported: Path, trained_checkpoint
     theirs = [out["translation_text"] for out in translate(sentences[:6], max_length=MAX_OUTPUT + 1)]
     # The export's generation_config: beam 4, length_penalty 1.0 (= our length_norm=average).
     config = SearchConfig(beam_size=4, length_norm="average", max_len_a=0.0, max_len_b=MAX_OUTPUT, precision="fp32")
-    assert theirs == Translator.load(trained_checkpoint, config, device="cpu").translate(sentences[:6])
+    assert theirs == Translator.load(trained_checkpoint, config,
+                                     options=EngineOptions(device="cpu")).translate(sentences[:6])
 
 
 @pytest.mark.parametrize("settings", [dict(tie_embeddings="none"), dict(tie_embeddings="decoder-output"),
@@ -146,14 +147,23 @@ def test_unexpressible_variants_are_refused(tmp_path: Path, random_checkpoint, s
         export_hf(checkpoint, tmp_path / "hf")
 
 
-def test_cli_refuses_a_non_empty_out_without_force(tmp_path: Path, trained_checkpoint: Path, capsys) -> None:
-    out = tmp_path / "taken"
-    out.mkdir()
-    (out / "notes.txt").write_text("mine")
-    assert main(["export", "--checkpoint", str(trained_checkpoint), "--format", "hf", "--out", str(out)]) == 2
-    assert "not empty; pass --force" in capsys.readouterr().err
-    assert (out / "notes.txt").read_text() == "mine"
-    assert main(["export", "--checkpoint", str(trained_checkpoint), "--format", "hf", "--out", str(out),
-                 "--force"]) == 0
+def test_cli_replaces_only_an_earlier_export_and_only_with_force(tmp_path: Path, trained_checkpoint: Path,
+                                                                 capsys) -> None:
+    export = ["export", "--checkpoint", str(trained_checkpoint), "--format", "hf", "--out"]
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "notes.txt").write_text("mine")
+    for force in ([], ["--force"]):  # a folder of the user's is never replaced
+        capsys.readouterr()
+        assert main([*export, str(taken), *force]) == 2
+        assert "not empty and was not written by `vaswani export`" in capsys.readouterr().err
+        assert (taken / "notes.txt").read_text() == "mine"
+    out = tmp_path / "exported"
+    assert main([*export, str(out)]) == 0
+    (out / "notes.txt").write_text("beside the export")
+    capsys.readouterr()
+    assert main([*export, str(out)]) == 2
+    assert "holds an earlier export of `vaswani export`; pass --force" in capsys.readouterr().err
+    assert main([*export, str(out), "--force"]) == 0
     assert (out / "config.json").is_file() and not (out / "notes.txt").exists()
-    assert [p.name for p in tmp_path.iterdir()] == ["taken"]  # no staging directory left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exported", "taken"]  # no staging directory left

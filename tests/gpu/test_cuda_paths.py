@@ -2,9 +2,8 @@
 scaler, the out-of-memory message, MFU in metrics.jsonl, which SDPA kernel a training step runs, and that the real
 CUDA path follows the device rules the CPU tests check (tests/test_devices.py, tests/model/test_attention.py).
 
-Skipped without a GPU. On a lent one: ``python -m pytest -m gpu`` (``scripts/gpu-session.sh tests`` runs them
-first, then the rest of the suite on the GPU). Everything else in the suite also runs on the GPU there, through the
-``device`` fixture.
+Skipped without a GPU. On a lent one: ``python -m pytest -m gpu`` (``scripts/gpu-session.sh headline`` runs them
+first; its ``suite`` part runs the rest of the suite on the GPU, through the ``device`` fixture).
 """
 
 from __future__ import annotations
@@ -22,14 +21,16 @@ from vaswani.config import ModelConfig
 from vaswani.devices import resolve_device
 from vaswani.errors import EnvironmentFault, VaswaniError
 from vaswani.model import Transformer
-from vaswani.model.attention import sdpa_backends, standard_attention, windowed_attention
+from vaswani.model.attention import standard_attention
+from vaswani.model.kernels import sdpa_backends
 from vaswani.model.masks import sliding_window_mask
+from vaswani.model.window import windowed_attention
 from vaswani.precision import choose_precision, resolve_precision
 from vaswani.training.config import apply_settings, load_preset
 from vaswani.training.loss import TranslationLoss
 from vaswani.training.optim import build_optimizer
+from vaswani.training.run import train
 from vaswani.training.step import train_step
-from vaswani.training.trainer import train
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -211,7 +212,7 @@ def test_a_sliding_window_keeps_gpu_memory_linear_in_the_length() -> None:
         torch.cuda.reset_peak_memory_stats()
         start = torch.cuda.memory_allocated()
         if windowed:
-            out = windowed_attention(q, k, v, 64, causal=False)
+            out = windowed_attention(q, k, v, 64, causal=False, attend=standard_attention)
         else:
             out = standard_attention(q, k, v, mask=sliding_window_mask(length, length, 64, causal=False, device=CUDA))
         out.sum().backward()

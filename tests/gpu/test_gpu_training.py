@@ -1,6 +1,7 @@
 """The trainer's GPU path on a real CUDA device follows the rules the CPU tests check (training/device_choices.py):
 a deferred update on bucketed batches never makes the host wait for the device, CUDA-graph training takes the
-eager updates, and a bucketed run with CUDA graphs logs its whole-run MFU.
+eager updates by replaying its graphs (none skipped: the backend would otherwise run eagerly and only log a hint),
+and a bucketed run with CUDA graphs logs its whole-run MFU and what compiling did.
 
 Skipped without a GPU; on a lent one ``python -m pytest -m gpu`` runs them with the other CUDA tests.
 """
@@ -18,14 +19,16 @@ from torch._dynamo.utils import counters
 from vaswani.config import ModelConfig
 from vaswani.data.batching import Batch
 from vaswani.data.buckets import pad_to_shape
-from vaswani.model import Transformer
+from vaswani.model import Dropout, Transformer
 from vaswani.training.config import TrainConfig, apply_settings, load_preset
-from vaswani.training.device_choices import compile_options, defers_host_reads, loss_over_all_positions
+from vaswani.training.device_choices import (CompilationWatch, compile_options, defers_host_reads,
+                                             loss_over_all_positions)
 from vaswani.training.loss import TranslationLoss
 from vaswani.training.optim import build_optimizer
 from vaswani.training.schedule import build_scheduler
+from vaswani.training.run import train
 from vaswani.training.step import read_results, train_step
-from vaswani.training.trainer import train
+from vaswani.training.summary import Stop
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -85,11 +88,17 @@ def test_cuda_graph_training_takes_the_eager_updates() -> None:
     weights, losses = [], []
     for options in (None, compile_options(False, True, CUDA, bucketed=True)):
         model, module, optimizer, scheduler = training(options)
-        results = [train_step(module, optimizer, [batch], batch.n_tgt_tokens, clip_grad_norm=1.0,
-                              scheduler=scheduler, defer_reads=True) for batch in batches]
+        with CompilationWatch() as watch:
+            results = [train_step(module, optimizer, [batch], batch.n_tgt_tokens, clip_grad_norm=1.0,
+                                  scheduler=scheduler, defer_reads=True) for batch in batches]
         losses.append([result.loss for result in read_results(results)])
         weights.append({name: tensor.clone() for name, tensor in model.state_dict().items()})
     assert counters["stats"]["unique_graphs"] == len(shapes)  # one graph per batch shape
+    # Each shape's forward and backward run eagerly once (warm-up), are recorded once, then replay: the last two
+    # updates of each shape replay two graphs each.
+    graphs = watch.counts()
+    assert graphs.cuda_graph_skips == 0 and graphs.graph_breaks == 0, graphs
+    assert graphs.cuda_graph_replays >= len(batches), graphs
     # Every update's loss depends on all the weights before it. The weights themselves are compared where the
     # gradient is more than rounding noise: the keys' biases shift every score of a query alike, so their gradient
     # is noise, which Adam turns into updates of either sign.
@@ -97,6 +106,26 @@ def test_cuda_graph_training_takes_the_eager_updates() -> None:
     for name in ("model.output.weight", "model.decoder.layers.1.ffn.down.weight"):
         torch.testing.assert_close(weights[1][name], weights[0][name], rtol=1e-3, atol=1e-5, msg=name)
     torch._dynamo.reset()
+
+
+def test_dropout_draws_new_masks_at_every_replay() -> None:
+    """The random numbers of a recorded graph come from the CUDA generator's offset, which advances at every replay:
+    the model's dropout masks differ from one replay to the next instead of being frozen into the graph."""
+    torch._dynamo.reset()
+    dropout = torch.compile(Dropout(0.5), **compile_options(False, True, CUDA, bucketed=True))
+    x = torch.ones(64, 64, device=CUDA, requires_grad=True)
+    outputs = []
+    with CompilationWatch() as watch:
+        for _ in range(5):  # a warm-up, a recording, then three replays
+            y = dropout(x)
+            y.sum().backward()
+            outputs.append(y.detach().clone())
+    torch._dynamo.reset()
+    graphs = watch.counts()
+    assert graphs.cuda_graph_skips == 0 and graphs.cuda_graph_replays >= 3, graphs
+    replays = outputs[2:]
+    assert all(not torch.equal(a, b) for a, b in zip(replays, replays[1:]))
+    assert all(0.4 < (out == 0).float().mean() < 0.6 for out in replays)
 
 
 def test_a_bucketed_cuda_graph_run_reports_its_whole_run_mfu(tmp_path: Path, data_dir: Path, monkeypatch) -> None:
@@ -108,8 +137,12 @@ def test_a_bucketed_cuda_graph_run_reports_its_whole_run_mfu(tmp_path: Path, dat
         "train.progress=false", "train.log_every_steps=10", "train.final_model=false", "train.device=cuda",
         "train.precision=bf16", "train.length_buckets=3", "train.cuda_graphs=true"])
     summary = train(config, tmp_path / "run")
-    assert summary["stop_reason"] == "max_steps" and summary["skipped_updates"] == 0
-    assert 0.0 < summary["mfu"] < 1.0
+    assert summary.stop_reason is Stop.MAX_STEPS and summary.skipped_updates == 0
+    assert 0.0 < summary.mfu < 1.0
+    compilation = summary.compilation  # at most one graph per shape; every update after a shape's first two replays
+    assert compilation.cuda_graph_skips == 0 and compilation.graph_breaks == 0, compilation
+    assert compilation.graphs == compilation.recompiles + 1 <= 3, compilation
+    assert compilation.cuda_graph_replays >= 40, compilation
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     steps = [row for row in rows if row["kind"] == "train"]
     assert [row["step"] for row in steps] == [10, 20, 30, 40] and all(0.0 < row["mfu"] < 1.0 for row in steps)

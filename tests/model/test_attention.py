@@ -7,16 +7,11 @@ import torch
 
 from torch.nn.attention import SDPBackend
 
-from vaswani.model import attention
-from vaswani.model.attention import (
-    KVCache,
-    MultiHeadAttention,
-    sdpa_attention,
-    sdpa_backends,
-    standard_attention,
-    window_block,
-    windowed_attention,
-)
+from vaswani.model import attention, kernels
+from vaswani.model.attention import MultiHeadAttention, sdpa_attention, standard_attention
+from vaswani.model.kernels import sdpa_backends
+from vaswani.model.kv_cache import KVCache
+from vaswani.model.window import window_block, windowed_attention
 from vaswani.model.masks import attended_keys, causal_mask, padding_mask, sliding_window_mask
 
 B, H, D = 3, 4, 16
@@ -117,12 +112,12 @@ def test_fully_masked_rows_never_produce_nan_under_autocast(backend: str, dtype:
     x = torch.randn(2, 5, 32, device=device, requires_grad=True)
     ids = torch.tensor([[0, 0, 0, 0, 0], [7, 8, 9, 0, 0]], device=device)  # row 0 entirely padding
     with torch.autocast(device.type, dtype=dtype):
-        out, _ = attention(x, mask=padding_mask(ids))
+        out = attention(x, mask=padding_mask(ids))
     assert torch.isfinite(out).all()
     out.float().sum().backward()
     assert torch.isfinite(x.grad).all()
     # the real row is unaffected by the guard: it matches fp32 within low-precision tolerance
-    reference, _ = attention(x, mask=padding_mask(ids))
+    reference = attention(x, mask=padding_mask(ids))
     torch.testing.assert_close(out[1].float(), reference[1], rtol=0.05, atol=0.05)
 
 
@@ -133,10 +128,10 @@ def test_masks_hold_under_bf16_autocast(backend: str, device) -> None:
     x = torch.randn(2, 6, 32, device=device)
     ids = _ids_with_padding(6, [6, 3], device)
     with torch.autocast(device.type, dtype=torch.bfloat16):
-        before, _ = attention(x, mask=padding_mask(ids))
+        before = attention(x, mask=padding_mask(ids))
         x2 = x.clone()
         x2[1, 3:] = 1e3 * torch.randn_like(x2[1, 3:])
-        after, _ = attention(x2, mask=padding_mask(ids))
+        after = attention(x2, mask=padding_mask(ids))
     torch.testing.assert_close(after[1, :3], before[1, :3], rtol=0, atol=0)
 
 
@@ -271,15 +266,15 @@ def test_the_model_runs_the_kernels_the_rule_allows(monkeypatch) -> None:
     """The rule is applied at the model's SDPA call: restricted to the math path, the call runs the math path."""
     q, k, v = _qkv(9, 9, "cpu")
 
-    def kernels() -> set[str]:
+    def kernels_run() -> set[str]:
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
             sdpa_attention(q, k, v, is_causal=True)
         return {event.key for event in profiler.key_averages() if "dot_product" in event.key}
 
-    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in kernels()
-    monkeypatch.setattr(attention, "sdpa_backends", lambda *args, **kwargs: [SDPBackend.MATH])
-    assert "aten::_scaled_dot_product_attention_math" in kernels()
-    assert "aten::_scaled_dot_product_flash_attention_for_cpu" not in kernels()
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in kernels_run()
+    monkeypatch.setattr(kernels, "sdpa_backends", lambda *args, **kwargs: [SDPBackend.MATH])
+    assert "aten::_scaled_dot_product_attention_math" in kernels_run()
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" not in kernels_run()
 
 
 # ---- the sliding window in O(T·k) memory ---------------------------------------------------------------------
@@ -308,7 +303,7 @@ def test_windowed_attention_equals_the_full_band_mask_forward_and_backward(causa
 
     band = sliding_window_mask(length, length, window, causal) & key_padding
     expected = run(lambda: standard_attention(q, k, v, mask=band))
-    actual = run(lambda: windowed_attention(q, k, v, window, causal, key_padding, attention.BACKENDS[backend]))
+    actual = run(lambda: windowed_attention(q, k, v, window, causal, key_padding, attend=attention.BACKENDS[backend]))
     for name, got, want in zip(("output", "dq", "dk", "dv"), actual, expected):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=name)  # fp32 rounding
 
@@ -349,17 +344,42 @@ def test_a_module_with_a_window_attends_in_blocks_in_full_passes_and_through_its
     torch.manual_seed(0)
     layer = MultiHeadAttention(32, 4, 0.0, "sdpa", window=6).eval()
     x = torch.randn(2, length, 32)
-    full, _ = layer(x, is_causal=True)
+    full = layer(x, is_causal=True)
     layer.window = None  # the same weights with the band as an explicit mask
-    band, _ = layer(x, mask=sliding_window_mask(length, length, 6, causal=True))
+    band = layer(x, mask=sliding_window_mask(length, length, 6, causal=True))
     torch.testing.assert_close(full, band, rtol=1e-5, atol=1e-6)
     layer.window = 6
-    cache, steps = KVCache.empty(window=6), []
-    for t in range(length):
-        out, cache = layer(x[:, t : t + 1], is_causal=True, cache=cache, position_offset=t)
-        steps.append(out)
+    cache = KVCache.empty(window=6)
+    steps = [layer(x[:, t : t + 1], is_causal=True, cache=cache, position_offset=t) for t in range(length)]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-6)
     assert window_block(6) >= 6 and window_block(500) == 500
+
+
+@pytest.mark.parametrize("kind", ["encoder", "causal", "windowed-encoder", "windowed-causal", "cross"])
+def test_a_modules_attention_weights_times_its_values_give_its_output(kind: str) -> None:
+    """What ``attention_weights`` returns is what ``forward`` attends with (fp32, CPU): the window and causality
+    included, and padded keys weighted 0."""
+    torch.manual_seed(0)
+    cross, window, causal = kind == "cross", 4 if kind.startswith("windowed") else None, kind.endswith("causal")
+    layer = MultiHeadAttention(32, 4, 0.0, "sdpa", cross=cross, window=window).eval()
+    x, memory = torch.randn(3, 40, 32), torch.randn(3, 11, 32)
+    mask = padding_mask(_ids_with_padding(11 if cross else 40, [11, 5, 2] if cross else [40, 33, 2], "cpu"))
+    context = memory if cross else None
+    with torch.no_grad():
+        weights = layer.attention_weights(x, context=context, mask=None if causal else mask, is_causal=causal)
+        values = layer.project_context(memory).v if cross else layer.qkv_proj(x).chunk(3, dim=-1)[2]
+        values = values if cross else values.unflatten(-1, (4, 8)).transpose(1, 2)
+        rebuilt = layer.out_proj((weights @ values).transpose(1, 2).flatten(-2))
+        expected = layer(x, context=context, mask=None if causal else mask, is_causal=causal)
+    assert weights.shape == (3, 4, 40, 11 if cross else 40)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(3, 4, 40))
+    if causal:
+        assert weights[..., 0, 1:].abs().max() == 0  # the first query sees only itself
+    if window is not None:
+        assert weights[0, :, 20, 25:].abs().max() == 0  # keys outside the window weigh nothing
+    # Padded queries are never used (a windowed one may have no key to attend to); the source has none.
+    queries = torch.ones(3, 40, dtype=torch.bool) if cross else torch.arange(40) < torch.tensor([[40], [33], [2]])
+    torch.testing.assert_close(rebuilt[queries], expected[queries], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("length", [1, 2, 7, 40])

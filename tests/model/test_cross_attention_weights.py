@@ -30,7 +30,7 @@ def test_weights_times_values_give_the_cross_attention_output_of_the_real_pass(o
     seen = []  # (queries, memory, mask, output) of every cross-attention call in an ordinary forward pass
     handles = [
         layer.cross_attn.register_forward_hook(
-            lambda module, args, kwargs, out: seen.append((args[0], kwargs["context"], kwargs["mask"], out[0])),
+            lambda module, args, kwargs, out: seen.append((args[0], kwargs["context"], kwargs["mask"], out)),
             with_kwargs=True,
         )
         for layer in model.decoder.layers

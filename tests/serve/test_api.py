@@ -3,28 +3,34 @@
 from __future__ import annotations
 
 import json
+import logging
+import shutil
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
-from vaswani.decoding import SearchConfig, Translator
+from vaswani.decoding import EngineOptions, SearchConfig, Translator
 from vaswani.errors import ConfigError
 from vaswani.serve import ServeSettings, create_app
 
 SENTENCE = "Ein Mann fährt Fahrrad."
 SHORT = dict(max_len_a=0.0, max_len_b=6)  # short outputs: fast tests
+ON_CPU = replace(ServeSettings().engine_options, device="cpu")  # the server's engine choice, on the CPU
 
 
 @pytest.fixture(scope="module")
 def client(tiny_checkpoint):
-    settings = ServeSettings(device="cpu", max_chars=200, max_texts=4, max_body_bytes=2000, max_beam=4)
+    settings = ServeSettings(max_chars=200, max_texts=4, max_body_bytes=2000, max_beam=4, engine_options=ON_CPU)
     with TestClient(create_app(tiny_checkpoint, settings)) as test_client:
         yield test_client
 
 
 @pytest.fixture(scope="module")
 def reference(tiny_checkpoint) -> Translator:
-    return Translator.load(tiny_checkpoint, SearchConfig(beam_size=2, nbest=2, **SHORT), device="cpu")
+    return Translator.load(tiny_checkpoint, SearchConfig(beam_size=2, nbest=2, **SHORT),
+                           options=EngineOptions(device="cpu"))
 
 
 def test_translate_one_text_equals_the_translator(client, reference) -> None:
@@ -135,7 +141,7 @@ def test_unknown_paths_and_methods_are_json_errors(client) -> None:
 
 
 def test_a_full_queue_answers_503_with_retry_after(tiny_checkpoint) -> None:
-    with TestClient(create_app(tiny_checkpoint, ServeSettings(device="cpu", max_queue=2))) as small:
+    with TestClient(create_app(tiny_checkpoint, ServeSettings(max_queue=2, engine_options=ON_CPU))) as small:
         answer = small.post("/v1/translate", json={"texts": ["eins", "zwei", "drei"], **SHORT})
         assert answer.status_code == 503 and int(answer.headers["Retry-After"]) >= 1
         assert answer.json()["error"]["message"].startswith("server busy")
@@ -143,9 +149,10 @@ def test_a_full_queue_answers_503_with_retry_after(tiny_checkpoint) -> None:
 
 
 def test_an_unexpected_failure_is_a_500_without_traceback(tiny_checkpoint) -> None:
-    translator = Translator.load(tiny_checkpoint, SearchConfig(), device="cpu")
+    translator = Translator.load(tiny_checkpoint, SearchConfig(), options=EngineOptions(device="cpu"))
     translator.tokenizer = None  # breaks every request inside the server, as a bug would
-    with TestClient(create_app(translator, ServeSettings(device="cpu")), raise_server_exceptions=False) as broken:
+    settings = ServeSettings(engine_options=ON_CPU)
+    with TestClient(create_app(translator, settings), raise_server_exceptions=False) as broken:
         answer = broken.post("/v1/translate", json={"text": SENTENCE})
     assert answer.status_code == 500
     assert answer.json()["error"]["message"].startswith("internal error") and "Traceback" not in answer.text
@@ -153,16 +160,16 @@ def test_an_unexpected_failure_is_a_500_without_traceback(tiny_checkpoint) -> No
 
 
 def test_a_beam_the_search_refuses_is_a_422_naming_it_even_under_a_wider_max_beam(tiny_checkpoint) -> None:
-    with TestClient(create_app(tiny_checkpoint, ServeSettings(device="cpu", max_beam=300))) as wide:
+    with TestClient(create_app(tiny_checkpoint, ServeSettings(max_beam=300, engine_options=ON_CPU))) as wide:
         answer = wide.post("/v1/translate", json={"text": SENTENCE, "beam": 280})
     assert answer.status_code == 422, answer.text
     assert answer.json()["error"]["field"] == "beam" and "search.beam_size=280" in answer.json()["error"]["message"]
 
 
 def test_a_request_over_the_decode_work_bound_is_a_422_naming_it(tiny_checkpoint) -> None:
-    settings = ServeSettings(device="cpu", max_request_tokens=60)
+    settings = ServeSettings(max_request_tokens=60, engine_options=ON_CPU)
     with TestClient(create_app(tiny_checkpoint, settings)) as bounded:
-        ids = len(Translator.load(tiny_checkpoint, device="cpu").encode([SENTENCE])[0])
+        ids = len(Translator.load(tiny_checkpoint, options=EngineOptions(device="cpu")).encode([SENTENCE])[0])
         fits = bounded.post("/v1/translate", json={"texts": [SENTENCE] * (60 // (2 * ids)), "beam": 2, **SHORT})
         over = bounded.post("/v1/translate", json={"texts": [SENTENCE] * (60 // (2 * ids) + 1), "beam": 2, **SHORT})
         narrower = bounded.post("/v1/translate", json={"texts": [SENTENCE] * (60 // (2 * ids) + 1), "beam": 1})
@@ -172,13 +179,14 @@ def test_a_request_over_the_decode_work_bound_is_a_422_naming_it(tiny_checkpoint
                                                     "fewer or shorter texts, or ask for a narrower beam")
 
 
-def test_settings_out_of_range_name_their_flag() -> None:
-    with pytest.raises(ConfigError, match="--max-queue"):
+def test_settings_out_of_range_name_their_field() -> None:
+    with pytest.raises(ConfigError, match="serve.max_queue=0 must be >= 1") as error:
         ServeSettings(max_queue=0)
-    with pytest.raises(ConfigError, match="--batch-wait-ms"):
+    assert error.value.field == "serve.max_queue"  # the command line names its flag: tests/serve/test_startup.py
+    with pytest.raises(ConfigError, match="serve.batch_wait_ms=-1.0"):
         ServeSettings(batch_wait_ms=-1)
     for endless in (float("inf"), float("nan"), 1e9):  # a wait no request would live through
-        with pytest.raises(ConfigError, match="--batch-wait-ms"):
+        with pytest.raises(ConfigError, match="serve.batch_wait_ms"):
             ServeSettings(batch_wait_ms=endless)
 
 
@@ -191,12 +199,13 @@ def test_a_request_without_search_settings_gets_the_models_stored_search(tiny_ch
     shutil.copytree(tiny_checkpoint, checkpoint)
     stored = SearchConfig(beam_size=2, alpha=1.5, max_len_b=4)
     write_stored_search(stored, checkpoint)
-    with TestClient(create_app(checkpoint, ServeSettings(device="cpu"))) as stored_client:
+    with TestClient(create_app(checkpoint, ServeSettings(engine_options=ON_CPU))) as stored_client:
         assert stored_client.get("/v1/model").json()["search"]["beam_size"] == 2
         text = "Ein Mann fährt Fahrrad."
-        expected = Translator.load(checkpoint, stored, device="cpu").translate([text])[0]
+        expected = Translator.load(checkpoint, stored, options=EngineOptions(device="cpu")).translate([text])[0]
         assert stored_client.post("/v1/translate", json={"text": text}).json()["translations"][0]["text"] == expected
-        greedy = Translator.load(checkpoint, SearchConfig(beam_size=1, max_len_b=4), device="cpu").translate([text])
+        greedy = Translator.load(checkpoint, SearchConfig(beam_size=1, max_len_b=4),
+                                 options=EngineOptions(device="cpu")).translate([text])
         answer = stored_client.post("/v1/translate", json={"text": text, "beam": 1}).json()
         assert answer["translations"][0]["text"] == greedy[0]  # a setting in the request wins; the others stay stored
         too_many = stored_client.post("/v1/translate", json={"text": text, "nbest": 3})  # the stored beam is 2
@@ -208,37 +217,21 @@ def test_a_compiled_server_answers_like_the_eager_translator(tiny_checkpoint, re
     import torch
 
     torch.compiler.reset()  # a fresh start: no earlier test's graphs count against torch.compile's recompile limit
-    with TestClient(create_app(tiny_checkpoint, ServeSettings(device="cpu", compile=True))) as compiled:
+    settings = ServeSettings(engine_options=replace(ON_CPU, compile=True))
+    with TestClient(create_app(tiny_checkpoint, settings)) as compiled:
         texts = test_pairs[0][:4]
         body = compiled.post("/v1/translate", json={"texts": texts, "beam": 2, **SHORT}).json()
         assert [t["text"] for t in body["translations"]] == reference.translate(texts)
 
 
-def test_model_info_comes_from_the_checkpoints_own_files(tmp_path) -> None:
-    """A step checkpoint reports its own row of metrics.jsonl; a run's final model (no step) reports the score
-    finalize measured for it, never another checkpoint's row."""
-    from vaswani.serve.app import checkpoint_info
-
-    run = tmp_path / "run"
-    for name in ("step_0000010", "step_0000020", "final", "copied"):
-        (run / "checkpoints" / name).mkdir(parents=True)
-    (run / "checkpoints" / "step_0000010" / "meta.json").write_text(json.dumps({"step": 10}))
-    (run / "checkpoints" / "step_0000020" / "meta.json").write_text("{not json")
-    (run / "metrics.jsonl").write_text("\n".join(json.dumps(row) for row in [
-        {"kind": "valid", "step": 10, "bleu": 12.5, "loss": 4.0},
-        {"kind": "train", "step": 15, "loss": 3.5},
-        {"kind": "valid", "step": 20, "bleu": 20.0, "loss": 3.0},
-    ]))
-    (run / "checkpoints" / "final" / "selection.json").write_text(json.dumps(
-        {"weights": "average of last 2", "search": "beam 4, alpha 1.0", "valid_split": "val",
-         "valid_sentences": 100, "valid": {"bleu": 22.25}}))
-
-    step = checkpoint_info(run / "checkpoints" / "step_0000010")
-    assert (step["id"], step["step"], step["val_bleu"], step["val_loss"]) == ("run/step_0000010", 10, 12.5, 4.0)
-    final = checkpoint_info(run / "checkpoints" / "final")
-    assert (final["step"], final["weights"], final["val_bleu"]) == (None, "average of last 2", 22.25)
-    assert final["val_bleu_on"] == "100 sentences of val, beam 4, alpha 1.0"
-    # Unknown step (a broken meta.json, or none): no score at all rather than the last row of the run's metrics.
-    for name in ("step_0000020", "copied"):
-        unknown = checkpoint_info(run / "checkpoints" / name)
-        assert unknown["step"] is None and unknown["val_bleu"] is None and unknown["val_loss"] is None
+def test_a_damaged_meta_json_is_served_all_the_same_and_reports_nothing(tiny_checkpoint, tmp_path, caplog) -> None:
+    """What a checkpoint says of its training is optional: a damaged meta.json is logged in one line, and the model
+    is served with nothing reported of its training."""
+    checkpoint = Path(shutil.copytree(tiny_checkpoint, tmp_path / "step_0000010"))
+    (checkpoint / "meta.json").write_text(json.dumps({"step": "ten"}))
+    with caplog.at_level(logging.WARNING, logger="vaswani.serve"), \
+            TestClient(create_app(checkpoint, ServeSettings(engine_options=ON_CPU))) as served:
+        info = served.get("/v1/model").json()
+    assert (info["id"], info["step"], info["val_bleu"]) == ("step_0000010", None, None)
+    warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
+    assert len(warnings) == 1 and f'{checkpoint / "meta.json"}: field "step"' in warnings[0]

@@ -11,15 +11,16 @@ from collections import deque
 
 import pytest
 
-from vaswani.decoding import SearchConfig, Translator
+from vaswani.decoding import EngineOptions, SearchConfig, Translator
 from vaswani.serve.batcher import Batcher, Counters, Job, QueueFull
 from vaswani.serve.settings import ServeSettings
 
 
 @pytest.fixture(scope="module")
 def translator(tiny_checkpoint) -> Translator:
+    # batched and alone must agree to the token: fp32, not a CPU's bf16
     return Translator.load(tiny_checkpoint, SearchConfig(beam_size=2, max_len_a=0.5, max_len_b=5, precision="fp32"),
-                           device="cpu")  # batched and alone must agree to the token: fp32, not a CPU's bf16
+                           options=EngineOptions(device="cpu"))
 
 
 def _run_concurrently(translator: Translator, settings: ServeSettings, requests: list[tuple[list[str], SearchConfig]]):

@@ -4,6 +4,7 @@ heatmap comes from CTranslate2's attention, or from the torch model when asked f
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,12 +12,13 @@ from fastapi.testclient import TestClient
 
 pytest.importorskip("ctranslate2", reason="the CTranslate2 engine needs ctranslate2: pip install 'vaswani[export]'")
 
-from vaswani.decoding import SearchConfig, Translator  # noqa: E402
+from vaswani.decoding import EngineOptions, SearchConfig, Translator  # noqa: E402
 from vaswani.decoding.config import write_stored_search  # noqa: E402
 from vaswani.serve import ServeSettings, create_app  # noqa: E402
 
 SENTENCE = "Ein Mann fährt Fahrrad."
 STORED = SearchConfig(beam_size=3, length_norm="power", alpha=1.0)
+ON_CPU = replace(ServeSettings().engine_options, device="cpu")  # the server's engine choice, on the CPU
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +32,7 @@ def checkpoint(trained_checkpoint: Path, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def client(checkpoint: Path):
-    with TestClient(create_app(checkpoint, ServeSettings(device="cpu", max_beam=4))) as test_client:
+    with TestClient(create_app(checkpoint, ServeSettings(max_beam=4, engine_options=ON_CPU))) as test_client:
         yield test_client
 
 
@@ -39,7 +41,8 @@ def test_the_server_runs_the_engine_and_quantization_its_checkpoint_chose(client
     info = client.get("/v1/model").json()
     assert (info["engine"], info["quantization"], info["device"]) == ("ctranslate2", "int8", "cpu")
     assert info["search"]["length_norm"] == "power" and info["parameters"] > 0 and info["config"]["d_model"] == 64
-    expected = Translator.load(checkpoint, STORED, device="cpu", engine="ctranslate2", quantization="int8")
+    expected = Translator.load(checkpoint, STORED,
+                               options=EngineOptions(device="cpu", engine="ctranslate2", quantization="int8"))
     body = client.post("/v1/translate", json={"texts": sentences[:6]}).json()
     assert [t["text"] for t in body["translations"]] == expected.translate(sentences[:6])
 
@@ -63,8 +66,27 @@ def test_the_heatmap_is_ctranslate2s_or_the_torch_models_for_the_translation_sho
 
 
 def test_serve_on_the_torch_engine_when_asked(checkpoint: Path) -> None:
-    with TestClient(create_app(checkpoint, ServeSettings(device="cpu", engine="torch"))) as torch_client:
+    settings = ServeSettings(engine_options=replace(ON_CPU, engine="torch"))
+    with TestClient(create_app(checkpoint, settings)) as torch_client:
         info = torch_client.get("/v1/model").json()
         assert (info["engine"], info["quantization"]) == ("torch", None)
         body = torch_client.post("/v1/attention", json={"text": SENTENCE}).json()
         assert body["attention_from"] == "torch" and body["heads"] == 4
+
+
+def test_a_greedy_model_with_the_gnmt_penalty_serves_every_beam_on_ctranslate2(trained_checkpoint: Path,
+                                                                               tmp_path: Path) -> None:
+    """A greedy final model stores the default GNMT penalty, which CTranslate2 has no counterpart for in a beam: a
+    request's beam runs with the power penalty of the same alpha, as the CTranslate2 engine computes it."""
+    directory = Path(shutil.copytree(trained_checkpoint, tmp_path / "checkpoint",
+                                     ignore=shutil.ignore_patterns("ctranslate2")))
+    greedy = SearchConfig(beam_size=1, length_norm="gnmt", alpha=0.6)
+    write_stored_search(greedy, directory, engine="ctranslate2")
+    settings = ServeSettings(engine_options=EngineOptions(engine=None, device="cpu"), max_beam=4)
+    with TestClient(create_app(directory, settings)) as served:
+        assert served.get("/v1/model").json()["engine"] == "ctranslate2"
+        answer = served.post("/v1/translate", json={"text": SENTENCE, "beam": 3})
+        assert answer.status_code == 200, answer.json()
+    power = Translator.load(directory, SearchConfig(beam_size=3, length_norm="power", alpha=0.6),
+                            EngineOptions(device="cpu", engine="ctranslate2"))
+    assert answer.json()["translation"] == power.translate([SENTENCE])[0]

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("ctranslate2", reason="the load test serves on CTranslate2: pip install 'vaswani[export]'")
 
-from vaswani.decoding import SearchConfig, Translator  # noqa: E402
+from vaswani.decoding import EngineOptions, SearchConfig, Translator  # noqa: E402
 from vaswani.decoding.config import write_stored_search  # noqa: E402
 from vaswani.serve.settings import ServeSettings  # noqa: E402
 
@@ -37,7 +37,7 @@ def maximal(checkpoint: Path, data_dir: Path) -> list[str]:
     from vaswani.data.corpora import load_corpus
 
     words = " ".join(load_corpus("multi30k", "test2016", data_dir=data_dir).source).split()
-    translator = Translator.load(checkpoint, device="cpu")
+    translator = Translator.load(checkpoint, options=EngineOptions(device="cpu"))
     per_text = SETTINGS.max_request_tokens // (SETTINGS.max_texts * SETTINGS.max_beam)  # tokens with </s>
     texts, start = [], 0
     for _ in range(SETTINGS.max_texts):

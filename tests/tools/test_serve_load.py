@@ -7,7 +7,8 @@ import pytest
 
 from vaswani.errors import ConfigError
 from vaswani.provenance import provenance
-from vaswani.tools.serve_load import BareRun, Layout, LoadTest, ModelAlone, Run, layouts_for
+from vaswani.tools.serve_ceilings import BareRun, ModelAlone
+from vaswani.tools.serve_load import Layout, LoadTest, Run, layouts_for
 from vaswani.tools.serve_report import summarise, table
 
 

@@ -12,8 +12,8 @@ from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError
 from vaswani.model import Transformer
 from vaswani.training.config import apply_settings, load_preset
-from vaswani.training.device_choices import (compile_options, decoding_batches, defers_host_reads,
-                                             loss_over_all_positions, recompile_limit)
+from vaswani.training.device_choices import (CompilationCounts, CompilationWatch, compile_options, decoding_batches,
+                                             defers_host_reads, loss_over_all_positions, recompile_limit)
 from vaswani.training.loss import TranslationLoss
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
@@ -69,15 +69,68 @@ def test_compiling_the_training_module_makes_one_graph_per_batch_shape() -> None
     torch._dynamo.config.recompile_limit = recompile_limit(len(shapes))
     try:
         compiled = torch.compile(module, **options, backend="eager")
-        for _ in range(3):
-            for rows, length in shapes:
-                src = torch.randint(3, 40, (rows, length))
-                tgt = torch.randint(3, 40, (rows, length + 1))
-                tgt[-1, length // 2 :] = 0  # padding, as a bucket pads its shorter pairs
-                loss, _, _ = compiled(src, tgt[:, :-1], tgt[:, 1:])
-                loss.backward()
+        with CompilationWatch() as watch:
+            for _ in range(3):
+                for rows, length in shapes:
+                    src = torch.randint(3, 40, (rows, length))
+                    tgt = torch.randint(3, 40, (rows, length + 1))
+                    tgt[-1, length // 2 :] = 0  # padding, as a bucket pads its shorter pairs
+                    loss, _, _ = compiled(src, tgt[:, :-1], tgt[:, 1:])
+                    loss.backward()
         assert counters["stats"]["unique_graphs"] == len(shapes)
         assert sum(counters["graph_break"].values()) == 0, dict(counters["graph_break"])
+        assert watch.counts() == CompilationCounts(graphs=3, recompiles=2, graph_breaks=0, cuda_graph_replays=0,
+                                                   cuda_graph_skips=0, cuda_graph_non_static_inputs=0)
     finally:
         torch._dynamo.config.recompile_limit = previous_limit
         torch._dynamo.reset()
+
+
+def test_the_compilation_watch_counts_only_while_it_is_open() -> None:
+    """Dynamo's counters are the process's: the watch reports their change while it was open, and counts CUDA-graph
+    replays by wrapping ``torch.cuda.CUDAGraph.replay`` only as long as it is open."""
+    function = torch.compile(lambda x: torch.sin(x) * 2, backend="eager", dynamic=False)
+    replay = torch.cuda.CUDAGraph.replay
+    torch._dynamo.reset()
+    try:
+        function(torch.ones(2))  # compiled before the watch: not its graph
+        with CompilationWatch() as watch:
+            assert torch.cuda.CUDAGraph.replay is not replay
+            function(torch.ones(2))  # the graph made before
+            function(torch.ones(3))  # a new shape: one graph
+            assert watch.counts().graphs == 1
+        function(torch.ones(4))  # after the watch: not counted
+        assert torch.cuda.CUDAGraph.replay is replay
+        assert watch.counts() == CompilationCounts(graphs=1, recompiles=0, graph_breaks=0, cuda_graph_replays=0,
+                                                   cuda_graph_skips=0, cuda_graph_non_static_inputs=0)
+        assert counters["stats"]["unique_graphs"] >= 3
+    finally:
+        torch._dynamo.reset()
+
+
+def test_a_compiled_run_records_what_compiling_did_in_its_summary(tmp_path, data_dir, monkeypatch) -> None:
+    """The summary's ``compilation``: over one epoch of three length buckets, one graph per batch shape (the first
+    compiled, the others recompiles), no graph break, and no CUDA graph on a CPU. Dynamo's cheap "eager" backend
+    stands in for Inductor; validation runs the model uncompiled. No dropout: the CPU's own masks
+    (model/dropout.py) draw with an in-place ``random_``, where Dynamo breaks the graph (CUDA takes F.dropout)."""
+    from vaswani.training import trainer as trainer_module
+
+    monkeypatch.setenv("VASWANI_DATA", str(data_dir))
+    monkeypatch.setenv("VASWANI_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(trainer_module, "compile_options", lambda *args, **kwargs: {"dynamic": False,
+                                                                                    "backend": "eager"})
+    config = apply_settings(load_preset("smoke"), [
+        "data.train_split=val", "model.dropout=0.0", "train.max_tokens=3000", "train.length_buckets=3",
+        "train.max_steps=null", "train.max_epochs=1", "train.eval_every_steps=null", "train.bleu_subset=0",
+        "train.progress=false", "train.device=cpu", "train.precision=fp32"])
+    torch._dynamo.reset()
+    try:
+        trainer = trainer_module.Trainer(config, tmp_path / "run")
+        summary = trainer.fit()
+    finally:
+        torch._dynamo.reset()
+    shapes = len(trainer.data.sampler.shapes())
+    assert shapes == 3
+    assert summary.compilation == CompilationCounts(graphs=shapes, recompiles=shapes - 1, graph_breaks=0,
+                                                    cuda_graph_replays=0, cuda_graph_skips=0,
+                                                    cuda_graph_non_static_inputs=0)

@@ -36,13 +36,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vaswani.config import ranged
+from vaswani.arguments import ranged
+from vaswani.config import MAX_COUNT, MAX_LENGTH, MAX_THREADS
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.decoding.config import QUANTIZATIONS
 from vaswani.errors import VaswaniError
-from vaswani.io import atomic_write_json, atomic_write_text
+from vaswani.io import atomic_write_json, atomic_write_text, check_output
 
 BARE_SCRIPT = Path(__file__).with_name("bare_ctranslate2.py")
+RESULT_FILES = ("results.json", "table.md", "profile.md")
 DEFAULT_QUANTIZATIONS = {"cpu": ["float32", "int8"], "cuda": ["float16", "int8_float16", "bfloat16"]}
 
 
@@ -50,15 +52,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True, metavar="RUN", help="checkpoint or run directory")
     parser.add_argument("--dataset", default="multi30k")
     parser.add_argument("--split", default="test2016")
-    parser.add_argument("--sentences", type=ranged(int, ge=1), default=None, help="the first N (default: all)")
+    parser.add_argument("--sentences", type=ranged(int, ge=1, le=MAX_COUNT), default=None,
+                        help="the first N (default: all)")
     add_data_dir_argument(parser)
-    parser.add_argument("--beam", type=ranged(int, ge=1), default=5)
-    parser.add_argument("--threads", type=ranged(int, ge=1), default=2, help="CPU threads of every engine")
+    parser.add_argument("--beam", type=ranged(int, ge=1, le=MAX_LENGTH), default=5)
+    parser.add_argument("--threads", type=ranged(int, ge=1, le=MAX_THREADS), default=2,
+                        help="CPU threads of every engine")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                         help="where every engine runs (cuda: torch on the GPU, CTranslate2's CUDA build)")
     parser.add_argument("--quantizations", nargs="+", default=None, choices=QUANTIZATIONS,
                         help="CTranslate2's (default: float32 int8 on the CPU, float16 int8_float16 bfloat16 on a GPU)")
-    parser.add_argument("--repeats", type=ranged(int, ge=1), default=3)
+    parser.add_argument("--repeats", type=ranged(int, ge=1, le=MAX_COUNT), default=3)
     parser.add_argument("--torch", action=argparse.BooleanOptionalAction, default=True,
                         help="time the torch engine too (--no-torch: only CTranslate2 against the bare script, whose "
                         "ratio is what vaswani's overhead costs)")
@@ -70,7 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from vaswani.data.corpora import load_corpus
-    from vaswani.decoding import SearchConfig
+    from vaswani.decoding import EngineOptions, SearchConfig
     from vaswani.decoding.config import read_stored_search
     from vaswani.decoding.ct2_engine import length_exponent
     from vaswani.decoding.translator import Translator
@@ -78,6 +82,9 @@ def run(args: argparse.Namespace) -> int:
     from vaswani.model.serialization import resolve_checkpoint
     from vaswani.provenance import provenance
 
+    if args.out is not None:
+        check_output(args.out, command="bench engines", writes="files", inputs=[args.checkpoint, args.data_dir],
+                     names=RESULT_FILES)
     stamp = provenance(args.device)  # before anything is written
     quantizations = args.quantizations or DEFAULT_QUANTIZATIONS[args.device]
     checkpoint = resolve_checkpoint(args.checkpoint)
@@ -86,8 +93,9 @@ def run(args: argparse.Namespace) -> int:
         search = dataclasses.replace(search, length_norm="power")
     corpus = load_corpus(args.dataset, args.split, data_dir=args.data_dir)
     sources, references = corpus.source[: args.sentences], corpus.target[: args.sentences]
-    conversions = {q: Translator.load(checkpoint, search, device=args.device, engine="ctranslate2", quantization=q)
-                   .engine.directory for q in quantizations}  # converted now, outside the timed runs
+    conversions = {q: Translator.load(checkpoint, search, EngineOptions(engine="ctranslate2", quantization=q,
+                                                                        device=args.device)).engine.directory
+                   for q in quantizations}  # converted now, outside the timed runs
     with tempfile.TemporaryDirectory() as workdir:
         work = Path(workdir)
         (work / "source.txt").write_text("".join(line + "\n" for line in sources), encoding="utf-8")
@@ -121,14 +129,14 @@ def run(args: argparse.Namespace) -> int:
         report["profile"] = dataclasses.asdict(profile)
     print(render_table(report))
     if args.out is not None:
-        atomic_write_json(args.out / "results.json", report)
-        atomic_write_text(args.out / "table.md", render_table(report))
-        print(f"wrote {args.out / 'results.json'} and {args.out / 'table.md'}")
+        atomic_write_json(args.out / RESULT_FILES[0], report)
+        atomic_write_text(args.out / RESULT_FILES[1], render_table(report))
+        print(f"wrote {args.out / RESULT_FILES[0]} and {args.out / RESULT_FILES[1]}")
         if profile is not None:
             from vaswani.benchmarks.engine_profile import render_profile
 
-            atomic_write_text(args.out / "profile.md", render_profile(profile, report))
-            print(f"wrote {args.out / 'profile.md'}")
+            atomic_write_text(args.out / RESULT_FILES[2], render_profile(profile, report))
+            print(f"wrote {args.out / RESULT_FILES[2]}")
     return 0
 
 

@@ -1,19 +1,19 @@
 """Turning a trained model into translations: greedy and beam search with a key/value cache, penalties, two
 engines that run them, and a text-to-text :class:`Translator`.
 
-    config.py       SearchConfig: beam size, length normalisation, length limit, penalties, bf16; search.json
+    config.py       SearchConfig: beam size, length normalisation, length limit, penalties, bf16; search.json;
+                    EngineOptions: which engine runs it, on which device, with how many threads
     engine.py       the Engine interface both engines offer, the rules they share, choosing one (auto)
     penalties.py    length normalisation, CTRL repetition penalty, no-repeat-n-gram blocking
     search.py       batched greedy and beam search over model.start_decoding / model.decode_step
     torch_engine.py TorchEngine: our model and search.py, the readable reference
     ct2_model.py    the checkpoint converted to CTranslate2, built once next to it (export reuses it)
     ct2_engine.py   CTranslate2Engine: the converted model, float32 or quantized, with the same outputs
-    wrapped.py      WrappedModel: the base of the stand-ins below (a model behind the same decoding interface)
+    stand_in.py     TransformerStandIn: the base of the stand-ins below (a model behind the same decoding interface)
     reference.py    UncachedModel: the same interface recomputing the whole prefix (tests, benchmark)
     compiled.py     CompiledDecoder: the same interface with the decoding step compiled by torch.compile
     translator.py   Translator: tokenizer + engine + search, strings in, strings out
-    arguments.py    the search and engine options of translate and evaluate
-    commands.py     `vaswani translate`
+    commands.py     `vaswani translate`, and the search and engine options evaluate shares
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any
 # Imported on first use: `vaswani --help` should not pay for importing torch.
 _EXPORTS = {
     "SearchConfig": "vaswani.decoding.config",
+    "EngineOptions": "vaswani.decoding.config",
     "Hypothesis": "vaswani.decoding.engine",
     "Engine": "vaswani.decoding.engine",
     "output_limits": "vaswani.decoding.engine",

@@ -24,7 +24,7 @@ from typing import Callable
 
 import torch
 
-from vaswani.decoding.wrapped import WrappedModel
+from vaswani.decoding.stand_in import TransformerStandIn
 from vaswani.errors import VaswaniError
 from vaswani.model.transformer import DecoderState, Transformer
 
@@ -38,11 +38,11 @@ SMALLEST_COMPILED_BATCH = 2
 def require_cpp_compiler(device: torch.device) -> None:
     """torch.compile's CPU code generator builds C++: say so in one line instead of failing mid-translation."""
     if device.type == "cpu" and not any(shutil.which(name) for name in ("g++", "c++", "clang++")):
-        raise VaswaniError("--compile on a CPU needs a C++ compiler (g++ or clang++) for torch.compile; "
-                           "install one (e.g. apt-get install g++) or leave out --compile")
+        raise VaswaniError("`compile` on a CPU needs a C++ compiler (g++ or clang++) for torch.compile; "
+                           "install one (e.g. apt-get install g++) or leave out `compile`")
 
 
-class CompiledDecoder(WrappedModel):
+class CompiledDecoder(TransformerStandIn):
     """``model`` with its decoding step compiled; searched exactly like the model itself.
 
     ``backend`` is torch.compile's ("inductor" generates fused kernels; "aot_eager" only traces, which tests use

@@ -1,16 +1,16 @@
-"""What a search does, as one dataclass (no torch import: the command line builds it cheaply)."""
+"""What a search does and which engine runs it, as two dataclasses (no torch import: the command line builds them
+cheaply)."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from vaswani.config import Limit, Precision, validate_settings
-from vaswani.errors import ConfigError
-from vaswani.io import atomic_write_json
+from vaswani.config import MAX_LENGTH, Limit, Precision, validate_settings
+from vaswani.errors import ConfigError, VaswaniError
+from vaswani.io import atomic_write_json, read_json, read_manifest, verify_files
 
 LengthNorm = Literal["gnmt", "power", "average", "none"]
 # Which implementation runs a search (decoding/engines.py) and, for CTranslate2, the type of its weights and
@@ -54,7 +54,7 @@ class SearchConfig:
     LIMITS = {
         "beam_size": Limit(ge=1, le=256), "nbest": Limit(ge=1), "alpha": Limit(ge=0, le=5),
         "max_len_a": Limit(ge=0, le=16), "max_len_b": Limit(ge=0, le=4096),
-        "repetition_penalty": Limit(ge=0.01, le=100), "no_repeat_ngram": Limit(ge=0),
+        "repetition_penalty": Limit(ge=0.01, le=100), "no_repeat_ngram": Limit(ge=0, le=MAX_LENGTH),
         "bos_id": Limit(ge=0), "eos_id": Limit(ge=0), "pad_id": Limit(ge=0),
     }
 
@@ -66,10 +66,45 @@ class SearchConfig:
         # The shortest source is one token and </s>: its limit a·2 + b must leave room for a token before </s>,
         # or every output of such a sentence is empty.
         if 2 * self.max_len_a + self.max_len_b < 2:
-            field = "search.max_len_b" if self.max_len_a == 0 else "search.max_len_a"
-            raise ConfigError(f"search.max_len_a={self.max_len_a:g} and search.max_len_b={self.max_len_b} leave no "
-                              "room for a word in the translation of a one-word sentence (2 · a + b must be at "
-                              "least 2)", field=field)
+            a, b = f"search.max_len_a={self.max_len_a:g}", f"search.max_len_b={self.max_len_b}"
+            # The setting to change comes first: b when a is 0 (a limit of b alone), else a.
+            first, second, field = (b, a, "search.max_len_b") if self.max_len_a == 0 else (a, b, "search.max_len_a")
+            raise ConfigError(f"{first} and {second} leave no room for a word in the translation of a one-word "
+                              "sentence (2 · a + b must be at least 2)", field=field)
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Which engine runs a search, and on what: the choices of the machine that decodes, beside the SearchConfig
+    that says what is searched. One value goes from the command line, the server's settings or a caller to the
+    engine.
+
+    ``engine`` None means not chosen: :meth:`with_stored` takes the checkpoint's choice (its search.json), else
+    auto; an engine opened with it unresolved runs auto.
+    """
+
+    engine: EngineName | None = "torch"  # torch (our search), ctranslate2 (the converted model), auto (either)
+    quantization: Quantization | None = None  # CTranslate2's weights and arithmetic; None: float32
+    device: str | None = None  # auto, cpu, cuda or cuda:N; None: auto (a model given as weights: where they are)
+    threads: int = 0  # CPU threads of the engine; 0: its own default (torch: every core)
+    compile: bool = False  # torch.compile the torch engine's decoding step (decoding/compiled.py)
+
+    SECTION = ""  # errors name the bare field ("engine"), as the command line's flags do
+    LIMITS = {"threads": Limit(ge=0)}
+
+    def __post_init__(self) -> None:
+        validate_settings(self)
+
+    def with_stored(self, stored: dict[str, str]) -> "EngineOptions":
+        """These options with a checkpoint's stored engine and quantization (:func:`read_stored_engine`) filling
+        the ones not chosen (None), and auto for an engine neither chose. A quantization chosen for the torch
+        engine is an error naming it."""
+        engine = self.engine or stored.get("engine") or "auto"
+        if engine == "torch" and self.quantization is not None:
+            raise ConfigError(f"`quantization` {self.quantization} applies to the ctranslate2 engine; the torch "
+                              "engine computes in `search.precision` (use `engine` ctranslate2 or auto)",
+                              field="quantization")
+        return dataclasses.replace(self, engine=engine, quantization=self.quantization or stored.get("quantization"))
 
 
 # A checkpoint may carry the search chosen for it on validation data (the end of a training run writes it): what
@@ -112,10 +147,13 @@ def _read_search_file(directory: str | Path) -> dict[str, Any]:
     file = Path(directory) / SEARCH_FILE
     if not file.is_file():
         return {}
+    manifest = read_manifest(directory)
+    if manifest is not None:  # checked before it is parsed, on every engine
+        verify_files(directory, manifest, [SEARCH_FILE])
     try:
-        values = json.loads(file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ConfigError(f"{file}: not valid JSON ({error}); delete it to use the default search") from None
+        values = read_json(file, "stored search")
+    except VaswaniError as error:
+        raise ConfigError(f"{error}; delete it to use the default search") from None
     known = [*STORED_FIELDS, *ENGINE_FIELDS]
     if not isinstance(values, dict) or not set(values) <= set(known):
         raise ConfigError(f"{file}: expected an object with keys among {known}; delete it to use the default "

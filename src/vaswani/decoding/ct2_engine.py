@@ -2,7 +2,7 @@
 
 Every search option maps to a ``translate_batch`` argument or is refused in one line naming it (:meth:`bind`):
 
-- ``--beam``, ``--nbest``: ``beam_size``; the ``--nbest`` best (by our scores) of the ``num_hypotheses=beam`` it
+- ``beam_size``, ``nbest``: ``beam_size``; the ``nbest`` best (by our scores) of the ``num_hypotheses=beam`` it
   returns;
 - the length penalty: CTranslate2 ranks a finished hypothesis by log P / |Y|^p, with |Y| counting </s> when it
   returns the end token (we ask it to, as our lengths count </s>). So ``power`` with α is p = α, ``average`` is
@@ -10,11 +10,12 @@ Every search option maps to a ``translate_batch`` argument or is refused in one 
   would switch CTranslate2 to stopping as soon as its top beam ends, another rule than ours when several
   hypotheses are asked for. GNMT's ((5 + |Y|) / 6)^α has no counterpart, so it is refused for beam search (greedy
   search does not rank, and its score is recomputed with GNMT here);
-- ``--max-len-a`` / ``--max-len-b``: ``max_decoding_length``, one per call, so a batch is decoded to its longest
+- ``max_len_a`` / ``max_len_b``: ``max_decoding_length``, one per call, so a batch is decoded to its longest
   limit and each output is cut at its own (:func:`~vaswani.decoding.engine.output_limits`);
-- ``--repetition-penalty``: ``repetition_penalty`` (the same CTRL rule on the logits, over the tokens generated);
-- ``--no-repeat-ngram``: ``no_repeat_ngram_size`` (banned before the softmax, as ours);
-- ``--precision`` and ``--compile`` are the torch engine's; CTranslate2's arithmetic is its ``--quantization``.
+- ``repetition_penalty``: ``repetition_penalty`` (the same CTRL rule on the logits, over the tokens generated);
+- ``no_repeat_ngram``: ``no_repeat_ngram_size`` (banned before the softmax, as ours);
+- ``precision`` and the engine option ``compile`` are the torch engine's; CTranslate2's arithmetic is its
+  ``quantization``.
 
 With those, float32 outputs are the torch engine's (tested on a trained model): the two searches keep the same
 beams (the 2k best candidates, </s> among the top k ends a hypothesis) and stop at the same step. They part only
@@ -27,17 +28,17 @@ Outputs past the converted position table (2,048 tokens for sinusoidal positions
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any, Sequence
 
 from vaswani.config import ModelConfig
 from vaswani.data.tokenizer import Tokenizer
-from vaswani.decoding.config import SearchConfig
+from vaswani.decoding.config import EngineOptions, SearchConfig
 from vaswani.decoding.ct2_model import (cannot_express, converted_model, position_rows, vocabulary,
                                         weight_parameters)
 from vaswani.decoding.engine import CTRANSLATE2, Hypothesis, length_penalty, output_limits
 from vaswani.errors import ConfigError, EnvironmentFault, VaswaniError
+from vaswani.io import read_json
 
 # The exponent that stands for "no length penalty": |Y|^p == 1.0 in float32 for every length, yet p != 0, which
 # keeps CTranslate2's stopping rule (k finished hypotheses) rather than its early exit.
@@ -51,8 +52,8 @@ def ctranslate2_module() -> Any:
     try:
         import ctranslate2
     except ImportError:
-        raise EnvironmentFault("--engine ctranslate2 needs the ctranslate2 package: pip install 'vaswani[export]' "
-                               "(or use --engine torch)") from None
+        raise EnvironmentFault("`engine` ctranslate2 needs the ctranslate2 package: pip install 'vaswani[export]' "
+                               "(or use `engine` torch)") from None
     return ctranslate2
 
 
@@ -69,7 +70,7 @@ def resolve_device(device: str | None) -> tuple[str, int]:
         count = ctranslate2.get_cuda_device_count()
         if count == 0:
             raise EnvironmentFault(f"device {name!r} was asked for but CTranslate2 sees no CUDA device (ctranslate2 "
-                                   f"{ctranslate2.__version__}); use --device cpu")
+                                   f"{ctranslate2.__version__}); use `device` cpu")
         if int(index or 0) >= count:
             raise EnvironmentFault(f"device {name!r} was asked for but CTranslate2 sees only {count} CUDA device(s)")
     return kind, int(index or 0)
@@ -80,8 +81,8 @@ def check_quantization(quantization: str, device: str) -> None:
     supported = sorted(ctranslate2_module().get_supported_compute_types(device))
     if quantization not in supported:
         needs = " (it needs a GPU)" if device == "cpu" and quantization in GPU_QUANTIZATIONS else ""
-        raise ConfigError(f"--quantization {quantization}: CTranslate2 cannot compute it on this {device}{needs}; "
-                          f"here it can: {', '.join(supported)}", field="search.quantization")
+        raise ConfigError(f"`quantization` {quantization}: CTranslate2 cannot compute it on this {device}{needs}; "
+                          f"here it can: {', '.join(supported)}", field="quantization")
 
 
 def length_exponent(config: SearchConfig) -> float:
@@ -96,13 +97,13 @@ def length_exponent(config: SearchConfig) -> float:
 def cannot_run(config: SearchConfig) -> str | None:
     """The option of ``config`` CTranslate2 cannot run, with why, in one line (None if it runs them all)."""
     if config.length_norm == "gnmt" and config.alpha > 0 and config.beam_size > 1:
-        return (f"--length-norm gnmt (alpha {config.alpha:g}): CTranslate2 ranks a beam by log P / |Y|^alpha and "
-                "has no GNMT penalty; use --length-norm power (or average, none), or --engine torch")
+        return (f"`search.length_norm` gnmt (alpha {config.alpha:g}): CTranslate2 ranks a beam by log P / |Y|^alpha "
+                "and has no GNMT penalty; use `search.length_norm` power (or average, none), or `engine` torch")
     if config.precision != "auto":
-        return (f"--precision {config.precision}: autocast is the torch engine's; CTranslate2 computes in its "
-                "--quantization (leave out --precision, or use --engine torch)")
+        return (f"`search.precision` {config.precision}: autocast is the torch engine's; CTranslate2 computes in its "
+                "`quantization` (leave out `search.precision`, or use `engine` torch)")
     if not config.allow_eos:
-        return "search.allow_eos=False (fixed-length decoding) is the torch engine's; use --engine torch"
+        return "search.allow_eos=False (fixed-length decoding) is the torch engine's; use `engine` torch"
     return None
 
 
@@ -115,8 +116,8 @@ def stored_vocabulary(directory: Path, size: int) -> list[str] | None:
     JSON list: a millisecond, where rebuilding it from the tokenizer costs tens at every start-up), or None when
     it has none of ``size`` strings. The conversion's key covers tokenizer.json, so the list is the tokenizer's."""
     try:
-        tokens = json.loads((directory / SHARED_VOCABULARY_FILE).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        tokens = read_json(directory / SHARED_VOCABULARY_FILE, "CTranslate2 vocabulary")
+    except (OSError, VaswaniError):
         return None
     if not isinstance(tokens, list) or len(tokens) != size or not all(isinstance(token, str) for token in tokens):
         return None
@@ -148,16 +149,23 @@ class CTranslate2Engine:
         self._reference: Any = None
 
     @classmethod
-    def load(cls, checkpoint: Path, model_config: ModelConfig, tokenizer: Tokenizer, quantization: str = "float32",
-             device: str | None = "auto", threads: int = 0) -> "CTranslate2Engine":
-        """The engine for the checkpoint in directory ``checkpoint``, converting it first if needed."""
+    def load(cls, checkpoint: Path, model_config: ModelConfig, tokenizer: Tokenizer,
+             options: EngineOptions) -> "CTranslate2Engine":
+        """The engine for the checkpoint in directory ``checkpoint``, converting it first if needed: in
+        ``options.quantization`` (None: float32), on ``options.device`` with ``options.threads``. The checkpoint is
+        checked first as every engine checks it (its files against their fingerprint and manifest), since its
+        conversion stands for it."""
+        from vaswani.model.serialization import check_checkpoint  # torch: only where a checkpoint is checked
+
         reason = cannot_express(model_config)
         if reason is not None:
-            raise ConfigError(f"CTranslate2 cannot run {reason}; use --engine torch")
-        kind, index = resolve_device(device)
+            raise ConfigError(f"CTranslate2 cannot run {reason}; use `engine` torch")
+        quantization = options.quantization or "float32"
+        kind, index = resolve_device(options.device)
         check_quantization(quantization, kind)
+        check_checkpoint(checkpoint)
         return cls(converted_model(checkpoint, quantization), model_config, tokenizer, quantization, kind, index,
-                   threads, checkpoint)
+                   options.threads, checkpoint)
 
     # ---- the engine interface ---------------------------------------------------------------------------------
     def bind(self, config: SearchConfig) -> SearchConfig:
@@ -174,8 +182,8 @@ class CTranslate2Engine:
         tokens = []
         for source in sources:
             if config.pad_id in source[:-1]:
-                raise VaswaniError("--engine ctranslate2 cannot mask tokens inside a source (padding ids among "
-                                   "them); use --engine torch")
+                raise VaswaniError("`engine` ctranslate2 cannot mask tokens inside a source (padding ids among "
+                                   "them); use `engine` torch")
             tokens.append([self.vocabulary[i] for i in source[:-1]])  # the converted model appends </s> itself
         exponent = length_exponent(config)
         longest = max(limits) - 1  # CTranslate2 counts generated tokens, </s> included; ours stop one before

@@ -17,14 +17,14 @@ CTranslate2: a translation on CTranslate2 never pays for importing torch.
 
 from __future__ import annotations
 
-import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
 from vaswani.config import ModelConfig
-from vaswani.decoding.config import SearchConfig
-from vaswani.errors import ConfigError, VaswaniError
+from vaswani.decoding.config import EngineOptions, SearchConfig
+from vaswani.errors import ConfigError, VaswaniError, VaswaniWarning
 
 TORCH, CTRANSLATE2, AUTO = "torch", "ctranslate2", "auto"
 
@@ -51,7 +51,7 @@ class Engine(Protocol):
 
     def bind(self, config: SearchConfig) -> SearchConfig:
         """``config`` as this engine will run it (auto precision resolved); a setting it cannot run is a
-        ConfigError naming the option."""
+        ConfigError naming the setting."""
         ...
 
     def search(self, sources: Sequence[list[int]], config: SearchConfig) -> list[list[Hypothesis]]:
@@ -113,47 +113,43 @@ def output_limits(source_lengths: Sequence[int], config: SearchConfig,
     return limits.tolist()
 
 
-def open_engine(checkpoint: Path, model_config: ModelConfig, tokenizer: Any, name: str, config: SearchConfig, *,
-                device: Any = None, quantization: str | None = None, threads: int = 0,
-                compile: bool = False) -> Engine:
-    """The engine ``name`` ("torch", "ctranslate2" or "auto") for the checkpoint in directory ``checkpoint``, able
-    to run ``config``.
+def open_engine(checkpoint: Path, model_config: ModelConfig, tokenizer: Any, config: SearchConfig,
+                options: EngineOptions) -> Engine:
+    """The engine ``options`` choose ("torch", "ctranslate2" or "auto"; unchosen: auto) for the checkpoint in
+    directory ``checkpoint``, able to run ``config``.
 
     "ctranslate2" refuses in one line what it cannot run; "auto" then takes the torch engine instead and says why
-    on stderr, in one line. ``quantization`` (default float32) and ``threads`` are CTranslate2's; ``compile``
-    (``torch.compile`` of the decoding step) is the torch engine's.
+    in a :class:`~vaswani.errors.VaswaniWarning`. ``quantization`` (default float32) is CTranslate2's, ``compile``
+    (``torch.compile`` of the decoding step) the torch engine's.
     """
-    if name not in (TORCH, CTRANSLATE2, AUTO):
-        raise ConfigError(f"--engine {name}: not one of {TORCH}, {CTRANSLATE2}, {AUTO}")
+    name = options.engine or AUTO
     reason = None
     if name != TORCH:
         try:
-            return _ctranslate2_engine(checkpoint, model_config, tokenizer, config, device, quantization, threads,
-                                       compile)
+            return _ctranslate2_engine(checkpoint, model_config, tokenizer, config, options)
         except VaswaniError as error:
             if name == CTRANSLATE2:
                 raise
             reason = str(error)
     from vaswani.decoding.torch_engine import TorchEngine
 
-    engine = TorchEngine.load(checkpoint, device=device, compile=compile, threads=threads)
+    engine = TorchEngine.load(checkpoint, options)
     if reason is not None:  # said once the torch engine has loaded: a checkpoint neither can load gets one error
-        unused = f" (--quantization {quantization} is not used)" if quantization else ""
-        print(f"engine auto: torch{unused}, because {reason}", file=sys.stderr)
+        unused = f" (`quantization` {options.quantization} is not used)" if options.quantization else ""
+        warnings.warn(f"engine auto: torch{unused}, because {reason}", VaswaniWarning, stacklevel=2)
     return engine
 
 
 def _ctranslate2_engine(checkpoint: Path, model_config: ModelConfig, tokenizer: Any, config: SearchConfig,
-                        device: Any, quantization: str | None, threads: int, compile: bool) -> Engine:
+                        options: EngineOptions) -> Engine:
     from vaswani.decoding.ct2_engine import CTranslate2Engine, cannot_run
 
-    if compile:
-        raise ConfigError("--compile compiles the torch engine's decoding step; CTranslate2 runs compiled kernels "
-                          "already (leave out --compile, or use --engine torch)")
+    if options.compile:
+        raise ConfigError("`compile` compiles the torch engine's decoding step; CTranslate2 runs compiled kernels "
+                          "already (leave out `compile`, or use `engine` torch)", field="compile")
     reason = cannot_run(config)  # before converting anything
     if reason is not None:
         raise ConfigError(f"CTranslate2 cannot run {reason}")
-    engine = CTranslate2Engine.load(checkpoint, model_config, tokenizer, quantization or "float32",
-                                    device=None if device is None else str(device), threads=threads)
+    engine = CTranslate2Engine.load(checkpoint, model_config, tokenizer, options)
     engine.bind(config)
     return engine

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from vaswani.decoding.wrapped import WrappedModel
+from vaswani.decoding.stand_in import TransformerStandIn
 from vaswani.model.transformer import Transformer
 
 
@@ -29,8 +29,11 @@ class PrefixState:
         pick = lambda t: None if t is None else t.index_select(0, index)  # noqa: E731
         return PrefixState(pick(self.src), pick(self.prefix), pick(self.memory), pick(self.memory_mask), self.step)
 
+    def reorder_beams(self, rows: torch.Tensor, sentences: torch.Tensor | None) -> "PrefixState":
+        return self.reorder(rows)  # the obviously correct reorder: every tensor, every step
 
-class UncachedModel(WrappedModel):
+
+class UncachedModel(TransformerStandIn):
     """Wrap a Transformer so every decoding step recomputes the whole prefix.
 
     ``reencode=True`` (the default) also reruns the encoder every step, exactly ``model(src, prefix)``;

@@ -1,18 +1,23 @@
 """Greedy and beam search, batched over sentences (and beams) and driven by the model's key/value cache.
 
-Any model with the incremental-decoding interface of :class:`vaswani.model.Transformer` can be searched::
+Any model with the incremental-decoding interface of :class:`vaswani.model.Transformer` can be searched
+(:class:`SearchableModel`)::
 
-    state = model.start_decoding(src, capacity)  # src (B, S): encoder + cross-attention K/V, once
-    logits = model.decode_step(tokens, state)    # tokens (N,) -> (N, V); the self-attention cache grows by one
-    state = state.reorder(index)                 # keep / duplicate rows (beams that survive, sentences not done)
+    state = model.start_decoding(src, capacity)    # src (B, S): encoder + cross-attention K/V, once
+    logits = model.decode_step(tokens, state)      # tokens (N,) -> (N, V); the self-attention cache grows by one
+    state = state.reorder(index)                   # keep / duplicate rows (sentences not done, k beams each)
+    state = state.reorder_beams(rows, sentences)   # the beams that survive a step of beam search
 
 ``capacity`` is the search's longest output when ``config.preallocate_cache`` is set: the model may then allocate
 its caches for that many positions up front and write each step in place (the Transformer does); without it
 they grow by one position (one copy) per step.
 
 Rows of the decoding batch are always *live* hypotheses: a sentence (greedy) or a sentence's beams (beam search)
-that are done are dropped from the batch with ``state.reorder``, so no step computes anything for them and no
-step needs a per-sentence Python loop. Positions: the decoder reads <s> at position 0 and emits y1; generating
+that are done are dropped from the batch by the state's reorder, so no step computes anything for them and no
+step needs a per-sentence Python loop. ``reorder_beams`` is the reorder of a beam search step: row i continues
+``rows[i]``, and ``sentences`` (None while no sentence has left) gives a row of the same sentence for each, which
+lets a state keep what all beams of a sentence share (the Transformer's cross-attention keys and values) untouched
+while its sentences stay; a state with nothing shared may treat it as ``reorder(rows)``. Positions: the decoder reads <s> at position 0 and emits y1; generating
 n tokens (</s> included) therefore needs positions 0 .. n-1.
 """
 
@@ -20,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Iterator, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -28,14 +33,41 @@ import torch.nn.functional as F
 from vaswani.decoding.config import SearchConfig
 from vaswani.decoding.engine import Hypothesis, output_limits
 from vaswani.decoding.penalties import apply_repetition_penalty, block_repeated_ngrams, normalise
-from vaswani.model.transformer import DecoderState
 from vaswani.precision import autocast, resolve_precision
 
 NEG_INF = float("-inf")
 
 
+class DecodingState(Protocol):
+    """What a model carries from one decoding step to the next, per batch row."""
+
+    def reorder(self, index: torch.Tensor) -> DecodingState:
+        """Keep or duplicate batch rows (sentences not done, k beams each)."""
+        ...
+
+    def reorder_beams(self, rows: torch.Tensor, sentences: torch.Tensor | None) -> DecodingState:
+        """The beams that survive a step of beam search: row i continues ``rows[i]``; ``sentences`` gives a row of
+        the same sentence for each (None while no sentence has left)."""
+        ...
+
+
+@runtime_checkable
+class SearchableModel(Protocol):
+    """What greedy and beam search need from a model (:class:`vaswani.model.Transformer` has it, and so do the
+    benchmarks' compiled and peer decoders). A model that is an ``nn.Module`` is put in eval mode while it is
+    searched; one with a ``config`` (a ModelConfig) has its output limited by its positions."""
+
+    def start_decoding(self, src: torch.Tensor, capacity: int | None = None) -> DecodingState:
+        """Encode ``src`` (B, S) once; ``capacity``: the longest output, for caches allocated up front."""
+        ...
+
+    def decode_step(self, tokens: torch.Tensor, state: DecodingState) -> torch.Tensor:
+        """The next-token logits (N, V) of each row after ``tokens`` (N,); the state grows by one position."""
+        ...
+
+
 # ---- helpers shared by greedy and beam search -----------------------------------------------------------------
-def max_output_lengths(src: torch.Tensor, model: Any, config: SearchConfig) -> torch.Tensor:
+def max_output_lengths(src: torch.Tensor, model: SearchableModel, config: SearchConfig) -> torch.Tensor:
     """(B,) longest output per sentence, </s> included: a · |source| + b, at least 1 (see
     :func:`~vaswani.decoding.engine.output_limits`, the rule both engines follow)."""
     src_len = (src != config.pad_id).sum(dim=1).tolist()
@@ -80,7 +112,7 @@ def _cache_capacity(longest: int, config: SearchConfig) -> int | None:
 
 
 @contextlib.contextmanager
-def _eval_mode(model: Any) -> Iterator[None]:
+def _eval_mode(model: SearchableModel) -> Iterator[None]:
     """Dropout off while searching; the caller's train/eval mode is restored afterwards (validation in training)."""
     was_training = getattr(model, "training", False)
     if was_training:
@@ -109,7 +141,7 @@ def _hypotheses(
 
 
 # ---- greedy ---------------------------------------------------------------------------------------------------
-def greedy_search(model: Any, src: torch.Tensor, config: SearchConfig) -> list[list[Hypothesis]]:
+def greedy_search(model: SearchableModel, src: torch.Tensor, config: SearchConfig) -> list[list[Hypothesis]]:
     """Pick the most probable token at every step; one hypothesis per sentence. src: (B, S) padded ids."""
     batch, device = src.size(0), src.device
     limits = max_output_lengths(src, model, config)  # (B,)
@@ -190,7 +222,7 @@ class _Finished:
         self.tokens[sentences] = torch.cat((self.tokens[sentences], tokens), 1).gather(1, pick)
 
 
-def beam_search(model: Any, src: torch.Tensor, config: SearchConfig) -> list[list[Hypothesis]]:
+def beam_search(model: SearchableModel, src: torch.Tensor, config: SearchConfig) -> list[list[Hypothesis]]:
     """Beam search over all sentences at once: the decoding batch is (active sentences × k beams).
 
     Each step scores all k·V one-token extensions of a sentence's beams and keeps the 2k best: the </s>
@@ -213,6 +245,7 @@ def beam_search(model: Any, src: torch.Tensor, config: SearchConfig) -> list[lis
     beam_scores[:, 0] = 0.0
     finished = _Finished.empty(batch, k, longest, config.pad_id, device)
     rank = torch.arange(2 * k, device=device)  # (2k,)
+    beam_index = torch.arange(k, device=device)  # (k,)
 
     for step in range(longest):
         active = sentences.size(0)
@@ -250,30 +283,13 @@ def beam_search(model: Any, src: torch.Tensor, config: SearchConfig) -> list[lis
         if keep.numel() == 0:
             break
         rows = (keep[:, None] * k + parent[keep]).view(-1)  # (A'·k,) parent rows of the surviving beams
-        state = _reorder_beams(state, rows, keep, k, all_kept=keep.numel() == active)
+        same_sentence = None if keep.numel() == active else (keep[:, None] * k + beam_index).view(-1)
+        state = state.reorder_beams(rows, same_sentence)
         tokens = token[keep].view(-1)
         generated = torch.cat((generated[rows], tokens[:, None]), dim=1)
         beam_scores, sentences = beam_scores[keep], sentences[keep]
 
     return _hypotheses(finished.tokens, finished.length, finished.score, finished.log_prob, config.nbest)
-
-
-def _reorder_beams(state: Any, rows: torch.Tensor, keep: torch.Tensor, k: int, all_kept: bool) -> Any:
-    """Select the surviving beams' rows of the decoder state.
-
-    All k rows of a sentence share its cross-attention K/V and source mask, so moving beams *within* a sentence
-    leaves those untouched: for the Transformer's DecoderState only the self-attention cache is gathered every
-    step, and the per-sentence tensors only when sentences leave the batch (they are the largest part of the
-    state for short outputs). Other models' states are reordered whole.
-    """
-    if not isinstance(state, DecoderState):
-        return state.reorder(rows)
-    if all_kept:
-        memory_mask, cross_kv = state.memory_mask, state.cross_kv
-    else:
-        same = (keep[:, None] * k + torch.arange(k, device=keep.device)).view(-1)  # rows of kept sentences, in order
-        memory_mask, cross_kv = state.memory_mask.index_select(0, same), [kv.reorder(same) for kv in state.cross_kv]
-    return DecoderState(memory_mask, cross_kv, [kv.reorder(rows) for kv in state.self_kv], state.step)
 
 
 def _beam_done(
@@ -299,7 +315,7 @@ def _beam_done(
 
 
 # ---- entry point ----------------------------------------------------------------------------------------------
-def generate(model: Any, src: torch.Tensor, config: SearchConfig) -> list[list[Hypothesis]]:
+def generate(model: SearchableModel, src: torch.Tensor, config: SearchConfig) -> list[list[Hypothesis]]:
     """Translate a padded batch of source ids (B, S): greedy when ``beam_size == 1``, else beam search.
 
     Runs under ``torch.inference_mode`` (no autograd bookkeeping) with the model in eval mode, and inside

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import torch
 
 from vaswani.decoding.compiled import CompiledDecoder
-from vaswani.decoding.config import SearchConfig
+from vaswani.decoding.config import EngineOptions, SearchConfig
 from vaswani.decoding.engine import TORCH, Hypothesis
 from vaswani.decoding.search import generate
 from vaswani.devices import resolve_device, synchronize
@@ -25,23 +25,25 @@ from vaswani.precision import resolve_precision
 class TorchEngine:
     name = TORCH
 
-    def __init__(self, model: Transformer, device: torch.device | str | None = None, compile: bool = False):
-        self.device = torch.device(device) if device is not None else next(model.parameters()).device
+    def __init__(self, model: Transformer, options: EngineOptions = EngineOptions()):
+        """``model`` searched on ``options.device`` (None: where its weights are), its decoding step compiled when
+        ``options.compile``; ``options.threads`` > 0 sets torch's intra-op threads (for the whole process)."""
+        weights = next(model.parameters()).device
+        self.device = resolve_device(options.device) if options.device is not None else weights
+        if options.threads > 0:
+            torch.set_num_threads(options.threads)
         # No .eval() here: a trainer may wrap its live model for validation; generate() switches dropout off
         # for the search and restores the caller's mode afterwards.
         self.model = model.to(self.device)
         self.model_config = model.config
         # What the search drives: the model, or the model with its decoding step compiled (see compiled.py).
-        self.decoder = CompiledDecoder(self.model) if compile else self.model
+        self.decoder = CompiledDecoder(self.model) if options.compile else self.model
 
     @classmethod
-    def load(cls, checkpoint: str | Path, device: torch.device | str | None = "auto", compile: bool = False,
-             threads: int = 0) -> "TorchEngine":
-        """The engine for a checkpoint; ``threads`` > 0 sets torch's intra-op threads (for the whole process)."""
-        device = resolve_device(device)
-        if threads > 0:
-            torch.set_num_threads(threads)
-        return cls(load_model(checkpoint, device=device).eval(), device=device, compile=compile)
+    def load(cls, checkpoint: str | Path, options: EngineOptions = EngineOptions()) -> "TorchEngine":
+        """The engine for a checkpoint, on ``options.device`` (None: auto)."""
+        device = resolve_device(options.device)
+        return cls(load_model(checkpoint, device=device).eval(), dataclasses.replace(options, device=str(device)))
 
     def bind(self, config: SearchConfig) -> SearchConfig:
         # "auto" precision is decided once, for this device, so results record what really ran.

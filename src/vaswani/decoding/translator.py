@@ -2,7 +2,7 @@
 
     translator = Translator.load("runs/base/checkpoints/best", SearchConfig(beam_size=4))
     translator.translate(["Ein Mann fährt Fahrrad."])        # -> ["A man is riding a bike."]
-    Translator.load("runs/base", engine="ctranslate2", quantization="int8")   # the converted model, int8
+    Translator.load("runs/base", options=EngineOptions(engine="ctranslate2", quantization="int8"))  # converted, int8
 
 Sentences are sorted by length and cut into batches (at most ``batch_size`` sentences and ``max_tokens``
 padded source tokens × beams), so that a batch wastes little compute on padding; results come back in input order.
@@ -20,14 +20,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from vaswani.data.tokenizer import Tokenizer
-from vaswani.decoding.config import SearchConfig
+from vaswani.decoding.config import EngineOptions, SearchConfig
 from vaswani.decoding.engine import TORCH, Engine, is_engine, open_engine
-from vaswani.errors import VaswaniError
+from vaswani.errors import ConfigError, VaswaniError
 from vaswani.model.serialization import CONFIG_FILE, read_model_config, resolve_checkpoint
 
 if TYPE_CHECKING:
-    import torch
-
     from vaswani.model.transformer import Transformer
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -53,17 +51,20 @@ class Translator:
         config: SearchConfig | None = None,
         batch_size: int = 64,
         max_tokens: int | None = 8192,
-        device: torch.device | str | None = None,
-        compile: bool = False,
+        options: EngineOptions | None = None,
     ):
-        """``model``: an engine, or a Transformer, which the torch engine searches on ``device`` (default: where
-        its weights are), with its decoding step compiled when ``compile``."""
+        """``model``: an engine, or a Transformer, which the torch engine searches as ``options`` say (its device,
+        default where the weights are; compile; threads)."""
         if is_engine(model):
             self.engine: Engine = model
         else:
             from vaswani.decoding.torch_engine import TorchEngine
 
-            self.engine = TorchEngine(model, device, compile)
+            options = options or EngineOptions()
+            if options.engine not in (None, TORCH):
+                raise ConfigError(f"`engine` {options.engine}: a model given as weights runs on the torch engine; "
+                                  "load its checkpoint (Translator.load) for another engine", field="engine")
+            self.engine = TorchEngine(model, options)
         self.tokenizer = tokenizer
         self._set_search(config or SearchConfig(), batch_size, max_tokens)
 
@@ -89,18 +90,14 @@ class Translator:
         cls,
         checkpoint: str | Path,
         config: SearchConfig | None = None,
-        device: torch.device | str | None = None,
-        engine: str = TORCH,
-        quantization: str | None = None,
-        threads: int = 0,
-        compile: bool = False,
+        options: EngineOptions | None = None,
         **batching: Any,
     ) -> "Translator":
         """From a checkpoint directory (or a run directory): model.safetensors + model.json + tokenizer.json.
 
-        ``engine``: "torch", "ctranslate2" or "auto" (CTranslate2 when it can run this model and search, else torch,
-        saying why on stderr); ``quantization`` and ``threads`` (0: its default) are CTranslate2's, ``compile`` the
-        torch engine's; ``batching``: ``batch_size``, ``max_tokens``.
+        ``options`` (default: the torch engine on the best device): the engine, "torch", "ctranslate2" or "auto"
+        (CTranslate2 when it can run this model and search, else torch, saying why in a warning), and what it runs
+        on; ``batching``: ``batch_size``, ``max_tokens``.
         """
         directory = resolve_checkpoint(checkpoint)
         if not (directory / TOKENIZER_FILE).is_file():
@@ -113,8 +110,7 @@ class Translator:
                 f"{model_config.vocab_size} (model.json)"
             )
         config = config or SearchConfig()
-        chosen = open_engine(directory, model_config, tokenizer, engine, config, device=device,
-                             quantization=quantization, threads=threads, compile=compile)
+        chosen = open_engine(directory, model_config, tokenizer, config, options or EngineOptions())
         return cls(chosen, tokenizer, config, **batching)
 
     # ---- what the engine runs ----------------------------------------------------------------------------------

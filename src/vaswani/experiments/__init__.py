@@ -1,4 +1,4 @@
-"""Experiments that explain the design choices: each is `vaswani experiment NAME` and writes results/<name>/.
+"""Experiments that explain the design choices: each is `vaswani experiment NAME` and writes its results folder.
 
     attention.py          ``attention``: standard vs SDPA vs sliding-window attention (time, memory, FLOPs,
                           training comparison)
@@ -12,9 +12,10 @@
     recipe.py             ``recipe``: what buys BLEU per CPU-minute for the CPU preset
     final_models.py       ``final-models``: one table of finished runs' final models
     variants.py           the training runs a study compares (RunVariant), trained or reused
-    common.py             what every experiment shares: results files, timing, peak memory, a training step
+    measurement.py        how every experiment measures: synchronised timing, peak memory, a training step
+    reporting.py          how every experiment writes down what it found: results.json, table.md, plots
     commands.py           `vaswani experiment NAME`
 
-They are built on the core's public API (``vaswani.training.trainer.train`` and its callbacks,
+They are built on the core's public API (``vaswani.training.run.train`` and the Trainer's callbacks,
 ``vaswani.training.step.train_step``, ``vaswani.training.scoring``'s scores); the core never imports them.
 """

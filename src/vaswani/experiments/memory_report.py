@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from vaswani.config import ModelConfig
-from vaswani.experiments.common import MiB, markdown_table, memory_method, provenance_line, pyplot
+from vaswani.experiments.measurement import MiB, memory_method
+from vaswani.experiments.reporting import markdown_table, provenance_line, pyplot
 from vaswani.experiments.memory_estimate import ALWAYS_LIVE, CATEGORIES, TRAINING_STATE
 
 if TYPE_CHECKING:

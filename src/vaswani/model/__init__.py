@@ -1,5 +1,6 @@
-"""The Transformer of "Attention Is All You Need", one concept per module: masks, positions, attention,
-dropout, blocks (FFN, residual/norm, layers), transformer (embeddings, encoder, decoder).
+"""The Transformer of "Attention Is All You Need", one concept per module: masks, positions, attention (with its
+kernel policy, sliding window and key/value cache beside it), dropout, blocks (FFN, residual/norm, layers),
+transformer (embeddings, encoder, decoder).
 
 docs/architecture.md maps each section of the paper to the function here that implements it.
 
@@ -13,8 +14,8 @@ from importlib import import_module
 from typing import Any
 
 _EXPORTS = {
-    "KVCache": "attention", "MultiHeadAttention": "attention", "sdpa_attention": "attention",
-    "standard_attention": "attention",
+    "MultiHeadAttention": "attention", "sdpa_attention": "attention", "standard_attention": "attention",
+    "KVCache": "kv_cache",
     "Dropout": "dropout", "dropout": "dropout",
     "causal_mask": "masks", "padding_mask": "masks", "sliding_window_mask": "masks",
     "LearnedPositions": "positions", "RotaryEmbedding": "positions", "SinusoidalPositions": "positions",

@@ -9,8 +9,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from vaswani.config import ModelConfig
-from vaswani.model.attention import KVCache, MultiHeadAttention
+from vaswani.model.attention import MultiHeadAttention
 from vaswani.model.dropout import Dropout
+from vaswani.model.kv_cache import KVCache
 from vaswani.model.positions import RotaryEmbedding
 
 
@@ -56,7 +57,7 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """``mask``: the source's padding mask (B, 1, 1, S); a sliding window is the attention module's own."""
-        x = self.attn_block(x, lambda h: self.self_attn(h, mask=mask)[0])
+        x = self.attn_block(x, lambda h: self.self_attn(h, mask=mask))
         return self.ffn_block(x, self.ffn)
 
 
@@ -85,24 +86,11 @@ class DecoderLayer(nn.Module):
         memory_mask: torch.Tensor | None,
         cache: KVCache | None = None,
         position_offset: int = 0,
-    ) -> tuple[torch.Tensor, KVCache | None]:
-        new_cache: list[KVCache | None] = [None]
-
-        def self_attention(h: torch.Tensor) -> torch.Tensor:
-            out, new_cache[0] = self.self_attn(h, is_causal=True, cache=cache, position_offset=position_offset)
-            return out
-
-        x = self.self_block(x, self_attention)
-        x = self.cross_block(x, lambda h: self.cross_attn(h, context=memory, mask=memory_mask)[0])
-        return self.ffn_block(x, self.ffn), new_cache[0]
-
-    def cross_attention_weights(
-        self,
-        x: torch.Tensor,
-        memory: torch.Tensor | KVCache,
-        memory_mask: torch.Tensor | None,
     ) -> torch.Tensor:
-        """(B, H, T, S) cross-attention weights of a full (teacher-forced) pass of this layer on input ``x``."""
-        x = self.self_block(x, lambda h: self.self_attn(h, is_causal=True)[0])
-        queries = self.cross_block.norm(x) if self.cross_block.pre_norm else x  # what the sublayer receives
-        return self.cross_attn.cross_attention_weights(queries, memory, memory_mask)
+        """x (B, T, D) -> (B, T, D). ``memory``: the encoder output or its cross-attention keys/values.
+        Decoding step by step: ``cache`` holds this layer's self-attention keys/values so far (extended in place)
+        and ``position_offset`` is the position of x's first token."""
+        x = self.self_block(
+            x, lambda h: self.self_attn(h, is_causal=True, cache=cache, position_offset=position_offset))
+        x = self.cross_block(x, lambda h: self.cross_attn(h, context=memory, mask=memory_mask))
+        return self.ffn_block(x, self.ffn)

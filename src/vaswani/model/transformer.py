@@ -17,9 +17,9 @@ import torch
 import torch.nn as nn
 
 from vaswani.config import ModelConfig
-from vaswani.model.attention import KVCache
 from vaswani.model.blocks import DecoderLayer, EncoderLayer
 from vaswani.model.dropout import Dropout
+from vaswani.model.kv_cache import KVCache
 from vaswani.model.masks import padding_mask
 from vaswani.model.positions import LearnedPositions, RotaryEmbedding, SinusoidalPositions
 
@@ -88,7 +88,7 @@ class Decoder(nn.Module):
     ) -> torch.Tensor:  # (B, T) -> (B, T, D)
         x = self.embed(tgt_in)
         for layer in self.layers:
-            x, _ = layer(x, memory, memory_mask)
+            x = layer(x, memory, memory_mask)
         return self.final_norm(x) if self.final_norm is not None else x
 
 
@@ -98,7 +98,7 @@ class DecoderState:
 
     memory_mask: torch.Tensor  # (B, 1, 1, S)
     cross_kv: list[KVCache]  # per layer, computed once from the encoder output
-    self_kv: list[KVCache]  # per layer, grows by one position per step (in place, see KVCache)
+    self_kv: list[KVCache]  # per layer, grows by one position per step, in place
     step: int = 0  # absolute position of the next token
 
     def reorder(self, index: torch.Tensor) -> "DecoderState":
@@ -109,6 +109,20 @@ class DecoderState:
             self_kv=[kv.reorder(index) for kv in self.self_kv],
             step=self.step,
         )
+
+    def reorder_beams(self, rows: torch.Tensor, sentences: torch.Tensor | None) -> "DecoderState":
+        """Beam search's reorder: row i of the result continues row ``rows[i]``.
+
+        All beams of a sentence share its cross-attention keys/values and source mask, so moving beams *within* a
+        sentence leaves those untouched: only the self-attention caches are gathered every step. ``sentences``
+        (a row of the same sentence for each new row, its beams in order) selects the per-sentence tensors when
+        sentences leave the batch; None when every sentence stays (they are the largest part of the state for
+        short outputs).
+        """
+        memory_mask, cross_kv = self.memory_mask, self.cross_kv
+        if sentences is not None:
+            memory_mask, cross_kv = memory_mask.index_select(0, sentences), [kv.reorder(sentences) for kv in cross_kv]
+        return DecoderState(memory_mask, cross_kv, [kv.reorder(rows) for kv in self.self_kv], self.step)
 
 
 class Transformer(nn.Module):
@@ -161,20 +175,25 @@ class Transformer(nn.Module):
 
         Row t is what the decoder looks at in the source while predicting y_{t+1}. Computed in eval mode (no
         dropout) with the plain softmax formula whatever the attention backend; each row sums to 1 over the real
-        source tokens and is 0 on padding.
+        source tokens and is 0 on padding. Each layer's cross-attention module computes them from the very inputs
+        it receives in an ordinary teacher-forced pass.
         """
+        weights: list[torch.Tensor] = []
+
+        def record(module: nn.Module, args: tuple, kwargs: dict) -> None:
+            weights.append(module.attention_weights(*args, **kwargs))
+
+        hooks = [layer.cross_attn.register_forward_pre_hook(record, with_kwargs=True)
+                 for layer in self.decoder.layers]
         was_training = self.training
         self.eval()
         try:
-            memory, memory_mask = self.encode(src)
-            x = self.decoder.embed(tgt_in)
-            weights = []
-            for layer in self.decoder.layers:
-                weights.append(layer.cross_attention_weights(x, memory, memory_mask))
-                x, _ = layer(x, memory, memory_mask)
+            self.decode(tgt_in, *self.encode(src))
             return torch.stack(weights)
         finally:
             self.train(was_training)
+            for hook in hooks:
+                hook.remove()
 
     # ---- incremental decoding (search) ---------------------------------------------------------------------
     def start_decoding(self, src: torch.Tensor, capacity: int | None = None) -> DecoderState:
@@ -193,10 +212,8 @@ class Transformer(nn.Module):
     def decode_step(self, tokens: torch.Tensor, state: DecoderState) -> torch.Tensor:
         """tokens (B,) at position ``state.step`` -> next-token logits (B, V); ``state`` advances in place."""
         x = self.decoder.embed(tokens[:, None], offset=state.step)  # (B, 1, D)
-        for i, layer in enumerate(self.decoder.layers):
-            x, state.self_kv[i] = layer(
-                x, state.cross_kv[i], state.memory_mask, cache=state.self_kv[i], position_offset=state.step
-            )
+        for layer, cross_kv, self_kv in zip(self.decoder.layers, state.cross_kv, state.self_kv):
+            x = layer(x, cross_kv, state.memory_mask, cache=self_kv, position_offset=state.step)
         if self.decoder.final_norm is not None:
             x = self.decoder.final_norm(x)
         state.step += 1

@@ -6,7 +6,9 @@ import argparse
 import errno
 import socket
 
-from vaswani.config import ranged
+from vaswani.arguments import ranged
+from vaswani.config import MAX_BATCH, MAX_LENGTH, MAX_THREADS
+from vaswani.decoding.commands import engine_options_from_args
 from vaswani.decoding.config import ENGINES, QUANTIZATIONS
 from vaswani.errors import ConfigError, EnvironmentFault, VaswaniError
 from vaswani.provenance import usable_cores
@@ -19,13 +21,16 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     """One flag per :class:`ServeSettings` field (shared by serve and serve-bench)."""
     d = DEFAULTS
     limits = parser.add_argument_group("limits")
-    limits.add_argument("--max-chars", type=int, default=d.max_chars, help="characters per text")
-    limits.add_argument("--max-texts", type=int, default=d.max_texts, help="texts per /v1/translate request")
-    limits.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes, help="request body size (413 above)")
-    limits.add_argument("--max-queue", type=int, default=d.max_queue,
+    limits.add_argument("--max-chars", type=ranged(int, le=MAX_LENGTH), default=d.max_chars, help="characters per text")
+    limits.add_argument("--max-texts", type=ranged(int, le=MAX_BATCH), default=d.max_texts,
+                        help="texts per /v1/translate request")
+    limits.add_argument("--max-body-bytes", type=ranged(int, le=MAX_BATCH * 64), default=d.max_body_bytes,
+                        help="request body size (413 above)")
+    limits.add_argument("--max-queue", type=ranged(int, le=MAX_BATCH), default=d.max_queue,
                         help="sentences waiting for the model (503 + Retry-After above)")
-    limits.add_argument("--max-beam", type=int, default=d.max_beam, help="widest beam a request may ask for")
-    limits.add_argument("--max-request-tokens", type=int, default=d.max_request_tokens,
+    limits.add_argument("--max-beam", type=ranged(int, le=MAX_LENGTH), default=d.max_beam,
+                        help="widest beam a request may ask for")
+    limits.add_argument("--max-request-tokens", type=ranged(int, le=MAX_BATCH), default=d.max_request_tokens,
                         help="decode work of one request: source tokens x beam, summed over its texts (422 above)")
     batching = parser.add_argument_group("batching")
     batching.add_argument("--batching", action=argparse.BooleanOptionalAction, default=d.batching,
@@ -33,8 +38,8 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     batching.add_argument("--batch-wait-ms", type=float, default=d.batch_wait_ms,
                           help="a ceiling: how long an idle model may hold the oldest waiting sentence for company "
                           "(0: search at once; what arrives during a search forms the next batch)")
-    batching.add_argument("--max-batch-sentences", type=int, default=d.max_batch_sentences)
-    batching.add_argument("--max-batch-tokens", type=int, default=d.max_batch_tokens,
+    batching.add_argument("--max-batch-sentences", type=ranged(int, le=MAX_BATCH), default=d.max_batch_sentences)
+    batching.add_argument("--max-batch-tokens", type=ranged(int, le=MAX_BATCH), default=d.max_batch_tokens,
                           help="padded source tokens x beam per batch")
     add_engine_arguments(parser)
     parser.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when available")
@@ -52,19 +57,19 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quantization", choices=QUANTIZATIONS, default=None,
                         help="ctranslate2's weights and arithmetic (default: the checkpoint's search.json, else "
                         "float32)")
-    parser.add_argument("--workers", type=ranged(int, ge=1), default=DEFAULTS.workers,
+    parser.add_argument("--workers", type=ranged(int, ge=1, le=MAX_THREADS), default=DEFAULTS.workers,
                         help="processes behind the one port, each with its own engine and its share of --threads")
-    parser.add_argument("--threads", type=ranged(int, ge=1), default=None,
-                        help="CPU threads of the engines, all workers together (default: chosen for the machine's "
-                        "cores, see docs/serving.md)")
-    parser.add_argument("--parallel-batches", type=ranged(int, ge=1), default=None,
+    parser.add_argument("--threads", type=ranged(int, ge=0, le=MAX_THREADS), default=0,
+                        help="CPU threads of the engines, all workers together; 0: the machine's usable cores "
+                        "(docs/serving.md, workers and threads)")
+    parser.add_argument("--parallel-batches", type=ranged(int, ge=1, le=MAX_THREADS), default=None,
                         help="batches each worker searches at once, each on its share of the worker's threads "
-                        "(ctranslate2; default: chosen for the machine's cores)")
+                        "(ctranslate2; default: one per thread)")
 
 
 def engine_flags(args: argparse.Namespace) -> list[str]:
     """The flags of :func:`add_engine_arguments` the user gave, to pass on to a `vaswani serve` process."""
-    given = [("--engine", args.engine), ("--quantization", args.quantization), ("--threads", args.threads),
+    given = [("--engine", args.engine), ("--quantization", args.quantization), ("--threads", args.threads or None),
              ("--parallel-batches", args.parallel_batches)]
     if args.workers != DEFAULTS.workers:
         given.append(("--workers", args.workers))
@@ -76,9 +81,8 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
         max_chars=args.max_chars, max_texts=args.max_texts, max_body_bytes=args.max_body_bytes,
         max_queue=args.max_queue, max_beam=args.max_beam, max_request_tokens=args.max_request_tokens,
         batching=args.batching, batch_wait_ms=args.batch_wait_ms, max_batch_sentences=args.max_batch_sentences,
-        max_batch_tokens=args.max_batch_tokens, engine=args.engine, quantization=args.quantization,
-        workers=args.workers, threads=args.threads, parallel_batches=args.parallel_batches, device=args.device,
-        compile=args.compile,
+        max_batch_tokens=args.max_batch_tokens, engine_options=engine_options_from_args(args),
+        workers=args.workers, parallel_batches=args.parallel_batches,
     )
 
 

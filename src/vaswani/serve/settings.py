@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from vaswani.config import Limit, validate_settings
-from vaswani.decoding.config import EngineName, Quantization
+from vaswani.decoding.config import EngineOptions
 from vaswani.errors import ConfigError
 
 # A sentence waits this long for company before its batch starts: beyond a second the wait, not the search,
@@ -32,31 +32,24 @@ class ServeSettings:
     max_batch_sentences: int = 64  # bounded batch: later arrivals wait at most a few batches
     max_batch_tokens: int = 6144  # padded source tokens × beam per batch (the Translator's token budget)
     # ---- compute ----
-    engine: EngineName | None = None  # None: the checkpoint's search.json, else auto (ctranslate2 when it can)
-    quantization: Quantization | None = None  # ctranslate2's; None: the checkpoint's search.json, else float32
-    # ---- processes and threads (None: chosen for the machine's cores, see thread_layout) ----
-    workers: int = 1  # processes behind the one port, each with its own engine
-    threads: int | None = None  # CPU threads of the engines, every worker together (split evenly between them)
-    parallel_batches: int | None = None  # batches one worker searches at once, each on its share of its threads
-    device: str | None = None  # None: cuda when available
-    compile: bool = False  # torch.compile the torch engine's decoding step, once, at start-up (decoding/compiled.py)
+    # The engine and what it runs on. An engine and quantization not chosen: the checkpoint's search.json, else auto
+    # (ctranslate2 when it can); ``threads`` 0: chosen for the machine's cores (thread_layout), else the threads of
+    # every worker together; ``compile`` compiles the torch engine's decoding step once, at start-up.
+    engine_options: EngineOptions = field(default_factory=lambda: EngineOptions(engine=None, threads=0))
+    # ---- processes (see thread_layout) ----
+    workers: int = 1  # processes behind the one port, each with its own engine and an even share of the threads
+    parallel_batches: int | None = None  # batches one worker searches at once; None: chosen (thread_layout)
 
     SECTION = "serve"
     LIMITS = {
         **{name: Limit(ge=1) for name in ("max_chars", "max_texts", "max_body_bytes", "max_queue", "max_beam",
                                           "max_request_tokens", "max_batch_sentences", "max_batch_tokens",
-                                          "workers", "threads", "parallel_batches")},
+                                          "workers", "parallel_batches")},
         "batch_wait_ms": Limit(ge=0, le=MAX_BATCH_WAIT_MS),
     }
 
     def __post_init__(self) -> None:
-        try:
-            validate_settings(self)  # types, finite numbers (no inf or nan), LIMITS
-        except ConfigError as error:
-            # Every field is also a command-line flag of `vaswani serve`: name it, as translate names its own.
-            name = (error.field or "").removeprefix("serve.")
-            raise ConfigError(f"--{name.replace('_', '-')} {getattr(self, name)}: {error}",
-                              field=error.field) from None
+        validate_settings(self)  # types, finite numbers (no inf or nan), LIMITS
 
     @property
     def sentences_per_batch(self) -> int:
@@ -82,24 +75,24 @@ class ThreadLayout:
 
 
 def thread_layout(settings: ServeSettings, cores: int, batches_at_once: bool = True) -> ThreadLayout:
-    """The layout ``settings`` ask for on a machine with ``cores`` usable cores. ``threads`` (default: the cores)
-    is split evenly between the workers, and each worker's share between its parallel batches (default: one batch
-    per thread, :data:`THREADS_PER_BATCH`); too few threads to give each at least one is a ConfigError naming the
-    flags. ``batches_at_once`` False (the torch engine, whose threads are the process's): one batch at a time on the
-    worker's share unless ``parallel_batches`` says otherwise."""
+    """The layout ``settings`` ask for on a machine with ``cores`` usable cores. The engine's ``threads`` (0: the
+    cores) are split evenly between the workers, and each worker's share between its parallel batches (default: one
+    batch per thread, :data:`THREADS_PER_BATCH`); too few threads to give each at least one is a ConfigError naming
+    the settings. ``batches_at_once`` False (the torch engine, whose threads are the process's): one batch at a time
+    on the worker's share unless ``parallel_batches`` says otherwise."""
     workers = settings.workers
-    threads = settings.threads if settings.threads is not None else max(cores, workers)
+    threads = settings.engine_options.threads or max(cores, workers)
     if threads < workers:
-        raise ConfigError(f"--threads {threads}: fewer than --workers {workers}; give each worker at least one "
-                          "thread", field="serve.threads")
+        raise ConfigError(f"`threads` {threads}: fewer than `serve.workers` {workers}; give each worker at least one "
+                          "thread", field="threads")
     per_worker = threads // workers
     parallel = settings.parallel_batches
     if parallel is None:
         parallel = max(1, per_worker // THREADS_PER_BATCH) if batches_at_once else 1
     if parallel > per_worker:
-        raise ConfigError(f"--parallel-batches {parallel}: more than the {per_worker} thread(s) of each worker "
-                          f"(--threads {threads} over --workers {workers}); give each batch at least one thread",
-                          field="serve.parallel_batches")
+        raise ConfigError(f"`serve.parallel_batches` {parallel}: more than the {per_worker} thread(s) of each worker "
+                          f"(`threads` {threads} over `serve.workers` {workers}); give each batch at least one "
+                          "thread", field="serve.parallel_batches")
     return ThreadLayout(workers, parallel, per_worker // parallel)
 
 

@@ -6,15 +6,24 @@ device works through its queue while the host prepares the next kernels; any rea
 (``.item()``, ``float(t)``, a boolean-mask index, whose result size the host must know) waits until the device
 has finished everything queued before it, and the device then idles until the host launches again. On a CPU the
 computation is the host's own work, so the same reads cost nothing.
+
+:class:`CompilationWatch` counts what compiling did in a run (graphs, recompiles, CUDA-graph replays and skips):
+whether a CUDA-graph run replayed its graphs is otherwise only a log line.
 """
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 
+from vaswani.devices import reuse_freed_memory
 from vaswani.errors import ConfigError
+from vaswani.training.config import TrainConfig
+from vaswani.training.loss import TranslationLoss
 
 
 def defers_host_reads(host_sync: str, device: torch.device) -> bool:
@@ -76,3 +85,93 @@ def decoding_batches(device: torch.device) -> dict[str, int]:
     if device.type == "cuda":
         return {"batch_size": 1024, "max_tokens": 262_144}
     return {}
+
+
+def set_up_process(tc: TrainConfig, device: torch.device) -> None:
+    """The process-wide settings a run asks for: torch's CPU threads, keeping freed CPU memory for reuse
+    (devices.reuse_freed_memory), deterministic algorithms."""
+    if tc.num_threads:
+        torch.set_num_threads(tc.num_threads)
+    if device.type == "cpu" and tc.reuse_freed_memory:
+        reuse_freed_memory()
+    if tc.deterministic:
+        torch.use_deterministic_algorithms(True)
+
+
+def training_module(model: torch.nn.Module, tc: TrainConfig, device: torch.device, compiled: dict[str, Any] | None,
+                    distributed: bool, batch_shapes: int = 0) -> torch.nn.Module:
+    """The module a training step calls: the model inside its loss (over all positions or the gathered ones, as
+    :func:`loss_over_all_positions` chooses), compiled with ``compiled`` (:func:`compile_options`; None: eager) and
+    wrapped by DDP on several ranks. ``batch_shapes``: how many shapes length buckets give the batches."""
+    all_positions = loss_over_all_positions(device, compiled=compiled is not None)
+    module: torch.nn.Module = TranslationLoss(model, tc.label_smoothing, all_positions=all_positions)
+    if compiled is not None:
+        if batch_shapes:  # one graph per batch shape: none may fall back to eager for want of room
+            limit = recompile_limit(batch_shapes)
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, limit)
+        module = torch.compile(module, **compiled)
+    if distributed:
+        module = DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None)
+    return module
+
+
+@dataclass(frozen=True)
+class CompilationCounts:
+    """What torch.compile and CUDA graphs did while a :class:`CompilationWatch` was open: a run summary's
+    ``compilation``. With length buckets one graph per batch shape (and per mode, training or evaluation) is
+    expected, every update after a shape's first two replays its CUDA graphs, and nothing is skipped."""
+
+    graphs: int  # graphs Dynamo compiled
+    recompiles: int  # compilations after the first: a new shape or mode each, or a guard that failed on something else
+    graph_breaks: int
+    cuda_graph_replays: int  # 0 with train.cuda_graphs: every call ran the eager kernels
+    # functions the CUDA-graph backend ran eagerly instead of recording them (a CPU tensor, an input mutation): torch
+    # logs only a performance hint, so a run that should replay says so here
+    cuda_graph_skips: int
+    # inputs copied into a recorded graph's own buffers at every replay, summed over the recorded graphs: a batch's
+    # tensors each; hundreds would mean that the weights are copied too
+    cuda_graph_non_static_inputs: int
+
+
+def _process_counts() -> dict[str, int]:
+    """Dynamo's and Inductor's counters: process-wide, since the process started."""
+    from torch._dynamo.utils import counters
+
+    return {"compilations": counters["frames"]["ok"], "graphs": counters["stats"]["unique_graphs"],
+            "graph_breaks": sum(counters["graph_break"].values()),
+            "cuda_graph_skips": counters["inductor"]["cudagraph_skips"],
+            "cuda_graph_non_static_inputs": counters["inductor"]["cudagraph_recorded_non_static_inputs"]}
+
+
+class CompilationWatch:
+    """Counts what torch.compile and CUDA graphs do between entering and leaving it (:meth:`counts`).
+
+    Dynamo and Inductor keep process-wide counters of graphs, recompiles, graph breaks and CUDA-graph skips; the
+    watch reads their change. They do not count replays, so the watch counts the calls of
+    ``torch.cuda.CUDAGraph.replay`` while it is open: a CUDA-graph run proves that its graphs replayed."""
+
+    def __enter__(self) -> CompilationWatch:
+        self._start, self._end = _process_counts(), None
+        self._replays = 0
+        self._replay = replay = torch.cuda.CUDAGraph.replay
+
+        @functools.wraps(replay)
+        def counted_replay(graph: torch.cuda.CUDAGraph, *args: Any, **kwargs: Any) -> Any:
+            self._replays += 1
+            return replay(graph, *args, **kwargs)
+
+        torch.cuda.CUDAGraph.replay = counted_replay
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        torch.cuda.CUDAGraph.replay = self._replay
+        self._end = _process_counts()
+
+    def counts(self) -> CompilationCounts:
+        """What happened since the watch was entered, until it was left (or until now while it is open)."""
+        end = self._end if self._end is not None else _process_counts()
+        change = {key: end[key] - self._start[key] for key in end}
+        return CompilationCounts(graphs=change["graphs"], recompiles=max(change["compilations"] - 1, 0),
+                                 graph_breaks=change["graph_breaks"], cuda_graph_replays=self._replays,
+                                 cuda_graph_skips=change["cuda_graph_skips"],
+                                 cuda_graph_non_static_inputs=change["cuda_graph_non_static_inputs"])

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from vaswani.config import ModelConfig
+from vaswani.devices import synchronize as sync
 from vaswani.experiments.attention.settings import (
     SEED_NOISE_VARIANT,
     TRAINING_BLEU_SENTENCES,
@@ -23,16 +24,13 @@ from vaswani.experiments.attention.settings import (
     AttentionVariant,
     variant,
 )
-from vaswani.experiments.common import (
+from vaswani.experiments.measurement import (
     MiB,
     PeakMemory,
     TrainingStep,
     available_ram_bytes,
-    device_label,
     free_memory,
-    log,
     memory_method,
-    sync,
     synthetic_batch,
     tensor_bytes,
     time_call,
@@ -40,12 +38,15 @@ from vaswani.experiments.common import (
     training_state_bytes,
     unless_out_of_memory,
 )
-from vaswani.model.attention import MultiHeadAttention, window_block
+from vaswani.experiments.reporting import device_label, log
+from vaswani.model.attention import MultiHeadAttention
 from vaswani.model.masks import causal_mask, sliding_window_mask
+from vaswani.model.window import window_block
 from vaswani.precision import autocast
 from vaswani.training.flops import self_attention_flops
-from vaswani.training.step import StepResult
-from vaswani.training.trainer import Callback, Trainer
+from vaswani.training.step import DeferredStepResult, StepResult
+from vaswani.training.callbacks import Callback
+from vaswani.training.trainer import Trainer
 
 
 # ---- one layer: FLOPs, time, memory, agreement -----------------------------------------------------------------
@@ -72,7 +73,7 @@ def bench_point(settings: AttentionSettings, backend: str, window: int | None, b
 
     def step() -> None:
         with autocast(device, precision):
-            out, _ = layer(x, is_causal=settings.causal)
+            out = layer(x, is_causal=settings.causal)
         out.backward(grad.to(out.dtype))
         x.grad = None
         layer.zero_grad(set_to_none=True)
@@ -102,7 +103,7 @@ def backend_agreement(settings: AttentionSettings, batch: int, length: int, wind
     def output_and_input_grad(backend: str, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         layer.backend = backend  # the module looks its backend up at every call
         xb = x.clone().requires_grad_(True)
-        out, _ = layer(xb, mask=mask, is_causal=settings.causal)
+        out = layer(xb, mask=mask, is_causal=settings.causal)
         out.backward(grad)
         return out.detach(), xb.grad
 
@@ -130,7 +131,7 @@ def counted_flops(settings: AttentionSettings, batch: int, length: int, device: 
     layer = _layer(settings, "standard", device).eval()
     x = torch.randn(batch, length, settings.d_model, device=device, requires_grad=True)
     with FlopCounterMode(display=False) as counter:
-        out, _ = layer(x, is_causal=settings.causal)
+        out = layer(x, is_causal=settings.causal)
         out.sum().backward()
     allowed = int(causal_mask(length).sum()) if settings.causal else length * length
     masked = 3 * batch * 2 * 2 * settings.d_model * (length * length - allowed)
@@ -271,7 +272,7 @@ class UpdateTimer(Callback):
         sync(self.device)
         self._start = time.perf_counter()
 
-    def on_update_end(self, trainer: Trainer, result: StepResult) -> None:
+    def on_update_end(self, trainer: Trainer, result: StepResult | DeferredStepResult) -> None:
         sync(self.device)
         elapsed = time.perf_counter() - self._start
         if self._profiling is not None:
@@ -329,7 +330,7 @@ def _train_variant(settings: AttentionSettings, name: str, device: torch.device)
         valid = [r for r in read_metrics(Path(run_dir) / "metrics.jsonl") if r["kind"] == "valid"]
         parameters = trainer.model.num_parameters()
     timed = times[1:] if len(times) > 1 else times  # the first update also warms up kernels and the allocator
-    return {"variant": name, "steps": summary["step"], "stop_reason": summary["stop_reason"],
+    return {"variant": name, "steps": summary.step, "stop_reason": summary.stop_reason.value,
             "seconds_per_batch": sum(timed) / len(timed) if timed else None, "update_seconds": times,
             "total_seconds": total, "peak_memory": peak, "parameters": parameters,
             "final_val_loss": valid[-1]["loss"] if valid else None,

@@ -11,7 +11,8 @@ import torch
 from vaswani.config import ModelConfig
 from vaswani.experiments.attention.measure import layer_training_flops
 from vaswani.experiments.attention.settings import VARIANTS, AttentionSettings
-from vaswani.experiments.common import MiB, markdown_table, provenance_line, pyplot
+from vaswani.experiments.measurement import MiB
+from vaswani.experiments.reporting import markdown_table, provenance_line, pyplot
 
 
 def _ok(point: dict | None) -> bool:
@@ -31,7 +32,7 @@ def table(settings: AttentionSettings, results: dict[str, Any], device: torch.de
         f"{settings.warmup} warm-up. Memory: {_memory_label(device)} — peak above the inputs and weights. "
         "FLOPs: training FLOPs (3 × forward matmuls) of the projections and of the scores the masks allow "
         "(`vaswani.training.flops`, the count MFU uses), without and with the window. The window runs in blocks "
-        f"of queries over the keys it reaches (`model.attention.windowed_attention`): about T·2k scores, not T².",
+        f"of queries over the keys it reaches (`model.window.windowed_attention`): about T·2k scores, not T².",
         "",
     ]
     for batch in settings.batch_sizes:

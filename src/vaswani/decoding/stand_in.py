@@ -11,7 +11,7 @@ import torch
 from vaswani.model.transformer import Transformer
 
 
-class WrappedModel:
+class TransformerStandIn:
     def __init__(self, model: Transformer):
         self.model = model
         self.config = model.config
@@ -20,11 +20,11 @@ class WrappedModel:
     def training(self) -> bool:
         return self.model.training
 
-    def eval(self) -> "WrappedModel":
+    def eval(self) -> "TransformerStandIn":
         self.model.eval()
         return self
 
-    def train(self, mode: bool = True) -> "WrappedModel":
+    def train(self, mode: bool = True) -> "TransformerStandIn":
         self.model.train(mode)
         return self
 
