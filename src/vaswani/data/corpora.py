@@ -30,6 +30,22 @@ WMT17_HUB_ID = "wmt/wmt17"  # the hub's parquet copy of WMT17: `datasets` runs n
 WMT17_HUB_CONFIG = "de-en"
 
 
+@dataclass(frozen=True)
+class CorpusInfo:
+    """What identifies one split of a corpus, without its text: enough to name it and to key caches of it."""
+
+    name: str
+    split: str
+    src_lang: str
+    tgt_lang: str
+    checksum: str
+    files: tuple[str, ...] = ()
+
+    @property
+    def direction(self) -> str:
+        return f"{self.src_lang}-{self.tgt_lang}"
+
+
 @dataclass
 class ParallelCorpus:
     """Aligned sentences: ``target[i]`` translates ``source[i]``.
@@ -53,6 +69,10 @@ class ParallelCorpus:
     @property
     def direction(self) -> str:
         return f"{self.src_lang}-{self.tgt_lang}"
+
+    @property
+    def info(self) -> CorpusInfo:
+        return CorpusInfo(self.name, self.split, self.src_lang, self.tgt_lang, self.checksum, tuple(self.files))
 
 
 # ----------------------------------------------------------------------------------------------- registry

@@ -26,31 +26,34 @@ data. :func:`prepare` then rebuilds it in place from the corpus.
 
 from __future__ import annotations
 
+import collections
 import hashlib
+import io
 import itertools
 import json
 import logging
+import multiprocessing
 import os
-import shutil
-import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Iterator, Sequence
 
 import numpy as np
 
-from vaswani.data.corpora import ParallelCorpus
-from vaswani.data.tokenizer import Tokenizer
+from vaswani.data.corpora import CorpusInfo, ParallelCorpus
+from vaswani.data.files import FileSplit, LineChunk, decode_chunk, progress_bar, read_chunks
+from vaswani.data.tokenizer import CorpusEncoder, Tokenizer
 from vaswani.errors import ConfigError, DataError, VaswaniError
 from vaswani.io import (
     atomic_write_json,
-    default_directory_mode,
-    named_as,
+    atomic_write_text,
+    directory_written_whole,
     read_json,
     read_manifest,
     verify_files,
-    write_manifest,
     writing,
 )
 
@@ -59,7 +62,7 @@ logger = logging.getLogger(__name__)
 CACHE_FORMAT = 2  # bump when the layout or the filtering rule changes: old caches get a new key
 CACHE_KIND = "preprocessing cache"
 DEFAULT_MAX_LEN = 64
-ENCODE_CHUNK = 100_000  # sentences per encode_batch call: bounds the memory of Python id lists
+ENCODE_CHUNK = 20_000  # pairs encoded at a time from an in-memory corpus: bounds the memory of Python lists
 ARRAYS = ("src_ids", "src_offsets", "tgt_ids", "tgt_offsets", "line_index")
 
 
@@ -179,7 +182,8 @@ def cache_key(corpus_checksum: str, tokenizer_fingerprint: str, max_len: int) ->
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def cache_path(cache_root: str | Path, corpus: ParallelCorpus, tokenizer: Tokenizer, max_len: int) -> Path:
+def cache_path(cache_root: str | Path, corpus: CorpusInfo | ParallelCorpus, tokenizer: Tokenizer,
+               max_len: int) -> Path:
     key = cache_key(corpus.checksum, tokenizer.fingerprint, max_len)
     return Path(cache_root) / f"{corpus.name}-{corpus.split}-{corpus.direction}-{key[:16]}"
 
@@ -189,116 +193,280 @@ def prepare(
     tokenizer: Tokenizer,
     cache_root: str | Path | None = None,
     max_len: int = DEFAULT_MAX_LEN,
-    dedup: bool = True,
 ) -> EncodedCorpus:
     """Encode, filter and cache ``corpus``; a second call with the same inputs loads the cache instead.
-
-    ``cache_root=None`` encodes in memory without caching. ``dedup`` encodes repeated sentences once (same
-    result, less time).
-    """
-    if max_len < 2:
-        raise ConfigError(f"max_len={max_len} must be at least 2 (one token plus <s> or </s>)")
+    ``cache_root=None`` encodes in memory without caching."""
+    check_max_len(max_len)
     path = cache_path(cache_root, corpus, tokenizer, max_len) if cache_root is not None else None
-    if path is not None and path.exists():
-        try:
-            return load_encoded(path, tokenizer)
-        except CacheDamaged as error:
-            logger.warning("%s: %s; rebuilding it from %s", path, error.problem, ", ".join(corpus.files) or corpus.name)
-    encoded = encode_corpus(corpus, tokenizer, max_len, dedup)
+    cached = _load_cached(path, tokenizer, corpus.files or [corpus.name])
+    if cached is not None:
+        return cached
+    encoded = encode_corpus(corpus, tokenizer, max_len)
     if path is not None:
-        save_encoded(encoded, path, corpus)
+        save_encoded(encoded, path, corpus.info)
     return encoded
 
 
-def encode_corpus(
-    corpus: ParallelCorpus, tokenizer: Tokenizer, max_len: int = DEFAULT_MAX_LEN, dedup: bool = True
+def prepare_files(
+    split: FileSplit,
+    info: CorpusInfo,
+    pairs: int,
+    tokenizer: Tokenizer,
+    cache_root: str | Path,
+    max_len: int = DEFAULT_MAX_LEN,
+    exclude: np.ndarray | None = None,
+    progress: bool = False,
+    workers: int | None = None,
 ) -> EncodedCorpus:
-    """Encode both sides with the batch encoder and drop empty and over-long pairs (no caching)."""
+    """Encode, filter and cache the ``pairs`` pairs of a split of files, streamed from disk (see files.py) and
+    encoded by ``workers`` processes (default: one per core); the pairs at the sorted indices ``exclude`` are left
+    out (held out for validation). ``info`` names the split and keys its cache, so a second call loads it."""
+    check_max_len(max_len)
+    path = cache_path(cache_root, info, tokenizer, max_len)
+    cached = _load_cached(path, tokenizer, list(info.files))
+    if cached is not None:
+        return cached
     start = time.perf_counter()
-    dtype = ids_dtype(tokenizer.vocab_size)
+    chunks = read_chunks(split)
+    workers = workers or len(os.sched_getaffinity(0))
+    if workers > 1 and pairs >= PARALLEL_MIN_PAIRS:
+        encoded_chunks = _in_processes(chunks, tokenizer, max_len, workers)
+    else:
+        encoder = CorpusEncoder(tokenizer)
+        encoded_chunks = (_encode_chunk(encoder, chunk.start, *decode_chunk(chunk), max_len) for chunk in chunks)
+    with directory_written_whole(path, kind=CACHE_KIND) as staging, \
+            FileArrays(staging, ids_dtype(tokenizer.vocab_size)) as arrays:
+        filtered = _Filter(max_len, tokenizer, arrays, exclude)
+        with progress_bar(pairs, f"encoding {info.split}", progress) as bar:
+            for chunk in encoded_chunks:
+                filtered.add(chunk)
+                bar.update(chunk.pairs)
+        stats = filtered.finish(info, time.perf_counter() - start).stats
+        meta = _meta(tokenizer.fingerprint, stats, info)
+        atomic_write_json(staging / "meta.json", meta)
+    # Read back memory-mapped, as a later run opens it (what was just written needs no checking against itself).
+    return EncodedCorpus(**_load_arrays(path), tokenizer_fingerprint=tokenizer.fingerprint, stats=stats,
+                         name=info.name, split=info.split, path=path, meta=meta)
+
+
+def _load_cached(path: Path | None, tokenizer: Tokenizer, sources: list[str]) -> EncodedCorpus | None:
+    if path is None or not path.exists():
+        return None
+    try:
+        return load_encoded(path, tokenizer)
+    except CacheDamaged as error:
+        logger.warning("%s: %s; rebuilding it from %s", path, error.problem, ", ".join(sources))
+        return None
+
+
+def check_max_len(max_len: int) -> None:
+    if max_len < 2:
+        raise ConfigError(f"max_len={max_len} must be at least 2 (one token plus <s> or </s>)")
+
+
+def encode_corpus(corpus: ParallelCorpus, tokenizer: Tokenizer, max_len: int = DEFAULT_MAX_LEN) -> EncodedCorpus:
+    """Encode both sides of an in-memory corpus and drop empty and over-long pairs (no caching)."""
+    check_max_len(max_len)
+    start = time.perf_counter()
+    encoder = CorpusEncoder(tokenizer)
+    filtered = _Filter(max_len, tokenizer, MemoryArrays(ids_dtype(tokenizer.vocab_size)))
+    for begin in range(0, len(corpus), ENCODE_CHUNK):
+        end = begin + ENCODE_CHUNK
+        filtered.add(_encode_chunk(encoder, begin, corpus.source[begin:end], corpus.target[begin:end], max_len))
+    return filtered.finish(corpus.info, time.perf_counter() - start)
+
+
+@dataclass
+class EncodedChunk:
+    """Both sides of consecutive pairs, encoded: ids back to back and ids per sentence (at most max_len)."""
+
+    start: int  # index of the first pair in its split
+    src_ids: np.ndarray
+    src_lengths: np.ndarray
+    tgt_ids: np.ndarray
+    tgt_lengths: np.ndarray
+
+    @property
+    def pairs(self) -> int:
+        return len(self.src_lengths)
+
+
+def _encode_chunk(encoder: CorpusEncoder, start: int, source: Sequence[str], target: Sequence[str],
+                  max_len: int) -> EncodedChunk:
     # Ids past max_len decide nothing (such a pair is dropped either way): each line is encoded up to max_len ids,
     # so one enormous line costs no more than a long sentence.
-    src_ids, src_lens = encode_side(corpus.source, tokenizer, dtype, dedup, max_ids=max_len)
-    tgt_ids, tgt_lens = encode_side(corpus.target, tokenizer, dtype, dedup, max_ids=max_len)
+    dtype = ids_dtype(encoder.tokenizer.vocab_size)
+    src_ids, src_lengths = encoder.encode([text.strip() for text in source], max_ids=max_len)
+    tgt_ids, tgt_lengths = encoder.encode([text.strip() for text in target], max_ids=max_len)
+    return EncodedChunk(start, src_ids.astype(dtype), src_lengths.astype(np.int32), tgt_ids.astype(dtype),
+                        tgt_lengths.astype(np.int32))
 
-    empty = (src_lens == 0) | (tgt_lens == 0)
-    too_long = ~empty & ((src_lens + 1 > max_len) | (tgt_lens + 1 > max_len))
-    keep = ~(empty | too_long)
-    # Select the kept pairs' tokens with one boolean mask over the flat arrays (no per-pair Python loop).
-    src_ids = src_ids[np.repeat(keep, src_lens)]
-    tgt_ids = tgt_ids[np.repeat(keep, tgt_lens)]
-    src_lens, tgt_lens = src_lens[keep], tgt_lens[keep]
 
-    stats = PrepareStats(
-        pairs_in=len(corpus),
-        pairs_kept=int(keep.sum()),
-        dropped={"empty": int(empty.sum()), "too_long": int(too_long.sum())},
-        max_len=max_len,
-        src_tokens_mean=float(src_lens.mean()) if len(src_lens) else 0.0,
-        src_tokens_max=int(src_lens.max()) if len(src_lens) else 0,
-        tgt_tokens_mean=float(tgt_lens.mean()) if len(tgt_lens) else 0.0,
-        tgt_tokens_max=int(tgt_lens.max()) if len(tgt_lens) else 0,
-        vocab_size=tokenizer.vocab_size,
-    )
-    if stats.pairs_kept == 0:
-        raise DataError(
-            f"{corpus.name} ({corpus.split}): no pair survives preprocessing ({stats.dropped['empty']} with an "
-            f"empty side, {stats.dropped['too_long']} longer than max_len={max_len}); files: {', '.join(corpus.files)}"
+class _Filter:
+    """Keeps the pairs the length rule allows (and not excluded) from encoded chunks, in order, into ``arrays``,
+    and counts what it kept and dropped."""
+
+    def __init__(self, max_len: int, tokenizer: Tokenizer, arrays: MemoryArrays | FileArrays,
+                 exclude: np.ndarray | None = None) -> None:
+        self.max_len, self.tokenizer, self.arrays = max_len, tokenizer, arrays
+        self.exclude = exclude if exclude is not None else np.zeros(0, dtype=np.int64)
+        self.pairs_in = self.kept = self.empty = self.too_long = 0
+        self.token_sums = [0, 0]
+        self.token_max = [0, 0]
+        self.offsets = [0, 0]
+        for name in ("src_offsets", "tgt_offsets"):
+            arrays.append(name, np.zeros(1, dtype=np.int64))
+
+    def add(self, chunk: EncodedChunk) -> None:
+        n = chunk.pairs
+        src_lengths, tgt_lengths = chunk.src_lengths.astype(np.int64), chunk.tgt_lengths.astype(np.int64)
+        held_out = np.zeros(n, dtype=bool)
+        lo, hi = np.searchsorted(self.exclude, [chunk.start, chunk.start + n])
+        held_out[self.exclude[lo:hi] - chunk.start] = True
+        empty = ~held_out & ((src_lengths == 0) | (tgt_lengths == 0))
+        too_long = ~held_out & ~empty & ((src_lengths + 1 > self.max_len) | (tgt_lengths + 1 > self.max_len))
+        keep = ~(held_out | empty | too_long)
+        self.pairs_in += n - int(held_out.sum())
+        self.empty += int(empty.sum())
+        self.too_long += int(too_long.sum())
+        self.kept += int(keep.sum())
+        # Select the kept pairs' tokens with one boolean mask over the flat arrays (no per-pair Python loop).
+        for side, (ids, lengths) in enumerate(((chunk.src_ids, src_lengths), (chunk.tgt_ids, tgt_lengths))):
+            kept_lengths = lengths[keep]
+            name = ("src", "tgt")[side]
+            self.arrays.append(f"{name}_ids", ids[np.repeat(keep, lengths)])
+            self.arrays.append(f"{name}_offsets", self.offsets[side] + np.cumsum(kept_lengths))
+            self.offsets[side] += int(kept_lengths.sum())
+            self.token_sums[side] += int(kept_lengths.sum())
+            self.token_max[side] = max(self.token_max[side], int(kept_lengths.max(initial=0)))
+        self.arrays.append("line_index", chunk.start + np.flatnonzero(keep).astype(np.int64))
+
+    def finish(self, info: CorpusInfo, seconds: float) -> EncodedCorpus:
+        kept = max(self.kept, 1)
+        stats = PrepareStats(
+            pairs_in=self.pairs_in, pairs_kept=self.kept, dropped={"empty": self.empty, "too_long": self.too_long},
+            max_len=self.max_len, src_tokens_mean=self.token_sums[0] / kept if self.kept else 0.0,
+            src_tokens_max=self.token_max[0], tgt_tokens_mean=self.token_sums[1] / kept if self.kept else 0.0,
+            tgt_tokens_max=self.token_max[1], vocab_size=self.tokenizer.vocab_size, seconds=seconds,
         )
-    stats.seconds = time.perf_counter() - start
-    return EncodedCorpus(
-        src_ids=src_ids,
-        src_offsets=offsets_from_lengths(src_lens),
-        tgt_ids=tgt_ids,
-        tgt_offsets=offsets_from_lengths(tgt_lens),
-        line_index=np.flatnonzero(keep).astype(np.int64),
-        tokenizer_fingerprint=tokenizer.fingerprint,
-        stats=stats,
-        name=corpus.name,
-        split=corpus.split,
-    )
+        if stats.pairs_kept == 0:
+            raise DataError(
+                f"{info.name} ({info.split}): no pair survives preprocessing ({self.empty} with an empty side, "
+                f"{self.too_long} longer than max_len={self.max_len}); files: {', '.join(info.files) or info.name}"
+            )
+        arrays = self.arrays.finish()
+        return EncodedCorpus(**{name: arrays.get(name) for name in ARRAYS},
+                             tokenizer_fingerprint=self.tokenizer.fingerprint, stats=stats, name=info.name,
+                             split=info.split)
 
 
-def encode_side(
-    texts: list[str], tokenizer: Tokenizer, dtype: np.dtype, dedup: bool = True, max_ids: int | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """All ids of one side back to back, and the number of ids per sentence (at most ``max_ids`` when given, see
-    Tokenizer.encode_batch).
+class MemoryArrays:
+    """The cache's arrays, gathered in memory."""
 
-    The BPE encoder is the expensive step (~50 µs of CPU per sentence), so with ``dedup`` each distinct
-    sentence is encoded once and its ids are copied to every line that repeats it (real corpora repeat short
-    segments such as headlines and boilerplate).
-    """
-    stripped = [text.strip() for text in texts]
-    if not dedup:
-        return _encode_texts(stripped, tokenizer, dtype, max_ids)
-    first_seen: dict[str, int] = {}
-    inverse = np.fromiter(
-        (first_seen.setdefault(text, len(first_seen)) for text in stripped), dtype=np.int64, count=len(stripped)
-    )
-    if len(first_seen) == len(stripped):  # nothing repeats: skip the gather
-        return _encode_texts(stripped, tokenizer, dtype, max_ids)
-    unique_ids, unique_lengths = _encode_texts(list(first_seen), tokenizer, dtype, max_ids)
-    unique_starts = offsets_from_lengths(unique_lengths)[:-1]
-    lengths = unique_lengths[inverse]
-    # Position p of line j reads unique_ids[unique_starts[inverse[j]] + (p - start of line j)], vectorised.
-    line_starts = offsets_from_lengths(lengths)[:-1]
-    gather = np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(unique_starts[inverse] - line_starts, lengths)
-    return unique_ids[gather], lengths
+    def __init__(self, ids_dtype: np.dtype) -> None:
+        self.dtype = ids_dtype
+        self.parts: dict[str, list[np.ndarray]] = {name: [] for name in ARRAYS}
+
+    def append(self, name: str, values: np.ndarray) -> None:
+        self.parts[name].append(values)
+
+    def finish(self) -> dict[str, np.ndarray]:
+        dtypes = {"src_ids": self.dtype, "tgt_ids": self.dtype}
+        return {name: np.concatenate(parts).astype(dtypes.get(name, np.int64), copy=False) if parts
+                else np.zeros(0, dtype=dtypes.get(name, np.int64)) for name, parts in self.parts.items()}
 
 
-def _encode_texts(texts: list[str], tokenizer: Tokenizer, dtype: np.dtype,
-                  max_ids: int | None) -> tuple[np.ndarray, np.ndarray]:
-    id_chunks, len_chunks = [], []
-    for start in range(0, len(texts), ENCODE_CHUNK):
-        ids = tokenizer.encode_batch(texts[start : start + ENCODE_CHUNK], max_ids=max_ids)
-        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-        # fromiter over a chained iterator stays in C: no Python loop per token.
-        id_chunks.append(np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype, count=int(lengths.sum())))
-        len_chunks.append(lengths)
-    if not id_chunks:
-        return np.zeros(0, dtype=dtype), np.zeros(0, dtype=np.int64)
-    return np.concatenate(id_chunks), np.concatenate(len_chunks)
+class FileArrays:
+    """The cache's arrays, each written as it grows into its ``.npy`` file in ``directory``: the header's room is
+    kept at the start and filled with the final shape at the end, so no array is ever whole in memory."""
+
+    HEADER_BYTES = 128  # a 1-d array's .npy header, padded as numpy pads it (to a multiple of 64 bytes)
+
+    def __init__(self, directory: Path, ids_dtype: np.dtype) -> None:
+        self.directory = directory
+        self.dtypes = {name: ids_dtype if name.endswith("_ids") else np.dtype(np.int64) for name in ARRAYS}
+        self.handles = {}
+        self.counts = dict.fromkeys(ARRAYS, 0)
+        for name in ARRAYS:
+            with writing(directory / f"{name}.npy"):
+                handle = open(directory / f"{name}.npy", "wb")
+                handle.write(b"\0" * self.HEADER_BYTES)
+                self.handles[name] = handle
+
+    def __enter__(self) -> FileArrays:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        for handle in self.handles.values():
+            handle.close()
+
+    def append(self, name: str, values: np.ndarray) -> None:
+        with writing(self.directory / f"{name}.npy"):
+            self.handles[name].write(np.ascontiguousarray(values, dtype=self.dtypes[name]).tobytes())
+        self.counts[name] += len(values)
+
+    def finish(self) -> dict[str, np.ndarray]:
+        """Complete every file and close it; the arrays are then read from the cache (memory-mapped)."""
+        for name, handle in self.handles.items():
+            header = io.BytesIO()
+            np.lib.format.write_array_header_1_0(header, {"descr": np.lib.format.dtype_to_descr(self.dtypes[name]),
+                                                          "fortran_order": False, "shape": (self.counts[name],)})
+            if len(header.getvalue()) != self.HEADER_BYTES:  # never for a 1-d array of these types
+                raise AssertionError(f"unexpected .npy header size {len(header.getvalue())}")
+            with writing(self.directory / f"{name}.npy"):
+                handle.seek(0)
+                handle.write(header.getvalue())
+                handle.close()
+        return {}
+
+
+def _meta(tokenizer_fingerprint: str, stats: PrepareStats, info: CorpusInfo | None) -> dict:
+    return {
+        "format": CACHE_FORMAT,
+        "tokenizer_fingerprint": tokenizer_fingerprint,
+        "name": info.name if info else "",
+        "split": info.split if info else "",
+        "corpus_checksum": info.checksum if info else None,
+        "direction": info.direction if info else None,
+        "files": list(info.files) if info else [],
+        "pairs": stats.pairs_kept,
+        "stats": asdict(stats),
+    }
+
+
+# ------------------------------------------------------------------------------------- encoding in processes
+
+PARALLEL_MIN_PAIRS = 100_000  # fewer pairs take less time than starting the worker processes
+_worker: dict = {}  # a worker process's encoder and settings, set up once by _start_worker
+
+
+def _in_processes(chunks: Iterator[LineChunk], tokenizer: Tokenizer, max_len: int,
+                  workers: int) -> Iterator[EncodedChunk]:
+    """Each chunk decoded and encoded in one of ``workers`` processes, yielded in order; at most two chunks per
+    worker are read ahead, so memory stays flat however large the corpus."""
+    context = multiprocessing.get_context("spawn")  # no fork of a process that may hold torch's threads
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
+                               initargs=(tokenizer.to_str(), max_len))
+    pending: collections.deque = collections.deque()
+    try:
+        for chunk in chunks:
+            pending.append(pool.submit(_encode_in_worker, chunk))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _start_worker(tokenizer_json: str, max_len: int) -> None:
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one process per core already
+    _worker["encoder"] = CorpusEncoder(Tokenizer.from_str(tokenizer_json))
+    _worker["max_len"] = max_len
+
+
+def _encode_in_worker(chunk: LineChunk) -> EncodedChunk:
+    return _encode_chunk(_worker["encoder"], chunk.start, *decode_chunk(chunk), _worker["max_len"])
 
 
 def ids_dtype(vocab_size: int) -> np.dtype:
@@ -322,57 +490,26 @@ class CacheDamaged(DataError):
         self.problem = problem
 
 
-def save_encoded(encoded: EncodedCorpus, path: str | Path, corpus: ParallelCorpus | None = None) -> Path:
-    """Write the cache into a temporary directory, manifest last, then rename it into place (all or nothing). A
-    damaged cache already at ``path`` is replaced; a whole one (written meanwhile by another process with the same
-    key: the same content) is kept."""
+def save_encoded(encoded: EncodedCorpus, path: str | Path, corpus: CorpusInfo | None = None,
+                 text: tuple[Sequence[str], Sequence[str]] | None = None) -> Path:
+    """Write an in-memory EncodedCorpus as a cache directory, whole or not at all (io.directory_written_whole: the
+    manifest last, then renamed into place); a cache already at ``path`` is replaced. ``text`` (source and target
+    lines) is kept beside the ids as source.txt and target.txt, where the text has no file of its own (pairs held out
+    of the training files)."""
     path = Path(path)
-    with writing(path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
-    try:
+    with directory_written_whole(path, kind=CACHE_KIND) as staging, \
+            FileArrays(staging, encoded.src_ids.dtype) as arrays:
         for name in ARRAYS:
-            with writing(path / f"{name}.npy"):  # named as it will be called: the temporary name means nothing
-                np.save(tmp / f"{name}.npy", getattr(encoded, name), allow_pickle=False)
-        meta = {
-            "format": CACHE_FORMAT,
-            "tokenizer_fingerprint": encoded.tokenizer_fingerprint,
-            "name": encoded.name,
-            "split": encoded.split,
-            "corpus_checksum": corpus.checksum if corpus else None,
-            "direction": corpus.direction if corpus else None,
-            "files": corpus.files if corpus else [],
-            "pairs": len(encoded),
-            "stats": asdict(encoded.stats),
-        }
-        with named_as(tmp, path):
-            atomic_write_json(tmp / "meta.json", meta)
-        with writing(path):
-            write_manifest(tmp, CACHE_KIND)
-            os.chmod(tmp, default_directory_mode())
-            if not path.exists():
-                os.replace(tmp, path)
-            elif _is_whole(path):
-                shutil.rmtree(tmp)
-            else:
-                aside = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.damaged."))
-                os.replace(path, aside / path.name)
-                os.replace(tmp, path)
-                shutil.rmtree(aside, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+            arrays.append(name, getattr(encoded, name))
+        arrays.finish()
+        meta = _meta(encoded.tokenizer_fingerprint, encoded.stats, corpus)
+        atomic_write_json(staging / "meta.json", meta)
+        if text is not None:
+            for name, lines in zip(("source.txt", "target.txt"), text):
+                atomic_write_text(staging / name, "".join(f"{line}\n" for line in lines))
     encoded.path = path
     encoded.meta = meta
     return path
-
-
-def _is_whole(path: Path) -> bool:
-    try:
-        load_encoded(path)
-    except DataError:
-        return False
-    return True
 
 
 def load_encoded(path: str | Path, tokenizer: Tokenizer | None = None) -> EncodedCorpus:
