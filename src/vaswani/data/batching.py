@@ -103,9 +103,14 @@ class EpochSampler:
 
     def batches(self, epoch: int) -> list[list[int]]:
         """The batches of ``epoch``, deterministic in (seed, epoch)."""
+        return [batch.tolist() for batch in self.index_arrays(epoch)]
+
+    def index_arrays(self, epoch: int) -> list[np.ndarray]:
+        """The batches of ``epoch`` as arrays of indices: what training takes, with no Python object per pair (a
+        corpus of millions of pairs would otherwise hold millions of ints)."""
         if self._cache is None or self._cache[0] != epoch:
             self._cache = (epoch, self._make(epoch))
-        return [batch.tolist() for batch in self._cache[1]]
+        return list(self._cache[1])
 
     def _make(self, epoch: int) -> list[np.ndarray]:
         raise NotImplementedError

@@ -17,7 +17,8 @@ from vaswani.data.download import RemoteFile, resolve_file
 from vaswani.data.textfiles import read_text_file, read_tsv_file
 from vaswani.errors import ConfigError, DataError
 
-DIRECTIONS = ("de-en", "en-de")
+DIRECTIONS = ("de-en", "en-de")  # of the registered datasets; the user's own files may be any language pair
+LOCAL = "local"  # the dataset name of the user's own files
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
 WMT_URL = "https://raw.githubusercontent.com/Helsinki-NLP/OPUS-MT-testsets/master/testsets/de-en"
@@ -228,11 +229,13 @@ DEFAULT_VOCAB_SIZE = 16_000  # for datasets without their own default, e.g. loca
 
 def get_dataset(name: str) -> DatasetSpec:
     if name not in DATASETS:
-        raise DataError(f"unknown dataset {name!r}; valid datasets: {', '.join(DATASETS)} (or local files)")
+        raise DataError(f"unknown dataset {name!r}; valid datasets: {', '.join(DATASETS)}, or {LOCAL} (your own "
+                        "files: --src/--tgt or --tsv)")
     return DATASETS[name]
 
 
 def default_vocab_size(dataset: str | None) -> int:
+    """The dataset's own default, or DEFAULT_VOCAB_SIZE (the user's files)."""
     return DATASETS[dataset].default_vocab_size if dataset in DATASETS else DEFAULT_VOCAB_SIZE
 
 

@@ -86,3 +86,36 @@ def pair_from_files(source: str | Path, target: str | Path) -> LanguagePair | No
     end in a language code."""
     src, tgt = code_from_suffix(source), code_from_suffix(target)
     return LanguagePair(src, tgt) if src and tgt else None
+
+
+CORPUS_RECORD = "corpus.json"  # a run directory's record of its corpus and language pair (written by training)
+
+
+def recorded_languages(path: str | Path) -> LanguagePair | None:
+    """The language pair a run recorded, for its run directory or a checkpoint inside it (``RUN/checkpoints/X``):
+    from its ``corpus.json``, else from its ``config.yaml`` (``data.direction``); None when neither says (a
+    checkpoint copied out of its run)."""
+    import json
+
+    path = Path(path).resolve()
+    for run in (path, path.parent.parent):
+        try:
+            record = json.loads((run / CORPUS_RECORD).read_text(encoding="utf-8"))
+            languages = record["languages"]
+            return LanguagePair(check_code(languages["source"], "source"), check_code(languages["target"], "target"))
+        except (OSError, ValueError, KeyError, TypeError, ConfigError):
+            pass
+        direction = _configured_direction(run / "config.yaml")
+        if direction is not None:
+            return direction
+    return None
+
+
+def _configured_direction(config_file: Path) -> LanguagePair | None:
+    import yaml
+
+    try:
+        config = yaml.safe_load(config_file.read_text(encoding="utf-8"))
+        return parse_direction(config["data"]["direction"])
+    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError, ConfigError):
+        return None

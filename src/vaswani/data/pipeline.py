@@ -32,6 +32,7 @@ import numpy as np
 
 from vaswani.data.corpora import (
     DEFAULT_DATASET,
+    LOCAL,
     CorpusInfo,
     ParallelCorpus,
     default_vocab_size,
@@ -79,7 +80,6 @@ DEFAULT_SPLITS = ("train", "val", "test")
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_INFO_FILE = "tokenizer_info.json"  # how the tokenizer was trained, to catch a mismatched --vocab-size
 PREPARED_KIND = "prepared data"  # the manifest's kind: tokenizer.json and tokenizer_info.json with their sha256
-LOCAL = "local"  # the dataset name of the user's own files
 # Training pairs the tokenizer learns from, both sides (a million sentences, as SentencePiece users often sample):
 # a BPE's merges settle long before that, and counting the words of every pair would cost most of the preparation.
 DEFAULT_TOKENIZER_SAMPLE = 500_000
@@ -118,34 +118,25 @@ def default_out_dir(dataset: str, direction: str, vocab_size: int) -> Path:
 
 
 def local_corpus(
-    src: Sequence[str | Path] = (),
-    tgt: Sequence[str | Path] = (),
-    tsv: Sequence[str | Path] = (),
-    valid_src: str | Path | None = None,
-    valid_tgt: str | Path | None = None,
-    valid_tsv: str | Path | None = None,
+    train: Sequence[Sequence[str | Path]],
+    valid: Sequence[str | Path] = (),
     tests: dict[str, Sequence[str | Path]] | None = None,
     src_lang: str | None = None,
     tgt_lang: str | None = None,
     holdout: int | None = None,
 ) -> FileCorpus:
-    """A FileCorpus from the command line's files: ``src[i]`` aligned with ``tgt[i]`` and any TSV files make the
-    training split; the languages are ``src_lang``/``tgt_lang`` or else the suffixes of the first two files."""
-    if len(src) != len(tgt):
-        raise ConfigError(f"a local corpus needs both a source file and a target file for each part (or one TSV "
-                          f"file): got {len(src)} source and {len(tgt)} target file(s)")
-    parts = [file_part((s, t), "--src/--tgt") for s, t in zip(src, tgt)] + [file_part((p,), "--tsv") for p in tsv]
+    """A FileCorpus from lists of files: the training parts (each ``(source, target)`` or ``(pairs.tsv,)``), the
+    validation part (none: pairs held out of the training files) and the test sets by name. The languages are
+    ``src_lang``/``tgt_lang``, or else the suffixes of the first two aligned files."""
+    parts = tuple(file_part(part, "training files") for part in train)
     if not parts:
         raise ConfigError("a local corpus needs a source file and a target file (--src/--tgt) or a TSV file (--tsv)")
-    if (valid_src is None) != (valid_tgt is None) or (valid_tsv is not None and valid_src is not None):
-        raise ConfigError("validation files are --valid-src and --valid-tgt together, or --valid-tsv alone")
-    valid = None
-    if valid_src is not None or valid_tsv is not None:
-        valid = FileSplit(VALID, (file_part((valid_tsv,) if valid_tsv else (valid_src, valid_tgt), "--valid"),))
     test_splits = tuple(FileSplit(name, (file_part(paths, f"test set {name}"),)) for name, paths in
                         (tests or {}).items())
-    languages = corpus_languages(parts[0].paths if not parts[0].is_tsv else (), src_lang, tgt_lang)
-    return FileCorpus(languages, FileSplit(TRAIN, tuple(parts)), valid, test_splits,
+    aligned = next((part.paths for split in (parts, *(t.parts for t in test_splits)) for part in split
+                    if not part.is_tsv), ())
+    return FileCorpus(corpus_languages(aligned, src_lang, tgt_lang), FileSplit(TRAIN, parts),
+                      FileSplit(VALID, (file_part(valid, "validation files"),)) if valid else None, test_splits,
                       holdout if holdout is not None else FileCorpus.holdout)
 
 
@@ -200,8 +191,8 @@ def prepare_dataset(
         if tsv_file is None and (src_file is None or tgt_file is None):
             raise ConfigError("a local corpus needs both a source file and a target file (or one TSV file)")
         pair = parse_pair(direction)
-        files = local_corpus([src_file] if src_file else [], [tgt_file] if tgt_file else [],
-                             [tsv_file] if tsv_file else [], src_lang=pair.source, tgt_lang=pair.target)
+        files = local_corpus([(tsv_file,) if tsv_file else (src_file, tgt_file)], src_lang=pair.source,
+                             tgt_lang=pair.target)
     # Settings are checked before any work (a tokenizer trained for nothing, files written for nothing).
     if vocab_size is not None and vocab_size < MIN_VOCAB_SIZE:
         raise ConfigError(f"vocab_size={vocab_size} is too small: a byte-level BPE needs at least {MIN_VOCAB_SIZE}")

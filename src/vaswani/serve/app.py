@@ -24,6 +24,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from vaswani.data.languages import recorded_languages
 from vaswani.decoding import SearchConfig, Translator
 from vaswani.decoding.arguments import engine_choice
 from vaswani.decoding.config import read_stored_engine, read_stored_search, stored_settings
@@ -62,6 +63,8 @@ def checkpoint_info(checkpoint: Path) -> dict[str, Any]:
     is the one ``finalize`` measured for it on the whole validation split (selection.json). A step checkpoint's is
     its row of the run's metrics.jsonl (a subset of the validation split, greedy)."""
     info = unknown_model(checkpoint.resolve().name)
+    languages = recorded_languages(checkpoint)
+    info["languages"] = languages.to_dict() if languages else None
     run = checkpoint.resolve().parent.parent
     if (run / "checkpoints").is_dir():
         info["id"] = f"{run.name}/{checkpoint.resolve().name}"
@@ -83,7 +86,8 @@ def checkpoint_info(checkpoint: Path) -> dict[str, Any]:
 
 def unknown_model(model_id: str) -> dict[str, Any]:
     """What /v1/model reports of a model whose run left nothing about it."""
-    return {"id": model_id, "step": None, "weights": None, "val_bleu": None, "val_loss": None, "val_bleu_on": None}
+    return {"id": model_id, "step": None, "weights": None, "val_bleu": None, "val_loss": None, "val_bleu_on": None,
+            "languages": None}
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -185,7 +189,8 @@ def create_app(model: str | Path | Translator | ServedModel, settings: ServeSett
     its info) and ``batcher``."""
     app = FastAPI(
         title="vaswani translation server",
-        description="German→English translation with a from-scratch Transformer; the page at / shows attention.",
+        description="Translation with a from-scratch Transformer (GET /v1/model names its language pair); the page "
+        "at / shows attention.",
         lifespan=lifespan,
     )
     app.state.settings = settings or ServeSettings()
@@ -329,7 +334,7 @@ def search_config(translator: Translator, body: SearchSettings, settings: ServeS
 
 def check_text(text: str, field: str, settings: ServeSettings) -> None:
     if not text.strip():
-        raise ApiError(422, field, "empty text: type a German sentence")
+        raise ApiError(422, field, "empty text: type a sentence in the model's source language")
     if len(text) > settings.max_chars:
         raise ApiError(422, field, f"{len(text)} characters; at most {settings.max_chars} per text")
 

@@ -10,6 +10,8 @@ to the device one ahead of use: while the device computes on one batch the next 
 
 from __future__ import annotations
 
+import dataclasses
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -19,12 +21,14 @@ import torch
 
 from vaswani.data.batching import Batch, TokenBudgetSampler, collate
 from vaswani.data.buckets import BucketSampler, bucket_lengths, pad_to_shape
-from vaswani.data.corpora import ParallelCorpus
-from vaswani.data.pipeline import default_out_dir, prepare_dataset
+from vaswani.data.corpora import LOCAL, ParallelCorpus, load_corpus
+from vaswani.data.files import VALID
+from vaswani.data.languages import parse_direction
+from vaswani.data.pipeline import PreparedData, default_out_dir, prepare_dataset
 from vaswani.data.preprocess import EncodedCorpus
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.errors import VaswaniError
-from vaswani.io import atomic_copy, file_sha256
+from vaswani.io import atomic_copy, atomic_write_json, file_sha256, read_json
 from vaswani.training.checkpoint import latest_checkpoint
 from vaswani.training.config import RunConfig
 from vaswani.training.distributed import World
@@ -42,14 +46,14 @@ class TrainingData:
 
     @property
     def batches_per_epoch(self) -> int:
-        return len(self.sampler.batches(0))
+        return len(self.sampler.index_arrays(0))
 
-    def epoch_batches(self, epoch: int) -> list[list[int]]:
-        """All batches of the epoch (every rank's), deterministic in (seed, epoch)."""
-        return self.sampler.batches(epoch)
+    def epoch_batches(self, epoch: int) -> list[np.ndarray]:
+        """All batches of the epoch (every rank's) as arrays of pair indices, deterministic in (seed, epoch)."""
+        return self.sampler.index_arrays(epoch)
 
-    def valid_batches(self) -> list[list[int]]:
-        return self.valid_sampler.batches(0)
+    def valid_batches(self) -> list[np.ndarray]:
+        return self.valid_sampler.index_arrays(0)
 
     def target_tokens(self, indices: list[int]) -> int:
         """Real target positions (y1 … yn </s>) of a batch: the loss's normaliser."""
@@ -100,25 +104,37 @@ class TrainingData:
 
 
 def load(config: RunConfig, run_dir: Path, world: World) -> TrainingData:
+    """The run's data, prepared on rank 0 first (the other ranks then load the same cache). The run directory
+    records the corpus (``corpus.json``: each file's path, line count and sha256); a run that recorded another
+    one is refused."""
     dc, tc = config.data, config.train
-    out_dir = default_out_dir(dc.dataset, dc.direction, dc.vocab_size)
+    files = dc.files()
+    valid_split = valid_split_name(config)
 
-    def prepare():
-        return prepare_dataset(dc.dataset, splits=("train", dc.valid_split), data_dir=dc.data_dir, out_dir=out_dir,
+    def prepare(progress: bool) -> PreparedData:
+        if files is not None:
+            return prepare_dataset(files=files, data_dir=dc.data_dir, vocab_size=dc.vocab_size, max_len=dc.max_len,
+                                   tokenizer_sample=dc.tokenizer_sample, seed=dc.seed, progress=progress)
+        return prepare_dataset(dc.dataset, splits=("train", dc.valid_split), data_dir=dc.data_dir,
+                               out_dir=default_out_dir(dc.dataset, dc.direction, dc.vocab_size),
                                vocab_size=dc.vocab_size, max_len=dc.max_len, direction=dc.direction,
-                               train_split=dc.train_split)
+                               train_split=dc.train_split, tokenizer_sample=dc.tokenizer_sample, seed=dc.seed,
+                               progress=progress)
 
     if world.is_main:
-        prepared = prepare()
+        prepared = prepare(tc.progress)
     world.barrier()
     if not world.is_main:
-        prepared = prepare()  # everything is cached now: this only loads
+        prepared = prepare(False)  # everything is cached now: this only loads
     if world.is_main:
         check_same_tokenizer(prepared.tokenizer_path, run_dir)
+        record_corpus(run_dir, config, prepared)
+        if prepared.held_out is not None:
+            print(f"validation: {prepared.held_out.describe()} of {files.train.describe()}", file=sys.stderr)
     tokenizer_file = run_dir / "tokenizer.json"
     if world.is_main:
         atomic_copy(prepared.tokenizer_path, tokenizer_file)
-    train, valid = prepared.splits["train"], prepared.splits[dc.valid_split]
+    train, valid = prepared.splits["train"], prepared.splits[valid_split]
     if tc.length_buckets:
         longest_valid = int(np.maximum(valid.src_lengths, valid.tgt_lengths).max()) + 1
         lengths = bucket_lengths(np.maximum(train.src_lengths, train.tgt_lengths) + 1, tc.length_buckets,
@@ -130,8 +146,69 @@ def load(config: RunConfig, run_dir: Path, world: World) -> TrainingData:
     else:
         sampler = TokenBudgetSampler(train.src_lengths, train.tgt_lengths, tc.max_tokens, seed=tc.seed, shuffle=True)
         valid_sampler = TokenBudgetSampler(valid.src_lengths, valid.tgt_lengths, tc.max_tokens, shuffle=False)
-    return TrainingData(prepared.tokenizer, tokenizer_file, train, valid, prepared.corpora[dc.valid_split], sampler,
+    return TrainingData(prepared.tokenizer, tokenizer_file, train, valid, prepared.corpora[valid_split], sampler,
                         valid_sampler)
+
+
+CORPUS_FILE = "corpus.json"
+
+
+def valid_split_name(config: RunConfig) -> str:
+    """The name of the run's validation split: ``data.valid_split`` of a registered dataset; "valid" for files."""
+    return VALID if config.data.dataset == LOCAL else config.data.valid_split
+
+
+def split_texts(config: RunConfig, splits: Iterable[str]) -> dict[str, ParallelCorpus]:
+    """The raw text of these splits of the run's corpus (its validation split and test sets, for references): read
+    from the dataset's files, or, for the user's own files, from the prepared data (which holds the held-out
+    validation pairs)."""
+    dc = config.data
+    files = dc.files()
+    if files is None:
+        return {split: load_corpus(dc.dataset, split, dc.direction, data_dir=dc.data_dir) for split in splits}
+    prepared = prepare_dataset(files=files, vocab_size=dc.vocab_size, max_len=dc.max_len,
+                               tokenizer_sample=dc.tokenizer_sample, seed=dc.seed)
+    return {split: prepared.corpora[split] for split in splits}
+
+
+def record_corpus(run_dir: Path, config: RunConfig, prepared: PreparedData) -> None:
+    """Write ``run_dir/corpus.json``: the language pair, each split's files (path, line count, sha256) or the
+    registered dataset's splits, and where the data was prepared. A run that already recorded a corpus continues
+    only on the same one: a file whose content changed is refused, naming it."""
+    dc = config.data
+    record = {"dataset": dc.dataset, "languages": parse_direction(dc.direction).to_dict(),
+              "prepared": str(prepared.out_dir),
+              "splits": {name: {"pairs": encoded.stats.pairs_in, "checksum": encoded.meta.get("corpus_checksum")}
+                         for name, encoded in prepared.splits.items()}}
+    for name, files in prepared.files.items():
+        record["splits"][name].update(files=[dataclasses.asdict(file) for file in files.files])
+    if prepared.held_out is not None:
+        record["splits"][VALID]["held_out"] = dataclasses.asdict(prepared.held_out)
+    path = run_dir / CORPUS_FILE
+    if path.is_file():
+        earlier = read_json(path, "corpus record")
+        problem = _changed(earlier, record) if isinstance(earlier, dict) else "it is not a JSON object"
+        if problem:
+            raise VaswaniError(f"{problem}; this run continues only on the corpus it started on: put the files back "
+                               f"as they were, or start a new run (--start-over or another --run-dir)")
+    atomic_write_json(path, record)
+
+
+def _changed(earlier: dict, now: dict) -> str | None:
+    """How the corpus ``now`` differs from the one a run recorded (None: the same)."""
+    files_then = {file.get("path"): file for split in (earlier.get("splits") or {}).values()
+                  if isinstance(split, dict) for file in split.get("files") or [] if isinstance(file, dict)}
+    for split in now["splits"].values():
+        for file in split.get("files", []):
+            then = files_then.get(file["path"])
+            if then is not None and then.get("sha256") != file["sha256"]:
+                return (f"{file['path']} changed since this run started (sha256 {str(then.get('sha256'))[:12]}… then, "
+                        f"{file['sha256'][:12]}… now)")
+    for name, split in now["splits"].items():
+        then = (earlier.get("splits") or {}).get(name)
+        if isinstance(then, dict) and then.get("checksum") != split["checksum"]:
+            return f"the {name} split is not the one this run started on (its checksum changed)"
+    return None
 
 
 def check_same_tokenizer(tokenizer_path: Path, run_dir: Path) -> None:
@@ -146,4 +223,5 @@ def check_same_tokenizer(tokenizer_path: Path, run_dir: Path) -> None:
                            "a new run")
 
 
-__all__ = ["TrainingData", "check_same_tokenizer", "load"]
+__all__ = ["CORPUS_FILE", "TrainingData", "check_same_tokenizer", "load", "record_corpus", "split_texts",
+           "valid_split_name"]

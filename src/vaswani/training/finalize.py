@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from vaswani.data.corpora import load_corpus
+from vaswani.data.languages import parse_direction
 from vaswani.decoding.config import SearchConfig, stored_settings, write_stored_search
 from vaswani.decoding.translator import Translator
 from vaswani.errors import VaswaniError
@@ -45,6 +45,7 @@ from vaswani.io import atomic_write_json, write_manifest
 from vaswani.model.serialization import CHECKPOINT_KIND
 from vaswani.training.checkpoint import STEP_NAME
 from vaswani.training.config import RunConfig
+from vaswani.training.data import split_texts, valid_split_name
 from vaswani.training.device_choices import decoding_batches
 
 FINAL = "final"
@@ -62,7 +63,9 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
     started = time.perf_counter()
     checkpoints = Path(run_dir) / "checkpoints"
     dc, tc = config.data, config.train
-    valid = load_corpus(dc.dataset, dc.valid_split, dc.direction, data_dir=dc.data_dir)
+    valid_split = valid_split_name(config)
+    texts = split_texts(config, [valid_split, *tc.final_test_splits])
+    valid = texts[valid_split]
     sources, references = valid.source[: tc.final_valid_sentences], valid.target[: tc.final_valid_sentences]
     staging = checkpoints / f".tmp-{FINAL}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
@@ -116,7 +119,7 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
     translator = Translator.load(final, search, device=device, **batches)
     tests = {}
     for split in tc.final_test_splits:
-        corpus = load_corpus(dc.dataset, split, dc.direction, data_dir=dc.data_dir)
+        corpus = texts[split]
         test_set = TestSet(f"{dc.dataset}-{split}", corpus.source, corpus.target)
         results, _ = evaluate(translator, test_set, final / "eval" / test_set.name, checkpoint=str(final))
         tests[test_set.name] = {key: results[key] for key in ("bleu", "chrf", "length_ratio", "signature",
@@ -125,7 +128,8 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
         "weights": chosen["weights"],
         "search": best_search["search"],
         "search_settings": best_search["settings"],
-        "valid_split": dc.valid_split,
+        "valid_split": valid_split,
+        "languages": parse_direction(dc.direction).to_dict(),
         "valid_sentences": len(sources),
         "valid": best_search["valid"],
         "quantization": quantization,
@@ -139,7 +143,7 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
     if cut_short:
         _say(f"final model: train.final_max_minutes={tc.final_max_minutes:g} ran out; chosen among the "
              f"{len(weights)} weights and {len(tried)} searches scored by then")
-    _say(f"final model: {chosen['weights']}, {best_search['search']} (chosen on {dc.valid_split}: BLEU "
+    _say(f"final model: {chosen['weights']}, {best_search['search']} (chosen on {valid_split}: BLEU "
          f"{best_search['valid']['bleu']:.2f}) -> {final}")
     for name, scores in tests.items():
         _say(f"{name}: BLEU {scores['bleu']:.2f}  chrF {scores['chrf']:.2f}  length ratio "
