@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "vaswani"
-BUILT_ON_THE_CORE = ("experiments", "benchmarks", "classification", "serve", "export")
+BUILT_ON_THE_CORE = ("experiments", "benchmarks", "classification", "serve", "export", "tools")
 # Who may import whom inside the core (besides the package's small shared modules below).
 # Processes only where the process is the point: git for the commit; a server under load, a training run killed
 # with SIGKILL, and commands timed as a user runs them (start-up included), each in a process of its own.
 # Everything else calls the public API in-process.
 SUBPROCESS_ALLOWED = {"vaswani.provenance", "vaswani.serve.loadtest", "vaswani.training.faults",
-                      "vaswani.benchmarks.engines"}
+                      "vaswani.benchmarks.engines", "vaswani.tools.data_benchmark"}
 SHARED = {"config", "errors", "io", "precision", "devices", "provenance"}
 CORE_IMPORTS = {
     "model": {"model", "config", "errors", "io"},
@@ -98,3 +98,15 @@ def test_library_code_never_calls_the_command_line() -> None:
         starts_processes = any(isinstance(node, ast.Import) and any(a.name == "subprocess" for a in node.names)
                                for node in ast.walk(tree))
         assert not starts_processes or name in SUBPROCESS_ALLOWED, f"{path}: starts subprocesses"
+
+
+def test_the_data_modules_are_a_library_not_scripts() -> None:
+    """Only data/commands.py speaks to the command line; harnesses such as the data benchmark live in tools/."""
+    for name, path, tree in MODULES:
+        if not name.startswith("vaswani.data.") or name == "vaswani.data.commands":
+            continue
+        imports = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        imports |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+        assert "argparse" not in imports, f"{path}: imports argparse"
+        functions = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+        assert "main" not in functions, f"{path}: has a main()"

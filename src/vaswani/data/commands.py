@@ -202,6 +202,8 @@ def format_report(data, seconds: float) -> str:
     max_len = next(iter(data.splits.values())).stats.max_len if data.splits else "-"
     if data.held_out is not None:
         lines.append(f"valid: {data.held_out.describe()}, kept beside its ids in the cache")
+    if data.phases:
+        lines.append("phases: " + ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in data.phases.items()))
     lines.append(
         f"max_len {max_len} (positions incl. <s>/</s>); tokens = BPE tokens per sentence without <s>/</s>; "
         f"cache: {data.out_dir / 'cache'}; total {seconds:.1f} s"

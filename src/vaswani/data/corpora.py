@@ -26,7 +26,10 @@ IWSLT_URL = (
     "https://raw.githubusercontent.com/gugundi/NeuralMachineTranslation/"
     "1b51a63297e25428ec8243cb04571eb9bd50da97/.data/iwslt/de-en"
 )
-# The WMT17 training data (News Commentary v12, Europarl v7, Common Crawl, Rapid; ~5.9M pairs) on the HF hub.
+# The WMT17 de-en training data (News Commentary v12, Europarl v7, Common Crawl, Rapid 2016; ~5.9M pairs): local
+# copies of the files its archives unpack to, in DATA/wmt17_de_en/train/ (plain or .gz), else the HF hub's copy.
+WMT17_TRAIN_DIR = "wmt17_de_en/train"
+WMT17_TRAIN_FILES = ("europarl-v7.de-en", "commoncrawl.de-en", "news-commentary-v12.de-en", "rapid2016.de-en")
 WMT17_HUB_ID = "wmt/wmt17"  # the hub's parquet copy of WMT17: `datasets` runs no loading scripts
 WMT17_HUB_CONFIG = "de-en"
 
@@ -263,7 +266,10 @@ def load_corpus(
     split_spec = spec.resolve_split(split)
     src_lang, tgt_lang = parse_direction(direction)
     if split_spec.hub:
-        return load_wmt17_train(direction)
+        parts = wmt17_train_files(data_dir, direction)
+        if parts is None:
+            return load_wmt17_train(direction)
+        return _concatenated(spec.name, split_spec.name, parts, src_lang, tgt_lang)
     german: list[str] = []
     english: list[str] = []
     sums: dict[str, list[str]] = {"de": [], "en": []}
@@ -290,6 +296,14 @@ def load_corpus(
         checksum=combine_checksums(sums[src_lang], sums[tgt_lang]),
         files=files,
     )
+
+
+def _concatenated(name: str, split: str, parts: list[tuple[Path, Path]], src_lang: str,
+                  tgt_lang: str) -> ParallelCorpus:
+    corpora = [load_parallel_files(src, tgt, name, split, src_lang, tgt_lang) for src, tgt in parts]
+    return ParallelCorpus(name, split, [line for c in corpora for line in c.source],
+                          [line for c in corpora for line in c.target], src_lang, tgt_lang,
+                          combine_checksums([c.checksum for c in corpora], []), [f for c in corpora for f in c.files])
 
 
 def load_parallel_files(
@@ -346,7 +360,37 @@ def combine_checksums(source_sums: Iterable[str], target_sums: Iterable[str]) ->
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-# ----------------------------------------------------------------------------------- WMT17 train (HF hub)
+# ----------------------------------------------------------------------------------- WMT17 train (files or hub)
+
+
+def wmt17_train_files(data_dir: str | Path | None, direction: str = "de-en") -> list[tuple[Path, Path]] | None:
+    """The (source, target) file pairs of the WMT17 training corpora in ``data_dir`` (default $VASWANI_DATA), in
+    the order of WMT17_TRAIN_FILES; None when none of them is there (the training split then comes from the hub).
+    Some but not all of them is a DataError naming the missing ones: a corpus silently short of a part would train
+    another model than the one asked for."""
+    from vaswani.data.download import default_data_dir
+
+    root = Path(data_dir) if data_dir is not None else default_data_dir()
+    if root is None:
+        return None
+    folder = root / WMT17_TRAIN_DIR
+    src_lang, tgt_lang = parse_direction(direction)
+    found, missing = [], []
+    for stem in WMT17_TRAIN_FILES:
+        pair = []
+        for lang in (src_lang, tgt_lang):
+            path = next((p for p in (folder / f"{stem}.{lang}", folder / f"{stem}.{lang}.gz") if p.is_file()), None)
+            (pair.append(path) if path is not None else missing.append(f"{stem}.{lang}[.gz]"))
+        if len(pair) == 2:
+            found.append((pair[0], pair[1]))
+    if not found:
+        return None
+    if missing:
+        raise DataError(f"{folder}: holds some of the WMT17 training corpora but not {', '.join(missing)}; add them "
+                        f"(the files {', '.join(WMT17_TRAIN_FILES)} in .de and .en), or move the folder away to "
+                        "train from the Hugging Face hub")
+    return found
+
 
 
 def load_wmt17_train(direction: str = "de-en") -> ParallelCorpus:

@@ -361,13 +361,15 @@ class FileCorpus:
     valid: FileSplit | None = None
     tests: tuple[FileSplit, ...] = ()
     holdout: int = DEFAULT_HOLDOUT
+    name: str = "local"  # what its caches and prepared data are named by: "local", or a registered dataset's name
 
     def __post_init__(self) -> None:
         names = [split.name for split in self.tests]
         for name in names:
-            if name in (TRAIN, VALID) or names.count(name) > 1 or not name.strip():
+            taken = (TRAIN, self.valid.name if self.valid else VALID)
+            if name in taken or names.count(name) > 1 or not name.strip():
                 raise ConfigError(f"test set name {name!r} is taken: name each test set once, and neither "
-                                  f"{TRAIN!r} nor {VALID!r}", field="data.test_files")
+                                  f"{taken[0]!r} nor {taken[1]!r}", field="data.test_files")
 
     def splits(self) -> list[FileSplit]:
         return [self.train, *([self.valid] if self.valid else []), *self.tests]

@@ -18,6 +18,7 @@ entry carries its own manifest (see preprocess.py).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -26,7 +27,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -36,9 +37,12 @@ from vaswani.data.corpora import (
     CorpusInfo,
     ParallelCorpus,
     default_vocab_size,
+    get_dataset,
     load_corpus,
     parse_direction,
+    wmt17_train_files,
 )
+from vaswani.data.download import resolve_file
 from vaswani.data.files import (
     TRAIN,
     VALID,
@@ -62,6 +66,7 @@ from vaswani.data.preprocess import (
     prepare_files,
     save_encoded,
 )
+from vaswani.data.textfiles import sha256_file
 from vaswani.data.tokenizer import MIN_VOCAB_SIZE, Tokenizer
 from vaswani.errors import ConfigError, DataError
 from vaswani.io import (
@@ -111,6 +116,7 @@ class PreparedData:
     corpora: dict[str, ParallelCorpus] = field(default_factory=dict, repr=False)
     files: dict[str, SplitFingerprint] = field(default_factory=dict)  # each split's files, when it is files
     held_out: HeldOut | None = None
+    phases: dict[str, float] = field(default_factory=dict)  # seconds of reading, checking, tokenizer, encoding
 
 
 def default_out_dir(dataset: str, direction: str, vocab_size: int) -> Path:
@@ -138,6 +144,34 @@ def local_corpus(
     return FileCorpus(corpus_languages(aligned, src_lang, tgt_lang), FileSplit(TRAIN, parts),
                       FileSplit(VALID, (file_part(valid, "validation files"),)) if valid else None, test_splits,
                       holdout if holdout is not None else FileCorpus.holdout)
+
+
+def registered_files(dataset: str, splits: Sequence[str], direction: str, train_split: str = "train",
+                     data_dir: str | Path | None = None, cache_dir: str | Path | None = None,
+                     mirror: str | None = None) -> FileCorpus | None:
+    """A registered dataset whose training split is local files too large to hold as text (the WMT17 training
+    corpora, see corpora.wmt17_train_files) as a FileCorpus to stream: its first other split validates, the rest are
+    test sets, each by the name asked for. None for every other dataset, which is read into memory."""
+    spec = get_dataset(dataset)
+    if not spec.resolve_split(train_split).hub:
+        return None
+    parts = wmt17_train_files(data_dir, direction)
+    if parts is None:
+        return None
+    src_lang, tgt_lang = parse_direction(direction)
+    others = []
+    for name in (split for split in splits if split != "train"):
+        files = []
+        for remote in spec.resolve_split(name).parts:
+            de, en = (resolve_file(file, data_dir, cache_dir, mirror) for file in remote)
+            for file, path in zip(remote, (de, en)):
+                if sha256_file(path) != file.sha256:
+                    raise DataError(f"{path}: sha256 is not the one of {file.path}; the file is corrupt or a "
+                                    "different version. Delete it so that it is downloaded again")
+            files.append(file_part((de, en) if src_lang == "de" else (en, de), name))
+        others.append(FileSplit(name, tuple(files)))
+    return FileCorpus(LanguagePair(src_lang, tgt_lang), FileSplit(TRAIN, tuple(file_part(p, "train") for p in parts)),
+                      others[0] if others else None, tuple(others[1:]), name=dataset)
 
 
 def corpus_languages(paths: Sequence[str | Path], src_lang: str | None, tgt_lang: str | None) -> LanguagePair:
@@ -205,6 +239,8 @@ def prepare_dataset(
         raise ConfigError(f"tokenizer_sample={tokenizer_sample} must be >= 1 (or None: every training pair)")
     settings = _Settings(vocab_size if vocab_size is not None else default_vocab_size(LOCAL if files else dataset),
                          max_len, min_frequency, tokenizer_sample, seed, progress)
+    if files is None and "train" in splits:
+        files = registered_files(dataset, splits, direction, train_split, data_dir, cache_dir, mirror)
     if files is not None:
         return _prepare_files(files, out_dir, tokenizer_path, settings)
     parse_direction(direction)
@@ -279,8 +315,11 @@ def _held_out(pairs: int, holdout: int, seed: int) -> np.ndarray:
 
 def _prepare_files(corpus: FileCorpus, out_dir: str | Path | None, tokenizer_path: str | Path | None,
                    settings: _Settings) -> PreparedData:
-    records = {split.name: fingerprint(split, settings.progress) for split in corpus.splits()}
+    clock = _Phases()
+    with clock("reading"):
+        records = {split.name: fingerprint(split, settings.progress) for split in corpus.splits()}
     train = records[TRAIN]
+    valid_name = corpus.valid.name if corpus.valid else VALID
     no_pairs = np.zeros(0, dtype=np.int64)
     held = _held_out(train.pairs, corpus.holdout, settings.seed) if corpus.valid is None else no_pairs
     if corpus.valid is None and len(held) == 0:
@@ -288,23 +327,25 @@ def _prepare_files(corpus: FileCorpus, out_dir: str | Path | None, tokenizer_pat
                         "validation pairs from; give validation files (--valid-src/--valid-tgt)")
     held_out = HeldOut(len(held), train.pairs, settings.seed) if corpus.valid is None else None
     # What the tokenizer and every cache here are made from: the files, the held-out choice, the sample.
-    identity = {"train": train.checksum, "valid": records[VALID].checksum if corpus.valid else None,
+    identity = {"train": train.checksum, "valid": records[valid_name].checksum if corpus.valid else None,
                 "held_out": [held_out.pairs, settings.seed] if held_out else None,
                 "tokenizer_sample": settings.tokenizer_sample, "sample_seed": settings.seed,
                 "min_frequency": settings.min_frequency, "direction": corpus.languages.direction}
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
     direction = corpus.languages.direction
     out = _out_directory(Path(out_dir) if out_dir is not None else
-                         default_out_dir(f"{LOCAL}-{key[:12]}", direction, settings.vocab_size))
-    info = {name: _info(name, record.checksum, record, corpus.languages) for name, record in records.items()}
+                         default_out_dir(f"{corpus.name}-{key[:12]}", direction, settings.vocab_size))
+    info = {name: _info(corpus.name, name, record.checksum, record, corpus.languages)
+            for name, record in records.items()}
     if held_out is not None:  # the training split without its held-out pairs, and those pairs, are splits of their own
         mark = f"held out {held_out.pairs} of {train.pairs}, seed {settings.seed}"
-        info[TRAIN] = _info(TRAIN, _combine(train.checksum, mark), train, corpus.languages)
-        info[VALID] = _info(VALID, _combine(train.checksum, mark, VALID), train, corpus.languages)
+        info[TRAIN] = _info(corpus.name, TRAIN, _combine(train.checksum, mark), train, corpus.languages)
+        info[VALID] = _info(corpus.name, VALID, _combine(train.checksum, mark, VALID), train, corpus.languages)
 
     # The validation and test files are small: read whole (every line checked), for their references.
-    corpora = {name: _corpus(info[name], *_read_all(split, records[name], settings.progress))
-               for split in corpus.splits() if (name := split.name) != TRAIN}
+    with clock("checking"):
+        corpora = {name: _corpus(info[name], *_read_all(split, records[name], settings.progress))
+                   for split in corpus.splits() if (name := split.name) != TRAIN}
     tokenizer = _existing_tokenizer(out, tokenizer_path, settings.vocab_size, trained_on=info[TRAIN].checksum)
     cache = out / "cache"
     missing = tokenizer is None or any(
@@ -316,20 +357,24 @@ def _prepare_files(corpus: FileCorpus, out_dir: str | Path | None, tokenizer_pat
         sample, how = _sample(train.pairs, held, settings) if tokenizer is None else (no_pairs, {})
         watch = {pair for name in (split.name for split in corpus.tests) for pair in
                  zip(corpora[name].source, corpora[name].target)}
-        scanned = scan(corpus.train, train.pairs, np.union1d(sample, held), settings.progress, watch)
+        with clock("checking"):
+            scanned = scan(corpus.train, train.pairs, np.union1d(sample, held), settings.progress, watch)
         if scanned.watched_found:
             logger.warning("test sets %s: %d of their pairs also occur in the training data (%s); their scores will "
                            "flatter the model", ", ".join(split.name for split in corpus.tests),
                            scanned.watched_found, corpus.train.describe())
         if tokenizer is None:
             source, target = scanned.text(sample)
-            trained_on = {"name": LOCAL, "split": TRAIN, "checksum": info[TRAIN].checksum,
+            trained_on = {"name": corpus.name, "split": TRAIN, "checksum": info[TRAIN].checksum,
                           "files": [file.path for file in train.files], "sample": how}
-            tokenizer = _train_tokenizer(out, itertools.chain(source, target), 2 * len(sample), trained_on, settings)
+            with clock("tokenizer"):
+                tokenizer = _train_tokenizer(out, itertools.chain(source, target), 2 * len(sample), trained_on,
+                                             settings)
             trained, seconds = True, time.perf_counter() - started
     result: dict[str, EncodedCorpus] = {}  # the training split first: by far the largest, so the likeliest to fail
-    result[TRAIN] = prepare_files(corpus.train, info[TRAIN], train.pairs, tokenizer, cache, settings.max_len,
-                                  exclude=held, progress=settings.progress)
+    with clock("encoding"):
+        result[TRAIN] = prepare_files(corpus.train, info[TRAIN], train.pairs, tokenizer, cache, settings.max_len,
+                                      exclude=held, progress=settings.progress)
     if held_out is not None:
         valid_path = cache_path(cache, info[VALID], tokenizer, settings.max_len)
         if scanned is not None and _needs_building(valid_path, tokenizer):
@@ -342,9 +387,25 @@ def _prepare_files(corpus: FileCorpus, out_dir: str | Path | None, tokenizer_pat
     for name, text in corpora.items():
         if name not in result:
             result[name] = prepare(text, tokenizer, cache, settings.max_len)
-    ordered = {name: result[name] for name in (TRAIN, VALID, *(split.name for split in corpus.tests))}
+    ordered = {name: result[name] for name in (TRAIN, valid_name, *(split.name for split in corpus.tests))}
     tok_path = Path(tokenizer_path) if tokenizer_path is not None else out / TOKENIZER_FILE
-    return PreparedData(tokenizer, ordered, out, tok_path, trained, seconds, corpora, records, held_out)
+    return PreparedData(tokenizer, ordered, out, tok_path, trained, seconds, corpora, records, held_out,
+                        clock.seconds)
+
+
+class _Phases:
+    """Seconds spent in each phase of preparing files, in the order they first ran (a phase may run twice)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
 
 
 def _read_all(split: FileSplit, record: SplitFingerprint, progress: bool) -> tuple[list[str], list[str]]:
@@ -352,8 +413,8 @@ def _read_all(split: FileSplit, record: SplitFingerprint, progress: bool) -> tup
     return scanned.source, scanned.target
 
 
-def _info(split: str, checksum: str, record: SplitFingerprint, languages: LanguagePair) -> CorpusInfo:
-    return CorpusInfo(LOCAL, split, languages.source, languages.target, checksum,
+def _info(name: str, split: str, checksum: str, record: SplitFingerprint, languages: LanguagePair) -> CorpusInfo:
+    return CorpusInfo(name, split, languages.source, languages.target, checksum,
                       tuple(file.path for file in record.files))
 
 
