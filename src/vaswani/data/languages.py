@@ -68,7 +68,11 @@ def parse_direction(direction: str, setting: str = "data.direction") -> Language
     if not dash or "-" in target:
         raise ConfigError(f"{setting}={direction!r} is not a language pair: expected SOURCE-TARGET such as fr-en "
                           f"(each {CODE_FORMAT})", field=setting)
-    return LanguagePair(check_code(source, setting), check_code(target, setting))
+    for code in (source, target):
+        if not CODE.fullmatch(code):
+            raise ConfigError(f"{setting}={direction!r}: {code!r} is not a language code: expected {CODE_FORMAT}",
+                              field=setting)
+    return LanguagePair(source, target)
 
 
 def code_from_suffix(path: str | Path) -> str | None:
