@@ -22,7 +22,7 @@ import torch
 from vaswani.data.batching import Batch, TokenBudgetSampler, collate
 from vaswani.data.buckets import BucketSampler, bucket_lengths, pad_to_shape
 from vaswani.data.corpora import LOCAL, ParallelCorpus, load_corpus
-from vaswani.data.files import VALID
+from vaswani.data.files import VALID, FileCorpus, fingerprint
 from vaswani.data.languages import parse_direction
 from vaswani.data.pipeline import PreparedData, default_out_dir, prepare_dataset
 from vaswani.data.preprocess import EncodedCorpus
@@ -122,6 +122,8 @@ def load(config: RunConfig, run_dir: Path, world: World) -> TrainingData:
                                progress=progress)
 
     if world.is_main:
+        if files is not None and (run_dir / CORPUS_FILE).is_file():  # a run resumed: before anything is prepared
+            check_files_unchanged(run_dir, files)
         prepared = prepare(tc.progress)
     world.barrier()
     if not world.is_main:
@@ -194,6 +196,17 @@ def record_corpus(run_dir: Path, config: RunConfig, prepared: PreparedData) -> N
     atomic_write_json(path, record)
 
 
+def check_files_unchanged(run_dir: Path, files: FileCorpus) -> None:
+    """Refuse, naming the file, a run whose recorded files have another content now (read for their sha256)."""
+    earlier = read_json(run_dir / CORPUS_FILE, "corpus record")
+    now = {"splits": {split.name: {"files": [dataclasses.asdict(record) for record in fingerprint(split).files]}
+                      for split in files.splits()}}
+    problem = _changed(earlier, now) if isinstance(earlier, dict) else "it is not a JSON object"
+    if problem:
+        raise VaswaniError(f"{problem}; this run continues only on the corpus it started on: put the files back "
+                           f"as they were, or start a new run (--start-over or another --run-dir)")
+
+
 def _changed(earlier: dict, now: dict) -> str | None:
     """How the corpus ``now`` differs from the one a run recorded (None: the same)."""
     files_then = {file.get("path"): file for split in (earlier.get("splits") or {}).values()
@@ -206,7 +219,7 @@ def _changed(earlier: dict, now: dict) -> str | None:
                         f"{file['sha256'][:12]}… now)")
     for name, split in now["splits"].items():
         then = (earlier.get("splits") or {}).get(name)
-        if isinstance(then, dict) and then.get("checksum") != split["checksum"]:
+        if isinstance(then, dict) and "checksum" in split and then.get("checksum") != split["checksum"]:
             return f"the {name} split is not the one this run started on (its checksum changed)"
     return None
 
