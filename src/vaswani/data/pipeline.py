@@ -61,7 +61,7 @@ from vaswani.data.preprocess import (
     DEFAULT_MAX_LEN,
     EncodedCorpus,
     cache_path,
-    load_encoded,
+    load_cached,
     prepare,
     prepare_files,
     save_encoded,
@@ -348,11 +348,14 @@ def _prepare_files(corpus: FileCorpus, out_dir: str | Path | None, tokenizer_pat
                    for split in corpus.splits() if (name := split.name) != TRAIN}
     tokenizer = _existing_tokenizer(out, tokenizer_path, settings.vocab_size, trained_on=info[TRAIN].checksum)
     cache = out / "cache"
-    missing = tokenizer is None or any(
-        _needs_building(cache_path(cache, info[name], tokenizer, settings.max_len), tokenizer)
-        for name in (TRAIN, *([VALID] if held_out else [])))
-    trained, seconds, scanned = False, 0.0, None
-    if missing:  # every training line is checked before anything is made from it
+    result: dict[str, EncodedCorpus] = {}
+    for name in (TRAIN, *([VALID] if held_out else [])):  # what is cached already (each cache opened once)
+        found = load_cached(cache_path(cache, info[name], tokenizer, settings.max_len), tokenizer,
+                            list(info[name].files)) if tokenizer is not None else None
+        if found is not None:
+            result[name] = found
+    trained, seconds, held_text = False, 0.0, None
+    if TRAIN not in result or (held_out and VALID not in result):  # every line is checked before anything is made
         started = time.perf_counter()
         sample, how = _sample(train.pairs, held, settings) if tokenizer is None else (no_pairs, {})
         watch = {pair for name in (split.name for split in corpus.tests) for pair in
@@ -363,26 +366,26 @@ def _prepare_files(corpus: FileCorpus, out_dir: str | Path | None, tokenizer_pat
             logger.warning("test sets %s: %d of their pairs also occur in the training data (%s); their scores will "
                            "flatter the model", ", ".join(split.name for split in corpus.tests),
                            scanned.watched_found, corpus.train.describe())
+        held_text = scanned.text(held)
         if tokenizer is None:
             source, target = scanned.text(sample)
+            del scanned  # the sample's text goes as soon as the tokenizer has learnt from it
             trained_on = {"name": corpus.name, "split": TRAIN, "checksum": info[TRAIN].checksum,
                           "files": [file.path for file in train.files], "sample": how}
             with clock("tokenizer"):
                 tokenizer = _train_tokenizer(out, itertools.chain(source, target), 2 * len(sample), trained_on,
                                              settings)
+            del source, target
             trained, seconds = True, time.perf_counter() - started
-    result: dict[str, EncodedCorpus] = {}  # the training split first: by far the largest, so the likeliest to fail
-    with clock("encoding"):
-        result[TRAIN] = prepare_files(corpus.train, info[TRAIN], train.pairs, tokenizer, cache, settings.max_len,
-                                      exclude=held, progress=settings.progress)
+    if TRAIN not in result:  # the training split first: by far the largest, so the likeliest to fail
+        with clock("encoding"):
+            result[TRAIN] = prepare_files(corpus.train, info[TRAIN], train.pairs, tokenizer, cache, settings.max_len,
+                                          exclude=held, progress=settings.progress, build=True)
     if held_out is not None:
         valid_path = cache_path(cache, info[VALID], tokenizer, settings.max_len)
-        if scanned is not None and _needs_building(valid_path, tokenizer):
-            text = scanned.text(held)
-            result[VALID] = prepare(_corpus(info[VALID], *text), tokenizer, None, settings.max_len)
-            save_encoded(result[VALID], valid_path, info[VALID], text=text)
-        else:
-            result[VALID] = load_encoded(valid_path, tokenizer)
+        if VALID not in result:
+            result[VALID] = prepare(_corpus(info[VALID], *held_text), tokenizer, None, settings.max_len)
+            save_encoded(result[VALID], valid_path, info[VALID], text=held_text)
         corpora[VALID] = _corpus(info[VALID], *read_cached_text(valid_path))
     for name, text in corpora.items():
         if name not in result:
@@ -416,16 +419,6 @@ def _read_all(split: FileSplit, record: SplitFingerprint, progress: bool) -> tup
 def _info(name: str, split: str, checksum: str, record: SplitFingerprint, languages: LanguagePair) -> CorpusInfo:
     return CorpusInfo(name, split, languages.source, languages.target, checksum,
                       tuple(file.path for file in record.files))
-
-
-def _needs_building(path: Path, tokenizer: Tokenizer) -> bool:
-    if not path.exists():
-        return True
-    try:
-        load_encoded(path, tokenizer)
-    except DataError:
-        return True
-    return False
 
 
 def read_cached_text(path: Path) -> tuple[list[str], list[str]]:

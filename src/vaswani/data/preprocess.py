@@ -198,7 +198,7 @@ def prepare(
     ``cache_root=None`` encodes in memory without caching."""
     check_max_len(max_len)
     path = cache_path(cache_root, corpus, tokenizer, max_len) if cache_root is not None else None
-    cached = _load_cached(path, tokenizer, corpus.files or [corpus.name])
+    cached = load_cached(path, tokenizer, corpus.files or [corpus.name])
     if cached is not None:
         return cached
     encoded = encode_corpus(corpus, tokenizer, max_len)
@@ -217,13 +217,15 @@ def prepare_files(
     exclude: np.ndarray | None = None,
     progress: bool = False,
     workers: int | None = None,
+    build: bool = False,
 ) -> EncodedCorpus:
     """Encode, filter and cache the ``pairs`` pairs of a split of files, streamed from disk (see files.py) and
     encoded by ``workers`` processes (default: one per core); the pairs at the sorted indices ``exclude`` are left
-    out (held out for validation). ``info`` names the split and keys its cache, so a second call loads it."""
+    out (held out for validation). ``info`` names the split and keys its cache, so a second call loads it (unless
+    ``build``: the caller found no whole cache there)."""
     check_max_len(max_len)
     path = cache_path(cache_root, info, tokenizer, max_len)
-    cached = _load_cached(path, tokenizer, list(info.files))
+    cached = None if build else load_cached(path, tokenizer, list(info.files))
     if cached is not None:
         return cached
     start = time.perf_counter()
@@ -249,7 +251,9 @@ def prepare_files(
                          name=info.name, split=info.split, path=path, meta=meta)
 
 
-def _load_cached(path: Path | None, tokenizer: Tokenizer, sources: list[str]) -> EncodedCorpus | None:
+def load_cached(path: Path | None, tokenizer: Tokenizer, sources: list[str]) -> EncodedCorpus | None:
+    """The cache at ``path``, or None when there is none or it is damaged (a warning names what is wrong and the
+    ``sources`` it will be rebuilt from)."""
     if path is None or not path.exists():
         return None
     try:
