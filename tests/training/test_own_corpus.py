@@ -106,6 +106,16 @@ def test_the_run_translates_evaluates_and_is_served_as_english_to_german(en_de_r
     assert code == 0 and "Type an English sentence" in err
 
 
+def test_finalize_scores_more_test_files_of_the_run(en_de_run, multi30k, capsys):
+    code, _, err = run(capsys, "finalize", "--run-dir", en_de_run, "--test-src", multi30k / "test_2017_flickr.en.gz",
+                       "--test-tgt", multi30k / "test_2017_flickr.de.gz", "--set", "train.final_max_minutes=0.5")
+    assert code == 0, err
+    selection = json.loads((en_de_run / "checkpoints" / "final" / "selection.json").read_text())
+    assert sorted(selection["test"]) == ["local-test_2016_flickr", "local-test_2017_flickr"]
+    code, _, err = run(capsys, "finalize", "--run-dir", en_de_run, "--src-lang", "fr")
+    assert code == 2 and "a run keeps the corpus it was trained on: only test sets" in err
+
+
 def test_resuming_on_changed_files_is_refused_in_one_line(multi30k, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     src, tgt = tmp_path / "train.en", tmp_path / "train.de"

@@ -182,9 +182,12 @@ def run_prepare(args: argparse.Namespace) -> int:
 
 
 def format_report(data, seconds: float) -> str:
+    from vaswani.data.languages import parse_direction
     tok = data.tokenizer
     how = f"trained in {data.tokenizer_seconds:.1f} s" if data.tokenizer_trained else "loaded"
-    lines = [
+    first = next(iter(data.corpora.values()), None)
+    lines = [f"corpus: {first.name}, {parse_direction(first.direction).name}"] if first is not None else []
+    lines += [
         f"tokenizer: {data.tokenizer_path} ({how}); "
         f"vocabulary size {tok.vocab_size:,}; fingerprint {tok.fingerprint[:12]}",
         f"{'split':<14} {'pairs':>8} {'kept':>8} {'empty':>6} {'too long':>8} {'src mean':>8} {'src max':>7} "
