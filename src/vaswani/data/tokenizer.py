@@ -264,13 +264,13 @@ class CorpusEncoder:
         """Encode the pieces at positions ``missing`` (each distinct one once), give them rows and fill ``rows``
         with them. Returns the number of rows to keep after this batch: words are remembered while there is room,
         and their rows come before those of the batch's whole texts and of the words there was no room for."""
-        first_of_text = {int(position): text for text, position in enumerate(firsts[:-1])}
         whole_set = set(whole)
+        text_of = np.searchsorted(firsts, missing, side="right") - 1  # the text each missing piece belongs to
+        is_first = firsts[text_of] == missing
         # (0, word): a text's first word; (1, word): a later word; (2, position): a whole text
         positions: dict[tuple[int, str | int], list[int]] = {}
-        for position in missing.tolist():
-            text = first_of_text.get(position)
-            kind = 1 if text is None else (2 if text in whole_set else 0)
+        for position, text, first in zip(missing.tolist(), text_of.tolist(), is_first.tolist()):
+            kind = 1 if not first else (2 if text in whole_set else 0)
             key = (kind, flat[position]) if kind != 2 else (2, position)
             positions.setdefault(key, []).append(position)
         room = max(self.max_words - self._rows, 0)
