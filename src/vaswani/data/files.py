@@ -24,6 +24,7 @@ import hashlib
 import io
 import itertools
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator, Sequence
@@ -122,9 +123,10 @@ def fingerprint(split: FileSplit, progress: bool = False) -> SplitFingerprint:
     records: list[FileRecord] = []
     digest = hashlib.sha256()
     pairs = 0
-    with progress_bar(total, f"reading {split.name}", progress, unit="B") as bar:
+    with progress_bar(total, f"reading {split.name}", progress, unit="B") as bar, \
+            ThreadPoolExecutor(2) as threads:  # sha256 lets go of the GIL: the two sides are hashed at once
         for part in split.parts:
-            counted = [_count_lines(path, bar) for path in part.paths]
+            counted = list(threads.map(lambda path: _count_lines(path, bar), part.paths))
             records += counted
             # which files pair up, and in what order, is part of what the corpus is
             digest.update(("tsv:" if part.is_tsv else "pair:").encode()

@@ -16,7 +16,11 @@ Cache layout (one directory per corpus/tokenizer/settings, named by a sha256 key
     src_offsets.npy tgt_offsets.npy   int64, len = pairs + 1; pair i is ids[offsets[i]:offsets[i+1]]
     line_index.npy                    int64, the corpus line each kept pair came from (to find references)
     meta.json                         tokenizer fingerprint, corpus checksum, settings, statistics
+    source.txt target.txt             only for pairs held out of the user's training files: their text
     vaswani.json                      the manifest: "preprocessing cache", each file's size and sha256
+
+The user's files are encoded as a stream (:func:`prepare_files`): batches of lines are decoded and encoded in one
+process per core, and each array is written as it grows, so neither the text nor the ids are ever whole in memory.
 
 Arrays are loaded memory-mapped, so DataLoader workers share their pages instead of copying them. Opening a cache
 checks every file against the sha256 its manifest records (about 1 GB/s) and the arrays against each other (offsets

@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import threading
@@ -120,12 +121,14 @@ def measure(src: Path, tgt: Path, pairs: int, work: Path, vocab_size: int, max_l
                             event=lambda: _first_update_logged(metrics))
     return {
         "pairs": pairs,
-        "prepare": {"seconds": round(prepared.seconds, 1), "peak_gb": round(prepared.peak_bytes / 1e9, 3),
+        "prepare": {"seconds": round(prepared.seconds, 1), "cpu_seconds": round(prepared.cpu_seconds, 1),
+                    "peak_gb": round(prepared.peak_bytes / 1e9, 3),
                     "phases": {name: float(value) for name, value in phases.items()},
                     "load_before": prepared.load_before, "load_after": prepared.load_after},
         "train": {"first_update_seconds": round(trained.event_seconds, 1) if trained.event_seconds else None,
                   "peak_gb_until_first_update": round(trained.peak_at_event / 1e9, 3),
-                  "seconds": round(trained.seconds, 1), "peak_gb": round(trained.peak_bytes / 1e9, 3),
+                  "seconds": round(trained.seconds, 1), "cpu_seconds": round(trained.cpu_seconds, 1),
+                  "peak_gb": round(trained.peak_bytes / 1e9, 3),
                   "load_before": trained.load_before, "load_after": trained.load_after},
     }
 
@@ -146,6 +149,7 @@ class Timed:
         self.event_seconds: float | None = None
         self.peak_at_event = 0
         self.stdout = ""
+        self.cpu_seconds = 0.0  # user + system time of the command and the workers it waited for
         self.load_before: list[float] = []
         self.load_after: list[float] = []
 
@@ -155,6 +159,7 @@ def timed_command(argv: Sequence[str], cwd: Path, event=None) -> Timed:
     ``event()`` first held (with the peak until then). A failure is a VaswaniError with its last error line."""
     timed = Timed()
     timed.load_before = _load_average()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     process = subprocess.Popen([sys.executable, "-m", "vaswani", *argv], cwd=cwd, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
@@ -172,6 +177,8 @@ def timed_command(argv: Sequence[str], cwd: Path, event=None) -> Timed:
     sampler.start()
     timed.stdout, stderr = process.communicate()
     timed.seconds = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    timed.cpu_seconds = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     done.set()
     sampler.join()
     timed.load_after = _load_average()
@@ -246,17 +253,21 @@ def render_table(results: dict[str, Any]) -> str:
         f"Synthetic corpus (two Multi30k captions a line, seed {results['settings']['seed']}), vocabulary "
         f"{results['settings']['vocab_size']:,}, max_len {results['settings']['max_len']}; "
         f"{hardware.get('processor', '?')}, {hardware.get('cpu_count', '?')} cores. Peak memory: the largest sum "
-        "of the resident set sizes of the command and its workers. Load average (1, 5, 15 min) before the prepare "
-        "and after the train command: the machine is shared, so a high load slows every figure in its row.",
+        "of the resident set sizes of the command and its workers. CPU: the user and system seconds of `vaswani "
+        "prepare` and its workers, which the load of other users does not inflate as it does the wall time (on 2 "
+        "idle cores the prepare takes at least half of them). Load average (1, 5, 15 min) before the prepare and "
+        "after the train command: the machine is shared, so a high load slows every figure in its row.",
         "",
-        "| pairs | prepare | peak memory | reading | checking | tokenizer | encoding | first update | peak memory "
+        "| pairs | prepare | CPU | peak memory | reading | checking | tokenizer | encoding | first update | peak memory "
         "| load before → after | commit |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for row in results["rows"]:
         prepare, train, phases = row["prepare"], row["train"], row["prepare"].get("phases", {})
         lines.append(
-            f"| {row['pairs']:,} | {prepare['seconds']:.1f} s | {prepare['peak_gb']:.2f} GB | "
+            f"| {row['pairs']:,} | {prepare['seconds']:.1f} s | "
+            + (f"{prepare['cpu_seconds']:.1f} s" if "cpu_seconds" in prepare else "–")
+            + f" | {prepare['peak_gb']:.2f} GB | "
             + " | ".join(f"{phases[p]:.1f} s" if p in phases else "–" for p in ("reading", "checking", "tokenizer",
                                                                                "encoding"))
             + f" | {train['first_update_seconds']} s | {train['peak_gb_until_first_update']:.2f} GB | "
