@@ -23,6 +23,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import threading
@@ -108,16 +109,23 @@ def _line_count(path: Path) -> int:
 
 
 def measure(src: Path, tgt: Path, pairs: int, work: Path, vocab_size: int, max_len: int) -> dict[str, Any]:
-    """Prepare the corpus, then train on it until the first update: times, peak memory, load before and after."""
+    """Prepare the corpus from nothing, then train on it until the first update: times, peak memory, load before and
+    after. Both commands run in ``work/size-PAIRS/``, which the prepared data goes to (``runs/data``, as a user's
+    would): what an earlier measurement prepared there is deleted first, so the prepare is never a cache's."""
     files = ["--src", str(src), "--tgt", str(tgt)]
-    prepared = timed_command(["prepare", *files, "--vocab-size", str(vocab_size), "--max-len", str(max_len)], work)
+    here = work / f"size-{pairs}"
+    shutil.rmtree(here / "runs", ignore_errors=True)
+    here.mkdir(parents=True, exist_ok=True)
+    prepared = timed_command(["prepare", *files, "--vocab-size", str(vocab_size), "--max-len", str(max_len)], here)
     phases = dict(re.findall(r"(\w+) ([\d.]+) s", (re.findall(r"^phases: (.*)$", prepared.stdout, re.M) or [""])[0]))
-    run_dir = work / f"run-{pairs}"
+    if "encoding" not in phases:
+        raise VaswaniError(f"vaswani prepare in {here} encoded nothing: it found the data prepared already")
+    run_dir = here / "run"
     metrics = run_dir / "metrics.jsonl"
     trained = timed_command(["train", "--preset", "smoke", *files, "--run-dir", str(run_dir), "--start-over",
                              "--set", f"data.vocab_size={vocab_size}", "--set", f"data.max_len={max_len}",
                              "--set", "train.max_steps=1", "--set", "train.log_every_steps=1",
-                             "--set", "train.bleu_subset=0", "--set", "train.progress=false"], work,
+                             "--set", "train.bleu_subset=0", "--set", "train.progress=false"], here,
                             event=lambda: _first_update_logged(metrics))
     return {
         "pairs": pairs,
