@@ -46,7 +46,7 @@ RESULTS, TABLE, PLOT = "results.json", "table.md", "scale.png"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--pairs", nargs="+", type=ranged(int, ge=10), required=True, metavar="N",
+    parser.add_argument("--pairs", nargs="+", type=ranged(int, ge=10), default=[], metavar="N",
                         help="corpus sizes in sentence pairs, e.g. 500000 1000000 2000000 4500000")
     parser.add_argument("--seed", type=ranged(int, ge=0), default=0, help="draws the captions of every line")
     parser.add_argument("--work", type=Path, required=True, metavar="DIR",
@@ -55,10 +55,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vocab-size", type=ranged(int, ge=260), default=32_000, metavar="N")
     parser.add_argument("--max-len", type=ranged(int, ge=2), default=128, metavar="N")
     parser.add_argument("--corpus-only", action="store_true", help="only write the synthetic corpus files")
+    parser.add_argument("--redraw", action="store_true",
+                        help="measure nothing: write --out's table.md and scale.png again from its results.json")
     add_data_dir_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.redraw:
+        if args.out is None or not (args.out / RESULTS).is_file():
+            raise VaswaniError("--redraw needs --out DIR holding the results.json of an earlier measurement")
+        write_results(args.out, [], None)
+        return 0
+    if not args.pairs:
+        raise VaswaniError("give the corpus sizes to measure: --pairs N [N ...]")
     rows = []
     for pairs in args.pairs:
         src, tgt = write_synthetic_corpus(args.work, pairs, args.seed, args.data_dir)
@@ -239,9 +248,11 @@ def format_row(row: dict[str, Any]) -> str:
             f" GB; load {prepare['load_before']} -> {train['load_after']}")
 
 
-def write_results(out: Path, rows: list[dict[str, Any]], settings: dict[str, Any]) -> None:
-    """Merge ``rows`` into ``out/results.json`` (by size) and write its table and plot."""
+def write_results(out: Path, rows: list[dict[str, Any]], settings: dict[str, Any] | None) -> None:
+    """Merge ``rows`` into ``out/results.json`` (by size) and write its table and plot (``settings`` None: the
+    earlier results' own)."""
     earlier = read_json(out / RESULTS, "benchmark results") if (out / RESULTS).is_file() else {}
+    settings = settings if settings is not None else earlier["settings"]
     record = provenance("cpu")
     kept = {row["pairs"]: row for row in earlier.get("rows", []) if isinstance(row, dict)}
     for row in rows:
@@ -297,7 +308,10 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
 
     pairs = [row["pairs"] / 1e6 for row in rows]
     figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    left.plot(pairs, [row["prepare"]["seconds"] for row in rows], "o-", label="vaswani prepare")
+    left.plot(pairs, [row["prepare"]["seconds"] for row in rows], "o-", label="vaswani prepare (wall)")
+    timed = [row for row in rows if "cpu_seconds" in row["prepare"]]
+    left.plot([row["pairs"] / 1e6 for row in timed], [row["prepare"]["cpu_seconds"] for row in timed], "o--",
+              label="vaswani prepare (CPU seconds)")
     left.plot(pairs, [row["train"]["first_update_seconds"] or 0 for row in rows], "s-", label="train: first update")
     left.set(xlabel="million sentence pairs", ylabel="seconds", title="time")
     right.plot(pairs, [row["prepare"]["peak_gb"] for row in rows], "o-", label="vaswani prepare")
