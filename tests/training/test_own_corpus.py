@@ -106,10 +106,12 @@ def test_the_run_translates_evaluates_and_is_served_as_english_to_german(en_de_r
     assert code == 0 and "Type an English sentence" in err
 
 
-def test_finalize_scores_more_test_files_of_the_run(en_de_run, multi30k, capsys):
+def test_finalize_scores_more_test_files_of_the_run(en_de_run, multi30k, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # elsewhere than the run was trained: its prepared data is found through corpus.json
     code, _, err = run(capsys, "finalize", "--run-dir", en_de_run, "--test-src", multi30k / "test_2017_flickr.en.gz",
                        "--test-tgt", multi30k / "test_2017_flickr.de.gz", "--set", "train.final_max_minutes=0.5")
     assert code == 0, err
+    assert not (tmp_path / "runs").exists()  # nothing prepared again
     selection = json.loads((en_de_run / "checkpoints" / "final" / "selection.json").read_text())
     assert sorted(selection["test"]) == ["local-test_2016_flickr", "local-test_2017_flickr"]
     code, _, err = run(capsys, "finalize", "--run-dir", en_de_run, "--src-lang", "fr")

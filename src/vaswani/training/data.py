@@ -23,7 +23,7 @@ from vaswani.data.batching import Batch, TokenBudgetSampler, collate
 from vaswani.data.buckets import BucketSampler, bucket_lengths, pad_to_shape
 from vaswani.data.corpora import LOCAL, ParallelCorpus, load_corpus
 from vaswani.data.files import VALID, FileCorpus, fingerprint
-from vaswani.data.languages import parse_direction
+from vaswani.data.languages import CORPUS_RECORD, parse_direction
 from vaswani.data.pipeline import PreparedData, default_out_dir, prepare_dataset
 from vaswani.data.preprocess import EncodedCorpus
 from vaswani.data.tokenizer import Tokenizer
@@ -113,8 +113,9 @@ def load(config: RunConfig, run_dir: Path, world: World) -> TrainingData:
 
     def prepare(progress: bool) -> PreparedData:
         if files is not None:
-            return prepare_dataset(files=files, data_dir=dc.data_dir, vocab_size=dc.vocab_size, max_len=dc.max_len,
-                                   tokenizer_sample=dc.tokenizer_sample, seed=dc.seed, progress=progress)
+            return prepare_dataset(files=files, out_dir=recorded_out_dir(run_dir), vocab_size=dc.vocab_size,
+                                   max_len=dc.max_len, tokenizer_sample=dc.tokenizer_sample, seed=dc.seed,
+                                   progress=progress)
         return prepare_dataset(dc.dataset, splits=("train", dc.valid_split), data_dir=dc.data_dir,
                                out_dir=default_out_dir(dc.dataset, dc.direction, dc.vocab_size),
                                vocab_size=dc.vocab_size, max_len=dc.max_len, direction=dc.direction,
@@ -122,7 +123,7 @@ def load(config: RunConfig, run_dir: Path, world: World) -> TrainingData:
                                progress=progress)
 
     if world.is_main:
-        if files is not None and (run_dir / CORPUS_FILE).is_file():  # a run resumed: before anything is prepared
+        if files is not None and (run_dir / CORPUS_RECORD).is_file():  # a run resumed: before anything is prepared
             check_files_unchanged(run_dir, files)
         prepared = prepare(tc.progress)
     world.barrier()
@@ -152,25 +153,33 @@ def load(config: RunConfig, run_dir: Path, world: World) -> TrainingData:
                         valid_sampler)
 
 
-CORPUS_FILE = "corpus.json"
-
-
 def valid_split_name(config: RunConfig) -> str:
     """The name of the run's validation split: ``data.valid_split`` of a registered dataset; "valid" for files."""
     return VALID if config.data.dataset == LOCAL else config.data.valid_split
 
 
-def split_texts(config: RunConfig, splits: Iterable[str]) -> dict[str, ParallelCorpus]:
+def split_texts(config: RunConfig, splits: Iterable[str], run_dir: Path | None = None) -> dict[str, ParallelCorpus]:
     """The raw text of these splits of the run's corpus (its validation split and test sets, for references): read
-    from the dataset's files, or, for the user's own files, from the prepared data (which holds the held-out
-    validation pairs)."""
+    from the dataset's files, or, for the user's own files, from the data the run prepared (which holds the held-out
+    validation pairs; found through ``run_dir``'s corpus.json, wherever the command runs)."""
     dc = config.data
     files = dc.files()
     if files is None:
         return {split: load_corpus(dc.dataset, split, dc.direction, data_dir=dc.data_dir) for split in splits}
-    prepared = prepare_dataset(files=files, vocab_size=dc.vocab_size, max_len=dc.max_len,
-                               tokenizer_sample=dc.tokenizer_sample, seed=dc.seed)
+    prepared = prepare_dataset(files=files, out_dir=recorded_out_dir(run_dir) if run_dir else None,
+                               vocab_size=dc.vocab_size, max_len=dc.max_len, tokenizer_sample=dc.tokenizer_sample,
+                               seed=dc.seed)
     return {split: prepared.corpora[split] for split in splits}
+
+
+def recorded_out_dir(run_dir: Path) -> Path | None:
+    """Where the run prepared its data (corpus.json's "prepared"), when it recorded it and the folder is still
+    there: a run resumed or finalized from another directory then finds it instead of preparing it again."""
+    try:
+        recorded = read_json(run_dir / CORPUS_RECORD, "corpus record").get("prepared")
+    except (VaswaniError, AttributeError):
+        return None
+    return Path(recorded) if isinstance(recorded, str) and Path(recorded).is_dir() else None
 
 
 def record_corpus(run_dir: Path, config: RunConfig, prepared: PreparedData) -> None:
@@ -179,14 +188,14 @@ def record_corpus(run_dir: Path, config: RunConfig, prepared: PreparedData) -> N
     only on the same one: a file whose content changed is refused, naming it."""
     dc = config.data
     record = {"dataset": dc.dataset, "languages": parse_direction(dc.direction).to_dict(),
-              "prepared": str(prepared.out_dir),
+              "prepared": str(prepared.out_dir.resolve()),
               "splits": {name: {"pairs": encoded.stats.pairs_in, "checksum": encoded.meta.get("corpus_checksum")}
                          for name, encoded in prepared.splits.items()}}
     for name, files in prepared.files.items():
         record["splits"][name].update(files=[dataclasses.asdict(file) for file in files.files])
     if prepared.held_out is not None:
         record["splits"][VALID]["held_out"] = dataclasses.asdict(prepared.held_out)
-    path = run_dir / CORPUS_FILE
+    path = run_dir / CORPUS_RECORD
     if path.is_file():
         earlier = read_json(path, "corpus record")
         problem = _changed(earlier, record) if isinstance(earlier, dict) else "it is not a JSON object"
@@ -198,7 +207,7 @@ def record_corpus(run_dir: Path, config: RunConfig, prepared: PreparedData) -> N
 
 def check_files_unchanged(run_dir: Path, files: FileCorpus) -> None:
     """Refuse, naming the file, a run whose recorded files have another content now (read for their sha256)."""
-    earlier = read_json(run_dir / CORPUS_FILE, "corpus record")
+    earlier = read_json(run_dir / CORPUS_RECORD, "corpus record")
     now = {"splits": {split.name: {"files": [dataclasses.asdict(record) for record in fingerprint(split).files]}
                       for split in files.splits()}}
     problem = _changed(earlier, now) if isinstance(earlier, dict) else "it is not a JSON object"
@@ -236,5 +245,5 @@ def check_same_tokenizer(tokenizer_path: Path, run_dir: Path) -> None:
                            "a new run")
 
 
-__all__ = ["CORPUS_FILE", "TrainingData", "check_same_tokenizer", "load", "record_corpus", "split_texts",
+__all__ = ["TrainingData", "check_same_tokenizer", "load", "record_corpus", "split_texts",
            "valid_split_name"]

@@ -64,7 +64,7 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
     checkpoints = Path(run_dir) / "checkpoints"
     dc, tc = config.data, config.train
     valid_split = valid_split_name(config)
-    texts = split_texts(config, [valid_split, *tc.final_test_splits])
+    texts = split_texts(config, [valid_split, *tc.final_test_splits], Path(run_dir))
     valid = texts[valid_split]
     sources, references = valid.source[: tc.final_valid_sentences], valid.target[: tc.final_valid_sentences]
     staging = checkpoints / f".tmp-{FINAL}-{os.getpid()}"
