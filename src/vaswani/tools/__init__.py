@@ -1,7 +1,9 @@
 """Harnesses that drive the library from outside, as a user or a machine would, and check what it did.
 
-    faults.py      the fault loop: SIGKILL a training run at random points, resume it, compare bit for bit
-                   (``python -m vaswani.tools.faults``)
+    faults.py          the fault loop: SIGKILL a training run at random points, resume it, compare bit for bit
+                       (``python -m vaswani.tools.faults``)
+    data_benchmark.py  preparing a synthetic corpus of N pairs and starting to train on it: time and peak memory
+                       against N (``vaswani bench data``)
 
 Built on the core: a tool imports the core's public names and starts processes where the process is the point; the
 core never imports a tool.
