@@ -13,7 +13,7 @@ import pytest
 
 from vaswani.cli import main
 from vaswani.data import preprocess
-from vaswani.data.files import FileSplit, file_part, fingerprint, read_chunks
+from vaswani.data.files import MAX_CORPUS_FILE_BYTES, MAX_LINE_BYTES, FileSplit, file_part, fingerprint, read_chunks
 from vaswani.data.languages import LanguagePair, code_from_suffix, pair_from_files, parse_direction
 from vaswani.data.pipeline import local_corpus, prepare_dataset
 from vaswani.data.cache import load_encoded
@@ -82,7 +82,18 @@ BAD = {
     "invalid UTF-8": (lambda w: (w("a.de", b"eins\nzwei \xff\n" + b"drei\n" * 30), w("a.en", ["one"] * 32))),
     "empty file": (lambda w: (w("a.de", b"\n \n"), w("a.en", ["one", "two"]))),
     "gzip cut short": (lambda w: (w("a.de", gzip.compress(b"eins\nzwei\n" * 50)[:-30]), w("a.en", ["x"] * 100))),
+    # one line longer than MAX_LINE_BYTES, across READ_BYTES chunks, in a gzip file that is a few hundred bytes
+    "a line without end": (lambda w: (w("a.de", gzip.compress(b"eins\n" + b"x" * (MAX_LINE_BYTES + 5) + b"\n")),
+                                      w("a.en", ["one", "two"]))),
+    "a file past the bound": (lambda w: (sparse(w("a.de", b""), MAX_CORPUS_FILE_BYTES + 1), w("a.en", ["one"]))),
 }
+
+
+def sparse(path, size: int):
+    """``path`` made ``size`` bytes long without taking disk space: nothing may read it."""
+    with open(path, "r+b") as handle:
+        handle.truncate(size)
+    return path
 
 
 @pytest.mark.parametrize("case", BAD)
@@ -97,6 +108,8 @@ def test_a_bad_corpus_is_one_line_and_nothing_is_cached(case, write_lines, tmp_p
         "invalid UTF-8": f"{src}:2: invalid UTF-8 (byte(s) ff)",
         "empty file": f"{src}: file is empty",
         "gzip cut short": f"{src}: corrupt or truncated gzip file",
+        "a line without end": f"{src}:2: a line of more than {MAX_LINE_BYTES:,} bytes",
+        "a file past the bound": f"{src}: {MAX_CORPUS_FILE_BYTES + 1:,} bytes, more than the",
     }[case]
     assert expected in err
     assert not (out / "tokenizer.json").exists() and not list(out.glob("cache/*"))

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from vaswani.cli import main
+from vaswani.evaluation.checkpoint_info import checkpoint_info
 
 FAST = ["--set", "train.max_steps=6", "--set", "train.eval_every_steps=3", "--set", "train.bleu_subset=4",
         "--set", "train.progress=false", "--set", "train.log_every_steps=3"]
@@ -92,10 +93,7 @@ def test_the_run_translates_evaluates_and_is_served_as_english_to_german(en_de_r
     assert results["languages"] == {"source": "en", "target": "de", "name": "English → German"}
     assert results["sentences"] == 1000 and results["bleu"] >= 0
     assert "- languages: English → German" in (tmp_path / "eval" / "report.md").read_text()
-    from vaswani.serve.app import checkpoint_info
-
-    assert checkpoint_info(en_de_run / "checkpoints" / "final")["languages"]["name"] == "English → German"
-
+    assert checkpoint_info(en_de_run / "checkpoints" / "final").languages["name"] == "English → German"
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:

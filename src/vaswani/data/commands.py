@@ -133,13 +133,13 @@ def register(subparsers) -> None:
                         help="where tokenizer.json and the cache go (default runs/data/<dataset>-<direction>-<vocab>; "
                         "for your own files runs/data/local-<key>-<direction>-<vocab>, keyed by the files' content)")
     add_corpus_arguments(parser)
-    parser.add_argument("--holdout", type=ranged(int, ge=1), default=1000, metavar="N",
+    parser.add_argument("--holdout", type=ranged(int, ge=1, le=MAX_COUNT), default=1000, metavar="N",
                         help="with your own files and no validation files: validation pairs held out of the training "
                         "files (at most a tenth of them; default 1000)")
-    parser.add_argument("--tokenizer-sample", type=ranged(int, ge=1), default=500_000, metavar="N",
+    parser.add_argument("--tokenizer-sample", type=ranged(int, ge=1, le=MAX_COUNT), default=500_000, metavar="N",
                         help="training pairs the tokenizer learns from, drawn from --seed when there are more "
                         "(default 500000: a million sentences)")
-    parser.add_argument("--seed", type=ranged(int, ge=0), default=0, metavar="N",
+    parser.add_argument("--seed", type=ranged(int, ge=0, le=MAX_COUNT), default=0, metavar="N",
                         help="draws the tokenizer's sample and the held-out validation pairs (default 0)")
     parser.add_argument("--splits", default="train,val,test", metavar="LIST",
                         help="comma-separated splits of a registered dataset to prepare: train, val, test or any "

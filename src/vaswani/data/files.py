@@ -36,6 +36,11 @@ from vaswani.data.textfiles import GZIP_MAGIC
 from vaswani.errors import ConfigError, DataError
 
 READ_BYTES = 1 << 20
+# The stream keeps memory flat, but not unbounded: a file (on disk, or once decompressed) past MAX_CORPUS_FILE_BYTES is
+# refused before it is read, and a line past MAX_LINE_BYTES (no sentence is that long; a binary file or one text
+# without line breaks is) stops the first pass, before any line is held in memory.
+MAX_CORPUS_FILE_BYTES = 64 << 30
+MAX_LINE_BYTES = 1 << 16
 BYTE_ORDER_MARK = b"\xef\xbb\xbf"
 CHUNK_PAIRS = 20_000  # pairs per batch of lines: a few MB of text, enough to keep the encoder busy
 
@@ -144,7 +149,13 @@ def _size(path: Path) -> int:
         raise DataError(f"{path}: file not found")
     if path.is_dir():
         raise DataError(f"{path}: is a directory, expected a text file")
-    return path.stat().st_size
+    if not path.is_file():  # a device or a pipe: it may never end, and it cannot be read twice
+        raise DataError(f"{path}: is not a regular file (a device, say); give a text file")
+    size = path.stat().st_size
+    if size > MAX_CORPUS_FILE_BYTES:
+        raise DataError(f"{path}: {size:,} bytes, more than the {MAX_CORPUS_FILE_BYTES:,} vaswani reads from one "
+                        "corpus file; split it into several files (data.train_files takes a list of parts)")
+    return size
 
 
 def _count_lines(path: Path, bar) -> FileRecord:
@@ -168,10 +179,25 @@ def _count_lines(path: Path, bar) -> FileRecord:
 
 
 def _count(stream: BinaryIO, path: Path) -> tuple[int, bool]:
-    lines, has_text, last = 0, False, b"\n"
+    """Lines and whether there is any text, with the bounds checked on the way: the bytes read (a gzip file's text
+    may be far larger than the file) and the length of every line, including one that crosses chunks."""
+    lines, has_text, last, total, open_line = 0, False, b"\n", 0, 0
     try:
         while chunk := stream.read(READ_BYTES):
-            lines += chunk.count(b"\n")
+            total += len(chunk)
+            if total > MAX_CORPUS_FILE_BYTES:
+                raise DataError(f"{path}: more than the {MAX_CORPUS_FILE_BYTES:,} bytes vaswani reads from one "
+                                "corpus file; split it into several files (data.train_files takes a list of parts)")
+            ends = np.flatnonzero(np.frombuffer(chunk, np.uint8) == ord("\n"))  # about 1 ms a MB
+            # every line's length: the first continues the line the chunk before left open, the last is left open
+            lengths = np.diff(ends, prepend=-1, append=len(chunk)) - 1
+            lengths[0] += open_line
+            too_long = np.flatnonzero(lengths > MAX_LINE_BYTES)
+            if len(too_long):
+                raise DataError(f"{path}:{lines + int(too_long[0]) + 1}: a line of more than {MAX_LINE_BYTES:,} "
+                                "bytes; a corpus holds one sentence per line (is this a text file?)")
+            open_line = int(lengths[-1])
+            lines += len(ends)
             has_text = has_text or bool(chunk.strip())
             last = chunk[-1:]
     except (EOFError, zlib.error, gzip.BadGzipFile) as error:

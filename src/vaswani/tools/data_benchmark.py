@@ -34,8 +34,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from vaswani.arguments import ranged
+from vaswani.config import MAX_COUNT, MAX_LENGTH
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.data.corpora import load_corpus
+from vaswani.data.tokenizer import MAX_VOCAB_SIZE
 from vaswani.errors import VaswaniError
 from vaswani.io import atomic_write, atomic_write_json, atomic_write_text, read_json
 from vaswani.provenance import provenance
@@ -46,14 +48,15 @@ RESULTS, TABLE, PLOT = "results.json", "table.md", "scale.png"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--pairs", nargs="+", type=ranged(int, ge=10), default=[], metavar="N",
+    parser.add_argument("--pairs", nargs="+", type=ranged(int, ge=10, le=MAX_COUNT), default=[], metavar="N",
                         help="corpus sizes in sentence pairs, e.g. 500000 1000000 2000000 4500000")
-    parser.add_argument("--seed", type=ranged(int, ge=0), default=0, help="draws the captions of every line")
+    parser.add_argument("--seed", type=ranged(int, ge=0, le=MAX_COUNT), default=0,
+                        help="draws the captions of every line")
     parser.add_argument("--work", type=Path, required=True, metavar="DIR",
                         help="where the corpora, the prepared data and the runs go (several GB at 4.5M pairs)")
     parser.add_argument("--out", type=Path, metavar="DIR", help="write results.json, table.md and scale.png here")
-    parser.add_argument("--vocab-size", type=ranged(int, ge=260), default=32_000, metavar="N")
-    parser.add_argument("--max-len", type=ranged(int, ge=2), default=128, metavar="N")
+    parser.add_argument("--vocab-size", type=ranged(int, ge=260, le=MAX_VOCAB_SIZE), default=32_000, metavar="N")
+    parser.add_argument("--max-len", type=ranged(int, ge=2, le=MAX_LENGTH), default=128, metavar="N")
     parser.add_argument("--corpus-only", action="store_true", help="only write the synthetic corpus files")
     parser.add_argument("--redraw", action="store_true",
                         help="measure nothing: write --out's table.md and scale.png again from its results.json")

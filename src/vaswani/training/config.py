@@ -38,7 +38,6 @@ from vaswani.io import MAX_DOCUMENT_BYTES
 from vaswani.training.budget import settings_of
 
 
-DATASET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 @dataclass
@@ -70,11 +69,11 @@ class DataConfig:
         self.valid_files = one_part(self.valid_files, "data.valid_files")
         self.test_files = named_parts(self.test_files, "data.test_files")
         validate_settings(self)
-        # A dataset's name becomes part of folder names (runs/data/NAME-..., cache entries): a path would lead them
-        # elsewhere.
-        if not DATASET_NAME.fullmatch(self.dataset) or ".." in self.dataset:
-            raise ConfigError(f"data.dataset={self.dataset!r} is not a dataset name: one of {', '.join(DATASETS)} "
-                              "(letters, digits, '.', '-' and '_'; a path is not a name)", field="data.dataset")
+        # Only a registered name or local: the name becomes part of folder names (runs/data/NAME-..., cache
+        # entries), so anything else, a path above all, is refused here rather than when the data is prepared.
+        if self.dataset != LOCAL and self.dataset not in DATASETS:
+            raise ConfigError(f"data.dataset={self.dataset!r} is not a dataset: one of {', '.join(DATASETS)}, or "
+                              f"{LOCAL} for your own files (--src/--tgt or --tsv)", field="data.dataset")
         pair = parse_pair(self.direction)
         if self.dataset == LOCAL:
             if not self.train_files:
@@ -243,7 +242,8 @@ class TrainConfig:
         "min_lr_ratio": Limit(ge=0, le=1), "clip_grad_norm": Limit(ge=0), "num_threads": Limit(ge=1),
         "eval_every_steps": Limit(ge=1), "bleu_subset": Limit(ge=0), "patience": Limit(ge=1),
         "save_every_steps": Limit(ge=1), "keep_checkpoints": Limit(ge=0), "log_every_steps": Limit(ge=1),
-        "max_consecutive_nonfinite": Limit(ge=1), "scale_up_probe_seconds": Limit(gt=0, le=600), "average_last": Limit(ge=0), "final_beam": Limit(ge=1),
+        "max_consecutive_nonfinite": Limit(ge=1), "scale_up_probe_seconds": Limit(gt=0, le=600),
+        "average_last": Limit(ge=0), "final_beam": Limit(ge=1),
         "final_alphas": Limit(ge=0), "final_valid_sentences": Limit(ge=1), "final_max_minutes": Limit(gt=0),
     }
 
