@@ -19,15 +19,12 @@ BUILT_ON_THE_CORE = ("experiments", "benchmarks", "classification", "serve", "ex
 # with SIGKILL (a tool), and commands timed as a user runs them (start-up included), each in a process of its own.
 # Everything else calls the public API in-process.
 SUBPROCESS_ALLOWED = {"vaswani.provenance", "vaswani.tools.serve_load", "vaswani.tools.serve_ceilings",
-                      "vaswani.tools.faults",
-                      "vaswani.benchmarks.engine_profile",
+                      "vaswani.tools.faults", "vaswani.tools.data_benchmark", "vaswani.benchmarks.engine_profile",
                       "vaswani.benchmarks.engines"}
 SHARED = {"config", "errors", "io", "precision", "devices", "provenance", "records"}
 # The command line inside the core: cli.py, each area's commands.py, and the options they share (arguments.py).
 # Only these speak argparse; the rest of the core names settings by field and never knows a flag.
 COMMAND_LINE = "arguments"
-# Harnesses with a command line of their own (`python -m ...`), whose place is tools/ (ARCHITECTURE.md).
-HARNESSES = {"vaswani.training.faults", "vaswani.data.benchmark"}
 CORE_IMPORTS = {
     "model": {"model", "config", "errors", "io"},
     "data": {"data", "config", "errors", "io"},
@@ -117,7 +114,7 @@ def test_library_code_never_calls_the_command_line() -> None:
 
 @pytest.mark.parametrize("name,path,tree", CORE_MODULES, ids=[name for name, _, _ in CORE_MODULES])
 def test_only_the_command_line_of_the_core_speaks_argparse(name: str, path: Path, tree: ast.Module) -> None:
-    if _is_command_line(name) or name in HARNESSES:
+    if _is_command_line(name):
         return
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -203,14 +200,12 @@ def test_only_io_stages_renames_or_fsyncs() -> None:
 
 
 CORE_AREAS = ("model", "data", "training", "decoding", "evaluation")
-# The data benchmark is a harness bound for tools/ with a change of its own; delete this entry when it has moved.
-HARNESSES_STILL_IN_THE_CORE = {"vaswani.data.benchmark"}
 
 
 def test_no_module_of_the_core_is_a_program() -> None:
     """A program (a ``main``, a ``__main__`` block) is a tool or a command built on the core, never a core module."""
     for name, path, tree in MODULES:
-        if _area(name) not in CORE_AREAS or name in HARNESSES_STILL_IN_THE_CORE:
+        if _area(name) not in CORE_AREAS:
             continue
         mains = [node.lineno for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "main"]
         mains += [node.lineno for node in tree.body if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)]

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from vaswani.data.batching import BOS_ID, EOS_ID, PAD_ID, TokenBudgetSampler, collate, pad_sources
-from vaswani.data.preprocess import EncodedCorpus
+from vaswani.data.cache import EncodedCorpus
 from vaswani.errors import ConfigError
 
 VOCAB = 500

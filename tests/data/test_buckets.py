@@ -12,7 +12,7 @@ import torch
 
 from vaswani.data.batching import PAD_ID, collate
 from vaswani.data.buckets import BucketSampler, bucket_lengths, pad_to_shape
-from vaswani.data.preprocess import EncodedCorpus
+from vaswani.data.cache import EncodedCorpus
 from vaswani.errors import ConfigError
 
 VOCAB = 300

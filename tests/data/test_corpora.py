@@ -7,14 +7,8 @@ import sys
 
 import pytest
 
-from vaswani.data.corpora import (
-    DATASETS,
-    corpus_from_hub,
-    load_corpus,
-    load_parallel_files,
-    load_tsv,
-    load_wmt17_train,
-)
+from vaswani.data.registry import DATASETS
+from vaswani.data.corpora import corpus_from_hub, load_corpus, load_parallel_files, load_tsv, load_wmt17_train
 from vaswani.io import file_sha256
 from vaswani.errors import DataError
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from vaswani.data.corpora import get_dataset, load_corpus
+from vaswani.data.registry import get_dataset
+from vaswani.data.corpora import load_corpus
 from vaswani.data.download import RemoteFile, download_file, resolve_file
 from vaswani.io import file_sha256
 from vaswani.errors import DataError

@@ -37,11 +37,16 @@ def test_prepare_dataset_api_and_local_files(write_lines, tmp_path, data_dir):
     src = write_lines("c.de", ["Ein Hund läuft im Park.", "Eine Katze schläft."] * 50 + [""])
     tgt = write_lines("c.en", ["A dog runs in the park.", "A cat sleeps."] * 50 + ["orphan"])
     data = prepare_dataset(src_file=src, tgt_file=tgt, out_dir=tmp_path / "local", vocab_size=300)
-    train = data.splits["train"]
-    assert list(data.splits) == ["train"] and data.tokenizer_trained
-    assert train.stats.pairs_in == 101 and len(train) == 100 and train.stats.dropped["empty"] == 1
-    assert data.tokenizer.decode(train.source(1)) == "Eine Katze schläft."
-    assert data.corpora["train"].target[int(train.line_index[1])] == "A cat sleeps."
+    train, valid = data.splits["train"], data.splits["valid"]
+    assert list(data.splits) == ["train", "valid"] and data.tokenizer_trained
+    # A tenth of 101 pairs is held out for validation (no validation files were given), the rest is training data.
+    assert data.held_out.pairs == valid.stats.pairs_in == 10 and train.stats.pairs_in == 91
+    held = sorted(set(range(101)) - set(train.line_index.tolist()) - {100})
+    assert len(held) == 10 and train.stats.dropped["empty"] == (100 not in held)
+    lines = [("Ein Hund läuft im Park.", "A dog runs in the park."), ("Eine Katze schläft.", "A cat sleeps.")]
+    assert list(zip(data.corpora["valid"].source, data.corpora["valid"].target)) == [lines[i % 2] for i in held]
+    line = int(train.line_index[1])
+    assert data.tokenizer.decode(train.source(1)) == lines[line % 2][0]
     # The same tokenizer encodes another dataset's split (e.g. for evaluation); ids stay within its vocabulary.
     other = prepare_dataset("multi30k", splits=["val"], data_dir=data_dir, out_dir=tmp_path / "eval",
                             tokenizer_path=data.tokenizer_path)

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from vaswani.data.corpora import ParallelCorpus, load_corpus
-from vaswani.data.preprocess import encode_corpus, load_encoded, prepare
+from vaswani.data.cache import load_encoded
+from vaswani.data.preprocess import encode_corpus, prepare
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.errors import DataError
 
@@ -49,13 +50,16 @@ def test_statistics(tokenizer):
     assert "2/2 pairs kept" in stats.summary()
 
 
-def test_dedup_gives_identical_arrays(tokenizer):
-    source = ["Ein Hund.", "Eine Katze.", "Ein Hund.", "", "Ein Hund.", "Zwei Vögel."] * 3
-    target = ["A dog.", "A cat.", "A dog.", "x", "A dog.", "Two birds."] * 3
-    corpus = make_corpus(source, target)
-    a, b = encode_corpus(corpus, tokenizer, dedup=True), encode_corpus(corpus, tokenizer, dedup=False)
-    for name in ("src_ids", "src_offsets", "tgt_ids", "tgt_offsets", "line_index"):
-        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+def test_repeated_words_and_lines_get_the_tokenizers_ids(tokenizer):
+    """The encoder remembers words it has seen: what it copies is what the tokenizer gives each line."""
+    source = ["Ein Hund.", "Eine Katze.", "Ein Hund.", "", "Ein  Hund\tbellt.", "Zwei Vögel."] * 3
+    target = ["A dog.", "A cat.", "A dog.", "x", "A dog  barks.", "Two birds."] * 3
+    encoded = encode_corpus(make_corpus(source, target), tokenizer)
+    kept = [i for i, text in enumerate(source) if text]
+    assert encoded.line_index.tolist() == kept
+    for pair, line in enumerate(kept):
+        assert encoded.source(pair).tolist() == tokenizer.encode(source[line])
+        assert encoded.target(pair).tolist() == tokenizer.encode(target[line])
 
 
 def test_second_call_loads_the_cache_without_encoding(tokenizer, data_dir, tmp_path, monkeypatch):

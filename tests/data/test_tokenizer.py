@@ -149,3 +149,44 @@ def test_a_large_batch_is_encoded_without_the_second_nfkc_step_and_to_the_same_i
         module.STRIPPED_ENCODER_FROM = threshold
     assert fresh._encoder is not fresh._tok and fresh._encoder.normalizer is None
     assert stripped == as_loaded and fresh.encode(texts[-3]) == as_loaded[-3]
+
+
+# Scripts without spaces (Chinese, Japanese, Thai), right to left (Arabic, Hebrew), combining marks (Hindi's vowel
+# signs, Thai's tone marks, Vietnamese written decomposed), and others; none is seen when the tokenizer is trained.
+SCRIPTS = {
+    "zh": "我们今天去公园散步，天气很好。",
+    "ja": "東京は日本の首都です。ｶﾀｶﾅも。",
+    "th": "ฉันชอบกินข้าวผัดมาก",
+    "ar": "ذهب الولد إلى المدرسة صباحاً.",
+    "he": "הילד הלך לבית הספר.",
+    "hi": "मैं आज बाज़ार जा रहा हूँ।",
+    "ko": "나는 오늘 학교에 간다.",
+    "ru": "Мальчик читает книгу.",
+    "el": "Ο σκύλος τρέχει στο πάρκο.",
+    "vi": unicodedata.normalize("NFD", "Tôi đang học tiếng Việt."),
+    "mixed": "RTL \u200fעברית\u200f and LTR, a tab\there, two  spaces, ﬁ ligature",
+}
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_script_round_trips_through_the_normalisation(tokenizer, script: str) -> None:
+    """decode(encode(x)) == normalize(x) for scripts the (German/English) tokenizer never saw, and the corpus
+    encoder gives the ids the tokenizer gives."""
+    from vaswani.data.tokenizer import CorpusEncoder
+
+    text = SCRIPTS[script]
+    assert tokenizer.decode(tokenizer.encode(text)) == tokenizer.normalize(text)
+    assert 3 not in tokenizer.encode(text)  # byte-level: no <unk>
+    sentences = [text, f"{text} {text}", text.replace(" ", "  ")]
+    ids, lengths = CorpusEncoder(tokenizer).encode(sentences)
+    expected = tokenizer.encode_batch(sentences)
+    assert lengths.tolist() == [len(row) for row in expected]
+    assert ids.tolist() == [i for row in expected for i in row]
+
+
+def test_a_tokenizer_trained_on_other_scripts_round_trips_them() -> None:
+    texts = [text for text in SCRIPTS.values() for _ in range(20)]
+    trained = Tokenizer.train(texts, vocab_size=400, min_frequency=2)
+    for text in SCRIPTS.values():
+        ids = trained.encode(text)
+        assert trained.decode(ids) == trained.normalize(text) and len(ids) < len(text.encode())

@@ -45,9 +45,11 @@ READERS = {
                                     "--out", w["out"] / "eval"],
     "evaluate --ref": lambda x, w: ["evaluate", "--checkpoint", w["checkpoint"], "--src", w["ref"], "--ref", x,
                                     "--out", w["out"] / "eval"],
+    # the languages named: a device's name has no language suffix, and the pair is checked before any file is read
     "prepare --src": lambda x, w: ["prepare", "--src", x, "--tgt", w["ref"], "--out", w["out"] / "prepared",
-                                   "--vocab-size", "300"],
-    "prepare --tsv": lambda x, w: ["prepare", "--tsv", x, "--out", w["out"] / "prepared", "--vocab-size", "300"],
+                                   "--vocab-size", "300", "--src-lang", "de", "--tgt-lang", "en"],
+    "prepare --tsv": lambda x, w: ["prepare", "--tsv", x, "--out", w["out"] / "prepared", "--vocab-size", "300",
+                                   "--src-lang", "de", "--tgt-lang", "en"],
     "classify train --csv": lambda x, w: ["classify", "train", "--csv", x, "--out", w["out"] / "classifier"],
     "classify predict --csv": lambda x, w: ["classify", "predict", "--model", w["classifier"], "--csv", x,
                                             "--output", w["out"] / "labels.csv"],

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from vaswani.data.preprocess import load_encoded
+from vaswani.data.cache import load_encoded
 
 
 def truncated(data: bytes) -> bytes:

@@ -82,11 +82,10 @@ def test_a_greedy_model_with_the_gnmt_penalty_serves_every_beam_on_ctranslate2(t
                                      ignore=shutil.ignore_patterns("ctranslate2")))
     greedy = SearchConfig(beam_size=1, length_norm="gnmt", alpha=0.6)
     write_stored_search(greedy, directory, engine="ctranslate2")
-    settings = ServeSettings(engine_options=EngineOptions(engine=None, device="cpu"), max_beam=4)
-    with TestClient(create_app(directory, settings)) as served:
+    with TestClient(create_app(directory, ServeSettings(max_beam=4, engine_options=ON_CPU))) as served:
         assert served.get("/v1/model").json()["engine"] == "ctranslate2"
         answer = served.post("/v1/translate", json={"text": SENTENCE, "beam": 3})
         assert answer.status_code == 200, answer.json()
     power = Translator.load(directory, SearchConfig(beam_size=3, length_norm="power", alpha=0.6),
-                            EngineOptions(device="cpu", engine="ctranslate2"))
+                            replace(ON_CPU, engine="ctranslate2"))
     assert answer.json()["translation"] == power.translate([SENTENCE])[0]

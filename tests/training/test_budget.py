@@ -140,11 +140,11 @@ def test_a_machine_too_slow_keeps_the_presets_model_and_a_resume_keeps_it_withou
     from vaswani.training.resume import resumed_config
     from vaswani.training.run import train
 
-    config = apply_settings(load_preset("smoke"), [*TINY_RUN, "train.max_epochs=100000", "train.max_minutes=0.03"])
+    config = apply_settings(load_preset("smoke"), [*TINY_RUN, "train.max_epochs=100000", "train.max_minutes=0.1"])
     summary = train(config, in_workdir / "run")
     assert summary.scale_up.model == "the preset's model" and len(summary.scale_up.measurements) == 1
     assert summary.stop_reason.value == "max_minutes"
-    resumed = train(resumed_config(in_workdir / "run", ["train.max_minutes=0.05"]), in_workdir / "run", resume=True)
+    resumed = train(resumed_config(in_workdir / "run", ["train.max_minutes=0.15"]), in_workdir / "run", resume=True)
     assert resumed.scale_up is None and resumed.step >= summary.step
 
 

@@ -1,4 +1,4 @@
-"""`vaswani bench train|decode`: speed measurements, printed as tables and optionally saved as JSON.
+"""`vaswani bench train|decode|runs|engines|data`: speed measurements, printed as tables and optionally saved as JSON.
 (Attention time and memory across lengths is the `vaswani experiment attention` study.)"""
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ BENCHMARKS = {
     "decode": ("vaswani.benchmarks.decode", "sentences/s and tokens/s of greedy and beam search, cached vs not"),
     "runs": ("vaswani.benchmarks.runs", "tokens/s of real training runs, from their metrics.jsonl"),
     "engines": ("vaswani.benchmarks.engines", "vaswani translate on each engine vs a bare CTranslate2 script"),
+    "data": ("vaswani.tools.data_benchmark", "prepare a synthetic WMT-sized corpus and start training on it: time and "
+             "peak memory per size"),
 }
 
 

@@ -5,6 +5,7 @@ How the trainer uses it (``training/data.py``)::
     from vaswani.data import prepare_dataset, TokenBudgetSampler, collate
 
     data = prepare_dataset("multi30k", data_dir=..., vocab_size=8000, max_len=64)
+    # or the user's own files, any language pair: prepare_dataset(files=local_corpus([("train.fr", "train.en")]))
     train, tokenizer = data.splits["train"], data.tokenizer
     sampler = TokenBudgetSampler(train.src_lengths, train.tgt_lengths, max_tokens=4096, seed=0)
     for epoch in range(n_epochs):
@@ -22,28 +23,40 @@ import importlib
 
 _EXPORTS = {
     # corpora.py
-    "DATASETS": "corpora",
-    "DatasetSpec": "corpora",
+    "DATASETS": "registry",
+    "DatasetSpec": "registry",
     "ParallelCorpus": "corpora",
-    "SplitSpec": "corpora",
+    "SplitSpec": "registry",
+    "CorpusInfo": "corpora",
     "corpus_from_hub": "corpora",
-    "get_dataset": "corpora",
+    "get_dataset": "registry",
     "load_corpus": "corpora",
     "load_parallel_files": "corpora",
     "load_tsv": "corpora",
     "load_wmt17_train": "corpora",
+    # files.py: the user's own corpus
+    "FileCorpus": "files",
+    "FilePart": "files",
+    "FileSplit": "files",
+    "fingerprint": "files",
+    # languages.py
+    "LanguagePair": "languages",
+    "parse_direction": "languages",
+    "recorded_languages": "languages",
     # download.py
     "RemoteFile": "download",
     "download_file": "download",
     "resolve_file": "download",
     # tokenizer.py
+    "CorpusEncoder": "tokenizer",
     "Tokenizer": "tokenizer",
     "SPECIAL_TOKENS": "tokenizer",
     # preprocess.py
-    "EncodedCorpus": "preprocess",
-    "PrepareStats": "preprocess",
-    "load_encoded": "preprocess",
+    "EncodedCorpus": "cache",
+    "PrepareStats": "cache",
+    "load_encoded": "cache",
     "prepare": "preprocess",
+    "prepare_files": "preprocess",
     # batching.py
     "Batch": "batching",
     "TokenBudgetSampler": "batching",
@@ -51,6 +64,7 @@ _EXPORTS = {
     "pad_sources": "batching",
     # pipeline.py
     "PreparedData": "pipeline",
+    "local_corpus": "pipeline",
     "prepare_dataset": "pipeline",
 }
 

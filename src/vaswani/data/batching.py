@@ -103,9 +103,14 @@ class EpochSampler:
 
     def batches(self, epoch: int) -> list[list[int]]:
         """The batches of ``epoch``, deterministic in (seed, epoch)."""
+        return [batch.tolist() for batch in self.index_arrays(epoch)]
+
+    def index_arrays(self, epoch: int) -> list[np.ndarray]:
+        """The batches of ``epoch`` as arrays of indices: what training takes, with no Python object per pair (a
+        corpus of millions of pairs would otherwise hold millions of ints)."""
         if self._cache is None or self._cache[0] != epoch:
             self._cache = (epoch, self._make(epoch))
-        return [batch.tolist() for batch in self._cache[1]]
+        return list(self._cache[1])
 
     def _make(self, epoch: int) -> list[np.ndarray]:
         raise NotImplementedError
@@ -167,17 +172,27 @@ def pack(indices: np.ndarray, sizes: np.ndarray, max_tokens: int,
     if given, at most ``max_sentences``).
 
     With ascending sizes the padded cost of the first k pairs from position i is k * sizes[i + k - 1], which
-    grows with k, so the batch length is found by one vectorised comparison per batch.
+    grows with k, so each batch's length is found by a binary search over k (on plain ints: a corpus of millions
+    of pairs makes hundreds of thousands of batches).
     """
     batches = []
-    i, n = 0, len(indices)
+    lengths = sizes.tolist()
+    i, n = 0, len(lengths)
     while i < n:
-        most = max_tokens // int(sizes[i])  # no batch starting here can hold more pairs than this
+        most = min(max_tokens // lengths[i], n - i)  # no batch starting here can hold more pairs than this
         if max_sentences is not None:
             most = min(most, max_sentences)
-        window = sizes[i : i + most]
-        fits = np.arange(1, len(window) + 1) * window <= max_tokens
-        k = int(np.argmin(fits)) if not fits.all() else len(window)
-        batches.append(indices[i : i + k])
-        i += k
+        fitting, too_many = 1, most + 1  # k = fitting fits; k = too_many does not (or is past the window)
+        if most * lengths[i + most - 1] <= max_tokens:
+            fitting = most
+        else:
+            too_many = most
+            while too_many - fitting > 1:
+                middle = (fitting + too_many) // 2
+                if middle * lengths[i + middle - 1] <= max_tokens:
+                    fitting = middle
+                else:
+                    too_many = middle
+        batches.append(indices[i : i + fitting])
+        i += fitting
     return batches

@@ -6,6 +6,8 @@ import argparse
 import logging
 import sys
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 from vaswani.arguments import ranged
 from vaswani.config import MAX_COUNT, MAX_LENGTH
@@ -21,19 +23,106 @@ def add_data_dir_argument(parser: argparse.ArgumentParser | argparse._ArgumentGr
                         "(from the public URLs, or from $VASWANI_MIRROR, a base URL laid out like this folder)")
 
 
+def add_corpus_arguments(parser: argparse.ArgumentParser, training: bool = True) -> None:
+    """The options that name the user's own corpus as files: training pairs (``training``), validation pairs, named
+    test sets and the two languages. Read back with :func:`corpus_arguments`."""
+    from vaswani.data.download import absolute_path
+
+    group = parser.add_argument_group(
+        "your own corpus", "plain or gzip files, one sentence per line, line i of a source file translating line i "
+        "of its target file (or one TSV file of source<TAB>target lines); the languages come from the files' "
+        "suffixes (train.fr, train.en) or from --src-lang/--tgt-lang")
+    if training:
+        group.add_argument("--src", action="append", default=[], type=absolute_path, metavar="FILE",
+                           help="training source file; with --tgt (repeat both for more parts, read in order)")
+        group.add_argument("--tgt", action="append", default=[], type=absolute_path, metavar="FILE",
+                           help="training target file, aligned line by line with --src")
+        group.add_argument("--tsv", action="append", default=[], type=absolute_path, metavar="FILE",
+                           help="training pairs, one 'source<TAB>target' per line (repeatable)")
+        group.add_argument("--valid-src", type=absolute_path, metavar="FILE",
+                           help="validation source file, with --valid-tgt (default: validation pairs are held out "
+                           "of the training files, from the seed)")
+        group.add_argument("--valid-tgt", type=absolute_path, metavar="FILE", help="validation target file")
+        group.add_argument("--valid-tsv", type=absolute_path, metavar="FILE", help="validation pairs as one TSV file")
+    group.add_argument("--test-src", action="append", default=[], type=absolute_path, metavar="FILE",
+                       help="a test set's source file, with --test-tgt; named by the file's name up to its first dot "
+                       "(newstest2017.fr: newstest2017); repeatable")
+    group.add_argument("--test-tgt", action="append", default=[], type=absolute_path, metavar="FILE",
+                       help="a test set's target file, aligned with its --test-src")
+    group.add_argument("--test-tsv", action="append", default=[], type=absolute_path, metavar="FILE",
+                       help="a test set as one TSV file (repeatable)")
+    group.add_argument("--src-lang", metavar="CODE", help="source language code, e.g. fr (default: the file suffix)")
+    group.add_argument("--tgt-lang", metavar="CODE", help="target language code, e.g. en (default: the file suffix)")
+
+
+@dataclass
+class CorpusArguments:
+    """What the corpus options named: the training parts (each (source, target) or (tsv,)), the validation part,
+    the test sets by name, and the languages (None where the files' suffixes must tell)."""
+
+    train: list[tuple[Path, ...]]
+    valid: tuple[Path, ...]
+    tests: dict[str, tuple[Path, ...]]
+    src_lang: str | None
+    tgt_lang: str | None
+
+
+def corpus_arguments(args: argparse.Namespace) -> CorpusArguments | None:
+    """The files the corpus options name, checked for pairing (one-line errors), or None when none is named."""
+    from vaswani.errors import ConfigError
+
+    src, tgt = getattr(args, "src", []) or [], getattr(args, "tgt", []) or []
+    if len(src) != len(tgt):
+        raise ConfigError(f"a local corpus needs both a source file and a target file for each part (--src and --tgt "
+                          f"pair up in order): got {len(src)} --src and {len(tgt)} --tgt")
+    test_src, test_tgt = args.test_src, args.test_tgt
+    if len(test_src) != len(test_tgt):
+        raise ConfigError(f"--test-src and --test-tgt pair up in order: got {len(test_src)} --test-src and "
+                          f"{len(test_tgt)} --test-tgt")
+    valid_src, valid_tgt, valid_tsv = (getattr(args, name, None) for name in ("valid_src", "valid_tgt", "valid_tsv"))
+    if (valid_src is None) != (valid_tgt is None) or (valid_tsv is not None and valid_src is not None):
+        raise ConfigError("validation files are --valid-src and --valid-tgt together, or --valid-tsv alone")
+    train = [(s, t) for s, t in zip(src, tgt)] + [(p,) for p in getattr(args, "tsv", []) or []]
+    valid = (valid_tsv,) if valid_tsv else (valid_src, valid_tgt) if valid_src else ()
+    tests: dict[str, tuple[Path, ...]] = {}
+    for part in [*zip(test_src, test_tgt), *((p,) for p in args.test_tsv)]:
+        name = test_set_name(part[0])
+        if name in tests:
+            raise ConfigError(f"two test sets are named {name!r} (by their files' names up to the first dot); rename "
+                              "one of the files")
+        tests[name] = part
+    if not (train or valid or tests or args.src_lang or args.tgt_lang):
+        return None
+    return CorpusArguments(train, valid, tests, args.src_lang, args.tgt_lang)
+
+
+def corpus_files(args: argparse.Namespace) -> list[Path]:
+    """Every file the corpus options name: inputs no output may reach."""
+    listed = [*(getattr(args, name, None) or [] for name in ("src", "tgt", "tsv", "test_src", "test_tgt", "test_tsv"))]
+    single = [getattr(args, name, None) for name in ("valid_src", "valid_tgt", "valid_tsv")]
+    return [Path(path) for path in [*(p for group in listed for p in group), *single] if path is not None]
+
+
+def test_set_name(path: str | Path) -> str:
+    """A test set's name from its (source) file: the file's name up to its first dot."""
+    return Path(path).name.split(".")[0]
+
+
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "prepare",
         help="train the BPE tokenizer and encode a dataset's splits (cached)",
         description="Train a shared source+target BPE tokenizer on a dataset's training split (unless OUT already "
         "has tokenizer.json), encode the train/val/test splits, drop empty and over-long pairs, cache the token "
-        "ids in OUT/cache and print statistics. A second run loads everything from the cache.",
+        "ids in OUT/cache and print statistics. A second run loads everything from the cache. With your own files "
+        "(--src/--tgt or --tsv) the splits are train, valid (files, or pairs held out of the training files) and "
+        "the test sets.",
     )
     parser.add_argument("--dataset", default="multi30k", metavar="NAME",
                         help="registered dataset: multi30k (default), wmt17 or iwslt")
     add_data_dir_argument(parser)
     parser.add_argument("--direction", default="de-en", choices=["de-en", "en-de"],
-                        help="translation direction: de-en (default) translates German into English")
+                        help="a registered dataset's direction: de-en (default) translates German into English")
     parser.add_argument("--vocab-size", type=ranged(int, le=MAX_COUNT), metavar="N",
                         help="BPE vocabulary size, special tokens included (default: 8000 for multi30k, 50000 for "
                         "wmt17, 16000 otherwise)")
@@ -41,15 +130,20 @@ def register(subparsers) -> None:
                         help="longest sequence the model takes, counting the added <s> or </s>: a pair is dropped "
                         "if either side has more than N-1 BPE tokens (default 64)")
     parser.add_argument("--out", metavar="DIR",
-                        help="where tokenizer.json and the cache go (default runs/data/<dataset>-<direction>-<vocab>)")
-    parser.add_argument("--src", metavar="FILE",
-                        help="local corpus: source-language file, one sentence per line (plain or .gz); needs --tgt")
-    parser.add_argument("--tgt", metavar="FILE",
-                        help="local corpus: target-language file aligned line by line with --src")
-    parser.add_argument("--tsv", metavar="FILE", help="local corpus: one 'source<TAB>target' pair per line")
+                        help="where tokenizer.json and the cache go (default runs/data/<dataset>-<direction>-<vocab>; "
+                        "for your own files runs/data/local-<key>-<direction>-<vocab>, keyed by the files' content)")
+    add_corpus_arguments(parser)
+    parser.add_argument("--holdout", type=ranged(int, ge=1, le=MAX_COUNT), default=1000, metavar="N",
+                        help="with your own files and no validation files: validation pairs held out of the training "
+                        "files (at most a tenth of them; default 1000)")
+    parser.add_argument("--tokenizer-sample", type=ranged(int, ge=1, le=MAX_COUNT), default=500_000, metavar="N",
+                        help="training pairs the tokenizer learns from, drawn from --seed when there are more "
+                        "(default 500000: a million sentences)")
+    parser.add_argument("--seed", type=ranged(int, ge=0, le=MAX_COUNT), default=0, metavar="N",
+                        help="draws the tokenizer's sample and the held-out validation pairs (default 0)")
     parser.add_argument("--splits", default="train,val,test", metavar="LIST",
-                        help="comma-separated splits to prepare: train, val, test or any split name of the dataset "
-                        "(default train,val,test; a local corpus has only train)")
+                        help="comma-separated splits of a registered dataset to prepare: train, val, test or any "
+                        "split name of the dataset (default train,val,test)")
     parser.add_argument("--train-split", default="train", metavar="NAME",
                         help="the dataset split used as training data and to train the tokenizer (default train; "
                         "e.g. train-extra for the 21k offline WMT17 pairs)")
@@ -63,16 +157,26 @@ def register(subparsers) -> None:
 
 def run_prepare(args: argparse.Namespace) -> int:
     # lazy: keeps `vaswani --help` fast
-    from vaswani.data.pipeline import PREPARED_FILES, PREPARED_KIND, prepare_dataset, prepared_out_dir
+    from vaswani.data.pipeline import PREPARED_FILES, local_corpus, prepare_dataset, prepared_out_dir
+    from vaswani.data.prepared_tokenizer import PREPARED_KIND
+    from vaswani.errors import ConfigError
     from vaswani.io import check_output
 
-    local = any(path is not None for path in (args.src, args.tgt, args.tsv))
-    out = prepared_out_dir(args.out, args.dataset, args.direction, args.vocab_size, local)
-    check_output(out, command="prepare", writes="files", kind=PREPARED_KIND, names=PREPARED_FILES,
-                 inputs=[args.src, args.tgt, args.tsv, args.tokenizer, args.data_dir], explicit=args.out is not None)
+    corpus = corpus_arguments(args)
+    # a corpus of the user's files goes, by default, to a folder keyed by their content (known once they are read)
+    if args.out is not None or corpus is None:
+        out = prepared_out_dir(args.out, args.dataset, args.direction, args.vocab_size)
+        check_output(out, command="prepare", writes="files", kind=PREPARED_KIND, names=PREPARED_FILES,
+                     inputs=[*corpus_files(args), args.tokenizer, args.data_dir], explicit=args.out is not None)
     _log_to_stderr()
     start = time.perf_counter()
     splits = [name.strip() for name in args.splits.split(",") if name.strip()]
+    files = None
+    if corpus is not None:
+        if not corpus.train:
+            raise ConfigError("your own corpus needs training files: --src and --tgt, or --tsv")
+        files = local_corpus(corpus.train, corpus.valid, corpus.tests, corpus.src_lang, corpus.tgt_lang,
+                             args.holdout)
     data = prepare_dataset(
         dataset=args.dataset,
         splits=splits,
@@ -82,20 +186,24 @@ def run_prepare(args: argparse.Namespace) -> int:
         max_len=args.max_len,
         direction=args.direction,
         train_split=args.train_split,
-        src_file=args.src,
-        tgt_file=args.tgt,
-        tsv_file=args.tsv,
+        files=files,
         tokenizer_path=args.tokenizer,
         min_frequency=args.min_frequency,
+        tokenizer_sample=args.tokenizer_sample,
+        seed=args.seed,
+        progress=True,
     )
     print(format_report(data, time.perf_counter() - start))
     return 0
 
 
 def format_report(data, seconds: float) -> str:
+    from vaswani.data.languages import parse_direction
     tok = data.tokenizer
     how = f"trained in {data.tokenizer_seconds:.1f} s" if data.tokenizer_trained else "loaded"
-    lines = [
+    first = next(iter(data.corpora.values()), None)
+    lines = [f"corpus: {first.name}, {parse_direction(first.direction).name}"] if first is not None else []
+    lines += [
         f"tokenizer: {data.tokenizer_path} ({how}); "
         f"vocabulary size {tok.vocab_size:,}; fingerprint {tok.fingerprint[:12]}",
         f"{'split':<14} {'pairs':>8} {'kept':>8} {'empty':>6} {'too long':>8} {'src mean':>8} {'src max':>7} "
@@ -111,6 +219,10 @@ def format_report(data, seconds: float) -> str:
             f"{s.seconds:>6.2f}s  {'cache' if s.from_cache else 'encoded'}"
         )
     max_len = next(iter(data.splits.values())).stats.max_len if data.splits else "-"
+    if data.held_out is not None:
+        lines.append(f"valid: {data.held_out.describe()}, kept beside its ids in the cache")
+    if data.phases:
+        lines.append("phases: " + ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in data.phases.items()))
     lines.append(
         f"max_len {max_len} (positions incl. <s>/</s>); tokens = BPE tokens per sentence without <s>/</s>; "
         f"cache: {data.out_dir / 'cache'}; total {seconds:.1f} s"

@@ -1,8 +1,15 @@
-"""From a dataset name to encoded, cached splits and their tokenizer: what ``vaswani prepare`` and training call.
+"""From a corpus to encoded, cached splits and their tokenizer: what ``vaswani prepare`` and training call.
 
-``prepare_dataset`` trains the shared BPE on the training split (source and target together) unless
-``out_dir/tokenizer.json`` exists, then encodes each requested split into ``out_dir/cache/`` (or loads it from
-there). Running it again is cheap: the tokenizer is loaded and every split comes from the cache.
+A corpus is a registered dataset (``prepare_dataset("multi30k")``) or the user's own files
+(``prepare_dataset(files=FileCorpus(...))``, see files.py). Either way the shared BPE is trained on the training
+split (source and target together; on a reproducible sample of ``tokenizer_sample`` pairs when it has more) unless
+``out_dir/tokenizer.json`` exists, then each split is encoded into ``out_dir/cache/`` (or loaded from there).
+Running it again is cheap: the tokenizer is loaded and every split comes from the cache.
+
+The user's files are streamed, never held as Python strings: read once for their sha256 and line counts (which key
+the caches), once to check every line and take the tokenizer's sample and the held-out validation pairs, once to
+encode (in one process per core). Without validation files, validation pairs are held out of the training files,
+chosen from ``seed``; their text is kept in their cache entry.
 
 ``out_dir`` holds a manifest (``vaswani.json``, kind "prepared data") with the sha256 of ``tokenizer.json`` and
 ``tokenizer_info.json``: a changed or damaged tokenizer is named, never used to encode (or decode) a word. Each cache
@@ -11,44 +18,66 @@ entry carries its own manifest (see preprocess.py).
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import itertools
+import json
 import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
-from vaswani.data.corpora import (
-    DEFAULT_DATASET,
-    ParallelCorpus,
-    default_vocab_size,
-    load_corpus,
-    load_parallel_files,
-    load_tsv,
-    parse_direction,
+import numpy as np
+
+from vaswani.data.registry import DEFAULT_DATASET, LOCAL, default_vocab_size, get_dataset, parse_direction
+from vaswani.data.corpora import CorpusInfo, ParallelCorpus, load_corpus, wmt17_train_files
+from vaswani.data.download import resolve_file
+from vaswani.data.files import (
+    TRAIN,
+    VALID,
+    FileCorpus,
+    FileSplit,
+    SplitFingerprint,
+    file_part,
+    fingerprint,
+    held_out_count,
+    scan,
 )
-from vaswani.data.preprocess import DEFAULT_MAX_LEN, EncodedCorpus, prepare
+from vaswani.data.languages import LanguagePair, pair_from_files
+from vaswani.data.languages import parse_direction as parse_pair
+from vaswani.data.cache import EncodedCorpus, cache_path, load_cached, save_encoded
+from vaswani.data.prepared_tokenizer import PREPARED_KIND, TOKENIZER_FILE, TOKENIZER_INFO_FILE, prepared_tokenizer, train_prepared_tokenizer
+from vaswani.data.preprocess import DEFAULT_MAX_LEN, prepare, prepare_files
 from vaswani.data.tokenizer import MIN_VOCAB_SIZE, Tokenizer
 from vaswani.errors import ConfigError, DataError
 from vaswani.io import (
     MANIFEST_FILE,
-    atomic_write_json,
+    file_sha256,
     probe_writable,
-    read_json,
     read_manifest,
-    verify_files,
-    write_manifest,
 )
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_SPLITS = ("train", "val", "test")
-TOKENIZER_FILE = "tokenizer.json"
-TOKENIZER_INFO_FILE = "tokenizer_info.json"  # how the tokenizer was trained, to catch a mismatched --vocab-size
-PREPARED_KIND = "prepared data"  # the manifest's kind: tokenizer.json and tokenizer_info.json with their sha256
-# Characters of a line the tokenizer learns from, per position of max_len: a sentence that fits max_len tokens is
-# far shorter.
-TRAINING_CHARS_PER_POSITION = 64
+
+
+# Training pairs the tokenizer learns from, both sides (a million sentences, as SentencePiece users often sample):
+# a BPE's merges settle long before that, and counting the words of every pair would cost most of the preparation.
+DEFAULT_TOKENIZER_SAMPLE = 500_000
+
+
+@dataclass
+class HeldOut:
+    """Validation pairs held out of the training files: how many, of how many, chosen from which seed."""
+
+    pairs: int
+    of: int
+    seed: int
+
+    def describe(self) -> str:
+        return f"{self.pairs:,} pairs held out of the {self.of:,} training pairs (seed {self.seed})"
 
 
 @dataclass
@@ -61,24 +90,91 @@ class PreparedData:
     tokenizer_path: Path
     tokenizer_trained: bool = False  # False when an existing tokenizer.json was loaded
     tokenizer_seconds: float = 0.0
-    corpora: dict[str, ParallelCorpus] = field(default_factory=dict, repr=False)  # raw text, for references
+    # raw text, for references: every split of a registered dataset; the validation and test sets of files
+    corpora: dict[str, ParallelCorpus] = field(default_factory=dict, repr=False)
+    files: dict[str, SplitFingerprint] = field(default_factory=dict)  # each split's files, when it is files
+    held_out: HeldOut | None = None
+    phases: dict[str, float] = field(default_factory=dict)  # seconds of reading, checking, tokenizer, encoding
 
 
 def default_out_dir(dataset: str, direction: str, vocab_size: int) -> Path:
     return Path("runs") / "data" / f"{dataset}-{direction}-{vocab_size}"
 
 
-def prepared_out_dir(out_dir: str | Path | None, dataset: str, direction: str, vocab_size: int | None,
-                     local: bool) -> Path:
-    """Where :func:`prepare_dataset` writes: ``out_dir``, else the default folder of the dataset ("local" for a
-    corpus of the user's own files), its direction and vocabulary size."""
+def prepared_out_dir(out_dir: str | Path | None, dataset: str, direction: str, vocab_size: int | None) -> Path:
+    """Where :func:`prepare_dataset` writes a registered dataset: ``out_dir``, else the default folder of the
+    dataset, its direction and vocabulary size (a corpus of the user's files is keyed by their content instead)."""
     if out_dir is not None:
         return Path(out_dir)
-    dataset = "local" if local else dataset
     return default_out_dir(dataset, direction, vocab_size if vocab_size is not None else default_vocab_size(dataset))
 
 
 PREPARED_FILES = (TOKENIZER_FILE, TOKENIZER_INFO_FILE, MANIFEST_FILE, "cache")  # what prepare writes into its folder
+
+
+def local_corpus(
+    train: Sequence[Sequence[str | Path]],
+    valid: Sequence[str | Path] = (),
+    tests: dict[str, Sequence[str | Path]] | None = None,
+    src_lang: str | None = None,
+    tgt_lang: str | None = None,
+    holdout: int | None = None,
+) -> FileCorpus:
+    """A FileCorpus from lists of files: the training parts (each ``(source, target)`` or ``(pairs.tsv,)``), the
+    validation part (none: pairs held out of the training files) and the test sets by name. The languages are
+    ``src_lang``/``tgt_lang``, or else the suffixes of the first two aligned files."""
+    parts = tuple(file_part(part, "training files") for part in train)
+    if not parts:
+        raise ConfigError("a local corpus needs a source file and a target file (--src/--tgt) or a TSV file (--tsv)")
+    test_splits = tuple(FileSplit(name, (file_part(paths, f"test set {name}"),)) for name, paths in
+                        (tests or {}).items())
+    aligned = next((part.paths for split in (parts, *(t.parts for t in test_splits)) for part in split
+                    if not part.is_tsv), ())
+    return FileCorpus(corpus_languages(aligned, src_lang, tgt_lang), FileSplit(TRAIN, parts),
+                      FileSplit(VALID, (file_part(valid, "validation files"),)) if valid else None, test_splits,
+                      holdout if holdout is not None else FileCorpus.holdout)
+
+
+def registered_files(dataset: str, splits: Sequence[str], direction: str, train_split: str = "train",
+                     data_dir: str | Path | None = None, cache_dir: str | Path | None = None,
+                     mirror: str | None = None) -> FileCorpus | None:
+    """A registered dataset whose training split is local files too large to hold as text (the WMT17 training
+    corpora, see corpora.wmt17_train_files) as a FileCorpus to stream: its first other split validates, the rest are
+    test sets, each by the name asked for. None for every other dataset, which is read into memory."""
+    spec = get_dataset(dataset)
+    if not spec.resolve_split(train_split).hub:
+        return None
+    parts = wmt17_train_files(data_dir, direction)
+    if parts is None:
+        return None
+    src_lang, tgt_lang = parse_direction(direction)
+    others = []
+    for name in (split for split in splits if split != "train"):
+        files = []
+        for remote in spec.resolve_split(name).parts:
+            de, en = (resolve_file(file, data_dir, cache_dir, mirror) for file in remote)
+            for file, path in zip(remote, (de, en)):
+                if file_sha256(path) != file.sha256:
+                    raise DataError(f"{path}: sha256 is not the one of {file.path}; the file is corrupt or a "
+                                    "different version. Delete it so that it is downloaded again")
+            files.append(file_part((de, en) if src_lang == "de" else (en, de), name))
+        others.append(FileSplit(name, tuple(files)))
+    return FileCorpus(LanguagePair(src_lang, tgt_lang), FileSplit(TRAIN, tuple(file_part(p, "train") for p in parts)),
+                      others[0] if others else None, tuple(others[1:]), name=dataset)
+
+
+def corpus_languages(paths: Sequence[str | Path], src_lang: str | None, tgt_lang: str | None) -> LanguagePair:
+    """The pair the user named, else the one the files' suffixes name; a one-line error when neither does."""
+    if src_lang and tgt_lang:
+        return parse_pair(f"{src_lang}-{tgt_lang}", "--src-lang/--tgt-lang")
+    from_files = pair_from_files(*paths) if len(paths) == 2 else None
+    if from_files is None or (src_lang and src_lang != from_files.source) or \
+            (tgt_lang and tgt_lang != from_files.target):
+        named = ", ".join(map(str, paths)) or "a TSV file"
+        raise ConfigError(f"cannot tell the languages from {named}: name them with --src-lang and --tgt-lang (for "
+                          "example --src-lang fr --tgt-lang en), or give files whose names end in the language "
+                          "codes (train.fr, train.en)")
+    return from_files
 
 
 def prepare_dataset(
@@ -97,23 +193,29 @@ def prepare_dataset(
     min_frequency: int = 2,
     cache_dir: str | Path | None = None,
     mirror: str | None = None,
+    files: FileCorpus | None = None,
+    tokenizer_sample: int | None = DEFAULT_TOKENIZER_SAMPLE,
+    seed: int = 0,
+    progress: bool = False,
 ) -> PreparedData:
-    """Tokenizer + encoded splits for ``dataset`` (or a local corpus given by ``src_file``/``tgt_file`` or
-    ``tsv_file``, which is then the only, "train", split).
+    """Tokenizer + encoded splits for ``dataset``, or for the user's own ``files`` (or a training split given by
+    ``src_file``/``tgt_file`` or ``tsv_file``, in ``direction``): then the splits are "train", "valid" and the test
+    sets' names, whatever ``splits`` says.
 
     ``splits`` are dataset split names or the roles "train", "val", "test"; ``train_split`` says which split
     plays "train" (e.g. "train-extra" for offline WMT17). ``tokenizer_path`` uses an existing tokenizer.json
     instead of out_dir's. ``data_dir``/``cache_dir``/``mirror`` say where corpus files are found (download.py).
+    ``tokenizer_sample`` bounds the training pairs the tokenizer learns from (None: all), drawn from ``seed``, which
+    also chooses held-out validation pairs. ``progress`` shows progress bars on a terminal.
     """
-    src_lang, tgt_lang = parse_direction(direction)
-    local = src_file is not None or tgt_file is not None or tsv_file is not None
-    if local:
+    if files is None and (src_file is not None or tgt_file is not None or tsv_file is not None):
         if tsv_file is not None and (src_file is not None or tgt_file is not None):
             raise ConfigError("give either a TSV file or a source and a target file, not both")
         if tsv_file is None and (src_file is None or tgt_file is None):
             raise ConfigError("a local corpus needs both a source file and a target file (or one TSV file)")
-        dataset = "local"
-        splits = ["train"]
+        pair = parse_pair(direction)
+        files = local_corpus([(tsv_file,) if tsv_file else (src_file, tgt_file)], src_lang=pair.source,
+                             tgt_lang=pair.target)
     # Settings are checked before any work (a tokenizer trained for nothing, files written for nothing).
     if vocab_size is not None and vocab_size < MIN_VOCAB_SIZE:
         raise ConfigError(f"vocab_size={vocab_size} is too small: a byte-level BPE needs at least {MIN_VOCAB_SIZE}")
@@ -122,85 +224,207 @@ def prepare_dataset(
                           "token")
     if min_frequency < 1:
         raise ConfigError(f"min_frequency={min_frequency} must be >= 1")
-    out = prepared_out_dir(out_dir, dataset, direction, vocab_size, local)
-    vocab_size = vocab_size if vocab_size is not None else default_vocab_size(dataset)
-    kind = read_manifest(out).kind if (out / MANIFEST_FILE).is_file() else PREPARED_KIND
-    if kind != PREPARED_KIND:  # a checkpoint's tokenizer.json is not prepared data, and its folder is no cache
-        raise ConfigError(f"{out} is a {kind} (see its {MANIFEST_FILE}), not a prepared-data directory; pick another "
-                          "output directory")
-    probe_writable(out, f"output directory {out}")  # made when the first file is written: a refusal leaves none
+    if tokenizer_sample is not None and tokenizer_sample < 1:
+        raise ConfigError(f"tokenizer_sample={tokenizer_sample} must be >= 1 (or None: every training pair)")
+    settings = _Settings(vocab_size if vocab_size is not None else default_vocab_size(LOCAL if files else dataset),
+                         max_len, min_frequency, tokenizer_sample, seed, progress)
+    if files is None and "train" in splits:
+        files = registered_files(dataset, splits, direction, train_split, data_dir, cache_dir, mirror)
+    if files is not None:
+        return _prepare_files(files, out_dir, tokenizer_path, settings)
+    parse_direction(direction)
+    out = _out_directory(Path(out_dir) if out_dir is not None else default_out_dir(dataset, direction,
+                                                                                   settings.vocab_size))
 
     def load(split: str) -> ParallelCorpus:
-        if tsv_file is not None:
-            return load_tsv(tsv_file, src_lang=src_lang, tgt_lang=tgt_lang)
-        if local:
-            return load_parallel_files(src_file, tgt_file, src_lang=src_lang, tgt_lang=tgt_lang)
         name = train_split if split == "train" else split
         return load_corpus(dataset, name, direction, data_dir=data_dir, cache_dir=cache_dir, mirror=mirror)
 
     corpora: dict[str, ParallelCorpus] = {}
     tok_path = Path(tokenizer_path) if tokenizer_path is not None else out / TOKENIZER_FILE
-    tokenizer, trained, seconds = _get_tokenizer(out, tokenizer_path, vocab_size, min_frequency, max_len, load,
-                                                 corpora)
+    tokenizer = prepared_tokenizer(out, tokenizer_path, settings.vocab_size)
+    trained, seconds = tokenizer is None, 0.0
+    if tokenizer is None:
+        started = time.perf_counter()
+        corpora["train"] = corpus = load("train")
+        picked, how = _sample(len(corpus), np.zeros(0, dtype=np.int64), settings)
+        texts = itertools.chain((corpus.source[i] for i in picked), (corpus.target[i] for i in picked))
+        trained_on = {"name": corpus.name, "split": corpus.split, "checksum": corpus.checksum, "sample": how}
+        tokenizer = train_prepared_tokenizer(out, texts, 2 * len(picked), trained_on, settings.vocab_size,
+                                             settings.min_frequency, settings.max_len, settings.progress)
+        seconds = time.perf_counter() - started
     result: dict[str, EncodedCorpus] = {}
     for split in splits:
         if split not in corpora:  # the training split is already loaded when the tokenizer was trained
             corpora[split] = load(split)
-        corpus = corpora[split]
-        result[split] = prepare(corpus, tokenizer, out / "cache", max_len)
+        result[split] = prepare(corpora[split], tokenizer, out / "cache", max_len)
         logger.debug("%s %s: %s", dataset, split, result[split].stats.summary())
     return PreparedData(tokenizer, result, out, tok_path, trained, seconds, corpora)
 
 
-def _get_tokenizer(out: Path, tokenizer_path, vocab_size: int, min_frequency: int, max_len: int, load,
-                   corpora: dict):
-    """Load out/tokenizer.json (or ``tokenizer_path``), or train one on the training split and save it. The BPE
-    learns from the first ``TRAINING_CHARS_PER_POSITION * max_len`` characters of each line, cut before it is
-    tokenized as every encoding cuts: one enormous line costs what a long sentence does, and a line that long holds
-    more than ``max_len`` tokens, so training drops its pair anyway."""
-    if tokenizer_path is not None:
-        return Tokenizer.load(tokenizer_path), False, 0.0
-    path = out / TOKENIZER_FILE
-    info_path = out / TOKENIZER_INFO_FILE
-    manifest = read_manifest(out)
-    if manifest is not None:
-        verify_files(out, manifest)  # the tokenizer and its description, as prepare wrote them
-    if path.is_file():
-        tokenizer = Tokenizer.load(path)
-        if info_path.is_file():
-            info = read_json(info_path, "tokenizer description")
-            if not isinstance(info, dict) or not isinstance(info.get("fingerprint"), str) \
-                    or isinstance(info.get("vocab_size"), bool) or not isinstance(info.get("vocab_size"), int):
-                raise DataError(f"{info_path}: not the tokenizer description prepare writes (no \"vocab_size\" and "
-                                f"\"fingerprint\"); it is damaged: delete {out} to prepare the data again")
-            if info["fingerprint"] != tokenizer.fingerprint:
-                raise DataError(f"{path} does not match {info_path}: it is tokenizer {tokenizer.fingerprint[:12]}, "
-                                f"the one prepared here was {info['fingerprint'][:12]}; put the prepared tokenizer "
-                                f"back or delete {out} to prepare the data again")
-            if info["vocab_size"] != vocab_size:
-                raise ConfigError(
-                    f"{path} was trained with vocab_size={info['vocab_size']}, not {vocab_size}; "
-                    "choose another output directory or delete it"
-                )
-        return tokenizer, False, 0.0
-    start = time.perf_counter()
-    corpus = load("train")
-    corpora["train"] = corpus
-    logger.info("training a %d-token BPE on %s train (%d sentences)", vocab_size, corpus.name, 2 * len(corpus))
-    longest = TRAINING_CHARS_PER_POSITION * max_len
-    lines = (line[:longest] for line in itertools.chain(corpus.source, corpus.target))
-    tokenizer = Tokenizer.train(lines, vocab_size, min_frequency)
-    info = {
-        "vocab_size": vocab_size,
-        "actual_vocab_size": tokenizer.vocab_size,
-        "min_frequency": min_frequency,
-        "trained_on": {"name": corpus.name, "split": corpus.split, "checksum": corpus.checksum},
-        "fingerprint": tokenizer.fingerprint,
-    }
-    # The description first: a tokenizer.json is never found without the description that checks it; the manifest
-    # last, holding both files' sha256.
-    atomic_write_json(info_path, info)
-    tokenizer.save(path)
-    write_manifest(out, PREPARED_KIND, files=[TOKENIZER_FILE, TOKENIZER_INFO_FILE])
-    return tokenizer, True, time.perf_counter() - start
+@dataclass
+class _Settings:
+    vocab_size: int
+    max_len: int
+    min_frequency: int
+    tokenizer_sample: int | None
+    seed: int
+    progress: bool
+
+
+def _out_directory(out: Path) -> Path:
+    kind = read_manifest(out).kind if (out / MANIFEST_FILE).is_file() else PREPARED_KIND
+    if kind != PREPARED_KIND:  # a checkpoint's tokenizer.json is not prepared data, and its folder is no cache
+        raise ConfigError(f"{out} is a {kind} (see its {MANIFEST_FILE}), not a prepared-data directory; pick another "
+                          "output directory")
+    probe_writable(out, f"output directory {out}")  # made when the first file is written: a refusal leaves none
+    return out
+
+
+def _sample(pairs: int, held_out: np.ndarray, settings: _Settings) -> tuple[np.ndarray, dict]:
+    """The sorted indices of the training pairs the tokenizer learns from (every pair not held out, or a sample of
+    ``tokenizer_sample`` of them drawn from the seed), and how they were chosen."""
+    candidates = pairs - len(held_out)
+    wanted = settings.tokenizer_sample
+    if wanted is None or wanted >= candidates:
+        picked = np.setdiff1d(np.arange(pairs, dtype=np.int64), held_out, assume_unique=True)
+        return picked, {"pairs": int(len(picked)), "of": candidates, "seed": None}
+    rng = np.random.default_rng([settings.seed, 1])  # another stream than the held-out pairs'
+    positions = np.sort(rng.choice(candidates, size=wanted, replace=False))
+    # position p among the pairs not held out is pair p + (held-out pairs at or before it)
+    picked = positions + np.searchsorted(held_out - np.arange(len(held_out)), positions, side="right")
+    digest = hashlib.sha256(picked.astype("<i8").tobytes()).hexdigest()
+    return picked, {"pairs": wanted, "of": candidates, "seed": settings.seed, "indices_sha256": digest}
+
+
+def _held_out(pairs: int, holdout: int, seed: int) -> np.ndarray:
+    count = held_out_count(holdout, pairs)
+    rng = np.random.default_rng([seed, 0])
+    return np.sort(rng.choice(pairs, size=count, replace=False)).astype(np.int64)
+
+
+def _prepare_files(corpus: FileCorpus, out_dir: str | Path | None, tokenizer_path: str | Path | None,
+                   settings: _Settings) -> PreparedData:
+    clock = _Phases()
+    with clock("reading"):
+        records = {split.name: fingerprint(split, settings.progress) for split in corpus.splits()}
+    train = records[TRAIN]
+    valid_name = corpus.valid.name if corpus.valid else VALID
+    no_pairs = np.zeros(0, dtype=np.int64)
+    held = _held_out(train.pairs, corpus.holdout, settings.seed) if corpus.valid is None else no_pairs
+    if corpus.valid is None and len(held) == 0:
+        raise DataError(f"{corpus.train.describe()}: {train.pairs} training pair(s) are too few to hold out "
+                        "validation pairs from; give validation files (--valid-src/--valid-tgt)")
+    held_out = HeldOut(len(held), train.pairs, settings.seed) if corpus.valid is None else None
+    # What the tokenizer and every cache here are made from: the files, the held-out choice, the sample.
+    identity = {"train": train.checksum, "valid": records[valid_name].checksum if corpus.valid else None,
+                "held_out": [held_out.pairs, settings.seed] if held_out else None,
+                "tokenizer_sample": settings.tokenizer_sample, "sample_seed": settings.seed,
+                "min_frequency": settings.min_frequency, "direction": corpus.languages.direction}
+    key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+    direction = corpus.languages.direction
+    out = _out_directory(Path(out_dir) if out_dir is not None else
+                         default_out_dir(f"{corpus.name}-{key[:12]}", direction, settings.vocab_size))
+    info = {name: _info(corpus.name, name, record.checksum, record, corpus.languages)
+            for name, record in records.items()}
+    if held_out is not None:  # the training split without its held-out pairs, and those pairs, are splits of their own
+        mark = f"held out {held_out.pairs} of {train.pairs}, seed {settings.seed}"
+        info[TRAIN] = _info(corpus.name, TRAIN, _combine(train.checksum, mark), train, corpus.languages)
+        info[VALID] = _info(corpus.name, VALID, _combine(train.checksum, mark, VALID), train, corpus.languages)
+
+    # The validation and test files are small: read whole (every line checked), for their references.
+    with clock("checking"):
+        corpora = {name: _corpus(info[name], *_read_all(split, records[name], settings.progress))
+                   for split in corpus.splits() if (name := split.name) != TRAIN}
+    tokenizer = prepared_tokenizer(out, tokenizer_path, settings.vocab_size, trained_on=info[TRAIN].checksum)
+    cache = out / "cache"
+    result: dict[str, EncodedCorpus] = {}
+    for name in (TRAIN, *([VALID] if held_out else [])):  # what is cached already (each cache opened once)
+        found = load_cached(cache_path(cache, info[name], tokenizer, settings.max_len), tokenizer,
+                            list(info[name].files)) if tokenizer is not None else None
+        if found is not None:
+            result[name] = found
+    trained, seconds, held_text = False, 0.0, None
+    if TRAIN not in result or (held_out and VALID not in result):  # every line is checked before anything is made
+        started = time.perf_counter()
+        sample, how = _sample(train.pairs, held, settings) if tokenizer is None else (no_pairs, {})
+        watch = {pair for name in (split.name for split in corpus.tests) for pair in
+                 zip(corpora[name].source, corpora[name].target)}
+        with clock("checking"):
+            scanned = scan(corpus.train, train.pairs, np.union1d(sample, held), settings.progress, watch)
+        if scanned.watched_found:
+            logger.warning("test sets %s: %d of their pairs also occur in the training data (%s); their scores will "
+                           "flatter the model", ", ".join(split.name for split in corpus.tests),
+                           scanned.watched_found, corpus.train.describe())
+        held_text = scanned.text(held)
+        if tokenizer is None:
+            source, target = scanned.text(sample)
+            del scanned  # the sample's text goes as soon as the tokenizer has learnt from it
+            trained_on = {"name": corpus.name, "split": TRAIN, "checksum": info[TRAIN].checksum,
+                          "files": [file.path for file in train.files], "sample": how}
+            with clock("tokenizer"):
+                tokenizer = train_prepared_tokenizer(out, itertools.chain(source, target), 2 * len(sample), trained_on,
+                                                     settings.vocab_size, settings.min_frequency, settings.max_len,
+                                                     settings.progress)
+            del source, target
+            trained, seconds = True, time.perf_counter() - started
+    if TRAIN not in result:  # the training split first: by far the largest, so the likeliest to fail
+        with clock("encoding"):
+            result[TRAIN] = prepare_files(corpus.train, info[TRAIN], train.pairs, tokenizer, cache, settings.max_len,
+                                          exclude=held, progress=settings.progress, build=True)
+    if held_out is not None:
+        valid_path = cache_path(cache, info[VALID], tokenizer, settings.max_len)
+        if VALID not in result:
+            result[VALID] = prepare(_corpus(info[VALID], *held_text), tokenizer, None, settings.max_len)
+            save_encoded(result[VALID], valid_path, info[VALID], text=held_text)
+        corpora[VALID] = _corpus(info[VALID], *read_cached_text(valid_path))
+    for name, text in corpora.items():
+        if name not in result:
+            result[name] = prepare(text, tokenizer, cache, settings.max_len)
+    ordered = {name: result[name] for name in (TRAIN, valid_name, *(split.name for split in corpus.tests))}
+    tok_path = Path(tokenizer_path) if tokenizer_path is not None else out / TOKENIZER_FILE
+    return PreparedData(tokenizer, ordered, out, tok_path, trained, seconds, corpora, records, held_out,
+                        clock.seconds)
+
+
+class _Phases:
+    """Seconds spent in each phase of preparing files, in the order they first ran (a phase may run twice)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
+
+
+def _read_all(split: FileSplit, record: SplitFingerprint, progress: bool) -> tuple[list[str], list[str]]:
+    scanned = scan(split, record.pairs, np.arange(record.pairs, dtype=np.int64), progress)
+    return scanned.source, scanned.target
+
+
+def _info(name: str, split: str, checksum: str, record: SplitFingerprint, languages: LanguagePair) -> CorpusInfo:
+    return CorpusInfo(name, split, languages.source, languages.target, checksum,
+                      tuple(file.path for file in record.files))
+
+
+def read_cached_text(path: Path) -> tuple[list[str], list[str]]:
+    """The source and target text a cache entry of held-out pairs keeps beside their ids."""
+    from vaswani.data.textfiles import read_lines
+
+    return read_lines(path / "source.txt"), read_lines(path / "target.txt")
+
+
+def _corpus(info: CorpusInfo, source: list[str], target: list[str]) -> ParallelCorpus:
+    return ParallelCorpus(info.name, info.split, source, target, info.src_lang, info.tgt_lang, info.checksum,
+                          list(info.files))
+
+
+def _combine(*parts: str) -> str:
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
 

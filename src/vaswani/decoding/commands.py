@@ -1,5 +1,5 @@
-"""``vaswani translate``: German text in (stdin, a file, or typed interactively), English out; and the search and
-engine options that ``vaswani evaluate`` shares."""
+"""``vaswani translate``: text in the model's source language in (stdin, a file, or typed interactively), its
+translation out; and the search and engine options that ``vaswani evaluate`` shares."""
 
 from __future__ import annotations
 
@@ -148,7 +148,10 @@ def translate_command(args: argparse.Namespace) -> int:
         lines = read_lines(args.input) if stdin is None else read_stream_lines(stdin)
     translator = translator_from_args(args)
     if interactive:
-        return _interactive(translator, args.nbest)
+        from vaswani.data.languages import language_name, recorded_languages
+
+        languages = recorded_languages(args.checkpoint)
+        return _interactive(translator, args.nbest, language_name(languages.source) if languages else None)
     # A progress bar for a file being translated, when someone watches the terminal.
     nbest = translator.translate_nbest(lines, progress=args.input is not None and sys.stderr.isatty())
     if args.output is None:
@@ -170,8 +173,9 @@ def _write(out: TextIO, nbest: list[list[Translation]], n: int, offset: int = 0)
                 out.write(f"{i} ||| {h.text} ||| {h.score:.4f}\n")
 
 
-def _interactive(translator: Translator, n: int) -> int:
-    print("Type a German sentence and press Enter (Ctrl-D to quit).", file=sys.stderr)
+def _interactive(translator: Translator, n: int, source_language: str | None = None) -> int:
+    named = f"{'an' if source_language[0] in 'AEIOU' else 'a'} {source_language}" if source_language else "a"
+    print(f"Type {named} sentence and press Enter (Ctrl-D to quit).", file=sys.stderr)
     count = number = 0
     while True:
         number += 1

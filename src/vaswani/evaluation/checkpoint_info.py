@@ -9,6 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
+from vaswani.data.languages import recorded_languages
 from vaswani.evaluation.selection import SELECTION_FILE, Selection
 from vaswani.records import read_record
 
@@ -61,6 +62,7 @@ class CheckpointInfo:
     val_bleu: float | None = None
     val_loss: float | None = None
     val_bleu_on: str | None = None  # which sentences and which search the BLEU was measured with
+    languages: dict[str, str] | None = None  # the pair its run recorded: source, target and their name
 
 
 def checkpoint_info(checkpoint: str | Path) -> CheckpointInfo:
@@ -70,7 +72,9 @@ def checkpoint_info(checkpoint: str | Path) -> CheckpointInfo:
     ``meta.json`` or ``selection.json`` is a VaswaniError naming the file and field."""
     directory = Path(checkpoint).resolve()
     run = directory.parent.parent
-    info = CheckpointInfo(f"{run.name}/{directory.name}" if (run / "checkpoints").is_dir() else directory.name)
+    pair = recorded_languages(directory)
+    info = CheckpointInfo(f"{run.name}/{directory.name}" if (run / "checkpoints").is_dir() else directory.name,
+                          languages=pair.to_dict() if pair is not None else None)
     if (directory / SELECTION_FILE).is_file():
         selection = Selection.read(directory)
         return dataclasses.replace(info, weights=selection.weights, val_bleu=selection.valid.bleu,

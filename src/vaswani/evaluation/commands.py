@@ -22,12 +22,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "decoding speed, and write results.json, hypotheses.txt and report.md (best/worst sentences).",
     )
     evaluate.add_argument("--checkpoint", required=True, metavar="DIR", help="checkpoint directory or run directory")
-    data = evaluate.add_argument_group("test set (a registered corpus, or two aligned files)")
+    data = evaluate.add_argument_group("test set (a registered corpus, two aligned files, or one TSV file)")
     data.add_argument("--dataset", metavar="NAME", help="e.g. multi30k, wmt17")
     data.add_argument("--split", metavar="NAME", help="e.g. test2016, newstest2017")
     add_data_dir_argument(data)
     data.add_argument("--src", type=Path, metavar="FILE", help="source sentences, one per line")
     data.add_argument("--ref", type=Path, metavar="FILE", help="reference translations, aligned with --src")
+    data.add_argument("--tsv", type=Path, metavar="FILE", help="source<TAB>reference pairs, one per line")
+    data.add_argument("--direction", default="de-en", choices=["de-en", "en-de"],
+                      help="with --dataset: the direction the model translates (default de-en)")
     evaluate.add_argument("--out", type=Path, metavar="DIR",
                           help="output directory, written whole; an earlier evaluation there is replaced (default: "
                           "CHECKPOINT/eval/<test set>-beam<N>/)")
@@ -75,11 +78,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def evaluate_command(args: argparse.Namespace) -> int:
     from vaswani.evaluation.evaluate import EVALUATION_KIND, EVALUATIONS_FOLDER, evaluate, load_test_set
 
-    if (args.dataset is None) == (args.src is None and args.ref is None):
-        raise VaswaniError("give either --dataset NAME --split NAME, or --src FILE --ref FILE")
+    given = [args.dataset is not None, args.src is not None or args.ref is not None, args.tsv is not None]
+    if sum(given) != 1:
+        raise VaswaniError("give one test set: --dataset NAME --split NAME, --src FILE --ref FILE, or --tsv FILE")
     search_config_from_args(args)  # option errors before any work
-    # The output never reaches what the command reads: the checkpoint (or run) directory, --src, --ref, the corpora.
-    inputs = [args.checkpoint, args.src, args.ref, args.data_dir]
+    # The output never reaches what the command reads: the checkpoint (or run) directory, --src, --ref, --tsv, the
+    # corpora.
+    inputs = [args.checkpoint, args.src, args.ref, args.tsv, args.data_dir]
 
     def check(out: Path, explicit: bool) -> None:
         check_output(out, command="evaluate", writes="folder", kind=EVALUATION_KIND, inputs=inputs, force=args.force,
@@ -87,7 +92,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
 
     if args.out is not None:
         check(args.out, explicit=True)
-    test_set = load_test_set(args.dataset, args.split, args.src, args.ref, args.data_dir)
+    test_set = load_test_set(args.dataset, args.split, args.src, args.ref, args.data_dir, args.tsv, args.direction)
     translator = translator_from_args(args)  # the checkpoint's stored search, then the options
     out = args.out or Path(args.checkpoint) / EVALUATIONS_FOLDER / f"{test_set.name}-beam{translator.config.beam_size}"
     if args.out is None:
@@ -100,7 +105,8 @@ def evaluate_command(args: argparse.Namespace) -> int:
         print(json.dumps(results, indent=2, ensure_ascii=False))
         return 0
     speed = results["speed"]
-    print(f"{test_set.name}: BLEU {results['bleu']:.2f}  chrF {results['chrf']:.2f}  "
+    pair = f" ({test_set.languages.name})" if test_set.languages else ""
+    print(f"{test_set.name}{pair}: BLEU {results['bleu']:.2f}  chrF {results['chrf']:.2f}  "
           f"length ratio {results['length_ratio']:.3f}  ({results['sentences']} sentences)")
     print(f"  {results['signature']}")
     print(f"  {speed['sentences_per_second']:.1f} sentences/s, {speed['target_tokens_per_second']:.0f} target "

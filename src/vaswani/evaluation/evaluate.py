@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vaswani.data.corpora import load_corpus, load_parallel_files
+from vaswani.data.corpora import load_corpus, load_parallel_files, load_tsv
+from vaswani.data.languages import LanguagePair, pair_from_files, parse_direction
 from vaswani.decoding.translator import Translator
 from vaswani.errors import DataError, VaswaniError
 from vaswani.io import atomic_write_text, directory_written_whole
@@ -35,6 +36,7 @@ class TestSet:
     name: str  # e.g. multi30k-test2016, or the source file's name up to its first dot
     sources: list[str]
     references: list[str]
+    languages: LanguagePair | None = None  # when known: the dataset's direction, or the files' suffixes
 
 
 def load_test_set(
@@ -43,17 +45,23 @@ def load_test_set(
     src: str | Path | None = None,
     ref: str | Path | None = None,
     data_dir: str | Path | None = None,
+    tsv: str | Path | None = None,
+    direction: str = "de-en",
 ) -> TestSet:
-    """A registered corpus split (``dataset`` + ``split``) or a pair of aligned text files (``src`` + ``ref``)."""
+    """A registered corpus split (``dataset`` + ``split``, in ``direction``), a pair of aligned text files (``src`` +
+    ``ref``, plain or gzip) or one TSV file of ``source<TAB>reference`` lines."""
     if dataset is not None:
         if split is None:
             raise VaswaniError(f"--dataset {dataset} needs --split (e.g. test2016)")
-        corpus = load_corpus(dataset, split, data_dir=data_dir)
-        return TestSet(f"{dataset}-{split}", corpus.source, corpus.target)
+        corpus = load_corpus(dataset, split, direction, data_dir=data_dir)
+        return TestSet(f"{dataset}-{split}", corpus.source, corpus.target, parse_direction(direction))
+    if tsv is not None:
+        corpus = load_tsv(tsv)
+        return TestSet(Path(tsv).name.split(".")[0], corpus.source, corpus.target)
     if src is None or ref is None:
-        raise VaswaniError("give --dataset NAME --split NAME, or --src FILE --ref FILE")
+        raise VaswaniError("give --dataset NAME --split NAME, --src FILE --ref FILE, or --tsv FILE")
     corpus = load_parallel_files(src, ref)  # plain or .gz; misaligned files are a DataError naming both
-    return TestSet(Path(src).name.split(".")[0], corpus.source, corpus.target)
+    return TestSet(Path(src).name.split(".")[0], corpus.source, corpus.target, pair_from_files(src, ref))
 
 
 def evaluate(
@@ -80,6 +88,7 @@ def evaluate(
     examples = sample_examples(test_set.sources, hypotheses, test_set.references, sample_size, seed)
     results = {
         "test_set": test_set.name,
+        "languages": test_set.languages.to_dict() if test_set.languages else None,
         "checkpoint": str(checkpoint),
         "sentences": len(hypotheses),
         **scores.to_dict(),

@@ -55,6 +55,7 @@ def render_markdown(results: dict[str, Any], examples: list[Example], shown: int
     lines = [
         f"# Evaluation: {results['test_set']}",
         "",
+        *([f"- languages: {results['languages']['name']}"] if results.get("languages") else []),
         f"- checkpoint: `{results['checkpoint']}`",
         f"- BLEU **{results['bleu']:.2f}**, chrF **{results['chrf']:.2f}**, length ratio {results['length_ratio']:.3f}",
         f"- sacreBLEU signature: `{results['signature']}`",

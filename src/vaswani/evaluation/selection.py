@@ -95,6 +95,7 @@ class Selection:
     searches: list[SearchTried]
     cut_short_by_time: bool  # train.final_max_minutes ran out before every candidate and search was scored
     seconds: float
+    languages: dict[str, str] | None = None  # the pair the model translates: source, target and their name
 
     @classmethod
     def read(cls, final_dir: str | Path) -> Selection:

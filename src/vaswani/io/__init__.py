@@ -21,7 +21,7 @@ read-only mount) is one :class:`EnvironmentFault` naming the file, whichever lib
 """
 
 
-from vaswani.io.writing import (  # noqa: F401
+from vaswani.io.writing import (
     absolute_path,
     atomic_copy,
     atomic_symlink,
@@ -44,7 +44,7 @@ from vaswani.io.writing import (  # noqa: F401
     write_fault,
     writing,
 )
-from vaswani.io.manifests import (  # noqa: F401
+from vaswani.io.manifests import (
     HASH_CHUNK,
     MANIFEST_FILE,
     MANIFEST_FORMAT,
@@ -59,7 +59,7 @@ from vaswani.io.manifests import (  # noqa: F401
     verify_files,
     write_manifest,
 )
-from vaswani.io.reading import (  # noqa: F401
+from vaswani.io.reading import (
     MAX_DOCUMENT_BYTES,
     MAX_NESTING,
     MAX_VALUES,
@@ -69,9 +69,58 @@ from vaswani.io.reading import (  # noqa: F401
     read_document,
     read_json,
 )
-from vaswani.io.outputs import (  # noqa: F401
+from vaswani.io.outputs import (
     DESCENDANTS_SEARCHED,
     SHARED_KINDS,
     check_output,
     repository_results,
 )
+
+__all__ = [
+    "absolute_path",
+    "atomic_copy",
+    "atomic_symlink",
+    "atomic_write",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "atomic_write_text",
+    "default_cache_dir",
+    "default_directory_mode",
+    "default_file_mode",
+    "ensure_writable_directory",
+    "fsync_directory",
+    "fsync_file",
+    "install_directory",
+    "move",
+    "named_as",
+    "probe_writable",
+    "staging_directory",
+    "standard_stream",
+    "write_fault",
+    "writing",
+    "HASH_CHUNK",
+    "MANIFEST_FILE",
+    "MANIFEST_FORMAT",
+    "Manifest",
+    "bytes_sha256",
+    "directory_kind",
+    "directory_written_whole",
+    "file_sha256",
+    "files_sha256",
+    "files_written_together",
+    "read_manifest",
+    "verify_files",
+    "write_manifest",
+    "MAX_DOCUMENT_BYTES",
+    "MAX_NESTING",
+    "MAX_VALUES",
+    "NUMBER",
+    "document_shape_problem",
+    "json_shape_problem",
+    "read_document",
+    "read_json",
+    "DESCENDANTS_SEARCHED",
+    "SHARED_KINDS",
+    "check_output",
+    "repository_results",
+]

@@ -9,7 +9,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Callable, Any, Iterable, Iterator
 
 from vaswani.errors import VaswaniError
 from vaswani.io.reading import read_json
@@ -19,11 +19,13 @@ from vaswani.io.writing import atomic_write_json, fsync_directory, fsync_file, i
 
 @contextlib.contextmanager
 def directory_written_whole(out: str | Path, kind: str | None = None, details: dict[str, Any] | None = None,
-                            writer: str | None = None) -> Iterator[Path]:
+                            writer: str | None = None, keep: Callable[[Path], bool] | None = None) -> Iterator[Path]:
     """Yield an empty staging directory beside ``out``; when the block succeeds it takes ``out``'s place, and an
     existing ``out`` is deleted only after that. With ``kind``, the manifest (see :func:`write_manifest`) is written
     into it last, naming the command (``writer``). A failure (or a kill) never leaves a half-written ``out`` and never
-    loses the old one: what can remain is a hidden ``.NAME.*`` directory beside it."""
+    loses the old one: what can remain is a hidden ``.NAME.*`` directory beside it. ``keep``: as in
+    :func:`install_directory`, an ``out`` another process installed meanwhile is kept when ``keep(out)`` says it is
+    whole."""
     out = Path(out)
     staging = staging_directory(out)
     try:
@@ -32,7 +34,7 @@ def directory_written_whole(out: str | Path, kind: str | None = None, details: d
         with writing(out):
             if kind is not None:
                 write_manifest(staging, kind, details, writer=writer)
-            install_directory(staging, out)
+            install_directory(staging, out, keep=keep)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 

@@ -176,7 +176,8 @@ def create_app(model: str | Path | Translator | ServedModel, settings: ServeSett
     started ``served`` (the translator and its info) and ``batcher``."""
     app = FastAPI(
         title="vaswani translation server",
-        description="German→English translation with a from-scratch Transformer; the page at / shows attention.",
+        description="Translation with a from-scratch Transformer (GET /v1/model names its language pair); the page "
+        "at / shows attention.",
         lifespan=lifespan,
     )
     app.state.settings = settings or ServeSettings()
@@ -332,7 +333,7 @@ def servable(config: SearchConfig, engine: str) -> SearchConfig:
 
 def check_text(text: str, field: str, settings: ServeSettings) -> None:
     if not text.strip():
-        raise ApiError(422, field, "empty text: type a German sentence")
+        raise ApiError(422, field, "empty text: type a sentence in the model's source language")
     if len(text) > settings.max_chars:
         raise ApiError(422, field, f"{len(text)} characters; at most {settings.max_chars} per text")
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from vaswani.arguments import add_settings_argument
-from vaswani.data.commands import add_data_dir_argument
+from vaswani.data.commands import add_corpus_arguments, add_data_dir_argument, corpus_arguments
 from vaswani.errors import VaswaniError
 
 
@@ -34,6 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="start a new run in a --run-dir that holds one: the earlier run's files are moved into "
                        "RUN_DIR/superseded-<time>/ (nothing is deleted)")
     add_data_dir_argument(parser)
+    add_corpus_arguments(parser)
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     parser.set_defaults(handler=run_train)
 
@@ -49,6 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     final.add_argument("--run-dir", type=Path, required=True, help="a trained run directory")
     add_settings_argument(final, ("train",), "train.average_last=5")
     add_data_dir_argument(final)
+    add_corpus_arguments(final, training=False)  # more test sets to score the final model on
     final.set_defaults(handler=run_finalize)
 
 
@@ -63,6 +65,9 @@ def run_train(args: argparse.Namespace) -> int:
         config = resumed_config(run_dir, args.settings)
     else:
         config = apply_settings(load_preset(args.preset), args.settings)
+    corpus = corpus_arguments(args)
+    if corpus is not None:
+        config = with_files(config, corpus, replace=not args.resume)
     if args.data_dir is not None:
         config.data.data_dir = str(args.data_dir)
     if args.print_config:
@@ -93,6 +98,40 @@ def _check_run_settings(config_file: Path) -> None:
                            "sections); restore the run's config.yaml (its checkpoints' trainer_state.pt holds a copy)")
 
 
+def with_files(config, corpus, replace: bool = True):
+    """``config`` training on the files the command line named (``replace``: they are the whole corpus, whatever
+    the preset's dataset), or with their test sets added to the run's own (``vaswani finalize``). The test sets are
+    then the ones the final model is scored on."""
+    import dataclasses
+
+    from vaswani.data.pipeline import corpus_languages
+    from vaswani.errors import ConfigError
+    from vaswani.training.config import RunConfig
+
+    data, train = config.data, config.train
+    tests = {name: tuple(map(str, part)) for name, part in corpus.tests.items()}
+    if replace:
+        if not corpus.train:
+            raise ConfigError("your own corpus needs training files: --src and --tgt, or --tsv")
+        aligned = next((part for part in [*corpus.train, *corpus.tests.values()] if len(part) == 2), ())
+        languages = corpus_languages(aligned, corpus.src_lang, corpus.tgt_lang)
+        data = dataclasses.replace(data, dataset="local", direction=languages.direction,
+                                   train_files=tuple(tuple(map(str, part)) for part in corpus.train),
+                                   valid_files=tuple(map(str, corpus.valid)), test_files=tests)
+        train = dataclasses.replace(train, final_test_splits=tuple(tests))
+    else:
+        if corpus.train or corpus.valid or corpus.src_lang or corpus.tgt_lang:
+            raise ConfigError("a run keeps the corpus it was trained on: only test sets (--test-src/--test-tgt, "
+                              "--test-tsv) can be added now")
+        if data.dataset != "local":
+            raise ConfigError(f"this run trained on {data.dataset}: score other test files with vaswani evaluate "
+                              "--src FILE --ref FILE")
+        data = dataclasses.replace(data, test_files={**data.test_files, **tests})
+        train = dataclasses.replace(train, final_test_splits=tuple(dict.fromkeys([*train.final_test_splits,
+                                                                                  *tests])))
+    return RunConfig(model=config.model, data=data, train=train)
+
+
 def run_finalize(args: argparse.Namespace) -> int:
     from vaswani.config import parse_settings
     from vaswani.training.config import apply_settings, load_preset
@@ -104,6 +143,9 @@ def run_finalize(args: argparse.Namespace) -> int:
     # Only how the final model is chosen may change: the weights were trained with the run's model and data.
     parse_settings(args.settings, ("train",))
     config = apply_settings(load_preset(str(config_file)), args.settings)
+    corpus = corpus_arguments(args)
+    if corpus is not None:
+        config = with_files(config, corpus, replace=False)
     if args.data_dir is not None:
         config.data.data_dir = str(args.data_dir)
 

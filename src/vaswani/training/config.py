@@ -28,38 +28,133 @@ from vaswani.config import (
     parse_settings,
     validate_settings,
 )
-from vaswani.data.corpora import DATASETS, get_dataset
+from vaswani.data.registry import DATASETS, DIRECTIONS, LOCAL, get_dataset
+from vaswani.data.files import TRAIN, VALID, FileCorpus, FileSplit, file_part
+from vaswani.data.languages import pair_from_files
+from vaswani.data.languages import parse_direction as parse_pair
 from vaswani.data.tokenizer import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE
 from vaswani.errors import ConfigError, DataError
 from vaswani.io import MAX_DOCUMENT_BYTES
 from vaswani.training.budget import settings_of
 
 
-DATASET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 @dataclass
 class DataConfig:
     SECTION = "data"
-    dataset: str = "multi30k"
-    direction: Literal["de-en", "en-de"] = "de-en"
+    dataset: str = "multi30k"  # a registered dataset, or "local": the user's files below
+    direction: str = "de-en"  # SOURCE-TARGET language codes (fr-en); a registered dataset offers de-en and en-de
     train_split: str = "train"
     valid_split: str = "val"
     test_split: str = "test2016"
     vocab_size: int = 8000  # BPE merges target; the model's vocab_size follows the trained tokenizer
     max_len: int = 64  # pairs with a longer side (in tokens incl. <s>/</s>) are dropped, as in the reference setups
     data_dir: str | None = None  # default: $VASWANI_DATA, then the download cache
+    # dataset=local: the training split's parts, each [source, target] (aligned, plain or gzip) or [pairs.tsv]
+    train_files: tuple[tuple[str, ...], ...] = ()
+    # dataset=local: [source, target] or [pairs.tsv]; none: valid_holdout pairs are held out of the training files
+    valid_files: tuple[str, ...] = ()
+    valid_holdout: int = 1000  # at most a tenth of the training pairs
+    test_files: dict[str, tuple[str, ...]] = field(default_factory=dict)  # dataset=local: name -> [source, target]
+    tokenizer_sample: int | None = 500_000  # training pairs the tokenizer learns from (None: all)
+    seed: int = 0  # draws the tokenizer's sample and the held-out validation pairs
 
     # max_len counts <s> or </s>: 2 is the shortest sequence that still holds a token
-    LIMITS = {"vocab_size": Limit(ge=MIN_VOCAB_SIZE, le=MAX_VOCAB_SIZE), "max_len": Limit(ge=2, le=MAX_LENGTH)}
+    LIMITS = {"vocab_size": Limit(ge=MIN_VOCAB_SIZE, le=MAX_VOCAB_SIZE), "max_len": Limit(ge=2, le=MAX_LENGTH),
+              "valid_holdout": Limit(ge=1), "tokenizer_sample": Limit(ge=1), "seed": Limit(ge=0)}
 
     def __post_init__(self) -> None:
+        self.train_files = file_parts(self.train_files, "data.train_files")
+        self.valid_files = one_part(self.valid_files, "data.valid_files")
+        self.test_files = named_parts(self.test_files, "data.test_files")
         validate_settings(self)
-        # A dataset's name becomes part of folder names (runs/data/NAME-..., cache entries): a path would lead them
-        # elsewhere.
-        if not DATASET_NAME.fullmatch(self.dataset) or ".." in self.dataset:
-            raise ConfigError(f"data.dataset={self.dataset!r} is not a dataset name: one of {', '.join(DATASETS)} "
-                              "(letters, digits, '.', '-' and '_'; a path is not a name)", field="data.dataset")
+        # Only a registered name or local: the name becomes part of folder names (runs/data/NAME-..., cache
+        # entries), so anything else, a path above all, is refused here rather than when the data is prepared.
+        if self.dataset != LOCAL and self.dataset not in DATASETS:
+            raise ConfigError(f"data.dataset={self.dataset!r} is not a dataset: one of {', '.join(DATASETS)}, or "
+                              f"{LOCAL} for your own files (--src/--tgt or --tsv)", field="data.dataset")
+        pair = parse_pair(self.direction)
+        if self.dataset == LOCAL:
+            if not self.train_files:
+                raise ConfigError("data.dataset=local needs data.train_files (or --src/--tgt or --tsv)",
+                                  field="data.train_files")
+            two_files = next((part for part in self.train_files if len(part) == 2), None)
+            named = pair_from_files(*two_files) if two_files else None
+            if named is not None and named != pair:
+                raise ConfigError(f"data.direction={self.direction} but the files {two_files[0]} and {two_files[1]} "
+                                  f"are named {named.direction}; set data.direction={named.direction} (or "
+                                  "--src-lang/--tgt-lang) or swap the files", field="data.direction")
+            self.files()  # the test sets' names
+        else:
+            local = [name for name in ("train_files", "valid_files", "test_files") if getattr(self, name)]
+            if local:
+                raise ConfigError(f"data.{local[0]} names local files, which data.dataset=local reads; set "
+                                  f"data.dataset=local, or leave out the files to train on {self.dataset}",
+                                  field=f"data.{local[0]}")
+            if self.direction not in DIRECTIONS:
+                raise ConfigError(f"data.direction={self.direction} is not a direction of the registered datasets "
+                                  f"({', '.join(DIRECTIONS)}); another language pair trains on your own files "
+                                  "(data.dataset=local)", field="data.direction")
+
+    def files(self) -> FileCorpus | None:
+        """The user's corpus as files (dataset=local), or None for a registered dataset."""
+        if self.dataset != LOCAL:
+            return None
+        return FileCorpus(
+            parse_pair(self.direction),
+            FileSplit(TRAIN, tuple(file_part(part, "data.train_files") for part in self.train_files)),
+            FileSplit(VALID, (file_part(self.valid_files, "data.valid_files"),)) if self.valid_files else None,
+            tuple(FileSplit(name, (file_part(paths, f"data.test_files.{name}"),))
+                  for name, paths in self.test_files.items()),
+            self.valid_holdout,
+        )
+
+
+def file_parts(value: Any, setting: str) -> tuple[tuple[str, ...], ...]:
+    """The parts of a split, from YAML (``[[a.fr, a.en], [b.tsv]]``, or one part as ``[a.fr, a.en]``) or a ``--set``
+    string (``a.fr,a.en;b.tsv``: ``;`` between parts, ``,`` between a part's files)."""
+    if value is None or value == "":
+        return ()
+    if isinstance(value, str):
+        value = [piece.split(",") for piece in value.split(";") if piece.strip()]
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{setting}: expected a list of parts, each [source, target] or [pairs.tsv], got "
+                          f"{value!r:.60}", field=setting)
+    if value and all(isinstance(item, str) for item in value):
+        value = [value]  # one part written flat
+    return tuple(one_part(part, setting) for part in value)
+
+
+def one_part(value: Any, setting: str) -> tuple[str, ...]:
+    """One part: ``[source, target]`` or ``[pairs.tsv]`` (a ``--set`` string: ``source,target``)."""
+    if value is None or (isinstance(value, (str, list, tuple)) and not value):
+        return ()
+    parts = value.split(",") if isinstance(value, str) else value
+    if not isinstance(parts, (list, tuple)) or not all(isinstance(p, str) and p.strip() for p in parts) or \
+            len(parts) not in (1, 2):
+        raise ConfigError(f"{setting}: expected [source, target] (two aligned files) or [pairs.tsv], got "
+                          f"{value!r:.60}", field=setting)
+    return tuple(p.strip() for p in parts)
+
+
+def named_parts(value: Any, setting: str) -> dict[str, tuple[str, ...]]:
+    """Named test sets: a YAML mapping ``{name: [source, target]}`` or a ``--set`` string
+    ``name=source,target;name2=pairs.tsv``."""
+    if value is None or (isinstance(value, (str, dict)) and not value):
+        return {}
+    if isinstance(value, str):
+        value = dict(piece.split("=", 1) if "=" in piece else ("", piece) for piece in value.split(";")
+                     if piece.strip())
+    if not isinstance(value, dict):
+        raise ConfigError(f"{setting}: expected a mapping of test set name to [source, target] or [pairs.tsv], got "
+                          f"{value!r:.60}", field=setting)
+    named = {}
+    for name, part in value.items():
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"{setting}: every test set needs a name (name=source,target)", field=setting)
+        named[name.strip()] = one_part(part, f"{setting}.{name}")
+    return named
 
 
 @dataclass
@@ -147,7 +242,8 @@ class TrainConfig:
         "min_lr_ratio": Limit(ge=0, le=1), "clip_grad_norm": Limit(ge=0), "num_threads": Limit(ge=1),
         "eval_every_steps": Limit(ge=1), "bleu_subset": Limit(ge=0), "patience": Limit(ge=1),
         "save_every_steps": Limit(ge=1), "keep_checkpoints": Limit(ge=0), "log_every_steps": Limit(ge=1),
-        "max_consecutive_nonfinite": Limit(ge=1), "scale_up_probe_seconds": Limit(gt=0, le=600), "average_last": Limit(ge=0), "final_beam": Limit(ge=1),
+        "max_consecutive_nonfinite": Limit(ge=1), "scale_up_probe_seconds": Limit(gt=0, le=600),
+        "average_last": Limit(ge=0), "final_beam": Limit(ge=1),
         "final_alphas": Limit(ge=0), "final_valid_sentences": Limit(ge=1), "final_max_minutes": Limit(gt=0),
     }
 
@@ -199,7 +295,12 @@ class RunConfig:
                               "model.max_len or lower data.max_len", field="model.max_len")
         # Every split the run will read, checked before any work: a misspelt test split would otherwise surface
         # only after training, when the final model is scored on it.
-        if self.data.dataset not in DATASETS:  # local files: their splits are the files the user points to
+        if self.data.dataset == LOCAL:  # the user's files: the test sets are the ones named in data.test_files
+            for split in self.train.final_test_splits:
+                if split not in self.data.test_files:
+                    raise ConfigError(f"train.final_test_splits: {split!r} is not a test set of data.test_files "
+                                      f"({', '.join(self.data.test_files) or 'none given'})",
+                                      field="train.final_test_splits")
             return
         dataset = get_dataset(self.data.dataset)
         named = [("data.train_split", self.data.train_split), ("data.valid_split", self.data.valid_split),
@@ -247,8 +348,13 @@ class RunConfig:
             raise ConfigError(f"{source}: {error}", field=error.field) from None
 
 
-def _plain(values: dict[str, Any]) -> dict[str, Any]:
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+def _plain(values: Any) -> Any:
+    """Settings as YAML writes them: tuples as lists, at any depth."""
+    if isinstance(values, dict):
+        return {key: _plain(value) for key, value in values.items()}
+    if isinstance(values, (list, tuple)):
+        return [_plain(value) for value in values]
+    return values
 
 
 # Settings that configure nothing, still found in the config.yaml of runs that set them: reading one drops it, so

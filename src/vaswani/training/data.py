@@ -10,21 +10,26 @@ to the device one ahead of use: while the device computes on one batch the next 
 
 from __future__ import annotations
 
+import dataclasses
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 import torch
 
 from vaswani.data.batching import Batch, TokenBudgetSampler, collate
 from vaswani.data.buckets import BucketSampler, bucket_lengths, pad_to_shape
-from vaswani.data.corpora import ParallelCorpus
-from vaswani.data.pipeline import default_out_dir, prepare_dataset
-from vaswani.data.preprocess import EncodedCorpus
+from vaswani.data.registry import LOCAL
+from vaswani.data.corpora import ParallelCorpus, load_corpus
+from vaswani.data.files import VALID, FileCorpus, fingerprint
+from vaswani.data.languages import CORPUS_RECORD, parse_direction
+from vaswani.data.pipeline import PreparedData, default_out_dir, prepare_dataset
+from vaswani.data.cache import EncodedCorpus
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.errors import VaswaniError
-from vaswani.io import atomic_copy, file_sha256
+from vaswani.io import atomic_copy, atomic_write_json, file_sha256, read_json
 from vaswani.training.checkpoint import latest_checkpoint
 from vaswani.training.config import RunConfig
 from vaswani.training.distributed import World
@@ -33,24 +38,25 @@ from vaswani.training.distributed import World
 @dataclass
 class TrainingData:
     tokenizer: Tokenizer
-    tokenizer_file: Path  # the run's copy (RUN/tokenizer.json, see copy_tokenizer), saved into every checkpoint
+    tokenizer_file: Path  # the run's copy (RUN/tokenizer.json, see record_run_files), saved into every checkpoint
     prepared_tokenizer_file: Path  # the prepared data's
     train: EncodedCorpus
     valid: EncodedCorpus
     valid_corpus: ParallelCorpus
     sampler: TokenBudgetSampler | BucketSampler  # over train: every rank's batches; the trainer gives each its share
     valid_sampler: TokenBudgetSampler | BucketSampler
+    corpus_record: dict[str, Any] | None = None  # corpus.json of the run (on the main rank)
 
     @property
     def batches_per_epoch(self) -> int:
-        return len(self.sampler.batches(0))
+        return len(self.sampler.index_arrays(0))
 
-    def epoch_batches(self, epoch: int) -> list[list[int]]:
-        """All batches of the epoch (every rank's), deterministic in (seed, epoch)."""
-        return self.sampler.batches(epoch)
+    def epoch_batches(self, epoch: int) -> list[np.ndarray]:
+        """All batches of the epoch (every rank's) as arrays of pair indices, deterministic in (seed, epoch)."""
+        return self.sampler.index_arrays(epoch)
 
-    def valid_batches(self) -> list[list[int]]:
-        return self.valid_sampler.batches(0)
+    def valid_batches(self) -> list[np.ndarray]:
+        return self.valid_sampler.index_arrays(0)
 
     def target_tokens(self, indices: list[int]) -> int:
         """Real target positions (y1 … yn </s>) of a batch: the loss's normaliser."""
@@ -95,9 +101,12 @@ class TrainingData:
                        batch.n_src_tokens, batch.n_tgt_tokens, batch.indices)
         return pinned.to(device, non_blocking=True)
 
-    def copy_tokenizer(self) -> None:
-        """Write the run's copy of the prepared data's tokenizer (when the run starts: loading writes nothing)."""
+    def record_run_files(self, run_dir: Path) -> None:
+        """Write the run's copy of the prepared data's tokenizer and its corpus record (when the run starts: loading
+        writes nothing)."""
         atomic_copy(self.prepared_tokenizer_file, self.tokenizer_file)
+        if self.corpus_record is not None:
+            atomic_write_json(run_dir / CORPUS_RECORD, self.corpus_record)
 
     def valid_text(self, n: int) -> tuple[list[str], list[str]]:
         """The first n raw validation sentence pairs (for a quick BLEU against untokenized references)."""
@@ -105,22 +114,39 @@ class TrainingData:
 
 
 def load(config: RunConfig, run_dir: Path, world: World) -> TrainingData:
+    """The run's data, prepared on rank 0 first (the other ranks then load the same cache). The run directory
+    records the corpus (``corpus.json``: each file's path, line count and sha256); a run that recorded another
+    one is refused."""
     dc, tc = config.data, config.train
-    out_dir = default_out_dir(dc.dataset, dc.direction, dc.vocab_size)
+    files = dc.files()
+    valid_split = valid_split_name(config)
 
-    def prepare():
-        return prepare_dataset(dc.dataset, splits=("train", dc.valid_split), data_dir=dc.data_dir, out_dir=out_dir,
+    def prepare(progress: bool) -> PreparedData:
+        if files is not None:
+            return prepare_dataset(files=files, out_dir=recorded_out_dir(run_dir), vocab_size=dc.vocab_size,
+                                   max_len=dc.max_len, tokenizer_sample=dc.tokenizer_sample, seed=dc.seed,
+                                   progress=progress)
+        return prepare_dataset(dc.dataset, splits=("train", dc.valid_split), data_dir=dc.data_dir,
+                               out_dir=default_out_dir(dc.dataset, dc.direction, dc.vocab_size),
                                vocab_size=dc.vocab_size, max_len=dc.max_len, direction=dc.direction,
-                               train_split=dc.train_split)
+                               train_split=dc.train_split, tokenizer_sample=dc.tokenizer_sample, seed=dc.seed,
+                               progress=progress)
 
     if world.is_main:
-        prepared = prepare()
+        if files is not None and (run_dir / CORPUS_RECORD).is_file():  # a run resumed: before anything is prepared
+            check_files_unchanged(run_dir, files)
+        prepared = prepare(tc.progress)
     world.barrier()
     if not world.is_main:
-        prepared = prepare()  # everything is cached now: this only loads
+        prepared = prepare(False)  # everything is cached now: this only loads
     if world.is_main:
         check_same_tokenizer(prepared.tokenizer_path, run_dir)
-    train, valid = prepared.splits["train"], prepared.splits[dc.valid_split]
+        corpus = corpus_record(run_dir, config, prepared)
+        if prepared.held_out is not None:
+            print(f"validation: {prepared.held_out.describe()} of {files.train.describe()}", file=sys.stderr)
+    else:
+        corpus = None
+    train, valid = prepared.splits["train"], prepared.splits[valid_split]
     if tc.length_buckets:
         longest_valid = int(np.maximum(valid.src_lengths, valid.tgt_lengths).max()) + 1
         lengths = bucket_lengths(np.maximum(train.src_lengths, train.tgt_lengths) + 1, tc.length_buckets,
@@ -133,7 +159,88 @@ def load(config: RunConfig, run_dir: Path, world: World) -> TrainingData:
         sampler = TokenBudgetSampler(train.src_lengths, train.tgt_lengths, tc.max_tokens, seed=tc.seed, shuffle=True)
         valid_sampler = TokenBudgetSampler(valid.src_lengths, valid.tgt_lengths, tc.max_tokens, shuffle=False)
     return TrainingData(prepared.tokenizer, run_dir / "tokenizer.json", prepared.tokenizer_path, train, valid,
-                        prepared.corpora[dc.valid_split], sampler, valid_sampler)
+                        prepared.corpora[valid_split], sampler, valid_sampler, corpus)
+
+
+def valid_split_name(config: RunConfig) -> str:
+    """The name of the run's validation split: ``data.valid_split`` of a registered dataset; "valid" for files."""
+    return VALID if config.data.dataset == LOCAL else config.data.valid_split
+
+
+def split_texts(config: RunConfig, splits: Iterable[str], run_dir: Path | None = None) -> dict[str, ParallelCorpus]:
+    """The raw text of these splits of the run's corpus (its validation split and test sets, for references): read
+    from the dataset's files, or, for the user's own files, from the data the run prepared (which holds the held-out
+    validation pairs; found through ``run_dir``'s corpus.json, wherever the command runs)."""
+    dc = config.data
+    files = dc.files()
+    if files is None:
+        return {split: load_corpus(dc.dataset, split, dc.direction, data_dir=dc.data_dir) for split in splits}
+    prepared = prepare_dataset(files=files, out_dir=recorded_out_dir(run_dir) if run_dir else None,
+                               vocab_size=dc.vocab_size, max_len=dc.max_len, tokenizer_sample=dc.tokenizer_sample,
+                               seed=dc.seed)
+    return {split: prepared.corpora[split] for split in splits}
+
+
+def recorded_out_dir(run_dir: Path) -> Path | None:
+    """Where the run prepared its data (corpus.json's "prepared"), when it recorded it and the folder is still
+    there: a run resumed or finalized from another directory then finds it instead of preparing it again."""
+    try:
+        recorded = read_json(run_dir / CORPUS_RECORD, "corpus record").get("prepared")
+    except (VaswaniError, AttributeError):
+        return None
+    return Path(recorded) if isinstance(recorded, str) and Path(recorded).is_dir() else None
+
+
+def corpus_record(run_dir: Path, config: RunConfig, prepared: PreparedData) -> dict[str, Any]:
+    """What ``run_dir/corpus.json`` records (written when the run starts, :meth:`TrainingData.record_run_files`): the
+    language pair, each split's files (path, line count, sha256) or the registered dataset's splits, and where the
+    data was prepared. A run that already recorded a corpus continues only on the same one: a file whose content
+    changed is refused, naming it."""
+    dc = config.data
+    record = {"dataset": dc.dataset, "languages": parse_direction(dc.direction).to_dict(),
+              "prepared": str(prepared.out_dir.resolve()),
+              "splits": {name: {"pairs": encoded.stats.pairs_in, "checksum": encoded.meta.get("corpus_checksum")}
+                         for name, encoded in prepared.splits.items()}}
+    for name, files in prepared.files.items():
+        record["splits"][name].update(files=[dataclasses.asdict(file) for file in files.files])
+    if prepared.held_out is not None:
+        record["splits"][VALID]["held_out"] = dataclasses.asdict(prepared.held_out)
+    path = run_dir / CORPUS_RECORD
+    if path.is_file():
+        earlier = read_json(path, "corpus record")
+        problem = _changed(earlier, record) if isinstance(earlier, dict) else "it is not a JSON object"
+        if problem:
+            raise VaswaniError(f"{problem}; this run continues only on the corpus it started on: put the files back "
+                               f"as they were, or start a new run (--start-over or another --run-dir)")
+    return record
+
+
+def check_files_unchanged(run_dir: Path, files: FileCorpus) -> None:
+    """Refuse, naming the file, a run whose recorded files have another content now (read for their sha256)."""
+    earlier = read_json(run_dir / CORPUS_RECORD, "corpus record")
+    now = {"splits": {split.name: {"files": [dataclasses.asdict(record) for record in fingerprint(split).files]}
+                      for split in files.splits()}}
+    problem = _changed(earlier, now) if isinstance(earlier, dict) else "it is not a JSON object"
+    if problem:
+        raise VaswaniError(f"{problem}; this run continues only on the corpus it started on: put the files back "
+                           f"as they were, or start a new run (--start-over or another --run-dir)")
+
+
+def _changed(earlier: dict, now: dict) -> str | None:
+    """How the corpus ``now`` differs from the one a run recorded (None: the same)."""
+    files_then = {file.get("path"): file for split in (earlier.get("splits") or {}).values()
+                  if isinstance(split, dict) for file in split.get("files") or [] if isinstance(file, dict)}
+    for split in now["splits"].values():
+        for file in split.get("files", []):
+            then = files_then.get(file["path"])
+            if then is not None and then.get("sha256") != file["sha256"]:
+                return (f"{file['path']} changed since this run started (sha256 {str(then.get('sha256'))[:12]}… then, "
+                        f"{file['sha256'][:12]}… now)")
+    for name, split in now["splits"].items():
+        then = (earlier.get("splits") or {}).get(name)
+        if isinstance(then, dict) and "checksum" in split and then.get("checksum") != split["checksum"]:
+            return f"the {name} split is not the one this run started on (its checksum changed)"
+    return None
 
 
 def check_same_tokenizer(tokenizer_path: Path, run_dir: Path) -> None:
@@ -148,4 +255,5 @@ def check_same_tokenizer(tokenizer_path: Path, run_dir: Path) -> None:
                            "a new run")
 
 
-__all__ = ["TrainingData", "check_same_tokenizer", "load"]
+__all__ = ["TrainingData", "check_same_tokenizer", "load", "corpus_record", "split_texts",
+           "valid_split_name"]

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 import torch
 
-from vaswani.data.corpora import load_corpus
+from vaswani.data.languages import parse_direction
 from vaswani.decoding.config import EngineOptions, SearchConfig, stored_settings, write_stored_search
 from vaswani.decoding.translator import Translator
 from vaswani.errors import VaswaniError
@@ -44,6 +44,7 @@ from vaswani.io import install_directory, staging_directory, write_manifest, wri
 from vaswani.model.serialization import CHECKPOINT_KIND
 from vaswani.training.checkpoint import STEP_NAME
 from vaswani.training.config import RunConfig
+from vaswani.training.data import split_texts, valid_split_name
 from vaswani.training.device_choices import decoding_batches
 
 FINAL = "final"
@@ -60,7 +61,9 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
     started = time.perf_counter()
     checkpoints = Path(run_dir) / "checkpoints"
     dc, tc = config.data, config.train
-    valid = load_corpus(dc.dataset, dc.valid_split, dc.direction, data_dir=dc.data_dir)
+    valid_split = valid_split_name(config)
+    texts = split_texts(config, [valid_split, *tc.final_test_splits], Path(run_dir))
+    valid = texts[valid_split]
     sources, references = valid.source[: tc.final_valid_sentences], valid.target[: tc.final_valid_sentences]
     staging = staging_directory(checkpoints / FINAL, name=f".tmp-{FINAL}-{os.getpid()}")
     batches = decoding_batches(device)
@@ -114,20 +117,21 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
     translator = Translator.load(final, search, on_device, **batches)
     tests: dict[str, TestSetScores] = {}
     for split in tc.final_test_splits:
-        corpus = load_corpus(dc.dataset, split, dc.direction, data_dir=dc.data_dir)
+        corpus = texts[split]
         test_set = TestSet(f"{dc.dataset}-{split}", corpus.source, corpus.target)
         results, _ = evaluate(translator, test_set, final / EVALUATIONS_FOLDER / test_set.name, checkpoint=str(final))
         tests[test_set.name] = TestSetScores(**{field.name: results[field.name]
                                              for field in dataclasses.fields(TestSetScores)})
     selection = Selection(weights=chosen.weights, search=best_search.search, search_settings=best_search.settings,
-                          valid_split=dc.valid_split, valid_sentences=len(sources), valid=best_search.valid,
+                          valid_split=valid_split, valid_sentences=len(sources), valid=best_search.valid,
                           quantization=quantization, test=tests, candidates=weights, searches=tried,
-                          cut_short_by_time=cut_short, seconds=round(time.perf_counter() - started, 1))
+                          cut_short_by_time=cut_short, seconds=round(time.perf_counter() - started, 1),
+                          languages=parse_direction(dc.direction).to_dict())
     selection.write(final)
     if cut_short:
         _say(f"final model: train.final_max_minutes={tc.final_max_minutes:g} ran out; chosen among the "
              f"{len(weights)} weights and {len(tried)} searches scored by then")
-    _say(f"final model: {chosen.weights}, {best_search.search} (chosen on {dc.valid_split}: BLEU "
+    _say(f"final model: {chosen.weights}, {best_search.search} (chosen on {valid_split}: BLEU "
          f"{best_search.valid.bleu:.2f}) -> {final}")
     for name, test in tests.items():
         _say(f"{name}: BLEU {test.bleu:.2f}  chrF {test.chrf:.2f}  length ratio {test.length_ratio:.3f}  "

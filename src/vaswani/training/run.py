@@ -94,7 +94,8 @@ def fit_to_budget(config: RunConfig, run_dir: Path) -> tuple[RunConfig, BudgetPl
     plan = plan_for_budget(candidates(tc.scale_up_models), measure, seconds_left, tc.max_epochs)
     print(plan.describe(), flush=True)
     chosen = apply_settings(config, plan.settings)
-    chosen.train = dataclasses.replace(chosen.train, max_minutes=round(plan.minutes_left, 2))
+    # at least a few updates' time, even where the measuring took the whole budget
+    chosen.train = dataclasses.replace(chosen.train, max_minutes=max(round(plan.minutes_left, 2), 0.01))
     return chosen, plan
 
 

@@ -123,7 +123,7 @@ class Trainer:
         if self.world.is_main:
             record_start(self.run_dir, self.config, self.device, self.precision, self.world.size,
                          resumed=self.resumed_from is not None, changes=self.changed_settings)
-            self.data.copy_tokenizer()
+            self.data.record_run_files(self.run_dir)
         started = time.perf_counter() - self.progress.elapsed_seconds
         summary = None
         self._notify("on_fit_start")

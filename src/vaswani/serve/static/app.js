@@ -147,7 +147,8 @@ async function translate(event) {
   const wantNbest = $("nbest").checked && beam > 1;
   showError("");
   if (!text.trim()) {
-    showError("Type a German sentence first.");
+    const name = languages ? languages.source_name : "";
+    showError(`Type ${/^[AEIOU]/.test(name) ? "an" : "a"}${name ? " " + name : ""} sentence first.`);
     return;
   }
   const button = $("translate-button");
@@ -188,9 +189,31 @@ async function translate(event) {
   }
 }
 
+let languages = null;  // the pair /v1/model names: {source, target, name, source_name, target_name}
+
+function showLanguages(pair) {
+  if (!pair) return;
+  const [sourceName, targetName] = pair.name.split(" → ");
+  languages = {...pair, source_name: sourceName, target_name: targetName};
+  document.title = `vaswani · ${pair.name}, with its attention`;
+  $("pair").textContent = pair.name;
+  $("source-label").textContent = sourceName;
+  $("target-label").textContent = targetName;
+  $("source").lang = pair.source.split("_")[0];
+  if (pair.source !== "de") {  // the page's example sentences are German
+    $("source").value = "";
+    $("source").placeholder = "";
+  }
+  $("translation").lang = pair.target.split("_")[0];
+  $("explain").textContent = `Each row is a ${targetName} subword as the decoder produced it; each column a ` +
+    `${sourceName} subword. A cell is how much of that row's attention went to that source token (a row sums to ` +
+    `1). Point at (or tap) a ${targetName} token to see which ${sourceName} tokens it looked at.`;
+}
+
 async function describeModel() {
   try {
     const info = await (await fetch("/v1/model")).json();
+    showLanguages(info.languages);
     const c = info.config;
     const parts = [info.id, `${c.n_encoder_layers}+${c.n_decoder_layers} layers`, `d_model ${c.d_model}`,
       `${c.n_heads} heads`, [info.engine, info.quantization].filter(Boolean).join(" ")];

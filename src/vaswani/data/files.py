@@ -1,0 +1,409 @@
+"""The user's own corpus: aligned files on disk, read as a stream of bytes so that its size never sets the memory.
+
+A *split* (training, validation, a named test set) is one or more *parts* read one after the other; a part is two
+aligned files (line i of the source file translates line i of the target file) or one TSV file of
+``source<TAB>target`` lines. Plain and gzip files are read alike (gzip is recognised by its first bytes).
+
+Three passes read a split, each with memory that does not grow with the corpus:
+
+- :func:`fingerprint`: the sha256 and line count of every file; what keys the caches and what a run records. A
+  file that is missing or empty, or two files of a part with different line counts, stop it.
+- :func:`scan`: every line decoded and checked (UTF-8, a TSV line's one tab), keeping the text of the pairs asked
+  for by index (the tokenizer's sample, the held-out validation pairs).
+- :func:`read_chunks` / :func:`decode_chunk`: batches of aligned lines for the encoder, decoded where they are
+  encoded (in the worker processes).
+
+A line ends at ``\\n`` only (a ``\\r`` before it is dropped), and a UTF-8 byte-order mark at the start of a file is
+not text, as everywhere else in vaswani (``textfiles.py``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import itertools
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import BinaryIO, Iterator, Sequence
+
+import numpy as np
+
+from vaswani.data.languages import LanguagePair
+from vaswani.data.textfiles import GZIP_MAGIC
+from vaswani.errors import ConfigError, DataError
+
+READ_BYTES = 1 << 20
+# The stream keeps memory flat, but not unbounded: a file (on disk, or once decompressed) past MAX_CORPUS_FILE_BYTES is
+# refused before it is read, and a line past MAX_LINE_BYTES (no sentence is that long; a binary file or one text
+# without line breaks is) stops the first pass, before any line is held in memory.
+MAX_CORPUS_FILE_BYTES = 64 << 30
+MAX_LINE_BYTES = 1 << 16
+BYTE_ORDER_MARK = b"\xef\xbb\xbf"
+CHUNK_PAIRS = 20_000  # pairs per batch of lines: a few MB of text, enough to keep the encoder busy
+
+
+@dataclass(frozen=True)
+class FilePart:
+    """Two aligned files ``(source, target)``, or one TSV file ``(pairs,)``."""
+
+    paths: tuple[Path, ...]
+
+    @property
+    def is_tsv(self) -> bool:
+        return len(self.paths) == 1
+
+    @property
+    def source(self) -> Path:
+        return self.paths[0]
+
+    @property
+    def target(self) -> Path:
+        return self.paths[-1]
+
+    def describe(self) -> str:
+        return str(self.paths[0]) if self.is_tsv else f"{self.paths[0]} + {self.paths[1]}"
+
+
+@dataclass(frozen=True)
+class FileSplit:
+    """One split of a corpus as files: its parts, read in order."""
+
+    name: str
+    parts: tuple[FilePart, ...]
+
+    def describe(self) -> str:
+        return ", ".join(part.describe() for part in self.parts)
+
+
+def file_part(paths: Sequence[str | Path], setting: str) -> FilePart:
+    """A part from one TSV path or two aligned paths; any other number is a ConfigError naming ``setting``."""
+    if len(paths) not in (1, 2) or not all(str(p).strip() for p in paths):
+        raise ConfigError(f"{setting}: a part is two aligned files (source, target) or one TSV file, got "
+                          f"{len(paths)} path(s) {list(map(str, paths))}", field=setting)
+    return FilePart(tuple(Path(p) for p in paths))
+
+
+def progress_bar(total: int, description: str, progress: bool, unit: str = " pairs"):
+    """A tqdm bar (count, rate, time left) on stderr, shown on a terminal only (``disable=None``): a log or a test's
+    captured output holds none; ``progress=False`` never shows it."""
+    from tqdm import tqdm  # imported here: `vaswani --help` should not pay for it
+
+    return tqdm(total=total, unit=unit, unit_scale=True, desc=description, disable=None if progress else True,
+                mininterval=1.0, leave=False, dynamic_ncols=True)
+
+
+# ------------------------------------------------------------------------------------------- fingerprint
+
+
+@dataclass
+class FileRecord:
+    """One file as it was read: where, how many lines, and the sha256 of its bytes on disk."""
+
+    path: str
+    lines: int
+    sha256: str
+
+
+@dataclass
+class SplitFingerprint:
+    """What a split's files hold, without their text: each file's record, the pairs, one checksum for all."""
+
+    split: str
+    files: list[FileRecord]
+    pairs: int
+    checksum: str
+
+    def to_dict(self) -> dict:
+        return {"split": self.split, "pairs": self.pairs, "checksum": self.checksum,
+                "files": [asdict(record) for record in self.files]}
+
+
+def fingerprint(split: FileSplit, progress: bool = False) -> SplitFingerprint:
+    """Read every file of ``split`` once: its sha256 (of the bytes on disk) and its line count. Refuses a missing or
+    empty file and a part whose two files have different line counts, naming both files and both counts."""
+    total = sum(_size(path) for part in split.parts for path in part.paths)
+    records: list[FileRecord] = []
+    digest = hashlib.sha256()
+    pairs = 0
+    with progress_bar(total, f"reading {split.name}", progress, unit="B") as bar, \
+            ThreadPoolExecutor(2) as threads:  # sha256 lets go of the GIL: the two sides are hashed at once
+        for part in split.parts:
+            counted = list(threads.map(lambda path: _count_lines(path, bar), part.paths))
+            records += counted
+            # which files pair up, and in what order, is part of what the corpus is
+            digest.update(("tsv:" if part.is_tsv else "pair:").encode()
+                          + ",".join(record.sha256 for record in counted).encode() + b"\n")
+            if not part.is_tsv and counted[0].lines != counted[1].lines:
+                raise DataError(f"{part.source} has {counted[0].lines:,} lines but {part.target} has "
+                                f"{counted[1].lines:,}; a parallel corpus needs the same number of lines on both "
+                                "sides (line i of one translates line i of the other)")
+            pairs += counted[0].lines
+    return SplitFingerprint(split.name, records, pairs, digest.hexdigest())
+
+
+def _size(path: Path) -> int:
+    if not path.exists():
+        raise DataError(f"{path}: file not found")
+    if path.is_dir():
+        raise DataError(f"{path}: is a directory, expected a text file")
+    if not path.is_file():  # a device or a pipe: it may never end, and it cannot be read twice
+        raise DataError(f"{path}: is not a regular file (a device, say); give a text file")
+    size = path.stat().st_size
+    if size > MAX_CORPUS_FILE_BYTES:
+        raise DataError(f"{path}: {size:,} bytes, more than the {MAX_CORPUS_FILE_BYTES:,} vaswani reads from one "
+                        "corpus file; split it into several files (data.train_files takes a list of parts)")
+    return size
+
+
+def _count_lines(path: Path, bar) -> FileRecord:
+    """sha256 of the file's bytes and its number of lines (of the decompressed text, for gzip), in one read."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as raw:
+            head = raw.read(2)
+            raw.seek(0)
+            if head == GZIP_MAGIC:
+                hashed = _HashingReader(raw, digest, bar)
+                lines, has_text = _count(gzip.GzipFile(fileobj=hashed), path)
+                hashed.drain()
+            else:
+                lines, has_text = _count(_HashingReader(raw, digest, bar), path)
+    except OSError as error:
+        raise DataError(f"{path}: cannot read file: {error.strerror or error}") from None
+    if not has_text:
+        raise DataError(f"{path}: file is empty (no non-blank lines)")
+    return FileRecord(str(path), lines, digest.hexdigest())
+
+
+def _count(stream: BinaryIO, path: Path) -> tuple[int, bool]:
+    """Lines and whether there is any text, with the bounds checked on the way: the bytes read (a gzip file's text
+    may be far larger than the file) and the length of every line, including one that crosses chunks."""
+    lines, has_text, last, total, open_line = 0, False, b"\n", 0, 0
+    try:
+        while chunk := stream.read(READ_BYTES):
+            total += len(chunk)
+            if total > MAX_CORPUS_FILE_BYTES:
+                raise DataError(f"{path}: more than the {MAX_CORPUS_FILE_BYTES:,} bytes vaswani reads from one "
+                                "corpus file; split it into several files (data.train_files takes a list of parts)")
+            ends = np.flatnonzero(np.frombuffer(chunk, np.uint8) == ord("\n"))  # about 1 ms a MB
+            # every line's length: the first continues the line the chunk before left open, the last is left open
+            lengths = np.diff(ends, prepend=-1, append=len(chunk)) - 1
+            lengths[0] += open_line
+            too_long = np.flatnonzero(lengths > MAX_LINE_BYTES)
+            if len(too_long):
+                raise DataError(f"{path}:{lines + int(too_long[0]) + 1}: a line of more than {MAX_LINE_BYTES:,} "
+                                "bytes; a corpus holds one sentence per line (is this a text file?)")
+            open_line = int(lengths[-1])
+            lines += len(ends)
+            has_text = has_text or bool(chunk.strip())
+            last = chunk[-1:]
+    except (EOFError, zlib.error, gzip.BadGzipFile) as error:
+        raise DataError(f"{path}: corrupt or truncated gzip file ({error})") from None
+    return lines + (last != b"\n"), has_text
+
+
+class _HashingReader(io.RawIOBase):
+    """A file read through: every byte read is hashed and counted on the progress bar."""
+
+    def __init__(self, raw: BinaryIO, digest, bar) -> None:
+        self.raw, self.digest, self.bar = raw, digest, bar
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        n = self.raw.readinto(buffer)
+        if n:
+            self.digest.update(memoryview(buffer)[:n])
+            self.bar.update(n)
+        return n or 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.raw.read(size)
+        self.digest.update(data)
+        self.bar.update(len(data))
+        return data
+
+    def drain(self) -> None:
+        """Hash what a reader that stopped early (gzip's trailing bytes) left unread."""
+        while self.read(READ_BYTES):
+            pass
+
+
+# ------------------------------------------------------------------------------------------------ chunks
+
+
+@dataclass
+class LineChunk:
+    """Aligned lines of one part, as bytes: pair ``start + k`` of the split is ``(source[k], target[k])``, found on
+    line ``first_line + k`` of the part's file(s)."""
+
+    start: int
+    first_line: int
+    names: tuple[str, str]  # the files the two sides come from (the same TSV file twice)
+    source: list[bytes]
+    target: list[bytes]
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+
+def open_lines(path: Path) -> BinaryIO:
+    """``path`` opened for reading lines as bytes, decompressed when it is gzip."""
+    raw = open(path, "rb")
+    if raw.read(2) == GZIP_MAGIC:
+        raw.seek(0)
+        return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
+    raw.seek(0)
+    return raw
+
+
+def read_chunks(split: FileSplit, pairs: int = CHUNK_PAIRS) -> Iterator[LineChunk]:
+    """The split's pairs as aligned batches of at most ``pairs`` lines, in order. A TSV line with other than one tab
+    stops the reading with a DataError naming the file and the line."""
+    start = 0
+    for part in split.parts:
+        names = (str(part.source), str(part.target))
+        streams = [open_lines(path) for path in part.paths]
+        try:
+            first_line = 1
+            while True:
+                if part.is_tsv:
+                    lines = _lines(streams[0], pairs, first_line == 1, part.source)
+                    if not lines:
+                        break
+                    source, target = split_tsv(lines, part.source, first_line)
+                else:
+                    source = _lines(streams[0], pairs, first_line == 1, part.source)
+                    target = _lines(streams[1], pairs, first_line == 1, part.target)
+                    if len(source) != len(target):
+                        raise DataError(f"{part.source} and {part.target} no longer have the same number of lines "
+                                        f"(from line {first_line + min(len(source), len(target))}); were they "
+                                        "changed while being read?")
+                    if not source:
+                        break
+                yield LineChunk(start, first_line, names, source, target)
+                start += len(source)
+                first_line += len(source)
+        finally:
+            for stream in streams:
+                stream.close()
+
+
+def _lines(stream: BinaryIO, count: int, first: bool, path: Path) -> list[bytes]:
+    try:
+        lines = [line[:-1] if line[-1:] == b"\n" else line for line in itertools.islice(stream, count)]
+    except (EOFError, zlib.error, gzip.BadGzipFile) as error:
+        raise DataError(f"{path}: corrupt or truncated gzip file ({error})") from None
+    if first and lines and lines[0].startswith(BYTE_ORDER_MARK):
+        lines[0] = lines[0][len(BYTE_ORDER_MARK):]
+    return lines
+
+
+def split_tsv(lines: list[bytes], path: Path, first_line: int) -> tuple[list[bytes], list[bytes]]:
+    """The two fields of each ``source<TAB>target`` line; a line with other than one tab is a DataError."""
+    fields = [line.split(b"\t") for line in lines]
+    for offset, row in enumerate(fields):
+        if len(row) != 2:
+            raise DataError(f"{path}:{first_line + offset}: expected 2 tab-separated fields (source<TAB>target), "
+                            f"found {len(row)}")
+    return [row[0] for row in fields], [row[1] for row in fields]
+
+
+def decode_chunk(chunk: LineChunk) -> tuple[list[str], list[str]]:
+    """Both sides of a chunk as text; a byte that is not UTF-8 is a DataError naming the file and the line."""
+    return (decode_lines(chunk.source, chunk.names[0], chunk.first_line),
+            decode_lines(chunk.target, chunk.names[1], chunk.first_line))
+
+
+def decode_lines(lines: list[bytes], name: str, first_line: int) -> list[str]:
+    data = b"\n".join(lines)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = first_line + data.count(b"\n", 0, error.start)
+        bad = data[error.start : error.end].hex(" ")
+        raise DataError(f"{name}:{line}: invalid UTF-8 (byte(s) {bad}); the text must be UTF-8 encoded") from None
+    decoded = text.split("\n")
+    if "\r" in text:
+        decoded = [line[:-1] if line.endswith("\r") else line for line in decoded]
+    return decoded
+
+
+# -------------------------------------------------------------------------------------------------- scan
+
+
+@dataclass
+class Scanned:
+    """What :func:`scan` kept: the text of the pairs at ``indices`` (sorted), and how many of the watched pairs
+    occur in the split."""
+
+    indices: np.ndarray
+    source: list[str]
+    target: list[str]
+    watched_found: int = 0
+
+    def text(self, indices: np.ndarray) -> tuple[list[str], list[str]]:
+        """The text of the pairs at ``indices``, which must be among the kept ones."""
+        rows = np.searchsorted(self.indices, indices)
+        return [self.source[row] for row in rows], [self.target[row] for row in rows]
+
+
+def scan(split: FileSplit, pairs: int, keep: np.ndarray, progress: bool = False,
+         watch: set[tuple[str, str]] | None = None) -> Scanned:
+    """Decode and check every line of ``split`` (``pairs`` in all); keep the text of the pairs at the sorted indices
+    ``keep``, and count how many of the ``watch`` pairs occur in it. A bad line is a DataError, so nothing is kept
+    from a bad corpus."""
+    source: list[str] = []
+    target: list[str] = []
+    found: set[tuple[str, str]] = set()
+    with progress_bar(pairs, f"checking {split.name}", progress) as bar:
+        for chunk in read_chunks(split):
+            src, tgt = decode_chunk(chunk)
+            lo, hi = np.searchsorted(keep, [chunk.start, chunk.start + len(chunk)])
+            for index in (keep[lo:hi] - chunk.start).tolist():
+                source.append(src[index])
+                target.append(tgt[index])
+            if watch:
+                found |= watch.intersection(zip(src, tgt))
+            bar.update(len(chunk))
+    return Scanned(keep, source, target, len(found))
+
+
+# ------------------------------------------------------------------------------------------------ corpus
+
+DEFAULT_HOLDOUT = 1000  # validation pairs held out of the training files when no validation files are given
+TRAIN, VALID = "train", "valid"
+
+
+@dataclass(frozen=True)
+class FileCorpus:
+    """A whole corpus of the user's files: training pairs, validation pairs (files, or ``holdout`` pairs held out
+    of the training files), and any number of named test sets."""
+
+    languages: LanguagePair
+    train: FileSplit
+    valid: FileSplit | None = None
+    tests: tuple[FileSplit, ...] = ()
+    holdout: int = DEFAULT_HOLDOUT
+    name: str = "local"  # what its caches and prepared data are named by: "local", or a registered dataset's name
+
+    def __post_init__(self) -> None:
+        names = [split.name for split in self.tests]
+        for name in names:
+            taken = (TRAIN, self.valid.name if self.valid else VALID)
+            if name in taken or names.count(name) > 1 or not name.strip():
+                raise ConfigError(f"test set name {name!r} is taken: name each test set once, and neither "
+                                  f"{taken[0]!r} nor {taken[1]!r}", field="data.test_files")
+
+    def splits(self) -> list[FileSplit]:
+        return [self.train, *([self.valid] if self.valid else []), *self.tests]
+
+
+def held_out_count(holdout: int, pairs: int) -> int:
+    """How many of ``pairs`` training pairs are held out for validation: ``holdout``, but at most a tenth of them, so
+    that a small corpus keeps most of its pairs for training."""
+    return min(holdout, pairs // 10)
