@@ -38,8 +38,9 @@ BUILT_ON_THE_CORE = {
     "vaswani.benchmarks.commands": ("bench",),
     "vaswani.experiments.commands": ("experiment",),
     "vaswani.classification.commands": ("classify",),
-    "vaswani.serve.commands": ("serve", "serve-bench"),
+    "vaswani.serve.commands": ("serve",),
     "vaswani.export.commands": ("export",),
+    "vaswani.tools.commands": ("serve-bench",),
 }
 COMMANDS = {**CORE_COMMANDS, **BUILT_ON_THE_CORE}
 
@@ -70,7 +71,7 @@ FLAGS = {
         "precision")},
     **{f"serve.{name}": f"--{name.replace('_', '-')}" for name in (
         "max_chars", "max_texts", "max_body_bytes", "max_queue", "max_beam", "max_request_tokens", "batch_wait_ms",
-        "max_batch_sentences", "max_batch_tokens")},
+        "max_batch_sentences", "max_batch_tokens", "workers", "parallel_batches")},
 }
 
 

@@ -118,7 +118,7 @@ def hardware(device: torch.device | str = "cpu") -> dict[str, Any]:
     return {
         "platform": platform.platform(),
         "processor": _cpu_name(),
-        "cpu_count": _cpu_count(),
+        "cpu_count": usable_cores(),
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
         "device": str(device),
@@ -127,7 +127,8 @@ def hardware(device: torch.device | str = "cpu") -> dict[str, Any]:
     }
 
 
-def _cpu_count() -> int:
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask, e.g. a container's share), not the machine's."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 

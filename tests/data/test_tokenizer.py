@@ -128,6 +128,29 @@ def test_the_encoder_never_sees_more_than_the_bound(tokenizer, monkeypatch) -> N
     assert max(seen) == tokenizer.chars_for(1024) < 200_000
 
 
+def test_a_large_batch_is_encoded_without_the_second_nfkc_step_and_to_the_same_ids(multi30k_train) -> None:
+    """Below STRIPPED_ENCODER_FROM texts the tokenizer encodes as loaded (its own NFKC step finds nothing left to
+    do); from there a copy without that step is built once. Both give the same ids, on real text and on text that
+    NFKC changes (ligatures, compatibility characters, decomposed accents)."""
+    from vaswani.data import tokenizer as module
+
+    texts = multi30k_train.source[:2000] + ["\ufb01nden Ａｂｃ ½ a\u0308\u0304 Straße", "①②③ ㎞ ﹏", "e\u0301té"]
+    fresh = Tokenizer.train(multi30k_train.source[:500], vocab_size=400)
+    assert fresh._encoder is fresh._tok  # nothing parsed twice at start-up
+    as_loaded = fresh.encode_batch(texts)
+    assert fresh.encode_batch(texts, max_ids=64) == [ids[:64] for ids in as_loaded]
+    assert "longest_token_bytes" not in vars(fresh)  # no text long enough to be cut: the vocabulary was not read
+    threshold = module.STRIPPED_ENCODER_FROM
+    assert len(texts) < threshold
+    module.STRIPPED_ENCODER_FROM = len(texts)
+    try:
+        stripped = fresh.encode_batch(texts)
+    finally:
+        module.STRIPPED_ENCODER_FROM = threshold
+    assert fresh._encoder is not fresh._tok and fresh._encoder.normalizer is None
+    assert stripped == as_loaded and fresh.encode(texts[-3]) == as_loaded[-3]
+
+
 # Scripts without spaces (Chinese, Japanese, Thai), right to left (Arabic, Hebrew), combining marks (Hindi's vowel
 # signs, Thai's tone marks, Vietnamese written decomposed), and others; none is seen when the tokenizer is trained.
 SCRIPTS = {

@@ -387,3 +387,23 @@ def test_evaluate_on_each_engine_scores_the_same_and_records_which_ran(trained_c
     assert results["ctranslate2"]["bleu"] == results["torch"]["bleu"]
     hypotheses = {engine: (tmp_path / engine / "hypotheses.txt").read_text(encoding="utf-8") for engine in results}
     assert hypotheses["ctranslate2"] == hypotheses["torch"]
+
+
+def test_the_vocabulary_is_read_from_the_conversion_and_is_the_tokenizers(checkpoint: Path, tmp_path: Path) -> None:
+    from vaswani.data.tokenizer import Tokenizer
+    from vaswani.decoding.ct2_engine import SHARED_VOCABULARY_FILE, stored_vocabulary
+    from vaswani.decoding.ct2_model import vocabulary
+
+    search = SearchConfig(beam_size=1)
+    engine = Translator.load(checkpoint, search, EngineOptions(engine="ctranslate2", device="cpu")).engine
+    expected = vocabulary(Tokenizer.load(checkpoint / "tokenizer.json"), engine.model_config.vocab_size)
+    assert engine.vocabulary == expected
+    stored = engine.directory / SHARED_VOCABULARY_FILE
+    assert json.loads(stored.read_text(encoding="utf-8")) == expected  # what the engine read instead of rebuilding
+    assert stored_vocabulary(engine.directory, len(expected)) == expected
+    elsewhere = tmp_path / "conversion"
+    elsewhere.mkdir()
+    (elsewhere / SHARED_VOCABULARY_FILE).write_text(json.dumps(expected[:-1]), encoding="utf-8")
+    assert stored_vocabulary(elsewhere, len(expected)) is None  # a list of another length is not trusted
+    (elsewhere / SHARED_VOCABULARY_FILE).write_text("[1, 2", encoding="utf-8")
+    assert stored_vocabulary(elsewhere, len(expected)) is None and stored_vocabulary(tmp_path, 3) is None

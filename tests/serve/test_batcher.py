@@ -1,15 +1,18 @@
-"""Request batching: concurrent requests share batches, and every sentence gets what it gets alone."""
+"""Continuous request batching: an idle model searches at once, concurrent requests share batches, and every
+sentence gets what it gets alone."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
+import time
 from collections import deque
 
 import pytest
 
 from vaswani.decoding import EngineOptions, SearchConfig, Translator
-from vaswani.serve.batcher import Batcher, Job, QueueFull
+from vaswani.serve.batcher import Batcher, Counters, Job, QueueFull
 from vaswani.serve.settings import ServeSettings
 
 
@@ -135,3 +138,136 @@ def test_queue_limit_counts_sentences(translator: Translator) -> None:
             await batcher.stop()
 
     assert len(asyncio.run(main())) == 3
+
+
+class GatedEngine:
+    """The translator's engine, holding every search until the test opens the gate, and recording each batch's
+    size as it starts: the test decides when the model is busy."""
+
+    def __init__(self, engine) -> None:  # noqa: ANN001 - any engine
+        self.engine, self.name, self.model_config, self.device = engine, engine.name, engine.model_config, engine.device
+        self.gate, self.started, self.searching = threading.Event(), [], 0
+        self.most_at_once = 0
+        self.lock = threading.Lock()
+
+    def bind(self, config: SearchConfig) -> SearchConfig:
+        return self.engine.bind(config)
+
+    def search(self, sources, config: SearchConfig):  # noqa: ANN001, ANN201 - the engine interface
+        with self.lock:
+            self.started.append(len(sources))
+            self.searching += 1
+            self.most_at_once = max(self.most_at_once, self.searching)
+        assert self.gate.wait(timeout=30), "the test never opened the gate"
+        try:
+            return self.engine.search(sources, config)
+        finally:
+            with self.lock:
+                self.searching -= 1
+
+    def describe(self) -> dict:
+        return self.engine.describe()
+
+
+def _gated(translator: Translator, engine: GatedEngine | None = None) -> Translator:
+    return Translator(engine or GatedEngine(translator.engine), translator.tokenizer, translator.config)
+
+
+async def _until(condition, seconds: float = 10.0) -> None:  # noqa: ANN001 - a predicate
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.001)
+
+
+def test_an_idle_model_searches_at_once_and_arrivals_during_a_search_form_the_next_batch(translator: Translator,
+                                                                                        test_pairs) -> None:
+    gated = _gated(translator)
+    engine: GatedEngine = gated.engine
+
+    async def main():
+        batcher = Batcher(gated, ServeSettings())  # batch_wait_ms 0: no gathering wait
+        batcher.start()
+        try:
+            first = asyncio.ensure_future(batcher.translate(gated.encode(test_pairs[0][:1]), gated.config))
+            await _until(lambda: engine.started == [1])  # searched alone, at once: nothing else was waiting
+            later = [asyncio.ensure_future(batcher.translate(gated.encode([text]), gated.config))
+                     for text in test_pairs[0][1:4]]
+            await _until(lambda: batcher.waiting == 3)
+            assert engine.started == [1]  # the model is busy: the three wait for it, together
+            engine.gate.set()
+            answers = await asyncio.gather(first, *later)
+            return answers, batcher.counters()
+        finally:
+            engine.gate.set()
+            await batcher.stop()
+
+    answers, counters = asyncio.run(main())
+    assert engine.started == [1, 3]  # the arrivals of the first search formed the second batch
+    assert (counters.batches_searched, counters.sentences_searched, counters.in_flight) == (2, 4, 0)
+    assert [a[0][0].text for a in answers] == translator.translate(test_pairs[0][:4])
+
+
+def test_the_batch_wait_is_a_ceiling_a_full_batch_does_not_wait_for(translator: Translator, test_pairs) -> None:
+    settings = ServeSettings(batch_wait_ms=1000, max_batch_sentences=2)
+
+    async def main(texts: list[str]) -> tuple[float, Counters]:
+        batcher = Batcher(translator, settings)
+        batcher.start()
+        try:
+            started = time.perf_counter()
+            await asyncio.gather(*(batcher.translate(translator.encode([text]), translator.config) for text in texts))
+            return time.perf_counter() - started, batcher.counters()
+        finally:
+            await batcher.stop()
+
+    full, counters = asyncio.run(main(test_pairs[0][:2]))
+    assert counters.batches_searched == 1 and full < 0.9, full  # full at once: searched without the wait
+    alone, _ = asyncio.run(main(test_pairs[0][:1]))
+    assert alone >= 1.0, alone  # a lone sentence is held for company up to the ceiling
+
+
+def test_parallel_slots_search_a_second_batch_while_the_first_is_busy(translator: Translator, test_pairs) -> None:
+    engine = GatedEngine(translator.engine)  # both slots share one gate, so both searches stay open together
+    slots = [_gated(translator, engine), _gated(translator, engine)]
+
+    async def main():
+        batcher = Batcher(slots, ServeSettings())
+        batcher.start()
+        try:
+            first = asyncio.ensure_future(batcher.translate(translator.encode(test_pairs[0][:1]), translator.config))
+            await _until(lambda: engine.searching == 1)
+            second = asyncio.ensure_future(batcher.translate(translator.encode(test_pairs[0][1:2]),
+                                                             translator.config))
+            await _until(lambda: engine.searching == 2)  # the free slot took it at once
+            engine.gate.set()
+            return await asyncio.gather(first, second)
+        finally:
+            engine.gate.set()
+            await batcher.stop()
+
+    answers = asyncio.run(main())
+    assert engine.most_at_once == 2 and engine.started == [1, 1]
+    assert [a[0][0].text for a in answers] == translator.translate(test_pairs[0][:2])
+
+
+def test_what_waits_is_shared_between_the_free_slots(translator: Translator, test_pairs) -> None:
+    engine = GatedEngine(translator.engine)
+    slots = [_gated(translator, engine) for _ in range(3)]
+
+    async def main():
+        batcher = Batcher(slots, ServeSettings(batch_wait_ms=50))  # the eight arrive within the gathering ceiling
+        batcher.start()
+        try:
+            calls = [batcher.translate(translator.encode([text]), translator.config) for text in test_pairs[0][:8]]
+            answers = asyncio.gather(*calls)
+            await _until(lambda: engine.searching == 3)
+            engine.gate.set()
+            return await answers
+        finally:
+            engine.gate.set()
+            await batcher.stop()
+
+    answers = asyncio.run(main())
+    assert sorted(engine.started) == [2, 3, 3]  # eight sentences over three free slots, not eight in one
+    assert [a[0][0].text for a in answers] == translator.translate(test_pairs[0][:8])

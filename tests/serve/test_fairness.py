@@ -127,11 +127,11 @@ def test_answers_on_a_kept_alive_connection_do_not_wait_for_delayed_acks(server)
 
 
 def test_the_load_generator_counts_answers_and_errors_on_kept_alive_connections(server, test_pairs) -> None:
-    from vaswani.serve.loadtest import _drive
+    from vaswani.tools.serve_load import drive
 
-    translated = asyncio.run(_drive(server.url, 4, 1.0, test_pairs[0], beam=2))
-    assert translated["sentences"] > 4 and translated["errors"] == 0 and translated["p95_ms"] > 0
-    refused = asyncio.run(_drive(server.url, 2, 0.3, test_pairs[0], beam=SETTINGS.max_beam + 1))
-    assert refused["sentences"] == 0 and refused["errors"] > 0 and refused["error_examples"][0].startswith("422 ")
-    ceiling = asyncio.run(_drive(server.url, 4, 0.5, test_pairs[0], beam=2, health=True))
-    assert ceiling["errors"] == 0 and ceiling["sentences_per_s"] > translated["sentences_per_s"], ceiling
+    translated = asyncio.run(drive(server.url, 4, 1.0, test_pairs[0], beam=2))
+    assert translated.requests > 4 and translated.errors == 0 and translated.p95_ms > 0
+    refused = asyncio.run(drive(server.url, 2, 0.3, test_pairs[0], beam=SETTINGS.max_beam + 1))
+    assert refused.requests == 0 and refused.errors > 0 and refused.error_examples[0].startswith("422 ")
+    ceiling = asyncio.run(drive(server.url, 4, 0.5, test_pairs[0], beam=2, health=True))
+    assert ceiling.errors == 0 and ceiling.server == "health" and ceiling.per_s > translated.per_s, ceiling

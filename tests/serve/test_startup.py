@@ -14,7 +14,7 @@ import uvicorn
 import vaswani.serve.app as serve_app
 from vaswani.cli import main
 from vaswani.errors import VaswaniError
-from vaswani.serve.loadtest import Server, startup_error
+from vaswani.tools.serve_load import Server, startup_error
 
 
 @pytest.fixture(autouse=True)
@@ -125,7 +125,7 @@ def test_serve_bench_reports_a_broken_checkpoint_in_one_line(tiny_checkpoint, tm
     shutil.copytree(tiny_checkpoint, checkpoint)
     _truncated_weights(checkpoint)
     with pytest.raises(VaswaniError) as error:
-        Server(checkpoint, [], threads=1)  # a real `vaswani serve` process
+        Server(checkpoint, ["--threads", "1"])  # a real `vaswani serve` process
     message = str(error.value)
     assert message.startswith(f"the server did not start: {checkpoint / 'model.safetensors'}: cannot be read as "
                               "safetensors weights; the file is truncated or corrupt")

@@ -12,14 +12,22 @@ load hits all of them alike; each figure is the median of the repeats (min–max
 All of them translate with the checkpoint's stored search (``search.json``) at ``--beam``, on ``--threads``
 threads; a stored GNMT length penalty, which CTranslate2 cannot rank a beam by, is measured as the power |Y|^α
 with the same α. The conversions are made, and every command run once, before the timed repeats. Each output is scored
-(sacreBLEU), and an empty input gives each command's start-up time alone. Written to ``--out``: results.json
-(every run, with provenance) and table.md.
+(sacreBLEU), and an empty input gives each command's start-up time alone. The commands run with Python's bytecode
+cache on (in a directory of the run's own), as an installed package does even where the environment says
+PYTHONDONTWRITEBYTECODE: otherwise every timed `vaswani translate` would compile vaswani's source again, a cost
+no installed copy pays and the bare script (whose libraries come compiled) never does.
+
+``--profile`` adds where vaswani's time goes on CTranslate2 (cProfile, which slows Python code by a constant
+factor, so its figures are shares, not timings): the start-up (``vaswani translate`` of an empty input, by phase),
+and the translation (the time inside CTranslate2's ``translate_batch`` against the Python around it, per batch).
+Written to ``--out``: results.json (every run, with provenance), table.md, and profile.md with ``--profile``.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import statistics
 import subprocess
 import sys
@@ -36,7 +44,7 @@ from vaswani.errors import VaswaniError
 from vaswani.io import atomic_write_json, atomic_write_text, check_output
 
 BARE_SCRIPT = Path(__file__).with_name("bare_ctranslate2.py")
-RESULT_FILES = ("results.json", "table.md")
+RESULT_FILES = ("results.json", "table.md", "profile.md")
 DEFAULT_QUANTIZATIONS = {"cpu": ["float32", "int8"], "cuda": ["float16", "int8_float16", "bfloat16"]}
 
 
@@ -55,6 +63,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quantizations", nargs="+", default=None, choices=QUANTIZATIONS,
                         help="CTranslate2's (default: float32 int8 on the CPU, float16 int8_float16 bfloat16 on a GPU)")
     parser.add_argument("--repeats", type=ranged(int, ge=1, le=MAX_COUNT), default=3)
+    parser.add_argument("--torch", action=argparse.BooleanOptionalAction, default=True,
+                        help="time the torch engine too (--no-torch: only CTranslate2 against the bare script, whose "
+                        "ratio is what vaswani's overhead costs)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also profile vaswani translate on CTranslate2: its start-up by phase, and the Python "
+                        "around each batch's search (profile.md)")
     parser.add_argument("--out", type=Path, default=None, help="directory for results.json and table.md")
 
 
@@ -86,32 +100,55 @@ def run(args: argparse.Namespace) -> int:
         work = Path(workdir)
         (work / "source.txt").write_text("".join(line + "\n" for line in sources), encoding="utf-8")
         (work / "empty.txt").write_text("", encoding="utf-8")
-        commands = _commands(checkpoint, search, length_exponent(search), conversions, args.threads, args.device)
-        for name, command in commands.items():  # untimed: file caches, lazily built things
-            _timed(command(work / "source.txt", work / "warm-up.txt"))
+        env = command_environment(work / "pycache")
+        commands = _commands(checkpoint, search, length_exponent(search), conversions, args.threads, args.device,
+                             args.torch)
+        for name, command in commands.items():  # untimed: file and bytecode caches, lazily built things
+            _timed(command(work / "source.txt", work / "warm-up.txt"), env)
         runs: list[dict[str, Any]] = []
         names = list(commands)
         for repeat in range(args.repeats):
             order = names[repeat % len(names):] + names[: repeat % len(names)]
             for name in order:
-                seconds = _timed(commands[name](work / "source.txt", work / f"{name}.txt"))
-                start_up = _timed(commands[name](work / "empty.txt", work / "empty-out.txt"))
+                seconds = _timed(commands[name](work / "source.txt", work / f"{name}.txt"), env)
+                start_up = _timed(commands[name](work / "empty.txt", work / "empty-out.txt"), env)
                 runs.append({"command": name, "repeat": repeat, "seconds": seconds, "start_up_seconds": start_up})
             print(f"repeat {repeat + 1}/{args.repeats} done", flush=True)
         bleu = {name: round(corpus_scores((work / f"{name}.txt").read_text(encoding="utf-8").splitlines(),
                                           references).bleu, 2) for name in commands}
         outputs = {name: (work / f"{name}.txt").read_text(encoding="utf-8") for name in commands}
+        profile = None
+        if args.profile and quantizations:
+            from vaswani.benchmarks.engine_profile import profile_translate
+
+            quantization = quantizations[-1]
+            profile = profile_translate(commands[f"vaswani translate, ctranslate2 {quantization}"], work, env,
+                                        quantization)
     report = _report(stamp, args, checkpoint, search, commands, runs, bleu, outputs, len(sources))
+    if profile is not None:
+        report["profile"] = dataclasses.asdict(profile)
     print(render_table(report))
     if args.out is not None:
         atomic_write_json(args.out / RESULT_FILES[0], report)
         atomic_write_text(args.out / RESULT_FILES[1], render_table(report))
         print(f"wrote {args.out / RESULT_FILES[0]} and {args.out / RESULT_FILES[1]}")
+        if profile is not None:
+            from vaswani.benchmarks.engine_profile import render_profile
+
+            atomic_write_text(args.out / RESULT_FILES[2], render_profile(profile, report))
+            print(f"wrote {args.out / RESULT_FILES[2]}")
     return 0
 
 
+def command_environment(bytecode: Path) -> dict[str, str]:
+    """This process's environment with Python's bytecode cache on, kept in ``bytecode`` (never the source tree)."""
+    env = {**os.environ, "PYTHONPYCACHEPREFIX": str(bytecode)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
 def _commands(checkpoint: Path, search: Any, exponent: float, conversions: dict[str, Path], threads: int,
-              device: str) -> dict[str, Any]:
+              device: str, torch: bool = True) -> dict[str, Any]:
     """Command name -> function(input, output) -> argv."""
     def translate(engine: str, *extra: str):
         return lambda source, out: [sys.executable, "-m", "vaswani", "translate", "--checkpoint", str(checkpoint),
@@ -126,7 +163,7 @@ def _commands(checkpoint: Path, search: Any, exponent: float, conversions: dict[
                                     repr(search.max_len_a), "--max-len-b", str(search.max_len_b), "--threads",
                                     str(threads), "--device", device]
 
-    commands = {"vaswani translate, torch": translate("torch")}
+    commands = {"vaswani translate, torch": translate("torch")} if torch else {}
     for quantization in conversions:
         commands[f"vaswani translate, ctranslate2 {quantization}"] = translate("ctranslate2", "--quantization",
                                                                              quantization)
@@ -134,9 +171,9 @@ def _commands(checkpoint: Path, search: Any, exponent: float, conversions: dict[
     return commands
 
 
-def _timed(argv: list[str]) -> float:
+def _timed(argv: list[str], env: dict[str, str] | None = None) -> float:
     started = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, text=True)
+    done = subprocess.run(argv, capture_output=True, text=True, env=env)
     seconds = time.perf_counter() - started
     if done.returncode != 0:
         lines = [line for line in done.stderr.splitlines() if line.strip()]
@@ -158,17 +195,29 @@ def _report(stamp: dict[str, Any], args: argparse.Namespace, checkpoint: Path, s
                      "sentences_per_s_min": sentences / max(mine), "sentences_per_s_max": sentences / min(mine),
                      "start_up_seconds": start_up, "bleu": bleu[name]})
     by = {row["command"]: row for row in rows}
-    torch_row = by["vaswani translate, torch"]
+    torch_row = by.get("vaswani translate, torch")
     ratios = []
     for row in rows:
         if row["bare"] or row["quantization"] is None:
             continue
         bare = by[f"bare ctranslate2 script, {row['quantization']}"]
-        ratios.append({"quantization": row["quantization"],
-                       "over_torch": round(torch_row["seconds"] / row["seconds"], 3),
-                       "over_bare": round(bare["seconds"] / row["seconds"], 3),
-                       "lines_unlike_bare": _differing(outputs[row["command"]], outputs[bare["command"]]),
-                       "lines_unlike_torch": _differing(outputs[row["command"]], outputs[torch_row["command"]])})
+        # The bare script's time over ours in each repeat (both ran in it, one after the other): the spread of these
+        # says how far the machine's load moved the ratio.
+        per_repeat = sorted(theirs["seconds"] / ours["seconds"] for ours in runs if ours["command"] == row["command"]
+                            for theirs in runs if theirs["command"] == bare["command"]
+                            and theirs["repeat"] == ours["repeat"])
+        start_ups = sorted(theirs["start_up_seconds"] / ours["start_up_seconds"] for ours in runs
+                           if ours["command"] == row["command"] for theirs in runs
+                           if theirs["command"] == bare["command"] and theirs["repeat"] == ours["repeat"])
+        ratio = {"quantization": row["quantization"],
+                 "over_bare": round(bare["seconds"] / row["seconds"], 3),
+                 "over_bare_per_repeat": [round(value, 3) for value in per_repeat],
+                 "start_up_over_bare": round(statistics.median(start_ups), 3),
+                 "lines_unlike_bare": _differing(outputs[row["command"]], outputs[bare["command"]])}
+        if torch_row is not None:
+            ratio.update(over_torch=round(torch_row["seconds"] / row["seconds"], 3),
+                         lines_unlike_torch=_differing(outputs[row["command"]], outputs[torch_row["command"]]))
+        ratios.append(ratio)
     return {
         **stamp,
         "checkpoint": str(checkpoint), "test_set": f"{args.dataset} {args.split}", "sentences": sentences,
@@ -204,9 +253,12 @@ def render_table(report: dict[str, Any]) -> str:
                      f"{row['sentences_per_s_max']:.1f} | {row['start_up_seconds']:.2f} | {row['bleu']:.2f} |")
     lines.append("")
     for ratio in report["ratios"]:
-        lines.append(f"- ctranslate2 {ratio['quantization']}: {ratio['over_torch']:.2f}× the torch engine's "
-                     f"sentences/s ({ratio['lines_unlike_torch']} of {report['sentences']} translations differ from "
-                     f"torch's), {ratio['over_bare']:.2f}× the bare script's on the same converted model "
-                     f"({ratio['lines_unlike_bare']} differ from its).")
+        torch = (f"{ratio['over_torch']:.2f}× the torch engine's sentences/s ({ratio['lines_unlike_torch']} of "
+                 f"{report['sentences']} translations differ from torch's), " if "over_torch" in ratio else "")
+        spread = ratio.get("over_bare_per_repeat") or []
+        repeats = f" (per repeat {spread[0]:.2f}–{spread[-1]:.2f})" if spread else ""
+        lines.append(f"- ctranslate2 {ratio['quantization']}: {torch}{ratio['over_bare']:.2f}× the bare script's "
+                     f"sentences/s on the same converted model{repeats}, "
+                     f"{ratio['lines_unlike_bare']} translations differ from its.")
     lines += ["", *provenance_lines(report), ""]
     return "\n".join(lines)

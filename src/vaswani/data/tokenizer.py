@@ -30,6 +30,10 @@ MIN_VOCAB_SIZE = N_BYTES + len(SPECIAL_TOKENS)  # every byte plus the special to
 MAX_VOCAB_SIZE = 1_000_000  # far past any translation vocabulary; the BPE trainer's own limit is a 32-bit count
 
 
+# Texts from which one encode_batch call builds the encoder without the NFKC step (see Tokenizer.__init__).
+STRIPPED_ENCODER_FROM = 4096
+
+
 def _tokenizers():
     import tokenizers  # imported lazily: `vaswani --help` should not pay for it
 
@@ -44,13 +48,12 @@ class Tokenizer:
         # Text that happens to contain "<s>" or "</s>" must be encoded as ordinary characters, never as the
         # control tokens (this flag is not saved in tokenizer.json, so it is set on every construction).
         self._tok.encode_special_tokens = True
-        # The encoder we call runs without its NFKC step: Python's unicodedata does the same normalisation in
-        # ~0.2 µs per sentence where the Rust normalizer (which tracks character alignments we never use)
-        # costs ~7 µs, about 12% of all encoding time. tokenizer.json keeps its NFKC normalizer, so the saved
-        # file used on its own gives the same ids.
-        self._encoder = _tokenizers().Tokenizer.from_str(hf_tokenizer.to_str())
-        self._encoder.normalizer = None
-        self._encoder.encode_special_tokens = True
+        # What encode_batch calls. Python's unicodedata normalises (NFKC) every text first, so the tokenizer's own
+        # NFKC step finds nothing left to do; it still costs ~7 µs a sentence (the Rust normalizer tracks character
+        # alignments we never use), about 12% of all encoding time. A copy without that step pays for itself past
+        # STRIPPED_ENCODER_FROM texts: building it parses the vocabulary and merges again, tens of milliseconds that
+        # every start-up of `vaswani translate` would otherwise pay. Either encoder gives the same ids.
+        self._encoder = self._tok
         for expected_id, token in enumerate(SPECIAL_TOKENS):
             if self._tok.token_to_id(token) != expected_id:
                 raise DataError(
@@ -151,11 +154,19 @@ class Tokenizer:
         most the first ``max_ids`` ids of each text, and a text longer than :meth:`chars_for` that many ids is cut
         by characters *before* it is normalised and encoded: the work per text is bounded whatever its length (a
         20 MB line costs what a 100 KB one does), and the ids kept are the ones the whole text would give."""
-        if max_ids is not None:
+        # Only a text longer than chars_for's bound with one-byte tokens can be cut: below it, the vocabulary (whose
+        # longest token takes a pass over all of it to find) is never read.
+        if max_ids is not None and max(map(len, texts), default=0) > self.chars_for(max_ids, token_bytes=1):
             longest = self.chars_for(max_ids)
             texts = [text if len(text) <= longest else text[:longest] for text in texts]
         ids = self.encode_text([self.normalize(text) for text in texts])
         return ids if max_ids is None else [row[:max_ids] for row in ids]
+
+    def _stripped_encoder(self):  # noqa: ANN202 - a tokenizers.Tokenizer
+        encoder = _tokenizers().Tokenizer.from_str(self._tok.to_str())
+        encoder.normalizer = None
+        encoder.encode_special_tokens = True
+        return encoder
 
     def encode(self, text: str) -> list[int]:
         return self._encoder.encode(self.normalize(text), add_special_tokens=False).ids
@@ -168,6 +179,8 @@ class Tokenizer:
 
     def encode_text(self, texts: Sequence[str]) -> list[list[int]]:
         """Ids of already normalised texts, computed by the Rust encoder (on every core)."""
+        if len(texts) >= STRIPPED_ENCODER_FROM and self._encoder is self._tok:
+            self._encoder = self._stripped_encoder()
         return [encoding.ids for encoding in self._encoder.encode_batch(list(texts), add_special_tokens=False)]
 
     @cached_property
@@ -177,12 +190,13 @@ class Tokenizer:
         return max((len(token) for token in self._tok.get_vocab(with_added_tokens=False) if token not in specials),
                    default=1)
 
-    def chars_for(self, max_ids: int) -> int:
+    def chars_for(self, max_ids: int, token_bytes: int | None = None) -> int:
         """A prefix length, in characters, past which the first ``max_ids`` ids of any text cannot depend on the
         rest: ``max_ids`` tokens cover at most ``max_ids × longest_token_bytes`` bytes of normalised text, each of
         those bytes comes from at most 3 characters of the original (NFKC composes at most 3 characters into one),
-        and a cut changes only the tokens of the word it falls in. Twice that keeps the cut far from the kept ids."""
-        return 6 * max_ids * self.longest_token_bytes + 64
+        and a cut changes only the tokens of the word it falls in. Twice that keeps the cut far from the kept ids.
+        ``token_bytes``: the bound for tokens of at most that many bytes (default: this vocabulary's longest)."""
+        return 6 * max_ids * (token_bytes or self.longest_token_bytes) + 64
 
     def decode_batch(self, sequences: Sequence[Sequence[int]]) -> list[str]:
         """Text of each id sequence; special tokens (padding, <s>, </s>) are skipped, not treated as ends."""

@@ -38,6 +38,7 @@ from vaswani.decoding.ct2_model import (cannot_express, converted_model, positio
                                         weight_parameters)
 from vaswani.decoding.engine import CTRANSLATE2, Hypothesis, length_penalty, output_limits
 from vaswani.errors import ConfigError, EnvironmentFault, VaswaniError
+from vaswani.io import read_json
 
 # The exponent that stands for "no length penalty": |Y|^p == 1.0 in float32 for every length, yet p != 0, which
 # keeps CTranslate2's stopping rule (k finished hypotheses) rather than its early exit.
@@ -106,6 +107,23 @@ def cannot_run(config: SearchConfig) -> str | None:
     return None
 
 
+# Where CTranslate2 keeps the vocabulary a conversion was made with (the one list for source and target).
+SHARED_VOCABULARY_FILE = "shared_vocabulary.json"
+
+
+def stored_vocabulary(directory: Path, size: int) -> list[str] | None:
+    """The token strings by id that the converted model in ``directory`` was made with, read from its own file (a
+    JSON list: a millisecond, where rebuilding it from the tokenizer costs tens at every start-up), or None when
+    it has none of ``size`` strings. The conversion's key covers tokenizer.json, so the list is the tokenizer's."""
+    try:
+        tokens = read_json(directory / SHARED_VOCABULARY_FILE, "CTranslate2 vocabulary")
+    except (OSError, VaswaniError):
+        return None
+    if not isinstance(tokens, list) or len(tokens) != size or not all(isinstance(token, str) for token in tokens):
+        return None
+    return tokens
+
+
 class CTranslate2Engine:
     name = CTRANSLATE2
 
@@ -124,7 +142,8 @@ class CTranslate2Engine:
                                                      inter_threads=1)
         except (RuntimeError, ValueError) as error:
             raise VaswaniError(f"{directory}: CTranslate2 cannot load this model ({error})") from None
-        self.vocabulary = vocabulary(tokenizer, model_config.vocab_size)
+        self.vocabulary = stored_vocabulary(directory, model_config.vocab_size) or vocabulary(tokenizer,
+                                                                                            model_config.vocab_size)
         self.ids = {token: i for i, token in enumerate(self.vocabulary)}
         self.eos = self.vocabulary[tokenizer.eos_id]
         self._reference: Any = None

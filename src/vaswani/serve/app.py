@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import time
 from contextlib import asynccontextmanager
 from importlib.resources import files
@@ -31,7 +32,8 @@ from vaswani.evaluation.checkpoint_info import CheckpointInfo, checkpoint_info
 from vaswani.model.serialization import resolve_checkpoint
 from vaswani.serve.batcher import Batcher, QueueFull
 from vaswani.serve.schemas import AttentionRequest, SearchSettings, TranslateRequest
-from vaswani.serve.settings import ServeSettings
+from vaswani.provenance import usable_cores
+from vaswani.serve.settings import ServeSettings, ThreadLayout, thread_layout
 
 log = logging.getLogger("vaswani.serve")
 STATIC = files("vaswani.serve") / "static"
@@ -100,21 +102,46 @@ def attention_of(translator: Translator, text: str, config: SearchConfig, source
 # ---- the model -------------------------------------------------------------------------------------------------
 @dataclasses.dataclass
 class ServedModel:
-    """A loaded translator and what /v1/model reports of it."""
+    """A loaded translator and what /v1/model reports of it; ``replicas``: further translators of the same model,
+    one per further batch searched at once (``parallel_batches``)."""
 
     translator: Translator
     info: CheckpointInfo
+    replicas: list[Translator] = dataclasses.field(default_factory=list)
+    layout: ThreadLayout | None = None  # how this worker's threads are spent (None: a translator given in-process)
+
+    @property
+    def translators(self) -> list[Translator]:
+        return [self.translator, *self.replicas]
 
 
 def load_served_model(checkpoint: str | Path | Translator, settings: ServeSettings) -> ServedModel:
     """The model to serve: a checkpoint loaded on the engine the settings (else its search.json) choose, with its
-    stored search, or an already loaded :class:`Translator`. A checkpoint that cannot be served raises the
-    VaswaniError `translate` would give for it, so `vaswani serve` calls this before it starts listening."""
+    stored search, once per batch searched at once, on the threads of one worker (:func:`thread_layout`); or an
+    already loaded :class:`Translator`. A checkpoint that cannot be served raises the VaswaniError `translate`
+    would give for it, so `vaswani serve` calls this before it starts listening."""
     if isinstance(checkpoint, Translator):
         return ServedModel(checkpoint, CheckpointInfo("in-process"))
     directory = resolve_checkpoint(checkpoint)
     options = settings.engine_options.with_stored(read_stored_engine(directory))
-    translator = Translator.load(directory, SearchConfig(**read_stored_search(directory)), options)
+    layout = thread_layout(settings, usable_cores(), batches_at_once=options.engine != TORCH)
+
+    def load(threads: int, engine: str = options.engine) -> Translator:
+        chosen = dataclasses.replace(options, engine=engine, threads=threads,
+                                     quantization=options.quantization if engine != TORCH else None)
+        return Translator.load(directory, SearchConfig(**read_stored_search(directory)), chosen)
+
+    translator = load(layout.threads_per_batch)
+    if translator.engine.name != CTRANSLATE2 and layout.parallel_batches > 1:
+        if settings.parallel_batches is not None:
+            raise ConfigError(f"`serve.parallel_batches` {layout.parallel_batches}: the {translator.engine.name} "
+                              "engine searches one batch at a time (its threads are the process's); use "
+                              "`serve.parallel_batches` 1, `serve.workers`, or `engine` ctranslate2",
+                              field="serve.parallel_batches")
+        # auto chose torch: one batch at a time, on all of this worker's threads
+        layout = thread_layout(settings, usable_cores(), batches_at_once=False)
+        translator = load(layout.threads_per_batch, TORCH)
+    replicas = [load(layout.threads_per_batch) for _ in range(layout.parallel_batches - 1)]
     if options.compile:
         # Compile before the first request, not during it: two sentences, so the step that compiles
         # (batches of two or more, from the third position on) is reached.
@@ -125,16 +152,28 @@ def load_served_model(checkpoint: str | Path | Translator, settings: ServeSettin
     except VaswaniError as error:  # what the checkpoint says of itself is optional: serve it all the same
         log.warning("%s; /v1/model reports nothing of the model's training", error)
         info = CheckpointInfo(directory.name)
-    return ServedModel(translator, info)
+    return ServedModel(translator, info, replicas, layout)
+
+
+@dataclasses.dataclass
+class WorkerIdentity:
+    """Which process answered: /health and /v1/model say it, so a client behind one port can tell the workers
+    apart."""
+
+    worker: int  # 1 .. workers
+    workers: int
+    pid: int
 
 
 # ---- the app: its state, routes and error handlers ---------------------------------------------------------------
-def create_app(model: str | Path | Translator | ServedModel, settings: ServeSettings | None = None) -> FastAPI:
+def create_app(model: str | Path | Translator | ServedModel, settings: ServeSettings | None = None,
+               worker: int = 1) -> FastAPI:
     """The app for a checkpoint (loaded at start-up), an already loaded :class:`Translator`, or a
-    :class:`ServedModel` from :func:`load_served_model` (how `vaswani serve` loads it before listening).
+    :class:`ServedModel` from :func:`load_served_model` (how `vaswani serve` loads it before listening);
+    ``worker``: which of the server's ``settings.workers`` processes serves it (1 = the first).
 
-    Everything a handler needs is on ``app.state``: ``settings``, and once started ``served`` (the translator and
-    its info) and ``batcher``."""
+    Everything a handler needs is on ``app.state``: ``settings``, ``worker`` (its number and process id), and once
+    started ``served`` (the translator and its info) and ``batcher``."""
     app = FastAPI(
         title="vaswani translation server",
         description="Translation with a from-scratch Transformer (GET /v1/model names its language pair); the page "
@@ -143,6 +182,7 @@ def create_app(model: str | Path | Translator | ServedModel, settings: ServeSett
     )
     app.state.settings = settings or ServeSettings()
     app.state.model = model
+    app.state.worker = WorkerIdentity(worker, app.state.settings.workers, os.getpid())
     app.add_middleware(BodyLimit, max_bytes=app.state.settings.max_body_bytes)
     app.add_exception_handler(ApiError, api_error)
     app.add_exception_handler(RequestValidationError, validation_error)
@@ -157,7 +197,7 @@ def create_app(model: str | Path | Translator | ServedModel, settings: ServeSett
 async def lifespan(app: FastAPI):  # noqa: ANN201 - FastAPI's lifespan protocol
     state = app.state
     served = state.model if isinstance(state.model, ServedModel) else load_served_model(state.model, state.settings)
-    state.served, state.batcher = served, Batcher(served.translator, state.settings)
+    state.served, state.batcher = served, Batcher(served.translators, state.settings)
     state.batcher.start()
     log.info("model %s ready (%s)", served.info.id, served.translator.engine.describe())
     yield
@@ -174,10 +214,8 @@ async def health(request: Request) -> JSONResponse:
     if not hasattr(state, "batcher"):
         return JSONResponse({"status": "loading"}, 503)
     batcher: Batcher = state.batcher
-    return JSONResponse({"status": "ready", "model": state.served.info.id, "waiting": batcher.waiting,
-                         "in_flight": batcher.in_flight, "batches_searched": batcher.batches_run,
-                         "sentences_searched": batcher.sentences_run,
-                         "sentences_cancelled": batcher.sentences_cancelled})
+    return JSONResponse({"status": "ready", "model": state.served.info.id, **dataclasses.asdict(state.worker),
+                         **dataclasses.asdict(batcher.counters())})
 
 
 @routes.get("/v1/model")
@@ -186,7 +224,10 @@ async def model_info(request: Request) -> dict[str, Any]:
     translator: Translator = state.served.translator
     return {
         **dataclasses.asdict(state.served.info),
-        **translator.engine.describe(),  # engine, device, quantization (ctranslate2), threads
+        **translator.engine.describe(),  # engine, device, quantization (ctranslate2)
+        **dataclasses.asdict(state.worker),
+        "parallel_batches": len(state.served.translators),
+        "threads": state.served.layout.threads_per_batch if state.served.layout else None,  # per batch
         "vocab_size": translator.tokenizer.vocab_size,
         "parameters": translator.engine.parameters(),
         "config": translator.model_config.to_dict(),
@@ -240,7 +281,7 @@ async def attention(body: AttentionRequest, request: Request) -> Any:
     config = search_config(translator, body, settings)
     check_work(translator.encode([body.text]), config, "text", settings)
     work = request.app.state.batcher.run_exclusive(
-        lambda: attention_of(translator, body.text, config, body.attention_from))
+        lambda slot: attention_of(slot, body.text, config, body.attention_from))
     result = await answer_unless_gone(request, work)
     if result is None:
         return Response(status_code=CLIENT_GONE)

@@ -1,18 +1,18 @@
-"""``vaswani serve`` (the HTTP API and web page) and ``vaswani serve-bench`` (the bounded loopback load test)."""
+"""``vaswani serve``: the HTTP API and web page, in one process or several workers behind one port."""
 
 from __future__ import annotations
 
 import argparse
 import errno
 import socket
-from pathlib import Path
 
 from vaswani.arguments import ranged
-from vaswani.config import MAX_BATCH, MAX_COUNT, MAX_LENGTH, MAX_THREADS
+from vaswani.config import MAX_BATCH, MAX_LENGTH, MAX_THREADS
 from vaswani.decoding.commands import engine_options_from_args
 from vaswani.decoding.config import ENGINES, QUANTIZATIONS
 from vaswani.errors import ConfigError, EnvironmentFault, VaswaniError
-from vaswani.serve.settings import ServeSettings
+from vaswani.provenance import usable_cores
+from vaswani.serve.settings import ServeSettings, thread_layout
 
 DEFAULTS = ServeSettings()
 
@@ -36,7 +36,8 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     batching.add_argument("--batching", action=argparse.BooleanOptionalAction, default=d.batching,
                           help="gather concurrent requests into one batch (--no-batching: one sentence at a time)")
     batching.add_argument("--batch-wait-ms", type=float, default=d.batch_wait_ms,
-                          help="how long a sentence waits for others to join its batch")
+                          help="a ceiling: how long an idle model may hold the oldest waiting sentence for company "
+                          "(0: search at once; what arrives during a search forms the next batch)")
     batching.add_argument("--max-batch-sentences", type=ranged(int, le=MAX_BATCH), default=d.max_batch_sentences)
     batching.add_argument("--max-batch-tokens", type=ranged(int, le=MAX_BATCH), default=d.max_batch_tokens,
                           help="padded source tokens x beam per batch")
@@ -48,16 +49,31 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
                         "(results/bench/decode-readme-model.md)")
 
 
-def add_engine_arguments(parser: argparse.ArgumentParser, threads: int = DEFAULTS.engine_options.threads) -> None:
-    """--engine, --quantization and --threads (shared by serve and serve-bench)."""
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """--engine, --quantization, --workers, --threads and --parallel-batches (shared by serve and serve-bench)."""
     parser.add_argument("--engine", choices=ENGINES, default=None,
                         help="torch, ctranslate2 (the checkpoint converted once, next to it), or auto: ctranslate2 "
                         "when it can run the model and its search (default: the checkpoint's search.json, else auto)")
     parser.add_argument("--quantization", choices=QUANTIZATIONS, default=None,
                         help="ctranslate2's weights and arithmetic (default: the checkpoint's search.json, else "
                         "float32)")
-    parser.add_argument("--threads", type=ranged(int, ge=1, le=MAX_THREADS), default=threads,
-                        help="CPU threads of the model thread (torch's or ctranslate2's)")
+    parser.add_argument("--workers", type=ranged(int, ge=1, le=MAX_THREADS), default=DEFAULTS.workers,
+                        help="processes behind the one port, each with its own engine and its share of --threads")
+    parser.add_argument("--threads", type=ranged(int, ge=0, le=MAX_THREADS), default=0,
+                        help="CPU threads of the engines, all workers together; 0: the machine's usable cores "
+                        "(docs/serving.md, workers and threads)")
+    parser.add_argument("--parallel-batches", type=ranged(int, ge=1, le=MAX_THREADS), default=None,
+                        help="batches each worker searches at once, each on its share of the worker's threads "
+                        "(ctranslate2; default: one per thread)")
+
+
+def engine_flags(args: argparse.Namespace) -> list[str]:
+    """The flags of :func:`add_engine_arguments` the user gave, to pass on to a `vaswani serve` process."""
+    given = [("--engine", args.engine), ("--quantization", args.quantization), ("--threads", args.threads or None),
+             ("--parallel-batches", args.parallel_batches)]
+    if args.workers != DEFAULTS.workers:
+        given.append(("--workers", args.workers))
+    return [str(part) for flag, value in given if value is not None for part in (flag, value)]
 
 
 def settings_from_args(args: argparse.Namespace) -> ServeSettings:
@@ -66,6 +82,7 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
         max_queue=args.max_queue, max_beam=args.max_beam, max_request_tokens=args.max_request_tokens,
         batching=args.batching, batch_wait_ms=args.batch_wait_ms, max_batch_sentences=args.max_batch_sentences,
         max_batch_tokens=args.max_batch_tokens, engine_options=engine_options_from_args(args),
+        workers=args.workers, parallel_batches=args.parallel_batches,
     )
 
 
@@ -84,30 +101,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_settings_arguments(parser)
     parser.set_defaults(handler=serve_command)
 
-    bench = subparsers.add_parser(
-        "serve-bench",
-        help="load-test the server on loopback: 1/8/32 clients, with and without batching -> --out",
-        description="Start `vaswani serve` on 127.0.0.1 twice (with and without request batching), drive it with "
-        "N concurrent clients for a fixed duration each, and write sentences/s, latency percentiles and errors "
-        "to results.json, table.md and a plot. Stops by itself.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    bench.add_argument("--checkpoint", required=True, metavar="DIR")
-    bench.add_argument("--clients", type=ranged(int, ge=1, le=MAX_THREADS), nargs="+", default=[1, 8, 32],
-                       help="concurrency levels")
-    bench.add_argument("--seconds", type=ranged(float, gt=0), default=20.0, help="duration of each run")
-    bench.add_argument("--repeats", type=ranged(int, ge=1, le=MAX_COUNT), default=2,
-                       help="runs per level and mode, interleaved A B, B A, …")
-    bench.add_argument("--beam", type=ranged(int, ge=1, le=MAX_LENGTH), default=4, help="beam of every request")
-    bench.add_argument("--sentences", type=ranged(int, ge=1, le=MAX_COUNT), default=500,
-                       help="test sentences cycled through by the clients")
-    bench.add_argument("--data-dir", type=Path, default=None, help="corpora (default: $VASWANI_DATA)")
-    bench.add_argument("--out", type=Path, default=None,
-                       help="results folder (default runs/serve-bench; the repository's results/serve only when named "
-                       "here)")
-    add_engine_arguments(bench, threads=1)
-    bench.set_defaults(handler=bench_command)
-
 
 def serve_command(args: argparse.Namespace) -> int:
     try:
@@ -116,15 +109,22 @@ def serve_command(args: argparse.Namespace) -> int:
         raise VaswaniError("serving needs FastAPI and uvicorn: pip install -e '.[serve]'") from None
 
     settings = settings_from_args(args)
+    thread_layout(settings, usable_cores())  # a split of the threads that cannot be made is refused before listening
     # Claim the address first (milliseconds, before even torch is imported), then load the model (seconds, minutes
     # with --compile): a port in use is reported at once, and any problem of the checkpoint is the one-line error
     # translate gives, not a failed start-up inside uvicorn.
     listener = listening_socket(args.host, args.port)
+    address = f"http://{args.host}:{args.port}/"
     try:
+        if settings.workers > 1:
+            from vaswani.serve.workers import serve_workers
+
+            serve_workers(listener, args.checkpoint, settings, address)
+            return 0
         from vaswani.serve.app import create_app, load_served_model
 
         served = load_served_model(args.checkpoint, settings)
-        print(f"vaswani serve: http://{args.host}:{args.port}/  (API docs at /docs)", flush=True)
+        print(f"vaswani serve: {address}  (API docs at /docs)", flush=True)
         # uvicorn handles SIGTERM/SIGINT: stop accepting, finish the requests in flight, run the shutdown, exit.
         config = uvicorn.Config(create_app(served, settings), host=args.host, port=args.port, log_level="info",
                                 timeout_graceful_shutdown=30)
@@ -166,17 +166,3 @@ def listening_socket(host: str, port: int) -> socket.socket:
                                    "privileges); choose --port 1024 or above") from None
         raise EnvironmentFault(f"cannot listen on {host}:{port} ({error.strerror or error})") from None
     return listener
-
-
-def bench_command(args: argparse.Namespace) -> int:
-    from vaswani.io import check_output
-    from vaswani.serve.loadtest import run_load_test
-
-    explicit = args.out is not None
-    args.out = args.out if explicit else Path("runs") / "serve-bench"
-    check_output(args.out, command="serve-bench", writes="files", inputs=[args.checkpoint, args.data_dir],
-                 explicit=explicit)
-    run_load_test(args.checkpoint, args.clients, args.seconds, args.beam, args.sentences, args.out,
-                  data_dir=args.data_dir, threads=args.threads, repeats=args.repeats, engine=args.engine,
-                  quantization=args.quantization)
-    return 0

@@ -4,6 +4,9 @@
                        (``python -m vaswani.tools.faults``)
     data_benchmark.py  preparing a synthetic corpus of N pairs and starting to train on it: time and peak memory
                        against N (``vaswani bench data``)
+    serve_load.py      ``vaswani serve-bench``: real servers under closed-loop load
+    serve_ceilings.py  what the served rate is measured against in the same run: the model alone, a bare script
+    serve_report.py    what serve_load measured, as results.json, table.md, README.md and a plot
 
 Built on the core: a tool imports the core's public names and starts processes where the process is the point; the
 core never imports a tool.

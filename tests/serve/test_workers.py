@@ -1,0 +1,118 @@
+"""`vaswani serve --workers N`: N processes behind one port, each with its own engine; /health and /v1/model say
+which answered, SIGTERM drains every worker, and a worker's start-up error is the server's one line."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+pytestmark = pytest.mark.slow
+
+
+def _ready(server) -> None:  # noqa: ANN001 - conftest's ServerProcess
+    """Wait for the line the parent prints once every worker has loaded its model."""
+    deadline = time.monotonic() + 120
+    while "vaswani serve: http://" not in server.output():
+        assert server.process.poll() is None and time.monotonic() < deadline, server.output()
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def two_workers(tiny_checkpoint, start_server):
+    server = start_server(tiny_checkpoint, "--workers", "2", "--threads", "2", "--device", "cpu")
+    _ready(server)
+    yield server
+    server.stop()
+
+
+def test_two_workers_behind_one_port_both_answer_and_say_which(two_workers) -> None:
+    seen: dict[int, int] = {}
+    for _ in range(200):  # a new connection each time: the kernel hands each to one worker
+        health = httpx.get(f"{two_workers.url}/health", timeout=10).json()
+        assert health["status"] == "ready" and health["workers"] == 2
+        seen[health["worker"]] = health["pid"]
+        if len(seen) == 2:
+            break
+    assert sorted(seen) == [1, 2] and len(set(seen.values())) == 2, seen
+    model = httpx.get(f"{two_workers.url}/v1/model", timeout=10).json()
+    assert model["workers"] == 2 and model["worker"] in (1, 2) and model["pid"] == seen[model["worker"]]
+    assert model["threads"] == 1 and model["parallel_batches"] == 1  # --threads 2 split between the two workers
+    answer = httpx.post(f"{two_workers.url}/v1/translate", json={"text": "Ein Hund."}, timeout=30)
+    assert answer.status_code == 200 and isinstance(answer.json()["translation"], str)
+
+
+def test_sigterm_drains_every_worker(tiny_checkpoint, start_server) -> None:
+    server = start_server(tiny_checkpoint, "--workers", "2", "--threads", "2", "--device", "cpu")
+    _ready(server)
+    answers: list[httpx.Response | Exception] = []
+    workers = {}
+
+    def client(n: int) -> None:
+        try:  # 8 texts at beam 4 up to 40 tokens: in flight for a while on a random model
+            body = {"texts": [f"{n}: Ein Mann fährt Fahrrad."] * 8, "beam": 4, "max_len_a": 0.0, "max_len_b": 40}
+            answers.append(httpx.post(f"{server.url}/v1/translate", json=body, timeout=60))
+        except Exception as error:  # noqa: BLE001 - recorded and asserted below
+            answers.append(error)
+
+    while len(workers) < 2:  # both workers' pids, to check that both are gone at the end
+        health = httpx.get(f"{server.url}/health", timeout=10).json()
+        workers[health["worker"]] = health["pid"]
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    deadline, in_flight = time.monotonic() + 10, 0
+    while in_flight == 0 and time.monotonic() < deadline:  # at least one request reached a worker
+        in_flight = httpx.get(f"{server.url}/health", timeout=5).json()["in_flight"]
+    time.sleep(0.2)  # and the rest have been accepted (a request not yet accepted would rightly be refused)
+    server.process.send_signal(signal.SIGTERM)
+    for thread in threads:
+        thread.join(timeout=90)
+    log = server.stop()
+
+    assert server.process.returncode == 0, log
+    assert len(answers) == 8 and all(isinstance(a, httpx.Response) and a.status_code == 200 for a in answers), answers
+    assert log.count("Finished server process") == 2, log  # each worker's uvicorn drained and finished
+    for pid in workers.values():
+        assert not _alive(pid), f"worker {pid} outlived the server"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+            return handle.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_workers_start_up_error_is_the_servers_one_line(tiny_checkpoint, tmp_path, port) -> None:
+    checkpoint = tmp_path / "checkpoint"
+    shutil.copytree(tiny_checkpoint, checkpoint)
+    weights = checkpoint / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    done = subprocess.run([sys.executable, "-m", "vaswani.cli", "serve", "--checkpoint", str(checkpoint), "--port",
+                           str(port), "--workers", "2", "--threads", "2", "--device", "cpu"],
+                          env={**os.environ, "PYTHONPATH": str(SRC)}, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"vaswani serve: error: {weights}: cannot be read as safetensors "
+                                                   "weights"), done.stderr
+
+
+def test_more_workers_than_threads_is_refused_before_listening(tiny_checkpoint, port, capsys) -> None:
+    from vaswani.cli import main
+
+    code = main(["serve", "--checkpoint", str(tiny_checkpoint), "--port", str(port), "--workers", "3", "--threads",
+                 "2"])
+    assert (code, capsys.readouterr().err) == (2, "vaswani serve: error: --threads 2: fewer than --workers 3; give "
+                                                  "each worker at least one thread\n")
