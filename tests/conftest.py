@@ -4,7 +4,6 @@ several test folders share."""
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -186,13 +185,14 @@ FINAL_MODEL_RUN = [
 
 
 @pytest.fixture(scope="session")
-def finished_run(tmp_path_factory, data_dir: Path) -> tuple[Path, dict]:
+def finished_run(tmp_path_factory, data_dir: Path) -> tuple[Path, RunSummary]:
     """(run directory, summary) of a tiny smoke run trained to its final model, once per session (read it, or copy
     it to change it)."""
+    from vaswani.training.summary import RunSummary
 
     def build(root: Path) -> None:
         from vaswani.training.config import apply_settings, load_preset
-        from vaswani.training.trainer import train
+        from vaswani.training.run import train
 
         with pytest.MonkeyPatch.context() as patch:
             patch.setenv("VASWANI_CACHE", str(root / "cache"))
@@ -202,7 +202,7 @@ def finished_run(tmp_path_factory, data_dir: Path) -> tuple[Path, dict]:
             train(config, root / "run")
 
     run_dir = built_once(tmp_path_factory, "finished_run", build) / "run"
-    return run_dir, json.loads((run_dir / "summary.json").read_text())
+    return run_dir, RunSummary.read(run_dir)
 
 
 # ---- a trained tiny model: both engines and the exports are checked against it -------------------------------------

@@ -144,11 +144,11 @@ def test_a_run_directory_holding_a_run_is_never_overwritten(run, tmp_path, link:
 
 
 def test_start_over_moves_the_earlier_run_aside_and_deletes_nothing(tmp_path) -> None:
-    from vaswani.training.rundir import check_start, claim, run_evidence
+    from vaswani.training.rundir import check_start, lock_run_directory, run_evidence
 
     run_dir = tmp_path / "run"
     before = fake_run(run_dir, "step_0000009")
-    with claim(run_dir):
+    with lock_run_directory(run_dir):
         check_start(run_dir, resume=False, start_over=True)
     assert run_evidence(run_dir) == []
     aside = next(run_dir.glob("superseded-*"))
@@ -157,12 +157,12 @@ def test_start_over_moves_the_earlier_run_aside_and_deletes_nothing(tmp_path) ->
 
 
 def test_a_second_trainer_on_the_same_directory_is_refused_with_the_holders_pid(run, tmp_path) -> None:
-    from vaswani.training.rundir import claim
+    from vaswani.training.rundir import lock_run_directory
 
     run_dir = tmp_path / "run"
-    with claim(run_dir):  # flock conflicts between two open files even inside one process
+    with lock_run_directory(run_dir):  # flock conflicts between two open files even inside one process
         assert_clean(*run("train", "--preset", "smoke", "--run-dir", run_dir), 2, "in use", f"pid {os.getpid()}")
-    with claim(run_dir):  # released when the holder is done
+    with lock_run_directory(run_dir):  # released when the holder is done
         pass
 
 
@@ -271,10 +271,14 @@ def test_export_force_never_replaces_the_current_directory_or_the_checkpoint(run
 def test_average_refuses_a_non_empty_out_and_with_force_replaces_it_whole(run, checkpoint: Path,
                                                                           tmp_path) -> None:
     other = Path(shutil.copytree(checkpoint, tmp_path / "other"))
-    old = Path(shutil.copytree(checkpoint, tmp_path / "old"))
-    (old / "trainer_state.pt").write_bytes(b"an older run's state")
+    trained = Path(shutil.copytree(checkpoint, tmp_path / "trained"))  # a checkpoint average did not write
+    assert_clean(*run("average", "--checkpoints", checkpoint, other, "--out", trained, "--force"), 2,
+                 "is a checkpoint written by another command", "pick a new directory")
+    old = tmp_path / "old"
+    assert run("average", "--checkpoints", checkpoint, other, "--out", old)[0] == 0
+    (old / "trainer_state.pt").write_bytes(b"a file of the earlier average's folder")
     assert_clean(*run("average", "--checkpoints", checkpoint, other, "--out", old), 2,
-                 "not empty; pass --force")
+                 "holds an earlier checkpoint of `vaswani average`; pass --force")
     assert (old / "trainer_state.pt").is_file()
     code, err = run("average", "--checkpoints", checkpoint, other, "--out", old, "--force")
     assert code == 0, err

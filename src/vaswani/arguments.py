@@ -43,6 +43,7 @@ def ranged(kind: type[int] | type[float], **bounds: float) -> Callable[[str], An
         return value
 
     parse.limit = limit  # the declared range travels with the option (tests check that every number has one)
+    parse.kind = kind
     return parse
 
 

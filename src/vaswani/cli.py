@@ -19,12 +19,11 @@ import argparse
 import errno
 import importlib
 import os
-import re
 import sys
 import warnings
 from typing import Any
 
-from vaswani.errors import ConfigError, VaswaniError, VaswaniWarning, is_out_of_memory, name_settings
+from vaswani.errors import ConfigError, VaswaniError, VaswaniWarning, is_out_of_memory, name_settings, out_of_memory
 
 # Areas in the order `vaswani --help` lists them, each with the commands its register(subparsers) adds. Running
 # one command imports only its own area: some areas import torch to describe their options, which a translation
@@ -136,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
 def _absolute_environment_paths() -> None:
     """``VASWANI_DATA=../data vaswani …`` means relative to where the user typed it: made absolute before any work,
     so the processes a command starts in another directory (torchrun ranks, variant runs) find the same folder."""
-    from vaswani.data.download import absolute_path
+    from vaswani.io import absolute_path
 
     for name in PATH_VARIABLES:
         if os.environ.get(name):
@@ -169,8 +168,8 @@ def _run(argv: list[str]) -> int:
     except (MemoryError, RuntimeError) as error:
         if not is_out_of_memory(error) or debug:  # any other RuntimeError is a bug
             raise
-        return _report(args.command, f"out of memory{_requested(error)}; lower "
-                       f"{MEMORY_SETTINGS.get(args.command, 'the sizes this command was given')}", 1)
+        fault = out_of_memory(error, MEMORY_SETTINGS.get(args.command, "the sizes this command was given"))
+        return _report(args.command, str(fault), fault.exit_code)
 
 
 def _warning_shower(args: argparse.Namespace, show: Any) -> Any:
@@ -183,16 +182,6 @@ def _warning_shower(args: argparse.Namespace, show: Any) -> Any:
             show(message, category, *rest, **kwargs)
 
     return shower
-
-
-def _requested(error: BaseException) -> str:
-    """' (N GB requested)' when the allocator said how much it was asked for."""
-    match = re.search(r"allocate (?:memory: you tried to allocate )?(\d+) bytes", str(error)) or \
-        re.search(r"Tried to allocate ([\d.]+ [GMK]iB)", str(error))
-    if not match:
-        return ""
-    amount = match.group(1)
-    return f" ({int(amount) / 1e9:,.1f} GB requested)" if amount.isdigit() else f" ({amount} requested)"
 
 
 def _report(command: str, message: str, code: int) -> int:

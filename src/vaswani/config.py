@@ -252,6 +252,14 @@ def parse_settings(items: list[str], sections: tuple[str, ...]) -> dict[str, dic
     return grouped
 
 
+# Upper bounds of the command line's counts: far past what any run of this project uses, far below what would
+# exhaust a machine before the work starts (CTranslate2 allocates per thread; a position table is built per length).
+MAX_THREADS = 1024  # CPU threads
+MAX_LENGTH = 65_536  # tokens of one sequence, or characters of one text
+MAX_BATCH = 1 << 20  # sentences, texts or tokens in one batch or one request
+MAX_COUNT = 2**31 - 1  # steps, epochs, repeats, sentences, processes, seeds
+
+
 def apply_model_settings(config: ModelConfig, items: list[str]) -> ModelConfig:
     """``config`` with ``--set model.key=value`` items applied (commands that only build a model)."""
     return apply_overrides(config, parse_settings(items, ("model",))["model"], "model")

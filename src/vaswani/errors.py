@@ -16,8 +16,12 @@ _ALLOCATION_FAILED = re.compile(r"out of memory|can't allocate memory|DefaultCPU
 
 def is_out_of_memory(error: BaseException) -> bool:
     """Did ``error`` come from an allocation that failed (GPU or host), rather than from a bug?"""
-    return isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError" or (
+    return isinstance(error, MemoryError) or _on_the_device(error) or (
         isinstance(error, RuntimeError) and bool(_ALLOCATION_FAILED.search(str(error))))
+
+
+def _on_the_device(error: BaseException) -> bool:
+    return type(error).__name__ == "OutOfMemoryError"  # torch.OutOfMemoryError: CUDA's (or another accelerator's)
 
 
 # A setting named in a message, in backquotes: `engine`, `search.length_norm`.
@@ -58,3 +62,15 @@ class EnvironmentFault(VaswaniError):
     """The machine, not the input: a missing device, a directory that cannot be written, a full disk."""
 
     exit_code = 1
+
+
+def out_of_memory(error: BaseException, lower: str) -> EnvironmentFault:
+    """The one line an allocation that failed (:func:`is_out_of_memory`) is reported with: which memory ran out,
+    how much was asked for when the allocator said, and ``lower``, the settings that size what was allocated."""
+    where = "GPU" if _on_the_device(error) else "host"
+    match = re.search(r"allocate (?:memory: you tried to allocate )?(\d+) bytes", str(error)) or \
+        re.search(r"Tried to allocate ([\d.]+ [GMK]iB)", str(error))
+    amount = match.group(1) if match else None
+    requested = "" if amount is None else (f" ({int(amount) / 1e9:,.1f} GB requested)" if amount.isdigit()
+                                           else f" ({amount} requested)")
+    return EnvironmentFault(f"out of {where} memory{requested}; lower {lower}")

@@ -92,5 +92,6 @@ def test_a_second_experiment_keeps_the_first_ones_classifiers_unless_force(exper
                  "--label-column", "label", "--seeds", "1", "--out", str(experiments[0].parent / "again"),
                  "--runs-dir", str(runs), *FAST])
     assert code == 2
-    assert f"--runs-dir {runs / 'seed_1'} exists and is not empty; pass --force" in capsys.readouterr().err
+    assert f"--runs-dir {runs / 'seed_1'} holds an earlier classifier of `vaswani classify experiment`; pass --force" \
+        in capsys.readouterr().err
     assert {p: p.read_bytes() for p in runs.rglob("*") if p.is_file()} == before

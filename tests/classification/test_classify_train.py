@@ -162,7 +162,7 @@ def test_hyperparameters_that_train_to_nan_are_refused(synthetic_csv: Path, tmp_
     assert not out.exists()
 
 
-def test_an_out_holding_files_is_kept_unless_force(trained: Path, synthetic_csv: Path, tmp_path: Path,
+def test_an_earlier_classifier_is_kept_unless_force(trained: Path, synthetic_csv: Path, tmp_path: Path,
                                                    capsys) -> None:
     import shutil
 
@@ -172,8 +172,8 @@ def test_an_out_holding_files_is_kept_unless_force(trained: Path, synthetic_csv:
     args = ["classify", "train", "--csv", str(synthetic_csv), "--text-column", "sentence", "--label-column", "label",
             "--out", str(out), *ONE_EPOCH]
     assert main(args) == 2
-    assert capsys.readouterr().err == (f"vaswani classify: error: --out {out} exists and is not empty; pass --force "
-                                       "to replace it\n")
+    assert capsys.readouterr().err == (f"vaswani classify: error: --out {out} holds an earlier classifier of "
+                                       "`vaswani classify train`; pass --force to replace it\n")
     assert {path.name: path.read_bytes() for path in out.iterdir()} == before  # not one byte changed
     assert main([*args, "--force"]) == 0
     assert (out / "model.safetensors").read_bytes() != before["model.safetensors"]  # --force: the new model

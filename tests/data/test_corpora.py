@@ -15,7 +15,7 @@ from vaswani.data.corpora import (
     load_tsv,
     load_wmt17_train,
 )
-from vaswani.data.textfiles import sha256_file
+from vaswani.io import file_sha256
 from vaswani.errors import DataError
 
 
@@ -35,7 +35,7 @@ def test_registry_matches_source_md_and_files(data_dir):
                     folder, rest = remote.path.split("/", 1)
                     table = source_md_table(data_dir / folder / "SOURCE.md")
                     assert table[rest][1] == remote.sha256, remote.path
-                    assert sha256_file(data_dir / remote.path) == remote.sha256, remote.path
+                    assert file_sha256(data_dir / remote.path) == remote.sha256, remote.path
                     assert remote.url.startswith("https://") and remote.url.endswith("/" + rest.split("/")[-1])
                     checked.add(remote.path)
     assert len(checked) == 8 + 20 + 18  # every file of every SOURCE.md table

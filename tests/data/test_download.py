@@ -6,7 +6,7 @@ import pytest
 
 from vaswani.data.corpora import get_dataset, load_corpus
 from vaswani.data.download import RemoteFile, download_file, resolve_file
-from vaswani.data.textfiles import sha256_file
+from vaswani.io import file_sha256
 from vaswani.errors import DataError
 
 VAL_DE = get_dataset("multi30k").splits["val"].parts[0][0]  # multi30k/val.de.gz
@@ -24,7 +24,7 @@ def test_download_verifies_then_cache_is_used_without_requests(http_server, tmp_
     assert len(corpus) == 1014
     assert sorted(requests) == ["/multi30k/val.de.gz", "/multi30k/val.en.gz"]
     assert leftovers(cache) == ["multi30k/val.de.gz", "multi30k/val.en.gz"]  # no temp files
-    assert sha256_file(cache / "multi30k/val.de.gz") == VAL_DE.sha256
+    assert file_sha256(cache / "multi30k/val.de.gz") == VAL_DE.sha256
 
     again = load_corpus("multi30k", "val", data_dir=empty_data_dir, cache_dir=cache, mirror=url)
     assert len(requests) == 2, "second call must come from the cache"

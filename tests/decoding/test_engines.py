@@ -22,11 +22,12 @@ from vaswani.cli import main  # noqa: E402
 from vaswani.config import ModelConfig  # noqa: E402
 from vaswani.decoding import EngineOptions, SearchConfig, Translator  # noqa: E402
 from vaswani.decoding.config import write_stored_search  # noqa: E402
-from vaswani.decoding.ct2_model import (CONVERSION_FILE, CONVERTED_DIRECTORY, converted_model,  # noqa: E402
+from vaswani.decoding.ct2_model import (CONVERSION_KIND, CONVERTED_DIRECTORY, converted_model,  # noqa: E402
                                         weight_parameters)
 from vaswani.decoding.engine import output_limits  # noqa: E402
-from vaswani.errors import ConfigError, VaswaniError, VaswaniWarning  # noqa: E402
-from vaswani.model.serialization import load_model, save_model  # noqa: E402
+from vaswani.errors import ConfigError, VaswaniError, VaswaniWarning
+from vaswani.io import MANIFEST_FILE, write_manifest
+from vaswani.model.serialization import CHECKPOINT_KIND, load_model, save_model
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 TEST2016 = 64  # sentences of test2016 each search translates on both engines
@@ -186,8 +187,10 @@ def test_the_conversion_is_made_once_per_weights_and_quantization_and_replaced_w
     assert first.parent == checkpoint / CONVERTED_DIRECTORY and first.name.startswith("float32-")
     made = (first / "model.bin").stat().st_mtime_ns
     assert converted_model(checkpoint, "float32") == first and (first / "model.bin").stat().st_mtime_ns == made
-    record = json.loads((first / CONVERSION_FILE).read_text())
-    assert record["quantization"] == "float32" and first.name.endswith(record["checkpoint_sha256"][:16])
+    record = json.loads((first / MANIFEST_FILE).read_text())
+    assert record["kind"] == CONVERSION_KIND and {"model.bin", "config.json"} <= set(record["files"])
+    details = record["details"]
+    assert details["quantization"] == "float32" and first.name.endswith(details["checkpoint_sha256"][:16])
     int8 = converted_model(checkpoint, "int8")
     assert int8 != first and first.is_dir()  # another quantization is another conversion, beside the first
 
@@ -195,6 +198,7 @@ def test_the_conversion_is_made_once_per_weights_and_quantization_and_replaced_w
     with torch.no_grad():
         model.output.weight.mul_(0.5)  # new weights: the float32 conversion is stale
     save_model(model, checkpoint)
+    write_manifest(checkpoint, CHECKPOINT_KIND)  # as a save of the weights writes it
     fresh = converted_model(checkpoint, "float32")
     assert fresh != first and not first.exists() and int8.exists()
     scored = Translator.load(checkpoint, SearchConfig(beam_size=1),
@@ -222,7 +226,7 @@ def test_two_processes_converting_at_once_both_get_a_whole_model(checkpoint: Pat
     answers = {stdout.strip() for stdout, _ in outputs}
     assert len(answers) == 1  # the same directory, the same translation
     conversions = [p for p in (checkpoint / CONVERTED_DIRECTORY).iterdir()]
-    assert len(conversions) == 1 and (conversions[0] / CONVERSION_FILE).is_file()
+    assert len(conversions) == 1 and (conversions[0] / MANIFEST_FILE).is_file()
 
 
 def test_translate_on_ctranslate2_never_imports_torch(checkpoint: Path, tmp_path: Path) -> None:

@@ -174,3 +174,13 @@ def test_no_repeat_ngram_blocks_in_search() -> None:
     blocked = greedy_search(TableModel(cycle), SRC, _config(beam_size=1, max_len_b=8, no_repeat_ngram=2))[0][0]
     assert plain.tokens[:4] == [A, B, A, B]
     assert blocked.tokens == [A, B, A]  # "A B" again is blocked; </s> is the best remaining token
+
+
+def test_the_transformer_and_a_table_are_both_searchable_models() -> None:
+    from vaswani.config import ModelConfig
+    from vaswani.decoding.search import SearchableModel
+    from vaswani.model import Transformer
+
+    assert isinstance(Transformer(ModelConfig.preset("tiny", vocab_size=VOCAB)), SearchableModel)
+    assert isinstance(TableModel({}), SearchableModel)
+    assert not isinstance(torch.nn.Linear(2, 2), SearchableModel)  # a module is not one by being a module

@@ -20,10 +20,10 @@ def test_the_table_holds_the_runs_own_numbers_and_files(finished_run, tmp_path) 
     assert main(["experiment", "final-models", "--runs", str(run_dir), "--out", str(out)]) == 0
     row = json.loads((out / "results.json").read_text())["results"]["rows"][0]
     selection = json.loads((run_dir / "checkpoints" / "final" / "selection.json").read_text())
-    assert row["final_weights"] == selection["weights"] == summary["final"]["weights"]
+    assert row["final_weights"] == selection["weights"] == summary.final.weights
     assert row["val_bleu_final"] == selection["valid"]["bleu"]
     assert row["test"]["multi30k-test2016"]["bleu"] == selection["test"]["multi30k-test2016"]["bleu"]
-    assert row["updates"] == summary["step"] == 12 and row["wall_minutes"] == summary["wall_minutes"]
+    assert row["updates"] == summary.step == 12 and row["wall_minutes"] == summary.wall_minutes
     table = (out / "table.md").read_text()
     assert f"| {selection['test']['multi30k-test2016']['bleu']:.2f} |" in table
     copied = out / run_dir.name

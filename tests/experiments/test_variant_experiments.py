@@ -87,18 +87,18 @@ def test_position_wise_scores_add_up_to_the_training_loss() -> None:
     targets = [rng.integers(3, 50, size=int(n)) for n in rng.integers(2, 12, size=9)]
     batches = id_batches(sources, targets, _Ids(), torch.device("cpu"), max_tokens=40)  # several batches
     scores = teacher_forced_scores(model, batches, label_smoothing=0.1, per_position=True)
-    assert scores["tokens"] == sum(len(t) + 1 for t in targets) == sum(scores["position_count"])
-    assert scores["position_count"][0] == 9 and scores["position_count"][-1] >= 1
+    assert scores.tokens == sum(len(t) + 1 for t in targets) == sum(scores.position_count)
+    assert scores.position_count[0] == 9 and scores.position_count[-1] >= 1
 
     from vaswani.data.batching import collate
 
     batch = collate([(i, s, t) for i, (s, t) in enumerate(zip(sources, targets))])
     with torch.inference_mode():
         reference = translation_loss(model, batch.src, batch.tgt_in, batch.tgt_out, 0.1)
-    assert scores["nll"] == pytest.approx(float(reference.nll_sum) / reference.n_tokens, rel=1e-5)
-    assert scores["loss"] == pytest.approx(float(reference.loss_sum) / reference.n_tokens, rel=1e-5)
-    assert scores["accuracy"] == pytest.approx(float(reference.n_correct) / reference.n_tokens)
-    counts, accuracy = np.array(scores["position_count"]), np.array(scores["position_accuracy"])
+    assert scores.nll == pytest.approx(float(reference.nll_sum) / reference.n_tokens, rel=1e-5)
+    assert scores.loss == pytest.approx(float(reference.loss_sum) / reference.n_tokens, rel=1e-5)
+    assert scores.accuracy == pytest.approx(float(reference.n_correct) / reference.n_tokens)
+    counts, accuracy = np.array(scores.position_count), np.array(scores.position_accuracy)
     assert (counts * accuracy).sum() == pytest.approx(float(reference.n_correct))
 
 

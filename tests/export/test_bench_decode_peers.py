@@ -65,7 +65,8 @@ def test_each_of_our_engines_is_compared_with_each_peer() -> None:
     """With --compile the table carries, per peer, the ratio of our eager and of our compiled engine."""
     from types import SimpleNamespace
 
-    from vaswani.benchmarks.decode_peers import OURS, OURS_COMPILED, Row, _report, render_table
+    from vaswani.benchmarks.decode_peers import Row, _report
+    from vaswani.benchmarks.decode_peers_report import OURS, OURS_COMPILED, render_table
 
     def row(engine: str, seconds: float) -> Row:
         return Row(engine, "greedy", 2, 8, runs=[seconds, seconds], tokens=80, bleu=30.0)

@@ -147,14 +147,23 @@ def test_unexpressible_variants_are_refused(tmp_path: Path, random_checkpoint, s
         export_hf(checkpoint, tmp_path / "hf")
 
 
-def test_cli_refuses_a_non_empty_out_without_force(tmp_path: Path, trained_checkpoint: Path, capsys) -> None:
-    out = tmp_path / "taken"
-    out.mkdir()
-    (out / "notes.txt").write_text("mine")
-    assert main(["export", "--checkpoint", str(trained_checkpoint), "--format", "hf", "--out", str(out)]) == 2
-    assert "not empty; pass --force" in capsys.readouterr().err
-    assert (out / "notes.txt").read_text() == "mine"
-    assert main(["export", "--checkpoint", str(trained_checkpoint), "--format", "hf", "--out", str(out),
-                 "--force"]) == 0
+def test_cli_replaces_only_an_earlier_export_and_only_with_force(tmp_path: Path, trained_checkpoint: Path,
+                                                                 capsys) -> None:
+    export = ["export", "--checkpoint", str(trained_checkpoint), "--format", "hf", "--out"]
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "notes.txt").write_text("mine")
+    for force in ([], ["--force"]):  # a folder of the user's is never replaced
+        capsys.readouterr()
+        assert main([*export, str(taken), *force]) == 2
+        assert "not empty and was not written by `vaswani export`" in capsys.readouterr().err
+        assert (taken / "notes.txt").read_text() == "mine"
+    out = tmp_path / "exported"
+    assert main([*export, str(out)]) == 0
+    (out / "notes.txt").write_text("beside the export")
+    capsys.readouterr()
+    assert main([*export, str(out)]) == 2
+    assert "holds an earlier export of `vaswani export`; pass --force" in capsys.readouterr().err
+    assert main([*export, str(out), "--force"]) == 0
     assert (out / "config.json").is_file() and not (out / "notes.txt").exists()
-    assert [p.name for p in tmp_path.iterdir()] == ["taken"]  # no staging directory left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exported", "taken"]  # no staging directory left

@@ -87,6 +87,46 @@ def test_a_damaged_checkpoint_file_is_named_and_nothing_is_written(run, assert_o
     assert out == "" and state(checkpoint) == before
 
 
+# ---- the CTranslate2 conversion, read by translate on that engine ----------------------------------------------------
+
+# The conversion's files are checked by size and sha256 (its manifest), so every damage of them is a change; its
+# manifest is parsed, and only the damages that leave no JSON are invalid by construction (a flipped bit may fall in
+# a date it records). "missing": a partial conversion; "foreign": the manifest of another checkpoint's conversion.
+CONVERSION_CASES = [pytest.param(name, how, id=f"{name}-{how}")
+                    for name in ("model.bin", "config.json", "shared_vocabulary.json") for how in DAMAGES] + [
+    pytest.param("vaswani.json", how, id=f"vaswani.json-{how}") for how in ("truncated", "emptied", "garbage")] + [
+    pytest.param("vaswani.json", how, id=f"vaswani.json-{how}") for how in ("missing", "foreign")]
+
+
+@pytest.mark.parametrize("name, how", CONVERSION_CASES)
+def test_a_damaged_conversion_is_converted_again_and_never_used(run, checkpoint, source_file, name: str,
+                                                                how: str) -> None:
+    pytest.importorskip("ctranslate2")
+    from vaswani.decoding.ct2_model import CONVERTED_DIRECTORY, checkpoint_key, conversion_problem
+
+    translate = ["translate", "--checkpoint", checkpoint, "--input", source_file, "--engine", "ctranslate2",
+                 "--device", "cpu", "--beam", "1", "--max-len-a", "0", "--max-len-b", "6", "--threads", "1"]
+    code, expected, err = run(*translate)
+    assert code == 0, err
+    [conversion] = (checkpoint / CONVERTED_DIRECTORY).iterdir()
+    if how == "missing":
+        (conversion / name).unlink()
+    elif how == "foreign":
+        record = json.loads((conversion / name).read_text())
+        record["details"]["checkpoint_sha256"] = "0" * 64
+        (conversion / name).write_text(json.dumps(record))
+    else:
+        damage(conversion / name, how)
+    code, out, err = run(*translate)
+    assert code == 0 and "Traceback" not in err, err
+    notes = [line for line in err.splitlines() if "converting again" in line]
+    assert len(notes) == 1 and str(conversion) in notes[0], err  # says why, naming the conversion
+    if how in DAMAGES:
+        assert str(conversion / name) in notes[0], err
+    assert out == expected  # translated by a whole conversion of the same weights
+    assert conversion_problem(conversion, checkpoint_key(checkpoint), "float32") is None  # whole again
+
+
 # ---- a run, read back by a resume ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name, how", matrix(["checkpoints/step_0000002/meta.json", "vaswani.json"],

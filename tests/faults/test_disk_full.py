@@ -67,8 +67,8 @@ def test_average_writes_a_whole_checkpoint_or_nothing(run, assert_one_line, disk
                                                       tmp_path, existing: bool) -> None:
     other = Path(shutil.copytree(checkpoint, tmp_path / "other"))
     out = tmp_path / "average"
-    if existing:
-        shutil.copytree(checkpoint, out)
+    if existing:  # an earlier average, which --force replaces
+        assert run("average", "--checkpoints", checkpoint, checkpoint, "--out", out)[0] == 0
     before = state(tmp_path)
     with disk_full(NO_ROOM_FOR_WEIGHTS):
         code, _, err = run("average", "--checkpoints", checkpoint, other, "--out", out, *(["--force"] * existing))
@@ -80,9 +80,13 @@ def test_average_writes_a_whole_checkpoint_or_nothing(run, assert_one_line, disk
 def test_export_writes_a_whole_directory_or_nothing(run, assert_one_line, disk_full, state, leftovers, checkpoint,
                                                     tmp_path, fmt: str) -> None:
     pytest.importorskip("transformers" if fmt == "hf" else "ctranslate2")
+    from vaswani.export.commands import EXPORT_KIND
+    from vaswani.io import write_manifest
+
     out = tmp_path / "exported"
     out.mkdir()
     (out / "earlier.txt").write_text("an earlier export")
+    write_manifest(out, EXPORT_KIND, writer="export")
     before = state(tmp_path)
     with disk_full(NO_ROOM_FOR_WEIGHTS):
         code, _, err = run("export", "--checkpoint", checkpoint, "--format", fmt, "--out", out, "--force")

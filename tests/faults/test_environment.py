@@ -48,7 +48,8 @@ def test_a_model_too_large_to_allocate_names_the_settings_to_lower(run, assert_o
     # 4,096 x 4,000,000 feed-forward matrices: 64 GB each, more than this machine (or any test machine) holds
     code, _, err = run(*train_args(run_dir, "--set", "model.d_model=4096", "--set", "model.n_heads=1", "--set",
                                    "model.d_ff=4000000"))
-    line = assert_one_line(code, err, 1, "out of memory (", "GB requested); lower train.max_tokens", "model.d_ff")
+    line = assert_one_line(code, err, 1, "out of host memory (", "GB requested); lower train.max_tokens=",
+                           "model.d_ff=4000000")
     assert "Traceback" not in line
     assert not (run_dir / "checkpoints").exists()
 
@@ -64,7 +65,8 @@ def test_memory_that_runs_out_during_an_update_names_the_batch_settings(run, ass
     monkeypatch.chdir(workdir)
     monkeypatch.setattr(trainer, "train_step", allocation_fails)
     code, _, err = run(*train_args(tmp_path / "run"))
-    assert_one_line(code, err, 1, "out of host memory with train.max_tokens=", "lower train.max_tokens")
+    assert_one_line(code, err, 1, "out of host memory (68.7 GB requested); lower train.max_tokens=",
+                    "train.grad_accum=")
 
 
 @pytest.mark.parametrize("error,expected", [
@@ -78,6 +80,21 @@ def test_an_allocation_failure_is_told_from_a_bug(error: BaseException, expected
     from vaswani.errors import is_out_of_memory
 
     assert is_out_of_memory(error) is expected
+
+
+@pytest.mark.parametrize("error,expected", [
+    (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+     "out of GPU memory (2.00 GiB requested); lower train.max_tokens"),
+    (RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 8000000000 bytes"),
+     "out of host memory (8.0 GB requested); lower train.max_tokens"),
+    (MemoryError(), "out of host memory; lower train.max_tokens"),
+], ids=["CUDA", "CPU-allocator", "MemoryError"])
+def test_an_allocation_failure_is_one_line_naming_the_memory_and_what_to_lower(error: BaseException,
+                                                                              expected: str) -> None:
+    from vaswani.errors import EnvironmentFault, out_of_memory
+
+    fault = out_of_memory(error, "train.max_tokens")
+    assert isinstance(fault, EnvironmentFault) and str(fault) == expected
 
 
 def test_an_interrupt_while_the_command_modules_import_is_one_line(run, monkeypatch) -> None:
@@ -150,13 +167,13 @@ def test_no_command_writes_into_its_own_inputs(run, assert_one_line, state, chec
                *common)[0] == 0
     before = state(tmp_path)
     cases = [
-        (["compare", evaluation, "--out", evaluation], f"--out {evaluation} holds {evaluation}"),
+        (["compare", evaluation, "--out", evaluation], f"--out {evaluation} is {evaluation}, an input"),
         (["compare", evaluation / "results.json", "--out", evaluation, "--force"], f"holds {evaluation}/results.json"),
         (["evaluate", "--checkpoint", checkpoint, "--src", source_file, "--ref", references, "--out", checkpoint,
-          *common], f"--out {checkpoint} holds {checkpoint}"),
+          *common], f"--out {checkpoint} is {checkpoint}, an input"),
         (["evaluate", "--checkpoint", checkpoint, "--src", source_file, "--ref", references, "--out", tmp_path,
           "--force", *common], f"--out {tmp_path} holds"),
-        (["average", "--checkpoints", checkpoint, checkpoint, "--out", checkpoint, "--force"], f"holds {checkpoint}"),
+        (["average", "--checkpoints", checkpoint, checkpoint, "--out", checkpoint, "--force"], f"is {checkpoint}"),
         (["export", "--checkpoint", checkpoint, "--format", "hf", "--out", tmp_path, "--force"], f"holds {checkpoint}"),
     ]
     for argv, fragment in cases:

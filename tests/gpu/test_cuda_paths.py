@@ -29,8 +29,8 @@ from vaswani.precision import choose_precision, resolve_precision
 from vaswani.training.config import apply_settings, load_preset
 from vaswani.training.loss import TranslationLoss
 from vaswani.training.optim import build_optimizer
+from vaswani.training.run import train
 from vaswani.training.step import train_step
-from vaswani.training.trainer import train
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

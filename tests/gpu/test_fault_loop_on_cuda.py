@@ -1,4 +1,4 @@
-"""The fault loop started from a process that has initialised CUDA: its lives must not be forks of that process
+"""The fault loop started from a process that has initialised CUDA: its training processes must not be forks of that process
 (CUDA cannot be re-initialised in a forked child)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from vaswani.training.faults import fault_loop
+from vaswani.tools.faults import fault_loop
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 

@@ -26,8 +26,9 @@ from vaswani.training.device_choices import (CompilationWatch, compile_options, 
 from vaswani.training.loss import TranslationLoss
 from vaswani.training.optim import build_optimizer
 from vaswani.training.schedule import build_scheduler
+from vaswani.training.run import train
 from vaswani.training.step import read_results, train_step
-from vaswani.training.trainer import train
+from vaswani.training.summary import Stop
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -136,12 +137,12 @@ def test_a_bucketed_cuda_graph_run_reports_its_whole_run_mfu(tmp_path: Path, dat
         "train.progress=false", "train.log_every_steps=10", "train.final_model=false", "train.device=cuda",
         "train.precision=bf16", "train.length_buckets=3", "train.cuda_graphs=true"])
     summary = train(config, tmp_path / "run")
-    assert summary["stop_reason"] == "max_steps" and summary["skipped_updates"] == 0
-    assert 0.0 < summary["mfu"] < 1.0
-    compilation = summary["compilation"]  # at most one graph per shape; every update after a shape's first two replays
-    assert compilation["cuda_graph_skips"] == 0 and compilation["graph_breaks"] == 0, compilation
-    assert compilation["graphs"] == compilation["recompiles"] + 1 <= 3, compilation
-    assert compilation["cuda_graph_replays"] >= 40, compilation
+    assert summary.stop_reason is Stop.MAX_STEPS and summary.skipped_updates == 0
+    assert 0.0 < summary.mfu < 1.0
+    compilation = summary.compilation  # at most one graph per shape; every update after a shape's first two replays
+    assert compilation.cuda_graph_skips == 0 and compilation.graph_breaks == 0, compilation
+    assert compilation.graphs == compilation.recompiles + 1 <= 3, compilation
+    assert compilation.cuda_graph_replays >= 40, compilation
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     steps = [row for row in rows if row["kind"] == "train"]
     assert [row["step"] for row in steps] == [10, 20, 30, 40] and all(0.0 < row["mfu"] < 1.0 for row in steps)

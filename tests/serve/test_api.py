@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
+import shutil
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -221,31 +224,14 @@ def test_a_compiled_server_answers_like_the_eager_translator(tiny_checkpoint, re
         assert [t["text"] for t in body["translations"]] == reference.translate(texts)
 
 
-def test_model_info_comes_from_the_checkpoints_own_files(tmp_path) -> None:
-    """A step checkpoint reports its own row of metrics.jsonl; a run's final model (no step) reports the score
-    finalize measured for it, never another checkpoint's row."""
-    from vaswani.serve.app import checkpoint_info
-
-    run = tmp_path / "run"
-    for name in ("step_0000010", "step_0000020", "final", "copied"):
-        (run / "checkpoints" / name).mkdir(parents=True)
-    (run / "checkpoints" / "step_0000010" / "meta.json").write_text(json.dumps({"step": 10}))
-    (run / "checkpoints" / "step_0000020" / "meta.json").write_text("{not json")
-    (run / "metrics.jsonl").write_text("\n".join(json.dumps(row) for row in [
-        {"kind": "valid", "step": 10, "bleu": 12.5, "loss": 4.0},
-        {"kind": "train", "step": 15, "loss": 3.5},
-        {"kind": "valid", "step": 20, "bleu": 20.0, "loss": 3.0},
-    ]))
-    (run / "checkpoints" / "final" / "selection.json").write_text(json.dumps(
-        {"weights": "average of last 2", "search": "beam 4, alpha 1.0", "valid_split": "val",
-         "valid_sentences": 100, "valid": {"bleu": 22.25}}))
-
-    step = checkpoint_info(run / "checkpoints" / "step_0000010")
-    assert (step["id"], step["step"], step["val_bleu"], step["val_loss"]) == ("run/step_0000010", 10, 12.5, 4.0)
-    final = checkpoint_info(run / "checkpoints" / "final")
-    assert (final["step"], final["weights"], final["val_bleu"]) == (None, "average of last 2", 22.25)
-    assert final["val_bleu_on"] == "100 sentences of val, beam 4, alpha 1.0"
-    # Unknown step (a broken meta.json, or none): no score at all rather than the last row of the run's metrics.
-    for name in ("step_0000020", "copied"):
-        unknown = checkpoint_info(run / "checkpoints" / name)
-        assert unknown["step"] is None and unknown["val_bleu"] is None and unknown["val_loss"] is None
+def test_a_damaged_meta_json_is_served_all_the_same_and_reports_nothing(tiny_checkpoint, tmp_path, caplog) -> None:
+    """What a checkpoint says of its training is optional: a damaged meta.json is logged in one line, and the model
+    is served with nothing reported of its training."""
+    checkpoint = Path(shutil.copytree(tiny_checkpoint, tmp_path / "step_0000010"))
+    (checkpoint / "meta.json").write_text(json.dumps({"step": "ten"}))
+    with caplog.at_level(logging.WARNING, logger="vaswani.serve"), \
+            TestClient(create_app(checkpoint, ServeSettings(engine_options=ON_CPU))) as served:
+        info = served.get("/v1/model").json()
+    assert (info["id"], info["step"], info["val_bleu"]) == ("step_0000010", None, None)
+    warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
+    assert len(warnings) == 1 and f'{checkpoint / "meta.json"}: field "step"' in warnings[0]

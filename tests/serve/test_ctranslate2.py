@@ -72,3 +72,20 @@ def test_serve_on_the_torch_engine_when_asked(checkpoint: Path) -> None:
         assert (info["engine"], info["quantization"]) == ("torch", None)
         body = torch_client.post("/v1/attention", json={"text": SENTENCE}).json()
         assert body["attention_from"] == "torch" and body["heads"] == 4
+
+
+def test_a_greedy_model_with_the_gnmt_penalty_serves_every_beam_on_ctranslate2(trained_checkpoint: Path,
+                                                                               tmp_path: Path) -> None:
+    """A greedy final model stores the default GNMT penalty, which CTranslate2 has no counterpart for in a beam: a
+    request's beam runs with the power penalty of the same alpha, as the CTranslate2 engine computes it."""
+    directory = Path(shutil.copytree(trained_checkpoint, tmp_path / "checkpoint",
+                                     ignore=shutil.ignore_patterns("ctranslate2")))
+    greedy = SearchConfig(beam_size=1, length_norm="gnmt", alpha=0.6)
+    write_stored_search(greedy, directory, engine="ctranslate2")
+    with TestClient(create_app(directory, ServeSettings(device="cpu", max_beam=4))) as served:
+        assert served.get("/v1/model").json()["engine"] == "ctranslate2"
+        answer = served.post("/v1/translate", json={"text": SENTENCE, "beam": 3})
+        assert answer.status_code == 200, answer.json()
+    power = Translator.load(directory, SearchConfig(beam_size=3, length_norm="power", alpha=0.6), device="cpu",
+                            engine="ctranslate2")
+    assert answer.json()["translation"] == power.translate([SENTENCE])[0]

@@ -6,12 +6,13 @@ from __future__ import annotations
 import math
 
 import pytest
+import yaml
 
 from vaswani.training.budget import (EARLY_STOPPING_LR_FRACTION, Candidate, candidates, early_stopping_counts,
                                      plan_for_budget, tokens_per_second)
 
 # The multi30k-cpu ladder: the preset's d128 model and two wider ones, with their training cost relative to it.
-LADDER = candidates(["model.d_model=192,model.d_ff=768", "model.d_model=256,model.d_ff=1024"])
+LADDER = candidates(["model.d_model=192 model.d_ff=768", "model.d_model=256 model.d_ff=1024"])
 COST = {candidate.name: cost for candidate, cost in zip(LADDER, (1.0, 1.7, 2.8))}
 EPOCH_TOKENS = 375_000  # target tokens of a Multi30k epoch, about
 HOUR = 55 * 60
@@ -29,7 +30,7 @@ def machine(rate_of_smallest: float, clock: SimulatedClock, tokens_per_update: i
     """measure(candidate): the candidate's tokens/s as timed on the simulated clock of a machine this fast."""
     measured: list[str] = []
 
-    def measure(candidate: Candidate) -> float:
+    def measure(candidate: Candidate) -> tuple[float, int]:
         measured.append(candidate.name)
         rate = rate_of_smallest / COST[candidate.name]
 
@@ -37,7 +38,7 @@ def machine(rate_of_smallest: float, clock: SimulatedClock, tokens_per_update: i
             clock.now += tokens_per_update / rate
             return tokens_per_update
 
-        return tokens_per_second(step, seconds=15.0, clock=clock)
+        return tokens_per_second(step, seconds=15.0, clock=clock), EPOCH_TOKENS
 
     return measure, measured
 
@@ -45,23 +46,27 @@ def machine(rate_of_smallest: float, clock: SimulatedClock, tokens_per_update: i
 def test_a_machine_too_slow_for_the_epochs_keeps_the_presets_model_and_measures_nothing_larger() -> None:
     clock = SimulatedClock()
     measure, measured = machine(3_800, clock)  # a 2-core AVX2 CPU: ~26 epochs of d128 in the hour
-    plan = plan_for_budget(LADDER, measure, HOUR, EPOCH_TOKENS, epochs=40)
-    assert plan.chosen is LADDER[0] and measured == [LADDER[0].name]
+    plan = plan_for_budget(LADDER, measure, lambda: HOUR - clock.now, epochs=40)
+    assert plan.model == LADDER[0].name and plan.settings == [] and measured == [LADDER[0].name]
     assert plan.measurements[0].tokens_per_second == pytest.approx(3_800)
-    assert plan.measurements[0].epochs_in_budget == pytest.approx(3_800 * HOUR / EPOCH_TOKENS)
     assert clock.now == pytest.approx(15.0 + 3000 / 3_800, abs=1.0)  # the measuring costs ~15 s of the hour
+    assert plan.minutes_left == pytest.approx((HOUR - clock.now) / 60)
+    assert plan.measurements[0].epochs_in_budget == pytest.approx(3_800 * (HOUR - clock.now) / EPOCH_TOKENS)
+    assert "none completes 40 epochs: the clock ends the run" in plan.describe()
 
 
 @pytest.mark.parametrize("rate, chosen", [(12_500, 1), (25_000, 2), (200_000, 2)])
 def test_a_faster_machine_trains_the_largest_model_that_completes_the_epochs(rate: float, chosen: int) -> None:
     """A 2-core CPU with bf16 units (~3.3x AVX2) can afford d192 for 40 epochs; a faster one d256; nothing larger
     is listed, so a much faster machine trains d256 (its clock-driven cosine ends at the epochs)."""
-    measure, measured = machine(rate, SimulatedClock())
-    plan = plan_for_budget(LADDER, measure, HOUR, EPOCH_TOKENS, epochs=40)
-    assert plan.chosen is LADDER[chosen]
-    for measurement in plan.measurements:  # every measured model's epochs follow from its rate
-        assert measurement.epochs_in_budget == pytest.approx(rate / COST[measurement.candidate.name] * HOUR
-                                                             / EPOCH_TOKENS, rel=1e-3)
+    clock = SimulatedClock()
+    measure, measured = machine(rate, clock)
+    plan = plan_for_budget(LADDER, measure, lambda: HOUR - clock.now, epochs=40)
+    assert plan.model == LADDER[chosen].name and tuple(plan.settings) == LADDER[chosen].settings
+    for measurement in plan.measurements:  # every measured model's epochs follow from its rate and the time left
+        assert measurement.epochs_in_budget == pytest.approx(rate / COST[measurement.model] * HOUR / EPOCH_TOKENS,
+                                                             rel=0.02)
+    assert clock.now < 16 * len(measured)  # each measurement takes its 15 s and one untimed update
     fits = [m.epochs_in_budget >= 40 for m in plan.measurements]
     assert fits[: chosen + 1] == [True] * (chosen + 1) and all(not f for f in fits[chosen + 1:])
     assert len(measured) == min(chosen + 2, len(LADDER))  # stops at the first model that does not fit
@@ -94,3 +99,64 @@ def test_early_stopping_waits_for_a_clock_driven_rate_to_fall() -> None:
     assert cosine[first] <= EARLY_STOPPING_LR_FRACTION * peak < cosine[first - 1]
     assert 75 <= first <= 85  # the cosine's last fifth
     assert all(early_stopping_counts(False, lr, peak) for lr in cosine)  # a schedule on steps: patience as set
+
+
+# ---- the rule in a real run: tiny models on Multi30k's validation pairs (one epoch is a dozen updates) -------------
+
+TINY_RUN = ["data.train_split=val", "data.vocab_size=400", "train.max_steps=null", "train.max_tokens=800",
+            "train.bleu_subset=0", "train.precision=fp32", "train.progress=false", "train.device=cpu",
+            "train.scale_up_probe_seconds=0.2", "train.scale_up_models=model.d_ff=160,model.d_ff=192 train.lr=0.001"]
+
+
+@pytest.fixture
+def in_workdir(tmp_path, data_dir, monkeypatch):
+    monkeypatch.setenv("VASWANI_DATA", str(data_dir))
+    monkeypatch.setenv("VASWANI_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_a_machine_fast_enough_trains_the_largest_listed_model_and_the_summary_says_why(in_workdir, capsys) -> None:
+    from vaswani.training.config import RunConfig, apply_settings, load_preset
+    from vaswani.training.run import train
+    from vaswani.training.summary import RunSummary
+
+    config = apply_settings(load_preset("smoke"), [*TINY_RUN, "train.max_epochs=1", "train.max_minutes=10"])
+    summary = train(config, in_workdir / "run")
+    plan = RunSummary.read(in_workdir / "run").scale_up
+    assert plan is not None and plan == summary.scale_up
+    assert plan.model == "model.d_ff=192 train.lr=0.001" and plan.settings == ["model.d_ff=192", "train.lr=0.001"]
+    assert [m.model for m in plan.measurements] == ["the preset's model", "model.d_ff=160",
+                                                   "model.d_ff=192 train.lr=0.001"]
+    assert all(m.epochs_in_budget >= 1 and m.tokens_per_second > 0 for m in plan.measurements)
+    saved = RunConfig.from_dict(yaml.safe_load((in_workdir / "run" / "config.yaml").read_text()))
+    assert (saved.model.d_ff, saved.train.lr) == (192, 0.001)  # the run trained what the plan chose
+    assert 9 < saved.train.max_minutes < 10 and saved.train.max_minutes == round(plan.minutes_left, 2)
+    assert summary.epoch == 1 and "training model.d_ff=192 train.lr=0.001" in capsys.readouterr().out
+
+
+def test_a_machine_too_slow_keeps_the_presets_model_and_a_resume_keeps_it_without_measuring(in_workdir) -> None:
+    from vaswani.training.config import apply_settings, load_preset
+    from vaswani.training.resume import resumed_config
+    from vaswani.training.run import train
+
+    config = apply_settings(load_preset("smoke"), [*TINY_RUN, "train.max_epochs=100000", "train.max_minutes=0.03"])
+    summary = train(config, in_workdir / "run")
+    assert summary.scale_up.model == "the preset's model" and len(summary.scale_up.measurements) == 1
+    assert summary.stop_reason.value == "max_minutes"
+    resumed = train(resumed_config(in_workdir / "run", ["train.max_minutes=0.05"]), in_workdir / "run", resume=True)
+    assert resumed.scale_up is None and resumed.step >= summary.step
+
+
+def test_the_rule_applies_only_with_a_budget_and_a_wrong_entry_is_named_in_one_line() -> None:
+    from vaswani.errors import ConfigError
+    from vaswani.training.config import apply_settings, load_preset
+    from vaswani.training.run import fits_to_budget
+
+    preset = load_preset("multi30k-cpu")
+    assert fits_to_budget(preset)
+    assert not fits_to_budget(apply_settings(preset, ["train.max_epochs=null", "train.max_steps=100"]))
+    assert not fits_to_budget(apply_settings(preset, ["train.scale_up_models="]))
+    with pytest.raises(ConfigError) as error:
+        apply_settings(preset, ["train.scale_up_models=model.d_model:256"])
+    assert "train.scale_up_models entry 'model.d_model:256'" in str(error.value) and "\n" not in str(error.value)

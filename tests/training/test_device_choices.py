@@ -131,6 +131,6 @@ def test_a_compiled_run_records_what_compiling_did_in_its_summary(tmp_path, data
         torch._dynamo.reset()
     shapes = len(trainer.data.sampler.shapes())
     assert shapes == 3
-    assert summary["compilation"] == {"graphs": shapes, "recompiles": shapes - 1, "graph_breaks": 0,
-                                      "cuda_graph_replays": 0, "cuda_graph_skips": 0,
-                                      "cuda_graph_non_static_inputs": 0}
+    assert summary.compilation == CompilationCounts(graphs=shapes, recompiles=shapes - 1, graph_breaks=0,
+                                                    cuda_graph_replays=0, cuda_graph_skips=0,
+                                                    cuda_graph_non_static_inputs=0)

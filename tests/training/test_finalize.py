@@ -16,36 +16,38 @@ from vaswani.decoding.commands import translator_from_args
 from vaswani.decoding.config import (SEARCH_FILE, SearchConfig, read_stored_engine, read_stored_search,
                                      write_stored_search)
 from vaswani.errors import ConfigError
+from vaswani.evaluation.selection import Selection
 from vaswani.model.serialization import resolve_checkpoint
 from vaswani.training.config import apply_settings, load_preset
+from vaswani.training.summary import RunSummary
 
 
 def test_the_final_weights_and_search_score_best_on_validation(finished_run) -> None:
     run_dir, summary = finished_run
     final = run_dir / "checkpoints" / "final"
-    selection = json.loads((final / "selection.json").read_text())
-    candidates = {row["weights"]: row for row in selection["candidates"]}
+    selection = Selection.read(final)
+    candidates = {candidate.weights: candidate for candidate in selection.candidates}
     # best and last (one candidate when they are the same step), then the averages of the last 2 and 3
     assert {"average of last 2", "average of last 3"} <= set(candidates)
-    assert candidates["average of last 3"]["checkpoints"] == ["step_0000004", "step_0000008", "step_0000012"]
-    chosen_bleu = candidates[selection["weights"]]["greedy_valid"]["bleu"]
-    assert chosen_bleu == max(row["greedy_valid"]["bleu"] for row in candidates.values())
-    assert [row["search"] for row in selection["searches"]] == ["greedy", "beam 2, power 0.6", "beam 2, power 1.5"]
-    assert selection["valid"]["bleu"] == max(row["valid"]["bleu"] for row in selection["searches"])
-    assert selection["valid_sentences"] == 24
+    assert candidates["average of last 3"].checkpoints == ["step_0000004", "step_0000008", "step_0000012"]
+    chosen_bleu = candidates[selection.weights].greedy_valid.bleu
+    assert chosen_bleu == max(candidate.greedy_valid.bleu for candidate in candidates.values())
+    assert [row.search for row in selection.searches] == ["greedy", "beam 2, power 0.6", "beam 2, power 1.5"]
+    assert selection.valid.bleu == max(row.valid.bleu for row in selection.searches)
+    assert selection.valid_sentences == 24
 
     # the final weights are exactly the chosen candidate's
     weights = load_file(final / "model.safetensors")
     steps = [load_file(run_dir / "checkpoints" / name / "model.safetensors")
-             for name in candidates[selection["weights"]]["checkpoints"]]
+             for name in candidates[selection.weights].checkpoints]
     for name, tensor in weights.items():
         expected = torch.stack([step[name].double() for step in steps]).mean(0).to(tensor.dtype)
         torch.testing.assert_close(tensor, expected, rtol=0, atol=1e-7)
 
     # and the search chosen on validation is stored with them
-    chosen = next(row for row in selection["searches"] if row["search"] == selection["search"])
-    assert read_stored_search(final) == chosen["settings"]
-    assert summary["final"]["search"] == selection["search"]
+    chosen = next(row for row in selection.searches if row.search == selection.search)
+    assert read_stored_search(final) == chosen.settings
+    assert summary.final.search == selection.search
     assert not list((run_dir / "checkpoints").glob(".tmp-*")) and not list((run_dir / "checkpoints").glob(".repl*"))
 
 
@@ -56,8 +58,8 @@ def test_int8_is_the_default_quantization_only_within_0_3_bleu_of_float32(finish
     quantization = json.loads((final / "selection.json").read_text())["quantization"]
     float32, int8 = quantization["float32"]["bleu"], quantization["int8"]["bleu"]
     assert quantization["chosen"] == ("int8" if int8 >= float32 - 0.3 else "float32")
-    assert read_stored_engine(final) == {"quantization": quantization["chosen"]} and summary["final"]["quantization"] == \
-        quantization["chosen"]
+    assert read_stored_engine(final) == {"quantization": quantization["chosen"]}
+    assert summary.final.quantization == quantization["chosen"]
     # float32 is the torch engine's search on the same sentences: the same BLEU
     chosen = json.loads((final / "selection.json").read_text())
     assert float32 == pytest.approx(chosen["valid"]["bleu"], abs=1e-9)
@@ -70,8 +72,8 @@ def test_the_test_sets_are_scored_once_with_the_final_model(finished_run) -> Non
     assert results["sentences"] == 1000
     stored = read_stored_search(final)
     assert {key: results["search"][key] for key in stored} == stored
-    assert summary["final"]["test"]["multi30k-test2016"]["bleu"] == round(results["bleu"], 3)
-    assert json.loads((run_dir / "summary.json").read_text())["final"] == summary["final"]
+    assert summary.final.test["multi30k-test2016"].bleu == round(results["bleu"], 3)
+    assert RunSummary.read(run_dir) == summary
 
 
 def test_a_run_directory_means_its_final_model_and_its_search(finished_run) -> None:

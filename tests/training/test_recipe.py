@@ -12,7 +12,7 @@ import torch.nn as nn
 from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError
 from vaswani.model import Transformer
-from vaswani.training.checkpoint import point, save_checkpoint
+from vaswani.training.checkpoint import move_link, save_checkpoint
 from vaswani.training.config import RunConfig, TrainConfig, apply_settings, load_preset, preset_names
 from vaswani.training.loss import translation_loss
 from vaswani.training.optim import build_optimizer, parameter_groups
@@ -151,6 +151,14 @@ def test_presets_load_and_overrides_are_typed() -> None:
     assert RunConfig.from_dict(config.to_dict()) == config  # the saved config.yaml round-trips
 
 
+def test_a_run_config_holding_a_setting_that_configures_nothing_still_loads() -> None:
+    saved = load_preset("smoke").to_dict()
+    saved["train"]["num_workers"] = 4  # the config.yaml of a run that set it
+    assert RunConfig.from_dict(saved) == load_preset("smoke")
+    with pytest.raises(ConfigError, match="train.num_workers"):  # given now, it is refused as unknown
+        apply_settings(load_preset("smoke"), ["train.num_workers=4"])
+
+
 @pytest.mark.parametrize("setting,message", [
     ("train.learning_rate=1", "unknown setting train.learning_rate"),
     ("model.positions=absolute", "model.positions='absolute'"),
@@ -168,7 +176,7 @@ def test_checkpoints_are_complete_or_absent(tmp_path, monkeypatch) -> None:
     tokenizer.write_text("{}")
     checkpoints = tmp_path / "checkpoints"
     first = save_checkpoint(checkpoints, "step_0000001", model, tokenizer, {"x": torch.ones(2)}, {"step": 1})
-    point(checkpoints, "last", first)
+    move_link(checkpoints, "last", first)
 
     # a crash in the middle of writing the next checkpoint (here: while saving the trainer state)
     def crash(*args, **kwargs):

@@ -10,7 +10,7 @@ import pytest
 from vaswani.config import ModelConfig
 from vaswani.errors import VaswaniError
 from vaswani.model import Transformer
-from vaswani.training.checkpoint import latest_checkpoint, load_trainer_state, point, save_checkpoint
+from vaswani.training.checkpoint import latest_checkpoint, load_trainer_state, move_link, save_checkpoint
 from vaswani.training.metrics import read_metrics
 
 
@@ -29,7 +29,7 @@ def _state(step: int) -> dict:
 def test_resume_finds_the_newest_complete_checkpoint_when_last_dangles(checkpoints) -> None:
     directory, model, tokenizer = checkpoints
     for step in (2, 4):
-        point(directory, "last", save_checkpoint(directory, f"step_{step:07d}", model, tokenizer, _state(step), {}))
+        move_link(directory, "last", save_checkpoint(directory, f"step_{step:07d}", model, tokenizer, _state(step), {}))
     (directory / "step_0000006").mkdir()  # a step the kill left without its files
     os.remove(directory / "last")
     os.symlink("step_0000009", directory / "last")  # dangling: Path.exists() is False
@@ -41,7 +41,7 @@ def test_resume_finds_the_newest_complete_checkpoint_when_last_dangles(checkpoin
 def test_a_step_saved_twice_is_replaced_by_renames_and_never_half_deleted(checkpoints, monkeypatch) -> None:
     directory, model, tokenizer = checkpoints
     first = save_checkpoint(directory, "step_0000002", model, tokenizer, _state(2), {"reason": "periodic"})
-    point(directory, "last", first)
+    move_link(directory, "last", first)
 
     # killed between the two renames: the old copy is aside under a name resume still finds
     real_replace = os.replace
@@ -75,3 +75,13 @@ def test_a_torn_last_metrics_line_is_dropped_and_a_torn_middle_one_named(tmp_pat
     path.write_text('{"kind": "train", "step": 1}\n\x89PNG\x1a garbage')  # not the start of a record: damage
     with pytest.raises(VaswaniError, match="metrics.jsonl:2: not a JSON record"):
         read_metrics(path)
+
+
+def test_a_last_line_holding_two_records_is_damage_not_a_torn_record(tmp_path: Path) -> None:
+    first, second = '{"kind": "train", "step": 1, "loss": 2.0}', '{"kind": "valid", "step": 1, "loss": 1.5}'
+    log = tmp_path / "metrics.jsonl"
+    log.write_text(f"{first}\n{second[:20]}")  # a kill while appending: the torn start is dropped
+    assert [r["step"] for r in read_metrics(log)] == [1]
+    log.write_text(f"{first[:-1]}{second}\n")  # a closing brace lost: two records on one line
+    with pytest.raises(VaswaniError, match=f"{log}:1: not a JSON record"):
+        read_metrics(log)

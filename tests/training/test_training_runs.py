@@ -20,9 +20,12 @@ import yaml
 from safetensors.torch import load_file
 
 from vaswani.errors import VaswaniError
+from vaswani.evaluation.selection import Selection
 from vaswani.training.config import apply_settings, load_preset
 from vaswani.training.schedule import noam_lr
+from vaswani.training.summary import RunSummary, Stop
 
+REPO = Path(__file__).resolve().parents[2]
 TINY_RUN = [
     "train.max_epochs=null", "train.eval_every_steps=null", "train.bleu_subset=0", "train.precision=fp32",
     "train.progress=false", "train.patience=null", "train.log_every_steps=1", "train.max_tokens=600",
@@ -124,6 +127,61 @@ def test_a_stop_signal_saves_a_checkpoint_and_resume_can_change_the_learning_rat
     assert first_resumed["lr"] == pytest.approx(noam_lr(meta["step"] + 2, 64, 10, factor=1.0))
 
 
+# `vaswani train` with every checkpoint write sending the process a stop signal: the first write (periodic, at
+# update 3) the run's first signal, the write that signal starts (the interrupt's) a second one, and that write then
+# takes SAVE_SECONDS longer. Deterministic: the signals come from inside the writes, not from a timer.
+SIGNALS_DURING_SAVES = """
+import os, signal, sys, time
+import vaswani.training.signals as signals
+import vaswani.training.trainer as trainer
+from vaswani.cli import main
+
+stop_signal, signals.SAVE_GRACE_SECONDS, save_seconds = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+write = trainer.save_checkpoint
+
+def write_with_a_signal(checkpoints, name, model, tokenizer_file, state, meta):
+    os.kill(os.getpid(), stop_signal)
+    if meta["reason"] == "interrupt":
+        time.sleep(save_seconds)
+    return write(checkpoints, name, model, tokenizer_file, state, meta)
+
+trainer.save_checkpoint = write_with_a_signal
+sys.exit(main(sys.argv[4:]))
+"""
+
+
+def _signals_during_saves(workdir: Path, run_dir: Path, stop_signal: signal.Signals, grace: float,
+                          save_seconds: float) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-c", SIGNALS_DURING_SAVES, str(stop_signal.value), str(grace), str(save_seconds),
+               *_train_command(run_dir, "train.max_steps=400", "train.save_every_steps=3")[3:]]
+    return subprocess.run(command, cwd=workdir, env=_env(workdir), capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_second_stop_signal_during_the_save_waits_for_it(workdir: Path, stop_signal: signal.Signals) -> None:
+    """A scheduler that repeats its signal while the checkpoint is being written still gets the checkpoint, and
+    the exit status of the first signal."""
+    run_dir = workdir / f"second-{stop_signal.name}"
+    result = _signals_during_saves(workdir, run_dir, stop_signal, grace=60, save_seconds=0.5)
+    assert result.returncode == 128 + stop_signal.value, result.stderr[-2000:]
+    assert f"interrupted by {stop_signal.name}: saved a checkpoint at step 3" in result.stderr
+    meta = json.loads((run_dir / "checkpoints" / "last" / "meta.json").read_text())
+    assert (meta["reason"], meta["step"]) == ("interrupt", 3)
+    assert not list((run_dir / "checkpoints").glob(".*"))  # no staging or replaced directory left
+
+
+def test_a_save_that_outlasts_the_grace_period_is_abandoned(workdir: Path) -> None:
+    """The wait is bounded: a write still running SAVE_GRACE_SECONDS after the second signal is given up, and the
+    checkpoints stay as they were."""
+    run_dir = workdir / "grace-spent"
+    started = time.monotonic()
+    result = _signals_during_saves(workdir, run_dir, signal.SIGTERM, grace=0.5, save_seconds=120)
+    assert time.monotonic() - started < 100  # the 120 s write was not waited for
+    assert result.returncode == 130 and result.stderr.strip().splitlines()[-1] == "interrupted", result.stderr[-2000:]
+    meta = json.loads((run_dir / "checkpoints" / "last" / "meta.json").read_text())
+    assert (meta["reason"], meta["step"]) == ("periodic", 3)
+
+
 def test_resume_keeps_the_runs_own_settings_and_records_what_set_changes(workdir: Path) -> None:
     run_dir = workdir / "own-settings"
     _run(_train_command(run_dir, "train.max_steps=4", "train.max_tokens=500"), workdir)
@@ -133,8 +191,7 @@ def test_resume_keeps_the_runs_own_settings_and_records_what_set_changes(workdir
     resumed = _run(command, workdir)
     assert "train.max_steps changed 4 -> 6" in resumed.stderr
     assert "max_tokens changed" not in resumed.stderr and "vocab_size" not in resumed.stderr
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["step"] == 6
+    assert RunSummary.read(run_dir).step == 6
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert config["train"]["max_tokens"] == 500 and config["data"]["vocab_size"] == 400
     starts = [json.loads(line) for line in (run_dir / "provenance.jsonl").read_text().splitlines()]
@@ -154,7 +211,7 @@ def test_resume_refuses_a_changed_architecture_in_one_line(workdir: Path) -> Non
 
 
 def test_updates_within_budget_follows_the_pace_and_never_passes_the_plan() -> None:
-    from vaswani.training.trainer import updates_within_budget
+    from vaswani.training.callbacks import updates_within_budget
 
     assert updates_within_budget(100, 5000, seconds_left=60, updates_per_second=0.5) == 130
     assert updates_within_budget(100, 120, seconds_left=60, updates_per_second=0.5) == 120  # the plan ends first
@@ -170,8 +227,7 @@ def test_time_limited_run_sizes_its_progress_bar_to_the_clock(workdir: Path) -> 
     totals = [int(m) for m in re.findall(r"\d+/(\d+) \[", result.stderr)]
     assert totals and totals[0] == 100000  # before any pace is known the bar shows the plan
     assert totals[-1] < 1000, result.stderr[-1000:]
-    summary = json.loads((workdir / "timed" / "summary.json").read_text())
-    assert summary["stop_reason"] == "max_minutes"
+    assert RunSummary.read(workdir / "timed").stop_reason is Stop.MAX_MINUTES
 
 
 def test_nonfinite_losses_are_skipped_then_stop_the_run(workdir: Path, monkeypatch) -> None:
@@ -207,20 +263,22 @@ def test_nonfinite_losses_are_skipped_then_stop_the_run(workdir: Path, monkeypat
     assert all(torch.isfinite(t).all() for t in load_file(last / "model.safetensors").values())
 
 
-def test_two_gloo_ranks_match_one_process_with_the_same_global_batch(workdir: Path) -> None:
+def test_two_gloo_ranks_are_the_plain_loop_with_the_same_global_batch(workdir: Path, monkeypatch) -> None:
+    """Two ranks each taking one micro-batch of an update compute, bit for bit, one process's update with two
+    (dropout off: each rank draws its own masks)."""
     # On the CPU on purpose, also on a GPU machine: gloo between two CPU processes, whatever GPUs are visible.
     common = ["train.max_steps=4", "model.dropout=0.0", "train.save_every_steps=null", "train.device=cpu"]
-    single = workdir / "single"
-    _run(_train_command(single, *common, "train.grad_accum=2"), workdir)
     ddp = workdir / "ddp"
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517",
                "-m", "vaswani.cli"] + _train_command(ddp, *common)[3:]
     result = _run(command, workdir)
-    summary = json.loads((ddp / "summary.json").read_text())
-    assert summary["world_size"] == 2 and summary["ranks_identical"] is True, result.stderr[-2000:]
-    expected, actual = _weights(single), _weights(ddp)
-    for name in expected:
-        torch.testing.assert_close(actual[name], expected[name], rtol=1e-4, atol=1e-5, msg=name)
+    summary = RunSummary.read(ddp)
+    assert summary.world_size == 2 and summary.ranks_identical is True, result.stderr[-2000:]
+    _in_process(workdir, monkeypatch)
+    config = apply_settings(load_preset("smoke"), [*TINY_RUN, *common, "train.grad_accum=2"])
+    plain = plain_training_from_the_docs()(config, updates=4).state_dict()
+    for name, tensor in _weights(ddp).items():
+        assert torch.equal(tensor, plain[name]), name
 
 
 def test_loss_decreases_on_a_tiny_real_batch(data_dir: Path) -> None:
@@ -258,50 +316,55 @@ def _in_process(workdir: Path, monkeypatch) -> None:
     monkeypatch.chdir(workdir)
 
 
-def test_the_trainer_is_the_plain_training_loop(workdir: Path, monkeypatch) -> None:
-    """With the GPU options off (the CPU's defaults) an update is exactly this loop's: token-budget batches, the
-    loss over the gathered real positions, backward of loss / tokens, clipping, fused AdamW, the schedule."""
-    from vaswani.data.batching import TokenBudgetSampler, collate
-    from vaswani.data.pipeline import default_out_dir, prepare_dataset
-    from vaswani.model import Transformer
-    from vaswani.training.loss import translation_loss
-    from vaswani.training.optim import build_optimizer
-    from vaswani.training.schedule import build_scheduler
+def plain_training_from_the_docs():
+    """The plain training loop docs/training.md shows ("The loop the Trainer runs"), run as it stands there."""
+    page = REPO / "docs" / "training.md"
+    section = page.read_text(encoding="utf-8").split("## The loop the Trainer runs", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict = {}
+    exec(compile(code, str(page), "exec"), namespace)
+    return namespace["plain_training"]
+
+
+# Bit-identity of the Trainer and the plain loop, on the CPU in fp32 (dropout on: the random numbers are drawn in
+# the same order). Two gloo ranks are checked against the loop by test_two_gloo_ranks_are_the_plain_loop_....
+@pytest.mark.parametrize("settings", [
+    [],
+    ["train.grad_accum=3"],  # three micro-batches per update, the loss normalised by all of their tokens
+    ["train.host_sync=log-steps", "train.log_every_steps=2"],  # deferred host reads: the fused optimizer's skip flag
+], ids=["one-batch-per-update", "grad-accum", "deferred-host-reads"])
+def test_the_trainer_is_the_plain_training_loop(workdir: Path, monkeypatch, settings: list[str]) -> None:
     from vaswani.training.trainer import Trainer
 
     _in_process(workdir, monkeypatch)
-    config = apply_settings(load_preset("smoke"), [*TINY_RUN, "train.max_steps=5", "train.device=cpu"])
-    trainer = Trainer(config, workdir / "plain")
-    trainer.fit()
-
-    dc, tc = config.data, config.train
-    prepared = prepare_dataset(dc.dataset, splits=("train",), vocab_size=dc.vocab_size, max_len=dc.max_len,
-                               out_dir=default_out_dir(dc.dataset, dc.direction, dc.vocab_size))
-    train, tokenizer = prepared.splits["train"], prepared.tokenizer
-    torch.manual_seed(tc.seed)
-    model = Transformer(trainer.config.model)
-    optimizer = build_optimizer(model, tc, torch.device("cpu"))
-    scheduler = build_scheduler(optimizer, tc, trainer.config.model.d_model, trainer.total_steps)
-    sampler = TokenBudgetSampler(train.src_lengths, train.tgt_lengths, tc.max_tokens, seed=tc.seed)
-    model.train()
-    for indices in sampler.batches(0)[:5]:
-        batch = collate([train[i] for i in indices], tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
-        out = translation_loss(model, batch.src, batch.tgt_in, batch.tgt_out, tc.label_smoothing)
-        (out.loss_sum * (1.0 / batch.n_tgt_tokens)).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), tc.clip_grad_norm)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+    config = apply_settings(load_preset("smoke"), [*TINY_RUN, "train.max_steps=5", "train.device=cpu", *settings])
+    trainer = Trainer(config, workdir / f"plain-{'-'.join(settings) or 'default'}")
+    assert trainer.defer_reads == ("train.host_sync=log-steps" in settings)
+    assert trainer.fit().step == 5
+    model = plain_training_from_the_docs()(config, updates=5)
     for name, tensor in model.state_dict().items():
         assert torch.equal(trainer.model.state_dict()[name], tensor), name
+
+
+def test_a_trainer_writes_nothing_until_it_fits(workdir: Path, monkeypatch) -> None:
+    from vaswani.training.trainer import Trainer
+
+    _in_process(workdir, monkeypatch)
+    run_dir = workdir / "written-by-fit"
+    trainer = Trainer(apply_settings(load_preset("smoke"), [*TINY_RUN, "train.max_steps=1"]), run_dir)
+    assert not run_dir.exists()
+    trainer.fit()
+    assert {"config.yaml", "provenance.jsonl", "tokenizer.json", "metrics.jsonl", "checkpoints"} <= {
+        path.name for path in run_dir.iterdir()}
 
 
 def test_deferred_host_reads_train_the_same_weights_and_read_nothing_in_an_update(
         workdir: Path, monkeypatch, host_reads) -> None:
     """train.host_sync=log-steps, as on CUDA: the same weights as reading every update, and (with the loss over all
     positions, as on CUDA) not one host read of a value between the start and the end of an update."""
-    from vaswani.training import trainer as trainer_module
-    from vaswani.training.trainer import Callback, Trainer
+    from vaswani.training import device_choices
+    from vaswani.training.callbacks import Callback
+    from vaswani.training.trainer import Trainer
 
     class ReadsDuringUpdates(Callback):
         def __init__(self) -> None:
@@ -316,7 +379,7 @@ def test_deferred_host_reads_train_the_same_weights_and_read_nothing_in_an_updat
             self.reads += self._mode.reads
 
     _in_process(workdir, monkeypatch)
-    monkeypatch.setattr(trainer_module, "loss_over_all_positions", lambda device, compiled: True)
+    monkeypatch.setattr(device_choices, "loss_over_all_positions", lambda device, compiled: True)
     settings = [*TINY_RUN, "train.max_steps=6", "train.log_every_steps=3", "train.length_buckets=3", "train.device=cpu"]
     weights, reads = [], []
     for host_sync in ("every-update", "log-steps"):
@@ -324,7 +387,7 @@ def test_deferred_host_reads_train_the_same_weights_and_read_nothing_in_an_updat
         trainer = Trainer(apply_settings(load_preset("smoke"), [*settings, f"train.host_sync={host_sync}"]),
                           workdir / f"reads-{host_sync}", callbacks=[counter])
         summary = trainer.fit()
-        assert summary["step"] == 6 and trainer.defer_reads == (host_sync == "log-steps")
+        assert summary.step == 6 and trainer.defer_reads == (host_sync == "log-steps")
         weights.append(trainer.model.state_dict())
         reads.append(counter.reads)
     for name, tensor in weights[0].items():
@@ -353,7 +416,7 @@ def test_a_deferred_nonfinite_update_is_skipped_by_the_device_and_counted_when_r
     trainer = Trainer(config, run_dir)
     summary = trainer.fit()
     # every update counts (the host learns of the skip at the log step after it), one of them was skipped
-    assert summary["step"] == 5 and summary["skipped_updates"] == 1 and trainer.progress.consecutive_nonfinite == 0
+    assert summary.step == 5 and summary.skipped_updates == 1 and trainer.progress.consecutive_nonfinite == 0
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if r["kind"] == "nonfinite"] == [2]
     assert all(torch.isfinite(t).all() for t in trainer.model.state_dict().values())
@@ -363,7 +426,8 @@ def test_the_gpu_preset_runs_on_a_cpu_with_its_time_limits(workdir: Path, monkey
     """multi30k-gpu with its GPU settings turned into their CPU fallbacks and a tiny model: length buckets, the
     clock ending training, and the final model's choice cut short by train.final_max_minutes."""
     from vaswani.data.buckets import BucketSampler
-    from vaswani.training.trainer import Callback, train
+    from vaswani.training.callbacks import Callback
+    from vaswani.training.run import train
 
     preset = load_preset("multi30k-gpu")
     tc = preset.train
@@ -384,7 +448,7 @@ def test_the_gpu_preset_runs_on_a_cpu_with_its_time_limits(workdir: Path, monkey
     shapes = Shapes()
     summary = train(apply_settings(preset, [*cpu, *tiny]), workdir / "gpu-preset", callbacks=[shapes])
     assert isinstance(shapes.sampler, BucketSampler) and len(shapes.sampler.shapes()) == 5
-    assert summary["stop_reason"] == "max_minutes" and "final" in summary
-    selection = json.loads((workdir / "gpu-preset" / "checkpoints" / "final" / "selection.json").read_text())
-    assert selection["cut_short_by_time"] is True
-    assert len(selection["searches"]) == 1  # greedy, scored before the limit was looked at; no beam after it
+    assert summary.stop_reason is Stop.MAX_MINUTES and summary.final is not None
+    selection = Selection.read(workdir / "gpu-preset" / "checkpoints" / "final")
+    assert selection.cut_short_by_time is True
+    assert len(selection.searches) == 1  # greedy, scored before the limit was looked at; no beam after it

@@ -31,7 +31,7 @@ import torch
 
 from vaswani.benchmarks.profiling import add_passes_argument
 from vaswani.arguments import ranged
-from vaswani.config import PRECISIONS, ModelConfig
+from vaswani.config import MAX_BATCH, MAX_COUNT, MAX_LENGTH, MAX_THREADS, ModelConfig, PRECISIONS
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.devices import resolve_device, synchronize
 from vaswani.decoding.compiled import CompiledDecoder
@@ -39,7 +39,7 @@ from vaswani.decoding.config import SearchConfig
 from vaswani.decoding.reference import UncachedModel
 from vaswani.decoding.search import generate
 from vaswani.errors import VaswaniError
-from vaswani.io import atomic_write_json, atomic_write_text, check_output_file, ensure_writable_directory
+from vaswani.io import atomic_write_json, atomic_write_text, check_output
 from vaswani.precision import resolve_precision
 from vaswani.provenance import provenance, provenance_lines
 from vaswani.model import Transformer
@@ -152,29 +152,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", default="multi30k", help="test set with --checkpoint")
     parser.add_argument("--split", default="test2016", help="split of --dataset")
     add_data_dir_argument(parser)
-    parser.add_argument("--sentences", type=ranged(int, ge=1), default=64,
+    parser.add_argument("--sentences", type=ranged(int, ge=1, le=MAX_COUNT), default=64,
                         help="sentences for the batched measurements")
-    parser.add_argument("--batch-size", type=ranged(int, ge=1), default=64, help="sentences per batch")
-    parser.add_argument("--beams", type=ranged(int, ge=1), nargs="+", default=[4, 5], help="beam sizes to measure")
-    parser.add_argument("--output-len", type=ranged(int, ge=1), default=64,
+    parser.add_argument("--batch-size", type=ranged(int, ge=1, le=MAX_BATCH), default=64, help="sentences per batch")
+    parser.add_argument("--beams", type=ranged(int, ge=1, le=MAX_LENGTH), nargs="+", default=[4, 5],
+                        help="beam sizes to measure")
+    parser.add_argument("--output-len", type=ranged(int, ge=1, le=MAX_LENGTH), default=64,
                         help="fixed output length (tokens incl. </s>) of random models and of cached vs uncached")
-    parser.add_argument("--uncached-sentences", type=ranged(int, ge=1), default=16,
+    parser.add_argument("--uncached-sentences", type=ranged(int, ge=1, le=MAX_COUNT), default=16,
                         help="sentences for cached vs uncached")
-    parser.add_argument("--single-sentences", type=ranged(int, ge=1), default=8,
+    parser.add_argument("--single-sentences", type=ranged(int, ge=1, le=MAX_COUNT), default=8,
                         help="sentences decoded one at a time for batched vs one-at-a-time beam")
-    parser.add_argument("--repeats", type=ranged(int, ge=1), default=3, help="timed repeats (the fastest is reported)")
+    parser.add_argument("--repeats", type=ranged(int, ge=1, le=MAX_COUNT), default=3,
+                        help="timed repeats (the fastest is reported)")
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto")
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
                         help="autocast precision (default fp32; auto = bf16 where the device computes it fast)")
-    parser.add_argument("--threads", type=ranged(int, ge=1), default=None,
+    parser.add_argument("--threads", type=ranged(int, ge=1, le=MAX_THREADS), default=None,
                         help="torch intra-op threads (None: torch's choice)")
-    parser.add_argument("--seed", type=ranged(int, ge=0), default=0)
+    parser.add_argument("--seed", type=ranged(int, ge=0, le=MAX_COUNT), default=0)
     parser.add_argument("--out", type=Path, default=None,
                         help="write the results as JSON here (with --peer: a directory for results.json + table.md)")
     parser.add_argument("--peer", nargs="+", choices=("marian", "ctranslate2"), default=None,
                         help="compare with MarianMT generate and/or CTranslate2 float32/int8 instead (needs "
                         "pip install 'vaswani[export]'; see vaswani.benchmarks.decode_peers)")
-    parser.add_argument("--peer-threads", type=ranged(int, ge=1), nargs="+", default=None, metavar="N",
+    parser.add_argument("--peer-threads", type=ranged(int, ge=1, le=MAX_THREADS), nargs="+", default=None, metavar="N",
                         help="with --peer: thread counts every engine runs at, interleaved (default: 2)")
     parser.add_argument("--compile", action="store_true",
                         help="also time the decoding step compiled with torch.compile against eager, and the first "
@@ -230,11 +232,12 @@ def run(args: argparse.Namespace) -> int:
 def _check_outputs(args: argparse.Namespace) -> None:
     """Refuse an output that cannot be written before minutes of timing, not after: with --peer a directory,
     else a JSON file and its .md beside it."""
+    inputs = [args.checkpoint]
     if args.out and args.peer:
-        ensure_writable_directory(args.out, "--out directory")
+        check_output(args.out, command="bench decode", writes="files", inputs=inputs)
     elif args.out:
         for path in (args.out, args.out.with_suffix(".md")):
-            check_output_file(path, "--out")
+            check_output(path, command="bench decode", writes="file", inputs=inputs)
 
 
 def search_configs(args: argparse.Namespace, model: Transformer, device: torch.device,

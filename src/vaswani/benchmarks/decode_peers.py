@@ -34,7 +34,6 @@ length_penalty=1.0, CTranslate2's length_penalty=1), a sentence's beam stops whe
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -46,8 +45,9 @@ from typing import Any, Callable
 import torch
 
 from vaswani.benchmarks.decode import batches as padded_batches
-from vaswani.benchmarks.profiling import (PROFILE_PASSES, ceiling_line, kind_table, largest_operators,
-                                          matmul_lines, matmul_peak, profile_by_kind)
+from vaswani.benchmarks.decode_peers_report import (OURS, OURS_COMPILED, is_ours, print_report, render_profile,
+                                                    render_table)
+from vaswani.benchmarks.profiling import PROFILE_PASSES, matmul_peak, profile_by_kind
 from vaswani.config import ModelConfig
 from vaswani.decoding.compiled import CompiledDecoder
 from vaswani.decoding.config import SearchConfig
@@ -55,7 +55,9 @@ from vaswani.decoding.search import generate
 from vaswani.errors import VaswaniError
 from vaswani.io import atomic_write_json, atomic_write_text
 from vaswani.model import Transformer
-from vaswani.provenance import PROVENANCE_FILE, first_training_start, provenance, provenance_lines
+from vaswani.provenance import PROVENANCE_FILE, first_training_start, provenance
+from vaswani.records import to_json
+from vaswani.training.summary import SUMMARY_FILE, RunSummary
 
 PEERS = ("marian", "ctranslate2")
 DEFAULT_THREADS = [2]
@@ -111,7 +113,6 @@ def _batch_limits(batches: list[torch.Tensor], fixed: int | None) -> list[int]:
 
 
 # ---- engines --------------------------------------------------------------------------------------------------
-OURS, OURS_COMPILED = "ours", "ours, compiled step"
 
 
 def ours(model: Transformer, batches: list[torch.Tensor], limits: list[int], fixed: bool,
@@ -127,10 +128,6 @@ def ours(model: Transformer, batches: list[torch.Tensor], limits: list[int], fix
 
     # The profiler would see the compiled step as one opaque region: only the eager engine is profiled.
     return Engine(OURS_COMPILED if compile else OURS, decode, profiled=not compile)
-
-
-def is_ours(engine: str) -> bool:
-    return engine in (OURS, OURS_COMPILED)
 
 
 def marian(model: Transformer, batches: list[torch.Tensor], limits: list[int], fixed: bool) -> Engine:
@@ -242,10 +239,9 @@ def run_peers(args: argparse.Namespace) -> int:
         if tokenizer is not None:
             row.bleu = _bleu(tokenizer, outputs[key], ordered_sources, sources, references)
     report = _report(args, model_info, list(rows.values()), fixed, thread_counts, profiles, peaks)
-    _print(report)
+    print_report(report)
     if args.out:
         out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
         atomic_write_json(out / "results.json", report)
         atomic_write_text(out / "table.md", render_table(report))
         if profiles:
@@ -279,8 +275,8 @@ def _training_record(checkpoint: Path) -> dict[str, Any] | None:
     if run_dir is None or not (run_dir / PROVENANCE_FILE).is_file():
         return None
     record = {"provenance": first_training_start(run_dir) or None}
-    if (run_dir / "summary.json").is_file():
-        record["summary"] = json.loads((run_dir / "summary.json").read_text())
+    if (run_dir / SUMMARY_FILE).is_file():
+        record["summary"] = to_json(RunSummary.read(run_dir))
     return record
 
 
@@ -334,68 +330,6 @@ def _report(args: argparse.Namespace, model_info: dict, rows: list[Row], fixed: 
     }
 
 
-def render_table(report: dict[str, Any]) -> str:
-    counts = report["threads"]["counts"]
-    own = list(dict.fromkeys(r["ours"] for r in report["speed_ratios"])) or [OURS]
-    ratio_header = "ours ÷ engine" if own == [OURS] else f"ours ÷ engine ({' / '.join(own)})"
-    lines = [
-        "# Decoding speed: ours vs MarianMT `generate` vs CTranslate2",
-        "",
-        f"Setting: {report['setting']}; {report['sentences']} sentences in batches of {report['batch_size']}; "
-        f"{report['repeats']} interleaved repeats, median (min–max) sentences/s; every engine on "
-        f"{' and on '.join(str(n) for n in counts)} thread{'s' if counts != [1] else ''}.",
-        "",
-        f"| engine | search | threads | sentences/s | spread | output tokens | BLEU | {ratio_header} |",
-        "|---|---|---:|---:|---|---:|---:|---:|",
-    ]
-    ratios: dict[tuple[str, str, int], list[str]] = {}
-    for r in report["speed_ratios"]:
-        ratios.setdefault((r["engine"], r["search"], r["threads"]), []).append(f"{r['ours_over_peer']:.2f}×")
-    for row in report["results"]:
-        ratio = " / ".join(ratios.get((row["engine"], row["search"], row["threads"]), ["–"]))
-        lines.append(
-            f"| {row['engine']} | {row['search']} | {row['threads']} | {row['sentences_per_s']:.1f} | "
-            f"{row['sentences_per_s_min']:.1f}–{row['sentences_per_s_max']:.1f} | {row['tokens']} | "
-            f"{'–' if row['bleu'] is None else row['bleu']} | {ratio} |"
-        )
-    lines += ["", *findings(report)]
-    lines += ["", *_footer(report)]
-    return "\n".join(lines)
-
-
-def findings(report: dict[str, Any]) -> list[str]:
-    """Sentences stating what the numbers say (written from them, never typed by hand)."""
-    rows = {(r["engine"], r["search"], r["threads"]): r for r in report["results"]}
-    out = []
-    for r in report["speed_ratios"]:
-        verdict = "faster" if r["ours_over_peer"] > 1 else "slower"
-        out.append(f"- {r['search']}, {r['threads']} thread{'s' if r['threads'] > 1 else ''}: {r['ours']} runs at "
-                   f"{r['ours_over_peer']:.2f}× the sentences/s of {r['engine']} ({verdict}).")
-    for (engine, search, threads), row in rows.items():
-        eager = rows.get((OURS, search, threads))
-        if engine == OURS_COMPILED and eager:
-            same = "the same" if row["bleu"] == eager["bleu"] and row["tokens"] == eager["tokens"] else "different"
-            out.append(f"- {search}, {threads} thread{'s' if threads > 1 else ''}: our compiled decoding step runs "
-                       f"at {eager['median_s'] / row['median_s']:.2f}× the sentences/s of our eager one, with "
-                       f"{same} outputs ({row['tokens']} vs {eager['tokens']} tokens).")
-    for r in report["thread_scaling"]:
-        out.append(f"- {r['engine']}, {r['search']}: {r['threads']} threads give {r['over_one_thread']:.2f}× "
-                   "its sentences/s on 1 thread.")
-    for search, threads in sorted({(s, n) for _, s, n in rows}):
-        if threads != min(n for *_, n in rows):  # outputs do not depend on threads: state them once
-            continue
-        fp32, int8 = rows.get(("ctranslate2 float32", search, threads)), rows.get(("ctranslate2 int8", search, threads))
-        if fp32 and int8 and fp32["bleu"] is not None:
-            out.append(f"- {search}: CTranslate2 int8 BLEU {int8['bleu']} vs float32 {fp32['bleu']} "
-                       f"(difference {int8['bleu'] - fp32['bleu']:+.2f}).")
-        ours, marian = rows.get(("ours", search, threads)), rows.get(("marian", search, threads))
-        if ours and marian and ours["bleu"] is not None:
-            same = "the same" if ours["bleu"] == marian["bleu"] and ours["tokens"] == marian["tokens"] else "different"
-            out.append(f"- {search}: MarianMT generate and ours give {same} outputs by BLEU and length "
-                       f"({marian['bleu']} vs {ours['bleu']}).")
-    return out
-
-
 # ---- where the time goes ----------------------------------------------------------------------------------------
 def profile_engine(engine: Engine, search: str, beam: int, threads: int, n_batches: int,
                    passes: int = PROFILE_PASSES) -> dict[str, Any]:
@@ -403,63 +337,3 @@ def profile_engine(engine: Engine, search: str, beam: int, threads: int, n_batch
     torch.set_num_threads(threads)
     profile = profile_by_kind(lambda: [engine.decode(i, beam, threads) for i in range(n_batches)], passes=passes)
     return {"engine": engine.name, "search": search, "threads": threads, **profile}
-
-
-def render_profile(report: dict[str, Any]) -> str:
-    profiles = report["profile"]
-    medians = {(r["engine"], r["search"], r["threads"]): r["median_s"] * 1e3 for r in report["results"]}
-    lines = ["# Where decoding time goes: torch operators by kind", "",
-             f"{report['profile_passes']} more passes over the same batches per torch engine under `torch.profiler`: "
-             "each operator's self CPU time, summed by kind (its least over the passes), as a share of all operator "
-             "time. The profiler slows a pass (the fastest one's wall clock is given beside the unprofiled median of "
-             "the timed repeats); long operators such as the matrix products are measured almost unchanged. "
-             "CTranslate2 runs compiled code the profiler cannot see into: only its unprofiled total is known.", ""]
-    for search, threads in dict.fromkeys((p["search"], p["threads"]) for p in profiles):
-        group = [p for p in profiles if p["search"] == search and p["threads"] == threads]
-        lines += [f"## {search}, {threads} thread{'s' if threads > 1 else ''}", "",
-                  *kind_table([(p["engine"], p) for p in group]),
-                  "| unprofiled pass (median) | "
-                  + " | ".join(f"{medians[p['engine'], search, threads]:.0f} | " for p in group) + " |", ""]
-        lines += [largest_operators(p["engine"], p) for p in group]
-        peak = report.get("matmul_peak_gflops", {}).get(str(threads))
-        lines += [line for p in group for line in matmul_lines(p["engine"], p, peak, threads)]
-        ours = next((p for p in group if p["engine"] == OURS), None)
-        if ours is not None:  # every other engine, CTranslate2 included (the profiler cannot see into it)
-            lines += [ceiling_line(OURS, ours, engine, medians[engine, search, threads], "unprofiled median")
-                      for engine, s, t in medians if (s, t) == (search, threads) and not is_ours(engine)]
-        lines.append("")
-    lines += _footer(report)
-    return "\n".join(lines)
-
-
-def _footer(report: dict[str, Any]) -> list[str]:
-    command, commit, hardware = provenance_lines(report)
-    return [command, commit, f"{hardware}  ", f"Model: {_model_line(report['model'])}", ""]
-
-
-def _model_line(info: dict[str, Any]) -> str:
-    c = info["config"]
-    shape = (f"d_model {c['d_model']}, {c['n_encoder_layers']}+{c['n_decoder_layers']} layers, {c['n_heads']} heads, "
-             f"d_ff {c['d_ff']}, vocabulary {c['vocab_size']}, {c['norm']}-LN, {c['positions']} positions, "
-             f"{c['attention']} attention")
-    if info.get("random_weights"):
-        return f"random weights, {shape}"
-    line = f"{info['checkpoint']} ({info['parameters']:,} parameters; {shape}); {info['test_set']}"
-    training = info.get("training") or {}
-    if training.get("provenance"):
-        summary = training.get("summary") or {}
-        line += (f"  \nTrained by: `{training['provenance']['command']}` at commit "
-                 f"{training['provenance']['git'].get('commit')} ({summary.get('step')} updates, "
-                 f"{summary.get('minutes')} minutes, stopped by {summary.get('stop_reason')})")
-    return line
-
-
-def _print(report: dict[str, Any]) -> None:
-    print(f"{'engine':<22} {'search':<8} {'thr':>3} {'sent/s':>8} {'spread':>15} {'tokens':>7} {'BLEU':>6}")
-    for row in report["results"]:
-        spread = f"{row['sentences_per_s_min']:.1f}-{row['sentences_per_s_max']:.1f}"
-        bleu = "-" if row["bleu"] is None else f"{row['bleu']:.2f}"
-        print(f"{row['engine']:<22} {row['search']:<8} {row['threads']:>3} {row['sentences_per_s']:>8.1f} "
-              f"{spread:>15} {row['tokens']:>7} {bleu:>6}")
-    for line in findings(report):
-        print(line)

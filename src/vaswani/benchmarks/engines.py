@@ -29,12 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from vaswani.arguments import ranged
+from vaswani.config import MAX_COUNT, MAX_LENGTH, MAX_THREADS
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.decoding.config import QUANTIZATIONS
 from vaswani.errors import VaswaniError
-from vaswani.io import atomic_write_json, atomic_write_text
+from vaswani.io import atomic_write_json, atomic_write_text, check_output
 
 BARE_SCRIPT = Path(__file__).with_name("bare_ctranslate2.py")
+RESULT_FILES = ("results.json", "table.md")
 DEFAULT_QUANTIZATIONS = {"cpu": ["float32", "int8"], "cuda": ["float16", "int8_float16", "bfloat16"]}
 
 
@@ -42,15 +44,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True, metavar="RUN", help="checkpoint or run directory")
     parser.add_argument("--dataset", default="multi30k")
     parser.add_argument("--split", default="test2016")
-    parser.add_argument("--sentences", type=ranged(int, ge=1), default=None, help="the first N (default: all)")
+    parser.add_argument("--sentences", type=ranged(int, ge=1, le=MAX_COUNT), default=None,
+                        help="the first N (default: all)")
     add_data_dir_argument(parser)
-    parser.add_argument("--beam", type=ranged(int, ge=1), default=5)
-    parser.add_argument("--threads", type=ranged(int, ge=1), default=2, help="CPU threads of every engine")
+    parser.add_argument("--beam", type=ranged(int, ge=1, le=MAX_LENGTH), default=5)
+    parser.add_argument("--threads", type=ranged(int, ge=1, le=MAX_THREADS), default=2,
+                        help="CPU threads of every engine")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                         help="where every engine runs (cuda: torch on the GPU, CTranslate2's CUDA build)")
     parser.add_argument("--quantizations", nargs="+", default=None, choices=QUANTIZATIONS,
                         help="CTranslate2's (default: float32 int8 on the CPU, float16 int8_float16 bfloat16 on a GPU)")
-    parser.add_argument("--repeats", type=ranged(int, ge=1), default=3)
+    parser.add_argument("--repeats", type=ranged(int, ge=1, le=MAX_COUNT), default=3)
     parser.add_argument("--out", type=Path, default=None, help="directory for results.json and table.md")
 
 
@@ -64,6 +68,9 @@ def run(args: argparse.Namespace) -> int:
     from vaswani.model.serialization import resolve_checkpoint
     from vaswani.provenance import provenance
 
+    if args.out is not None:
+        check_output(args.out, command="bench engines", writes="files", inputs=[args.checkpoint, args.data_dir],
+                     names=RESULT_FILES)
     stamp = provenance(args.device)  # before anything is written
     quantizations = args.quantizations or DEFAULT_QUANTIZATIONS[args.device]
     checkpoint = resolve_checkpoint(args.checkpoint)
@@ -97,9 +104,9 @@ def run(args: argparse.Namespace) -> int:
     report = _report(stamp, args, checkpoint, search, commands, runs, bleu, outputs, len(sources))
     print(render_table(report))
     if args.out is not None:
-        atomic_write_json(args.out / "results.json", report)
-        atomic_write_text(args.out / "table.md", render_table(report))
-        print(f"wrote {args.out / 'results.json'} and {args.out / 'table.md'}")
+        atomic_write_json(args.out / RESULT_FILES[0], report)
+        atomic_write_text(args.out / RESULT_FILES[1], render_table(report))
+        print(f"wrote {args.out / RESULT_FILES[0]} and {args.out / RESULT_FILES[1]}")
     return 0
 
 

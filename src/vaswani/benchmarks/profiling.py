@@ -20,6 +20,7 @@ import time
 from typing import Any, Callable
 
 from vaswani.arguments import ranged
+from vaswani.config import MAX_COUNT
 
 OTHER = "other (views, allocation, small ops)"
 MATRIX_PRODUCTS, ATTENTION_KERNEL = "matrix products", "attention kernel"
@@ -70,7 +71,7 @@ PROFILE_PASSES = 3
 
 def add_passes_argument(parser: argparse.ArgumentParser) -> None:
     """``--profile-passes``, shared by the benchmarks that profile."""
-    parser.add_argument("--profile-passes", type=ranged(int, ge=1), default=PROFILE_PASSES, metavar="N",
+    parser.add_argument("--profile-passes", type=ranged(int, ge=1, le=MAX_COUNT), default=PROFILE_PASSES, metavar="N",
                         help=f"profiled passes per engine; each kind's least time over them (default {PROFILE_PASSES})")
 
 

@@ -15,9 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from vaswani.errors import VaswaniError
-from vaswani.io import atomic_write_json, atomic_write_text
+from vaswani.io import atomic_write_json, atomic_write_text, check_output
 from vaswani.provenance import first_training_start, provenance
 from vaswani.training.metrics import METRICS_FILE, read_metrics, training_speed
+
+
+RESULT_FILES = ("results.json", "table.md")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,6 +46,8 @@ def run_speed(run_dir: Path) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.out:
+        check_output(args.out, command="bench runs", writes="files", inputs=args.runs, names=RESULT_FILES)
     labels = args.labels or [path.name for path in args.runs]
     if len(labels) != len(args.runs):
         raise VaswaniError(f"--labels names {len(labels)} runs but {len(args.runs)} were given")
@@ -57,9 +62,9 @@ def run(args: argparse.Namespace) -> int:
         print(lines[-1])
     if args.out:
         record = provenance("cpu")
-        atomic_write_json(args.out / "results.json", {**record, "runs": rows})
+        atomic_write_json(args.out / RESULT_FILES[0], {**record, "runs": rows})
         table = "\n".join(["# Training speed of real runs", "", f"Command: `{record['command']}`", "",
                            "tokens/s: median over each run's logging windows without an evaluation, from its "
                            "metrics.jsonl; commit and machine from its provenance.jsonl.", "", *lines])
-        atomic_write_text(args.out / "table.md", table + "\n")
+        atomic_write_text(args.out / RESULT_FILES[1], table + "\n")
     return 0

@@ -23,10 +23,10 @@ from vaswani.benchmarks.train_peers import PEERS
 from vaswani.benchmarks.train_race import TrainBenchSettings, measure
 from vaswani.benchmarks.train_report import print_row, profile_markdown, speed_table
 from vaswani.arguments import add_settings_argument, parse_variant, ranged
-from vaswani.config import PRECISIONS, ModelConfig, apply_model_settings
+from vaswani.config import MAX_BATCH, MAX_COUNT, MAX_LENGTH, MAX_THREADS, ModelConfig, PRECISIONS, apply_model_settings
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.devices import resolve_device, reuse_freed_memory
-from vaswani.io import atomic_write_json, atomic_write_text, check_output_file
+from vaswani.io import atomic_write_json, atomic_write_text, check_output
 from vaswani.errors import VaswaniError
 from vaswani.provenance import provenance
 from vaswani.training.device_choices import defers_host_reads
@@ -45,16 +45,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cross-entropy without or with label smoothing 0.1")
     parser.add_argument("--precision", nargs="+", default=["fp32", "bf16"], choices=PRECISIONS,
                         help="one or more precisions to measure (default fp32 bf16)")
-    parser.add_argument("--max-tokens", type=ranged(int, ge=1), default=2048,
+    parser.add_argument("--max-tokens", type=ranged(int, ge=1, le=MAX_BATCH), default=2048,
                         help="token budget of multi30k/random batches")
-    parser.add_argument("--steps", type=ranged(int, ge=1), default=8, help="timed steps per repeat")
-    parser.add_argument("--warmup", type=ranged(int, ge=0), default=3, help="untimed warm-up steps")
-    parser.add_argument("--repeats", type=ranged(int, ge=1), default=3, help="timed repeats per model, interleaved")
-    parser.add_argument("--threads", type=ranged(int, ge=1), default=None,
+    parser.add_argument("--steps", type=ranged(int, ge=1, le=MAX_COUNT), default=8, help="timed steps per repeat")
+    parser.add_argument("--warmup", type=ranged(int, ge=0, le=MAX_COUNT), default=3, help="untimed warm-up steps")
+    parser.add_argument("--repeats", type=ranged(int, ge=1, le=MAX_COUNT), default=3,
+                        help="timed repeats per model, interleaved")
+    parser.add_argument("--threads", type=ranged(int, ge=1, le=MAX_THREADS), default=None,
                         help="torch intra-op threads (default: torch's)")
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto")
     add_data_dir_argument(parser)
-    parser.add_argument("--length-buckets", type=ranged(int, ge=1), default=None, metavar="N",
+    parser.add_argument("--length-buckets", type=ranged(int, ge=1, le=MAX_LENGTH), default=None, metavar="N",
                         help="multi30k batches of N fixed shapes, as train.length_buckets makes them (all models)")
     parser.add_argument("--compile", action="store_true",
                         help="ours compiled once per batch shape, as train.compile compiles it")
@@ -67,7 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allocator", choices=["reuse", "system"], default="reuse",
                         help="reuse: keep freed memory for reuse, as CPU training does (train.reuse_freed_memory, "
                              "for every model in this process); system: the C library's default")
-    parser.add_argument("--profile", type=ranged(int, ge=1), nargs="*", default=None, metavar="THREADS",
+    parser.add_argument("--profile", type=ranged(int, ge=1, le=MAX_THREADS), nargs="*", default=None, metavar="THREADS",
                         help="also write torch.profiler tables of each model's step at these thread counts")
     add_passes_argument(parser)
     parser.add_argument("--out", type=Path, default=None,
@@ -101,7 +102,7 @@ def _check_outputs(args: argparse.Namespace) -> None:
     if args.out:
         profile = [args.out.with_suffix(".profile.md")] if args.profile is not None else []
         for path in (args.out, args.out.with_suffix(".md"), *profile):
-            check_output_file(path, "--out")
+            check_output(path, command="bench train", writes="file")
 
 
 def settings_from_args(args: argparse.Namespace) -> TrainBenchSettings:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from vaswani.classification.settings import TrainSettings
 from vaswani.arguments import add_settings_argument, ranged
-from vaswani.config import parse_settings
+from vaswani.config import MAX_BATCH, MAX_COUNT, MAX_LENGTH, MAX_THREADS, parse_settings
 from vaswani.errors import ConfigError
-from vaswani.io import check_new_directory, directory_written_whole
+from vaswani.io import check_output, directory_written_whole
 
 DEFAULTS = TrainSettings()  # the command line's defaults are the dataclass's: one place to change them
 
@@ -29,11 +29,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _add_training_arguments(train)
     train.add_argument("--out", type=Path, default=Path("runs/classifier"), help="output directory (model + report)")
     train.add_argument("--force", action="store_true",
-                       help="replace --out even if it holds files (it is replaced whole, once the new classifier is "
-                       "complete)")
-    train.add_argument("--seed", type=ranged(int, ge=0), default=DEFAULTS.seed,
+                       help="replace an earlier classifier of `classify train` in --out (whole, once the new one is "
+                       "complete); nothing else is ever replaced")
+    train.add_argument("--seed", type=ranged(int, ge=0, le=MAX_COUNT), default=DEFAULTS.seed,
                        help="seed of the split, the initialisation and the batch order")
-    train.add_argument("--examples", type=ranged(int, ge=0), default=5,
+    train.add_argument("--examples", type=ranged(int, ge=0, le=MAX_COUNT), default=5,
                        help="random validation examples to print at the end")
     train.set_defaults(handler=train_command)
 
@@ -50,10 +50,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "experiment", help="Transformer vs TF-IDF baseline over several seeds on one held-out split (results/)"
     )
     _add_training_arguments(experiment)
-    experiment.add_argument("--seeds", type=ranged(int, ge=0), nargs="+", default=[0, 1, 2])
-    experiment.add_argument("--split-seed", type=ranged(int, ge=0), default=0,
+    experiment.add_argument("--seeds", type=ranged(int, ge=0, le=MAX_COUNT), nargs="+", default=[0, 1, 2])
+    experiment.add_argument("--split-seed", type=ranged(int, ge=0, le=MAX_COUNT), default=0,
                             help="seed of the held-out split shared by all runs")
-    experiment.add_argument("--out", type=Path, default=Path("results/classifier"))
+    experiment.add_argument("--out", type=Path, default=None,
+                            help="where results.json, table.md and the plots go (default runs/classifier-experiment/"
+                            "results; the repository's results/ only when named here)")
     experiment.add_argument("--runs-dir", type=Path, default=Path("runs/classifier-experiment"),
                             help="where the trained models go (one directory per seed)")
     experiment.add_argument("--force", action="store_true",
@@ -82,25 +84,28 @@ def _add_training_arguments(parser: argparse.ArgumentParser) -> None:
     tok.add_argument("--tokenizer", choices=["bpe", "word"], default=d.tokenizer,
                      help="lowercase regex words with <unk> (default; measured best on tweets), or the project's "
                      "byte-level BPE")
-    tok.add_argument("--vocab-size", type=int, default=d.vocab_size)
-    tok.add_argument("--min-frequency", type=int, default=d.min_frequency)
-    tok.add_argument("--max-len", type=int, default=d.max_len, help="tokens per text incl. <s> and </s>")
+    tok.add_argument("--vocab-size", type=ranged(int, le=MAX_COUNT), default=d.vocab_size)
+    tok.add_argument("--min-frequency", type=ranged(int, le=MAX_COUNT), default=d.min_frequency)
+    tok.add_argument("--max-len", type=ranged(int, le=MAX_LENGTH), default=d.max_len,
+                     help="tokens per text incl. <s> and </s>")
     tok.add_argument("--keep-case", action="store_true", help="do not lowercase texts before tokenizing")
     model = parser.add_argument_group("model")
     model.add_argument("--preset", choices=["tiny", "small"], default=d.preset)
     model.add_argument("--pooling", choices=["cls", "mean"], default=d.pooling)
     add_settings_argument(model, ("model",), "model.dropout=0.2")
     optim = parser.add_argument_group("optimisation")
-    optim.add_argument("--epochs", type=int, default=d.epochs)
-    optim.add_argument("--batch-size", type=int, default=d.batch_size)
+    optim.add_argument("--epochs", type=ranged(int, le=MAX_COUNT), default=d.epochs)
+    optim.add_argument("--batch-size", type=ranged(int, le=MAX_BATCH), default=d.batch_size)
     optim.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (AdamW)")
-    optim.add_argument("--warmup", type=int, default=d.warmup, help="linear warmup steps, then linear decay to 0")
+    optim.add_argument("--warmup", type=ranged(int, le=MAX_COUNT), default=d.warmup,
+                       help="linear warmup steps, then linear decay to 0")
     optim.add_argument("--weight-decay", type=float, default=d.weight_decay, help="on weight matrices only")
     optim.add_argument("--clip", type=float, default=d.clip, help="max gradient norm")
-    optim.add_argument("--patience", type=int, default=d.patience, help="epochs without better validation macro-F1")
+    optim.add_argument("--patience", type=ranged(int, le=MAX_COUNT), default=d.patience,
+                       help="epochs without better validation macro-F1")
     optim.add_argument("--precision", choices=["fp32", "bf16"], default=d.precision,
                        help="bf16 autocast; only faster on CPUs with native bf16 (AVX512-BF16/AMX)")
-    optim.add_argument("--threads", type=ranged(int, ge=1), default=1,
+    optim.add_argument("--threads", type=ranged(int, ge=1, le=MAX_THREADS), default=1,
                        help="torch CPU threads (1 is fastest for these small matrices on a shared machine)")
     optim.add_argument("--no-progress", dest="progress", action="store_false", help="no tqdm progress bars")
 
@@ -152,14 +157,15 @@ def train_command(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     _set_threads(args.threads)
     # Everything that can fail without training fails first: --out, the CSV, the baseline's vocabulary.
-    check_new_directory(args.out, args.force, inputs=[args.csv])
+    check_output(args.out, command="classify train", writes="folder", kind=CLASSIFIER_KIND, inputs=[args.csv],
+                 force=args.force)
     data = load_dataset(args.csv, settings)
     _report_skipped(args.csv, data, settings)
     baseline = baseline_metrics(data, settings, args.csv)
     train_texts, _ = data.split("train")
     val_texts, val_ids = data.split("val")
     # The model and its report are one output: written whole, replacing an earlier one only when complete.
-    with directory_written_whole(args.out, kind=CLASSIFIER_KIND) as staging:
+    with directory_written_whole(args.out, kind=CLASSIFIER_KIND, writer="classify train") as staging:
         result = train_classifier(data, settings, staging, progress=args.progress)
         details = {
             "command": command_line(), "git": git_state(), "hardware": hardware("cpu"), "csv": str(args.csv),
@@ -202,7 +208,7 @@ def _print_examples(texts, true_ids, predicted_ids, probs, labels, count: int, s
 def predict_command(args: argparse.Namespace) -> int:
     from vaswani.classification.predict import Classifier, predict_csv
     from vaswani.data.textfiles import check_unicode_text
-    from vaswani.io import check_output_file, standard_stream
+    from vaswani.io import standard_stream
 
     # What the user gave is checked before the model is loaded and the texts labelled.
     if args.text is not None:
@@ -211,7 +217,8 @@ def predict_command(args: argparse.Namespace) -> int:
             raise ConfigError("--text is empty")
         standard_stream("stdout", "label a CSV with --csv FILE --output FILE instead")
     elif args.output is not None:
-        check_output_file(args.output, "--output")
+        check_output(args.output, command="classify predict", writes="file", inputs=[args.model, args.csv],
+                     option="--output")
     else:
         standard_stream("stdout", "pass --output FILE")
     classifier = Classifier.load(args.model)
@@ -231,11 +238,17 @@ def predict_command(args: argparse.Namespace) -> int:
 
 
 def experiment_command(args: argparse.Namespace) -> int:
-    from vaswani.classification.experiment import run_experiment
+    from vaswani.classification.checkpoint import CLASSIFIER_KIND
+    from vaswani.classification.experiment import EXPERIMENT_KIND, EXPERIMENT_WRITER, RESULT_FILES, run_experiment
 
     settings = settings_from_args(args)
+    explicit = args.out is not None
+    args.out = args.out if explicit else args.runs_dir / "results"
+    check_output(args.out, command=EXPERIMENT_WRITER, writes="files", kind=EXPERIMENT_KIND, inputs=[args.csv],
+                 explicit=explicit, names=RESULT_FILES, nests=True)  # a variant's results inside the reference's
     for seed in args.seeds:  # an earlier experiment's trained classifiers are kept unless --force
-        check_new_directory(args.runs_dir / f"seed_{seed}", args.force, inputs=[args.csv], option="--runs-dir")
+        check_output(args.runs_dir / f"seed_{seed}", command=EXPERIMENT_WRITER, writes="folder", kind=CLASSIFIER_KIND,
+                     inputs=[args.csv, args.out], force=args.force, option="--runs-dir")
     _set_threads(args.threads)
     results = run_experiment(args.csv, args.seeds, args.out, settings, args.runs_dir, args.split_seed,
                              progress=args.progress)

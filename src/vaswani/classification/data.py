@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from vaswani.classification.settings import TrainSettings
+from vaswani.data.textfiles import MAX_TEXT_BYTES
 from vaswani.errors import DataError
 
 
@@ -48,6 +49,9 @@ def read_csv(path: str | Path) -> CsvTable:
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: file not found" if not path.exists() else f"{path}: not a file")
+    if path.stat().st_size > MAX_TEXT_BYTES:
+        raise DataError(f"{path}: {path.stat().st_size:,} bytes, more than the {MAX_TEXT_BYTES:,} vaswani reads from "
+                        "one text file; split it")
     header: list[str] | None = None
     rows, lines = [], []
     try:

@@ -12,7 +12,6 @@ seed) and ``learning_curve.png`` (every seed); the trained models go to ``runs_d
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import statistics
 import time
@@ -29,9 +28,18 @@ from vaswani.classification.data import load_dataset
 from vaswani.classification.settings import TrainSettings
 from vaswani.classification.train import train_classifier
 from vaswani.classification.checkpoint import CLASSIFIER_KIND
-from vaswani.io import NUMBER, atomic_write_bytes, directory_written_whole, files_written_together
+from vaswani.io import (
+    MANIFEST_FILE,
+    NUMBER,
+    atomic_write_bytes,
+    directory_written_whole,
+    file_sha256,
+    files_written_together,
+)
 
 EXPERIMENT_KIND = "classifier experiment"
+EXPERIMENT_WRITER = "classify experiment"
+RESULT_FILES = ("results.json", "table.md", "confusion.png", "learning_curve.png", MANIFEST_FILE)
 _MEAN_STD = {"mean": NUMBER, "std": NUMBER}
 _SEED = {"seed": int, "transformer": {"confusion": [[int]]}, "baseline": {"confusion": [[int]]}}
 # The results.json this module writes, as far as `classify summary` reads it (see vaswani.io.json_shape_problem).
@@ -62,10 +70,6 @@ def mean_std(values: Sequence[float]) -> dict[str, float]:
     }
 
 
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def run_experiment(
     csv_path: str | Path,
     seeds: Sequence[int],
@@ -89,7 +93,8 @@ def run_experiment(
     per_seed, histories, first_confusions = [], {}, None
     for seed in seeds:
         log(f"--- seed {seed} ---")
-        with directory_written_whole(runs_dir / f"seed_{seed}", kind=CLASSIFIER_KIND) as staging:
+        seed_dir = runs_dir / f"seed_{seed}"
+        with directory_written_whole(seed_dir, kind=CLASSIFIER_KIND, writer=EXPERIMENT_WRITER) as staging:
             run = train_classifier(data, dataclasses.replace(settings, seed=seed), staging, progress=progress,
                                    log=log)
         log(f"seed {seed}: Transformer macro-F1 {run.val_metrics.macro_f1:.4f} (epoch {run.best_epoch}), "
@@ -126,7 +131,7 @@ def run_experiment(
         "hardware": hardware("cpu"),
         "data": {
             "csv": str(csv_path),
-            "sha256": sha256(csv_path),
+            "sha256": file_sha256(csv_path),
             "rows_used": len(data.texts),
             "skipped_empty_text": data.skipped_empty_text,
             "skipped_empty_label": data.skipped_empty_label,

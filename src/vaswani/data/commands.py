@@ -7,10 +7,13 @@ import logging
 import sys
 import time
 
+from vaswani.arguments import ranged
+from vaswani.config import MAX_COUNT, MAX_LENGTH
+
 
 def add_data_dir_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """``--data-dir DIR``, made absolute where it is typed (a later chdir or a child process sees the same folder)."""
-    from vaswani.data.download import absolute_path
+    from vaswani.io import absolute_path
 
     parser.add_argument("--data-dir", type=absolute_path, default=None, metavar="DIR",
                         help="folder holding the corpus files (default: $VASWANI_DATA); files missing there are "
@@ -31,10 +34,10 @@ def register(subparsers) -> None:
     add_data_dir_argument(parser)
     parser.add_argument("--direction", default="de-en", choices=["de-en", "en-de"],
                         help="translation direction: de-en (default) translates German into English")
-    parser.add_argument("--vocab-size", type=int, metavar="N",
+    parser.add_argument("--vocab-size", type=ranged(int, le=MAX_COUNT), metavar="N",
                         help="BPE vocabulary size, special tokens included (default: 8000 for multi30k, 50000 for "
                         "wmt17, 16000 otherwise)")
-    parser.add_argument("--max-len", type=int, default=64, metavar="N",
+    parser.add_argument("--max-len", type=ranged(int, le=MAX_LENGTH), default=64, metavar="N",
                         help="longest sequence the model takes, counting the added <s> or </s>: a pair is dropped "
                         "if either side has more than N-1 BPE tokens (default 64)")
     parser.add_argument("--out", metavar="DIR",
@@ -53,14 +56,20 @@ def register(subparsers) -> None:
     parser.add_argument("--tokenizer", metavar="FILE",
                         help="use this existing tokenizer.json instead of training one (e.g. to encode IWSLT test "
                         "sets with a tokenizer trained on another dataset)")
-    parser.add_argument("--min-frequency", type=int, default=2, metavar="N",
+    parser.add_argument("--min-frequency", type=ranged(int, le=MAX_COUNT), default=2, metavar="N",
                         help="BPE merges need a pair seen at least N times (default 2)")
     parser.set_defaults(handler=run_prepare)
 
 
 def run_prepare(args: argparse.Namespace) -> int:
-    from vaswani.data.pipeline import prepare_dataset  # lazy: keeps `vaswani --help` fast
+    # lazy: keeps `vaswani --help` fast
+    from vaswani.data.pipeline import PREPARED_FILES, PREPARED_KIND, prepare_dataset, prepared_out_dir
+    from vaswani.io import check_output
 
+    local = any(path is not None for path in (args.src, args.tgt, args.tsv))
+    out = prepared_out_dir(args.out, args.dataset, args.direction, args.vocab_size, local)
+    check_output(out, command="prepare", writes="files", kind=PREPARED_KIND, names=PREPARED_FILES,
+                 inputs=[args.src, args.tgt, args.tsv, args.tokenizer, args.data_dir], explicit=args.out is not None)
     _log_to_stderr()
     start = time.perf_counter()
     splits = [name.strip() for name in args.splits.split(",") if name.strip()]
@@ -68,7 +77,7 @@ def run_prepare(args: argparse.Namespace) -> int:
         dataset=args.dataset,
         splits=splits,
         data_dir=args.data_dir,
-        out_dir=args.out,
+        out_dir=out,
         vocab_size=args.vocab_size,
         max_len=args.max_len,
         direction=args.direction,

@@ -7,8 +7,9 @@ Resolution order for a file that a dataset needs (its path relative to a data di
 3. a download into the cache dir, from the mirror (``mirror=`` / env ``VASWANI_MIRROR``: a base URL laid out
    like a data dir) or else from the file's public URL.
 
-A download streams into a temporary file next to the destination, checks the byte count and sha256, fsyncs
-and renames atomically, so a valid-looking file at the destination is always complete and verified.
+A download streams into a temporary file next to the destination and checks the byte count and sha256 before
+:func:`vaswani.io.atomic_write` renames it into place, so a valid-looking file at the destination is always complete
+and verified.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ import hashlib
 import logging
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from vaswani.errors import DataError
+from vaswani.io import absolute_path, atomic_write, default_cache_dir
 
 logger = logging.getLogger(__name__)
 
@@ -37,20 +38,10 @@ class RemoteFile:
     sha256: str
 
 
-def absolute_path(value: str | Path) -> Path:
-    """A user-typed path made absolute against the directory it was typed in (``~`` expanded), so that it still
-    names the same folder after a ``chdir`` or in a child process started elsewhere."""
-    return Path(os.path.abspath(Path(value).expanduser()))
-
 
 def default_data_dir() -> Path | None:
     value = os.environ.get("VASWANI_DATA")
     return absolute_path(value) if value else None
-
-
-def default_cache_dir() -> Path:
-    value = os.environ.get("VASWANI_CACHE")
-    return absolute_path(value) if value else Path.home() / ".cache" / "vaswani"
 
 
 def default_mirror() -> str | None:
@@ -99,24 +90,18 @@ def download_file(url: str, dest: str | Path, sha256: str, timeout: float = 60.0
         dest.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise DataError(f"cannot create cache directory {dest.parent}: {error.strerror or error}") from None
-    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as out:
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as out:
             digest, n_bytes, expected_bytes = _stream(url, out, timeout)
-            out.flush()
-            os.fsync(out.fileno())
         if expected_bytes is not None and n_bytes != expected_bytes:
             raise DataError(f"download of {url} is incomplete: got {n_bytes} of {expected_bytes} bytes")
         if digest != sha256:
             raise DataError(
                 f"download of {url} has sha256 {digest}, expected {sha256} (wrong or corrupted file on the server)"
             )
-        os.replace(tmp, dest)
-        _fsync_dir(dest.parent)  # make the rename itself durable
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+
+    atomic_write(dest, write)  # a failed download leaves no file: only a verified one is renamed into place
     return dest
 
 
@@ -150,16 +135,3 @@ def _stream(url: str, out, timeout: float) -> tuple[str, int, int | None]:
     except (http.client.HTTPException, OSError) as error:
         raise DataError(f"download of {url} failed after {n_bytes} bytes: {error}") from None
     return digest.hexdigest(), n_bytes, expected
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return  # not supported on this platform (e.g. Windows); the rename is still atomic
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

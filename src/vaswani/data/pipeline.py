@@ -33,7 +33,7 @@ from vaswani.errors import ConfigError, DataError
 from vaswani.io import (
     MANIFEST_FILE,
     atomic_write_json,
-    ensure_writable_directory,
+    probe_writable,
     read_json,
     read_manifest,
     verify_files,
@@ -46,6 +46,9 @@ DEFAULT_SPLITS = ("train", "val", "test")
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_INFO_FILE = "tokenizer_info.json"  # how the tokenizer was trained, to catch a mismatched --vocab-size
 PREPARED_KIND = "prepared data"  # the manifest's kind: tokenizer.json and tokenizer_info.json with their sha256
+# Characters of a line the tokenizer learns from, per position of max_len: a sentence that fits max_len tokens is
+# far shorter.
+TRAINING_CHARS_PER_POSITION = 64
 
 
 @dataclass
@@ -63,6 +66,19 @@ class PreparedData:
 
 def default_out_dir(dataset: str, direction: str, vocab_size: int) -> Path:
     return Path("runs") / "data" / f"{dataset}-{direction}-{vocab_size}"
+
+
+def prepared_out_dir(out_dir: str | Path | None, dataset: str, direction: str, vocab_size: int | None,
+                     local: bool) -> Path:
+    """Where :func:`prepare_dataset` writes: ``out_dir``, else the default folder of the dataset ("local" for a
+    corpus of the user's own files), its direction and vocabulary size."""
+    if out_dir is not None:
+        return Path(out_dir)
+    dataset = "local" if local else dataset
+    return default_out_dir(dataset, direction, vocab_size if vocab_size is not None else default_vocab_size(dataset))
+
+
+PREPARED_FILES = (TOKENIZER_FILE, TOKENIZER_INFO_FILE, MANIFEST_FILE, "cache")  # what prepare writes into its folder
 
 
 def prepare_dataset(
@@ -106,13 +122,13 @@ def prepare_dataset(
                           "token")
     if min_frequency < 1:
         raise ConfigError(f"min_frequency={min_frequency} must be >= 1")
+    out = prepared_out_dir(out_dir, dataset, direction, vocab_size, local)
     vocab_size = vocab_size if vocab_size is not None else default_vocab_size(dataset)
-    out = Path(out_dir) if out_dir is not None else default_out_dir(dataset, direction, vocab_size)
     kind = read_manifest(out).kind if (out / MANIFEST_FILE).is_file() else PREPARED_KIND
     if kind != PREPARED_KIND:  # a checkpoint's tokenizer.json is not prepared data, and its folder is no cache
         raise ConfigError(f"{out} is a {kind} (see its {MANIFEST_FILE}), not a prepared-data directory; pick another "
                           "output directory")
-    ensure_writable_directory(out, "output directory")
+    probe_writable(out, f"output directory {out}")  # made when the first file is written: a refusal leaves none
 
     def load(split: str) -> ParallelCorpus:
         if tsv_file is not None:
@@ -124,7 +140,8 @@ def prepare_dataset(
 
     corpora: dict[str, ParallelCorpus] = {}
     tok_path = Path(tokenizer_path) if tokenizer_path is not None else out / TOKENIZER_FILE
-    tokenizer, trained, seconds = _get_tokenizer(out, tokenizer_path, vocab_size, min_frequency, load, corpora)
+    tokenizer, trained, seconds = _get_tokenizer(out, tokenizer_path, vocab_size, min_frequency, max_len, load,
+                                                 corpora)
     result: dict[str, EncodedCorpus] = {}
     for split in splits:
         if split not in corpora:  # the training split is already loaded when the tokenizer was trained
@@ -135,8 +152,12 @@ def prepare_dataset(
     return PreparedData(tokenizer, result, out, tok_path, trained, seconds, corpora)
 
 
-def _get_tokenizer(out: Path, tokenizer_path, vocab_size: int, min_frequency: int, load, corpora: dict):
-    """Load out/tokenizer.json (or ``tokenizer_path``), or train one on the training split and save it."""
+def _get_tokenizer(out: Path, tokenizer_path, vocab_size: int, min_frequency: int, max_len: int, load,
+                   corpora: dict):
+    """Load out/tokenizer.json (or ``tokenizer_path``), or train one on the training split and save it. The BPE
+    learns from the first ``TRAINING_CHARS_PER_POSITION * max_len`` characters of each line, cut before it is
+    tokenized as every encoding cuts: one enormous line costs what a long sentence does, and a line that long holds
+    more than ``max_len`` tokens, so training drops its pair anyway."""
     if tokenizer_path is not None:
         return Tokenizer.load(tokenizer_path), False, 0.0
     path = out / TOKENIZER_FILE
@@ -166,7 +187,9 @@ def _get_tokenizer(out: Path, tokenizer_path, vocab_size: int, min_frequency: in
     corpus = load("train")
     corpora["train"] = corpus
     logger.info("training a %d-token BPE on %s train (%d sentences)", vocab_size, corpus.name, 2 * len(corpus))
-    tokenizer = Tokenizer.train(itertools.chain(corpus.source, corpus.target), vocab_size, min_frequency)
+    longest = TRAINING_CHARS_PER_POSITION * max_len
+    lines = (line[:longest] for line in itertools.chain(corpus.source, corpus.target))
+    tokenizer = Tokenizer.train(lines, vocab_size, min_frequency)
     info = {
         "vocab_size": vocab_size,
         "actual_vocab_size": tokenizer.vocab_size,

@@ -26,13 +26,10 @@ data. :func:`prepare` then rebuilds it in place from the corpus.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import logging
-import os
 import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
@@ -45,10 +42,12 @@ from vaswani.data.tokenizer import Tokenizer
 from vaswani.errors import ConfigError, DataError, VaswaniError
 from vaswani.io import (
     atomic_write_json,
-    default_directory_mode,
+    bytes_sha256,
+    install_directory,
     named_as,
     read_json,
     read_manifest,
+    staging_directory,
     verify_files,
     write_manifest,
     writing,
@@ -176,7 +175,7 @@ class EncodedCorpus:
 def cache_key(corpus_checksum: str, tokenizer_fingerprint: str, max_len: int) -> str:
     settings = {"format": CACHE_FORMAT, "max_len": max_len, "strip": True}
     text = f"{corpus_checksum}\n{tokenizer_fingerprint}\n{json.dumps(settings, sort_keys=True)}"
-    return hashlib.sha256(text.encode()).hexdigest()
+    return bytes_sha256(text.encode())
 
 
 def cache_path(cache_root: str | Path, corpus: ParallelCorpus, tokenizer: Tokenizer, max_len: int) -> Path:
@@ -327,9 +326,7 @@ def save_encoded(encoded: EncodedCorpus, path: str | Path, corpus: ParallelCorpu
     damaged cache already at ``path`` is replaced; a whole one (written meanwhile by another process with the same
     key: the same content) is kept."""
     path = Path(path)
-    with writing(path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
+    tmp = staging_directory(path)
     try:
         for name in ARRAYS:
             with writing(path / f"{name}.npy"):  # named as it will be called: the temporary name means nothing
@@ -349,19 +346,9 @@ def save_encoded(encoded: EncodedCorpus, path: str | Path, corpus: ParallelCorpu
             atomic_write_json(tmp / "meta.json", meta)
         with writing(path):
             write_manifest(tmp, CACHE_KIND)
-            os.chmod(tmp, default_directory_mode())
-            if not path.exists():
-                os.replace(tmp, path)
-            elif _is_whole(path):
-                shutil.rmtree(tmp)
-            else:
-                aside = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.damaged."))
-                os.replace(path, aside / path.name)
-                os.replace(tmp, path)
-                shutil.rmtree(aside, ignore_errors=True)
-    except BaseException:
+            install_directory(tmp, path, keep=_is_whole)
+    finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise
     encoded.path = path
     encoded.meta = meta
     return path

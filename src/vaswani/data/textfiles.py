@@ -1,26 +1,30 @@
 """Reading one-sentence-per-line text files (plain or gzip) strictly, with errors that name the file and line.
 
 Everything is read as bytes first: that gives the sha256 of exactly what is on disk (the corpus checksum)
-and lets a UTF-8 error be turned into a line number instead of a traceback. A gzip file is decompressed as a
-stream, a chunk at a time, and stops with an error past :data:`MAX_TEXT_BYTES`: a few kilobytes of gzip can hold
-gigabytes of text, and nothing should learn that by running out of memory.
+and lets a UTF-8 error be turned into a line number instead of a traceback. Only regular files and pipes are read
+(a device such as /dev/zero never ends), and none past :data:`MAX_TEXT_BYTES`: a regular file's size is checked
+before it is read, a pipe or standard input stops at the limit. A gzip file is decompressed as a stream, a chunk at
+a time, under the same limit: a few kilobytes of gzip can hold gigabytes of text, and nothing should learn that by
+running out of memory.
 """
 
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
+import os
+import stat
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
 from vaswani.errors import DataError
+from vaswani.io import bytes_sha256
 
 GZIP_MAGIC = b"\x1f\x8b"
-# The most text one gzip file may decompress to: far past any corpus a CPU trains on (WMT14 en-de is 1.3 GB
-# for both sides), and well inside the memory of a machine that holds that much text as Python strings.
+# The most text one file (or one gzip file, decompressed) may hold: far past any corpus a CPU trains on (WMT14 en-de
+# is 1.3 GB for both sides), and well inside the memory of a machine that holds that much text as Python strings.
 MAX_TEXT_BYTES = 2 << 30
 GZIP_CHUNK = 1 << 20
 STANDARD_INPUT = "standard input"  # how messages name stdin where they would name a file
@@ -35,28 +39,39 @@ class TextFile:
     sha256: str
 
 
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def sha256_file(path: str | Path, chunk_size: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(chunk_size):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def read_bytes(path: str | Path) -> bytes:
+def read_bytes(path: str | Path, limit: int | None = None) -> bytes:
+    """The bytes of a regular file or a pipe, at most ``limit`` (default :data:`MAX_TEXT_BYTES`); anything else (a
+    directory, a device) or more is a DataError naming ``path``, raised before the bytes are in memory."""
     path = Path(path)
+    limit = MAX_TEXT_BYTES if limit is None else limit
     if not path.exists():
         raise DataError(f"{path}: file not found")
     if path.is_dir():
         raise DataError(f"{path}: is a directory, expected a text file")
     try:
-        return path.read_bytes()
+        with open(path, "rb") as handle:
+            return read_bounded(handle, path, limit)
     except OSError as error:
         raise DataError(f"{path}: cannot read file: {error.strerror or error}") from None
+
+
+def read_bounded(handle: BinaryIO, name: str | Path, limit: int) -> bytes:
+    """What ``handle`` holds, if it is a regular file or a pipe of at most ``limit`` bytes (a terminal counts as a
+    pipe); a DataError naming ``name`` otherwise."""
+    info = os.fstat(handle.fileno())
+    if not (stat.S_ISREG(info.st_mode) or stat.S_ISFIFO(info.st_mode) or stat.S_ISSOCK(info.st_mode)
+            or os.isatty(handle.fileno())):
+        raise DataError(f"{name}: is not a regular file or a pipe (a device, say); give a text file")
+    if stat.S_ISREG(info.st_mode) and info.st_size > limit:
+        raise DataError(f"{name}: {info.st_size:,} bytes, more than the {limit:,} vaswani reads from one text file; "
+                        "split it")
+    chunks, total = [], 0
+    while chunk := handle.read(min(GZIP_CHUNK, limit + 1 - total)):
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > limit:
+            raise DataError(f"{name}: more than the {limit:,} bytes vaswani reads from one text file; split it")
+    return b"".join(chunks)
 
 
 def gunzip(data: bytes, name: str | Path, limit: int | None = None) -> bytearray:
@@ -149,9 +164,23 @@ def read_lines(path: str | Path) -> list[str]:
 def read_stream_lines(stream: TextIO, name: str = STANDARD_INPUT) -> list[str]:
     """The lines of a text stream such as sys.stdin, read as bytes and decoded like a file (see decode_lines)."""
     buffer = getattr(stream, "buffer", None)
-    # A stream without bytes underneath (an io.StringIO standing in for stdin) gives back the bytes Python decoded.
-    data = buffer.read() if buffer is not None else stream.read().encode("utf-8", "surrogateescape")
+    if buffer is not None and _has_descriptor(buffer):
+        data = read_bounded(buffer, name, MAX_TEXT_BYTES)
+    else:  # a stream without a file underneath (an io.StringIO standing in for stdin): the bytes Python decoded
+        source = buffer if buffer is not None else stream
+        text = source.read(MAX_TEXT_BYTES + 1)
+        data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogateescape")
+        if len(data) > MAX_TEXT_BYTES:
+            raise DataError(f"{name}: more than the {MAX_TEXT_BYTES:,} bytes vaswani reads from one text file")
     return decode_lines(data, name)
+
+
+def _has_descriptor(stream: BinaryIO) -> bool:
+    try:
+        stream.fileno()
+    except (OSError, ValueError, AttributeError):  # io.UnsupportedOperation is an OSError
+        return False
+    return True
 
 
 def read_text_file(path: str | Path, expected_sha256: str | None = None) -> TextFile:
@@ -162,7 +191,7 @@ def read_text_file(path: str | Path, expected_sha256: str | None = None) -> Text
     """
     path = Path(path)
     data = read_bytes(path)
-    checksum = sha256_bytes(data)
+    checksum = bytes_sha256(data)
     if expected_sha256 is not None and checksum != expected_sha256:
         raise DataError(
             f"{path}: sha256 is {checksum} but {expected_sha256} was expected; the file is corrupt or a "

@@ -12,14 +12,13 @@ batching code adds ``<s>``/``</s>`` where the model needs them.
 
 from __future__ import annotations
 
-import hashlib
 import unicodedata
 from functools import cached_property
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from vaswani.errors import ConfigError, DataError
-from vaswani.io import atomic_write_text
+from vaswani.io import atomic_write_text, bytes_sha256
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIAL_TOKENS = [PAD, BOS, EOS, UNK]  # ids 0, 1, 2, 3 in this order
@@ -128,7 +127,7 @@ class Tokenizer:
     @cached_property
     def fingerprint(self) -> str:
         """sha256 of the serialized tokenizer: identical for the same vocabulary, merges and settings."""
-        return hashlib.sha256(self.to_str().encode("utf-8")).hexdigest()
+        return bytes_sha256(self.to_str().encode("utf-8"))
 
     @property
     def backend(self):

@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from vaswani.arguments import ranged
-from vaswani.config import PRECISIONS
+from vaswani.config import MAX_BATCH, MAX_THREADS, PRECISIONS
 from vaswani.data.textfiles import STANDARD_INPUT, read_lines, read_stream_lines, unicode_problem
-from vaswani.decoding.config import (ENGINES, QUANTIZATIONS, EngineOptions, SearchConfig, read_stored_engine,
+from vaswani.decoding.config import (ENGINES, EngineOptions, QUANTIZATIONS, SearchConfig, read_stored_engine,
                                      read_stored_search)
 from vaswani.decoding.engine import AUTO
 from vaswani.errors import ConfigError
-from vaswani.io import atomic_write_text, check_output_file, standard_stream
+from vaswani.io import atomic_write_text, check_output, standard_stream
 from vaswani.model.serialization import resolve_checkpoint
 
 if TYPE_CHECKING:  # the translator imports torch; the parser is built without it
@@ -54,8 +54,9 @@ def add_search_arguments(parser: argparse.ArgumentParser, nbest: bool = True) ->
                        help="CTRL penalty for tokens already generated; 1 = off (default)")
     group.add_argument("--no-repeat-ngram", type=int, default=0, metavar="N",
                        help="never repeat an n-gram of this size; 0 = off (default)")
-    group.add_argument("--batch-size", type=int, default=64, metavar="N", help="sentences per batch (default 64)")
-    group.add_argument("--max-tokens", type=int, default=8192, metavar="N",
+    group.add_argument("--batch-size", type=ranged(int, le=MAX_BATCH), default=64, metavar="N",
+                       help="sentences per batch (default 64)")
+    group.add_argument("--max-tokens", type=ranged(int, le=MAX_BATCH), default=8192, metavar="N",
                        help="padded source tokens x beam per batch (default 8192)")
     engine = parser.add_argument_group("engine")
     engine.add_argument("--engine", choices=ENGINES, default=None,
@@ -67,7 +68,7 @@ def add_search_arguments(parser: argparse.ArgumentParser, nbest: bool = True) ->
                         "bfloat16, int8_float16 or int8_bfloat16 need a GPU (default: the checkpoint's search.json, "
                         "which a training run's end fills with int8 when it scores within 0.3 BLEU of float32 on "
                         "validation, else float32)")
-    engine.add_argument("--threads", type=ranged(int, ge=0), default=0, metavar="N",
+    engine.add_argument("--threads", type=ranged(int, ge=0, le=MAX_THREADS), default=0, metavar="N",
                         help="CPU threads of the engine; 0 (default) = its own default (torch: every core)")
     engine.add_argument("--device", default="auto", help="auto (cuda when available), cpu or cuda (default auto)")
     engine.add_argument("--precision", choices=PRECISIONS, default=d.precision,
@@ -138,7 +139,8 @@ def translate_command(args: argparse.Namespace) -> int:
     if args.output is None:
         standard_stream("stdout", "pass --output FILE")
     else:
-        check_output_file(args.output, "--output")
+        check_output(args.output, command="translate", writes="file", inputs=[args.checkpoint, args.input],
+                     option="--output")
     stdin = standard_stream("stdin", "pass --input FILE") if args.input is None else None
     interactive = stdin is not None and stdin.isatty()
     if not interactive:

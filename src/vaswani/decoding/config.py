@@ -4,14 +4,13 @@ cheaply)."""
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from vaswani.config import Limit, Precision, validate_settings
-from vaswani.errors import ConfigError
-from vaswani.io import atomic_write_json
+from vaswani.config import MAX_LENGTH, Limit, Precision, validate_settings
+from vaswani.errors import ConfigError, VaswaniError
+from vaswani.io import atomic_write_json, read_json, read_manifest, verify_files
 
 LengthNorm = Literal["gnmt", "power", "average", "none"]
 # Which implementation runs a search (decoding/engines.py) and, for CTranslate2, the type of its weights and
@@ -55,7 +54,7 @@ class SearchConfig:
     LIMITS = {
         "beam_size": Limit(ge=1, le=256), "nbest": Limit(ge=1), "alpha": Limit(ge=0, le=5),
         "max_len_a": Limit(ge=0, le=16), "max_len_b": Limit(ge=0, le=4096),
-        "repetition_penalty": Limit(ge=0.01, le=100), "no_repeat_ngram": Limit(ge=0),
+        "repetition_penalty": Limit(ge=0.01, le=100), "no_repeat_ngram": Limit(ge=0, le=MAX_LENGTH),
         "bos_id": Limit(ge=0), "eos_id": Limit(ge=0), "pad_id": Limit(ge=0),
     }
 
@@ -148,10 +147,13 @@ def _read_search_file(directory: str | Path) -> dict[str, Any]:
     file = Path(directory) / SEARCH_FILE
     if not file.is_file():
         return {}
+    manifest = read_manifest(directory)
+    if manifest is not None:  # checked before it is parsed, on every engine
+        verify_files(directory, manifest, [SEARCH_FILE])
     try:
-        values = json.loads(file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ConfigError(f"{file}: not valid JSON ({error}); delete it to use the default search") from None
+        values = read_json(file, "stored search")
+    except VaswaniError as error:
+        raise ConfigError(f"{error}; delete it to use the default search") from None
     known = [*STORED_FIELDS, *ENGINE_FIELDS]
     if not isinstance(values, dict) or not set(values) <= set(known):
         raise ConfigError(f"{file}: expected an object with keys among {known}; delete it to use the default "

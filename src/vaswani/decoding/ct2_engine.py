@@ -133,13 +133,18 @@ class CTranslate2Engine:
     def load(cls, checkpoint: Path, model_config: ModelConfig, tokenizer: Tokenizer,
              options: EngineOptions) -> "CTranslate2Engine":
         """The engine for the checkpoint in directory ``checkpoint``, converting it first if needed: in
-        ``options.quantization`` (None: float32), on ``options.device`` with ``options.threads``."""
+        ``options.quantization`` (None: float32), on ``options.device`` with ``options.threads``. The checkpoint is
+        checked first as every engine checks it (its files against their fingerprint and manifest), since its
+        conversion stands for it."""
+        from vaswani.model.serialization import check_checkpoint  # torch: only where a checkpoint is checked
+
         reason = cannot_express(model_config)
         if reason is not None:
             raise ConfigError(f"CTranslate2 cannot run {reason}; use `engine` torch")
         quantization = options.quantization or "float32"
         kind, index = resolve_device(options.device)
         check_quantization(quantization, kind)
+        check_checkpoint(checkpoint)
         return cls(converted_model(checkpoint, quantization), model_config, tokenizer, quantization, kind, index,
                    options.threads, checkpoint)
 

@@ -17,9 +17,11 @@ band the encoder's attention.
 :func:`converted_model` is what the CTranslate2 engine loads: the conversion of a checkpoint in one quantization,
 built once into ``CHECKPOINT/ctranslate2/<quantization>-<key>/`` (or the user cache when the checkpoint's directory
 cannot be written). The key is the sha256 of the files the conversion reads (weights, model.json, tokenizer.json),
-so changed weights get a new conversion and the stale one is removed. A conversion is assembled in a temporary
+so changed weights get a new conversion and the stale one is removed. Its manifest (kind "ctranslate2
+conversion") records the key, the quantization and each file's sha256, and every load checks them: a damaged,
+partial or foreign conversion is never loaded, it is converted again. A conversion is assembled in a temporary
 directory and renamed into place: two processes starting at once may both convert, but each loads a whole model
-(the second rename finds the first one's directory and discards its own). ``vaswani export --format
+(the second finds the first one's whole conversion and discards its own). ``vaswani export --format
 ctranslate2`` writes the same conversion (:func:`write_converted_model`) into its output directory.
 
 Conversion imports torch; finding an existing conversion does not.
@@ -28,12 +30,10 @@ Conversion imports torch; finding an existing conversion does not.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import math
 import os
 import shutil
-import tempfile
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,7 +41,17 @@ from typing import TYPE_CHECKING, Any
 from vaswani.config import ModelConfig
 from vaswani.data.tokenizer import BOS, EOS, UNK, Tokenizer
 from vaswani.errors import EnvironmentFault, VaswaniError
-from vaswani.io import atomic_write_json
+from vaswani.io import (
+    MANIFEST_FILE,
+    default_cache_dir,
+    files_sha256,
+    install_directory,
+    read_manifest,
+    staging_directory,
+    verify_files,
+    write_manifest,
+    writing,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -51,7 +61,8 @@ if TYPE_CHECKING:
 TOKENIZER_FILE = "tokenizer.json"
 CHECKPOINT_FILES = ("model.safetensors", "model.json", TOKENIZER_FILE)  # what a conversion is made from
 CONVERTED_DIRECTORY = "ctranslate2"  # inside the checkpoint directory
-CONVERSION_FILE = "conversion.json"  # written last: a directory holding it is a whole conversion
+CONVERSION_KIND = "ctranslate2 conversion"  # its manifest: the weights' key, the quantization, each file's sha256
+CONVERTED_FILES = ("model.bin", "config.json")  # what CTranslate2 loads, besides the vocabulary
 # Rows of the explicit position table for sinusoidal/no positions (ours is unbounded; CTranslate2 needs a size):
 # enough for the default output limit (1.5 · 1024 + 10) of the longest source a Translator accepts (1024 tokens).
 MAX_POSITIONS = 2048
@@ -199,34 +210,36 @@ def write_converted_model(checkpoint: Path, out: Path, quantization: str) -> Pat
 # ---- the copy kept next to the checkpoint -------------------------------------------------------------------------
 def checkpoint_key(checkpoint: Path) -> str:
     """sha256 of the files a conversion is made from: equal keys, equal conversions."""
-    digest = hashlib.sha256()
     for name in CHECKPOINT_FILES:
-        path = checkpoint / name
-        if not path.is_file():
+        if not (checkpoint / name).is_file():
             raise VaswaniError(f"{checkpoint}: no {name}; a CTranslate2 model is converted from "
                                f"{', '.join(CHECKPOINT_FILES)}")
-        digest.update(f"{name}\0{path.stat().st_size}\0".encode())
-        with open(path, "rb") as handle:
-            while chunk := handle.read(1 << 20):
-                digest.update(chunk)
-    return digest.hexdigest()
+    return files_sha256(checkpoint, CHECKPOINT_FILES)
 
 
 def converted_model(checkpoint: Path, quantization: str) -> Path:
-    """The directory of ``checkpoint``'s conversion in ``quantization``, converted now if no whole one exists."""
+    """The directory of ``checkpoint``'s conversion in ``quantization``, converted now if no whole one exists. A
+    conversion is used only when its manifest says it is one, of these weights (the key) and this quantization,
+    and every file it lists is as written; a damaged, partial or foreign one is converted again (saying why on
+    stderr) into the first of the checkpoint's folder and the user cache that can be written."""
     key = checkpoint_key(checkpoint)
     name = f"{quantization}-{key[:16]}"
     roots = [checkpoint / CONVERTED_DIRECTORY, _cache_root()]
+    problems = []
     for root in roots:
-        if (root / name / CONVERSION_FILE).is_file():
+        problem = conversion_problem(root / name, key, quantization)
+        if problem is None:
             return root / name
+        if (root / name).exists():
+            problems.append(problem if problem.startswith(str(root / name)) else f"{root / name}: {problem}")
     root = next((root for root in roots if _writable(root)), None)
     if root is None:
         raise EnvironmentFault(f"cannot write a CTranslate2 conversion into {roots[0]} or {roots[1]}; make one of "
                                "them writable (or set VASWANI_CACHE to a writable directory)")
+    if problems:
+        print(f"ctranslate2: converting again into {root / name}, because {problems[0]}", file=sys.stderr)
     _remove_abandoned(root)
-    staging = Path(tempfile.mkdtemp(prefix=f".{name}.building-", dir=root))
-    staging.chmod(0o777 & ~_umask())  # a plainly made directory's mode, not mkdtemp's private 0700
+    staging = staging_directory(root / name)
     try:
         try:
             write_converted_model(checkpoint, staging, quantization)
@@ -237,32 +250,64 @@ def converted_model(checkpoint: Path, quantization: str) -> Path:
             raise EnvironmentFault(f"{root / name}: the CTranslate2 conversion cannot be written "
                                    f"({error.strerror or error}); free space there or set VASWANI_CACHE to a "
                                    "directory with room") from None
-        atomic_write_json(staging / CONVERSION_FILE, {
-            "checkpoint": str(checkpoint.resolve()), "checkpoint_sha256": key, "quantization": quantization,
-            "ctranslate2": _ctranslate2_version(), "converted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        })
-        try:
-            os.rename(staging, root / name)
-        except OSError:  # another process finished the same conversion first: load its copy, drop ours
-            if not (root / name / CONVERSION_FILE).is_file():
-                raise
+        with writing(root / name):
+            write_manifest(staging, CONVERSION_KIND, {
+                "checkpoint": str(checkpoint.resolve()), "checkpoint_sha256": key, "quantization": quantization,
+                "ctranslate2": _ctranslate2_version(), "converted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            })
+            # Two processes may convert at once: the second finds the first one's whole conversion, drops its own.
+            install_directory(staging, root / name,
+                              keep=lambda found: conversion_problem(found, key, quantization) is None)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    for stale in root.glob(f"{quantization}-*"):  # conversions of weights this checkpoint no longer has
-        if stale.name != name and stale.is_dir():
-            shutil.rmtree(stale, ignore_errors=True)
+    _remove_stale(root, checkpoint, quantization, name)
     return root / name
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+def conversion_problem(directory: Path, key: str, quantization: str) -> str | None:
+    """What keeps ``directory`` from being the conversion of the weights with ``key`` in ``quantization`` (None when
+    nothing does): no manifest (partial, or not a conversion), another kind, other weights, another quantization,
+    a file missing or changed since it was written."""
+    if not directory.is_dir():
+        return "there is none"
+    try:
+        manifest = read_manifest(directory)
+    except VaswaniError as error:
+        return str(error)
+    if manifest is None:
+        return f"no {MANIFEST_FILE}: a partial conversion, or not one"
+    details = manifest.details
+    if manifest.kind != CONVERSION_KIND:
+        return f"it is a {manifest.kind}, not a CTranslate2 conversion"
+    if details.get("checkpoint_sha256") != key or details.get("quantization") != quantization:
+        return "its manifest names other weights or another quantization"
+    if not set(CONVERTED_FILES) <= set(manifest.files):
+        return f"its manifest does not list {', '.join(CONVERTED_FILES)}"
+    try:
+        verify_files(directory, manifest)
+    except VaswaniError as error:
+        return str(error)
+    return None
+
+
+def _remove_stale(root: Path, checkpoint: Path, quantization: str, current: str) -> None:
+    """Delete this checkpoint's conversions of weights it no longer has: every other one in its own folder; in the
+    user cache, which other checkpoints share, only those whose manifest names this checkpoint."""
+    own = root == checkpoint / CONVERTED_DIRECTORY
+    for stale in root.glob(f"{quantization}-*"):
+        if stale.name == current or not stale.is_dir():
+            continue
+        if not own:
+            try:
+                manifest = read_manifest(stale)
+            except VaswaniError:
+                continue
+            if manifest is None or manifest.details.get("checkpoint") != str(checkpoint.resolve()):
+                continue
+        shutil.rmtree(stale, ignore_errors=True)
 
 
 def _cache_root() -> Path:
-    from vaswani.data.download import default_cache_dir
-
     return default_cache_dir() / CONVERTED_DIRECTORY
 
 
@@ -276,7 +321,7 @@ def _writable(root: Path) -> bool:
 
 def _remove_abandoned(root: Path) -> None:
     """Delete conversions a killed process left half-assembled (never one another process is still writing)."""
-    for leftover in root.glob(".*.building-*"):
+    for leftover in root.glob(".*"):
         try:
             if time.time() - leftover.stat().st_mtime > ABANDONED_AFTER_S:
                 shutil.rmtree(leftover, ignore_errors=True)
@@ -293,6 +338,12 @@ def _ctranslate2_version() -> str:
 def weight_parameters(checkpoint: Path) -> int:
     """The number of parameters in the checkpoint's safetensors file, from its header alone (tied matrices are
     stored once, so this is the model's count of distinct parameters)."""
-    with open(checkpoint / CHECKPOINT_FILES[0], "rb") as handle:
-        header = json.loads(handle.read(int.from_bytes(handle.read(8), "little")))
-    return sum(math.prod(entry["shape"]) for name, entry in header.items() if name != "__metadata__")
+    from safetensors import safe_open
+
+    path = checkpoint / CHECKPOINT_FILES[0]
+    try:
+        with safe_open(str(path), framework="numpy") as handle:  # the header only, bounded by safetensors
+            return sum(math.prod(handle.get_slice(name).get_shape()) for name in handle.keys())
+    except Exception as error:  # safetensors' own error type: truncated or not a safetensors file
+        raise VaswaniError(f"{path}: cannot be read as safetensors weights ({error}); the file is truncated or "
+                           "corrupt") from None

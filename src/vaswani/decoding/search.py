@@ -1,6 +1,7 @@
 """Greedy and beam search, batched over sentences (and beams) and driven by the model's key/value cache.
 
-Any model with the incremental-decoding interface of :class:`vaswani.model.Transformer` can be searched::
+Any model with the incremental-decoding interface of :class:`vaswani.model.Transformer` can be searched
+(:class:`SearchableModel`)::
 
     state = model.start_decoding(src, capacity)    # src (B, S): encoder + cross-attention K/V, once
     logits = model.decode_step(tokens, state)      # tokens (N,) -> (N, V); the self-attention cache grows by one
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Iterator, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -37,8 +38,36 @@ from vaswani.precision import autocast, resolve_precision
 NEG_INF = float("-inf")
 
 
+class DecodingState(Protocol):
+    """What a model carries from one decoding step to the next, per batch row."""
+
+    def reorder(self, index: torch.Tensor) -> DecodingState:
+        """Keep or duplicate batch rows (sentences not done, k beams each)."""
+        ...
+
+    def reorder_beams(self, rows: torch.Tensor, sentences: torch.Tensor | None) -> DecodingState:
+        """The beams that survive a step of beam search: row i continues ``rows[i]``; ``sentences`` gives a row of
+        the same sentence for each (None while no sentence has left)."""
+        ...
+
+
+@runtime_checkable
+class SearchableModel(Protocol):
+    """What greedy and beam search need from a model (:class:`vaswani.model.Transformer` has it, and so do the
+    benchmarks' compiled and peer decoders). A model that is an ``nn.Module`` is put in eval mode while it is
+    searched; one with a ``config`` (a ModelConfig) has its output limited by its positions."""
+
+    def start_decoding(self, src: torch.Tensor, capacity: int | None = None) -> DecodingState:
+        """Encode ``src`` (B, S) once; ``capacity``: the longest output, for caches allocated up front."""
+        ...
+
+    def decode_step(self, tokens: torch.Tensor, state: DecodingState) -> torch.Tensor:
+        """The next-token logits (N, V) of each row after ``tokens`` (N,); the state grows by one position."""
+        ...
+
+
 # ---- helpers shared by greedy and beam search -----------------------------------------------------------------
-def max_output_lengths(src: torch.Tensor, model: Any, config: SearchConfig) -> torch.Tensor:
+def max_output_lengths(src: torch.Tensor, model: SearchableModel, config: SearchConfig) -> torch.Tensor:
     """(B,) longest output per sentence, </s> included: a · |source| + b, at least 1 (see
     :func:`~vaswani.decoding.engine.output_limits`, the rule both engines follow)."""
     src_len = (src != config.pad_id).sum(dim=1).tolist()
@@ -83,7 +112,7 @@ def _cache_capacity(longest: int, config: SearchConfig) -> int | None:
 
 
 @contextlib.contextmanager
-def _eval_mode(model: Any) -> Iterator[None]:
+def _eval_mode(model: SearchableModel) -> Iterator[None]:
     """Dropout off while searching; the caller's train/eval mode is restored afterwards (validation in training)."""
     was_training = getattr(model, "training", False)
     if was_training:
@@ -112,7 +141,7 @@ def _hypotheses(
 
 
 # ---- greedy ---------------------------------------------------------------------------------------------------
-def greedy_search(model: Any, src: torch.Tensor, config: SearchConfig) -> list[list[Hypothesis]]:
+def greedy_search(model: SearchableModel, src: torch.Tensor, config: SearchConfig) -> list[list[Hypothesis]]:
     """Pick the most probable token at every step; one hypothesis per sentence. src: (B, S) padded ids."""
     batch, device = src.size(0), src.device
     limits = max_output_lengths(src, model, config)  # (B,)
@@ -193,7 +222,7 @@ class _Finished:
         self.tokens[sentences] = torch.cat((self.tokens[sentences], tokens), 1).gather(1, pick)
 
 
-def beam_search(model: Any, src: torch.Tensor, config: SearchConfig) -> list[list[Hypothesis]]:
+def beam_search(model: SearchableModel, src: torch.Tensor, config: SearchConfig) -> list[list[Hypothesis]]:
     """Beam search over all sentences at once: the decoding batch is (active sentences × k beams).
 
     Each step scores all k·V one-token extensions of a sentence's beams and keeps the 2k best: the </s>
@@ -286,7 +315,7 @@ def _beam_done(
 
 
 # ---- entry point ----------------------------------------------------------------------------------------------
-def generate(model: Any, src: torch.Tensor, config: SearchConfig) -> list[list[Hypothesis]]:
+def generate(model: SearchableModel, src: torch.Tensor, config: SearchConfig) -> list[list[Hypothesis]]:
     """Translate a padded batch of source ids (B, S): greedy when ``beam_size == 1``, else beam search.
 
     Runs under ``torch.inference_mode`` (no autograd bookkeeping) with the model in eval mode, and inside

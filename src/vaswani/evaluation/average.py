@@ -68,7 +68,7 @@ def average_checkpoints(checkpoints: Sequence[str | Path], out: str | Path) -> P
 
     # Written whole: an existing ``out`` is replaced only by a complete checkpoint, never mixed with its files.
     tokenizer = directories[-1] / TOKENIZER_FILE
-    with directory_written_whole(out, kind=CHECKPOINT_KIND) as staging:
+    with directory_written_whole(out, kind=CHECKPOINT_KIND, writer="average") as staging:
         save_model(model, staging, tokenizer if tokenizer.is_file() else None)
         atomic_write_json(staging / "average.json", {"averaged": [str(d) for d in directories]})
     return out

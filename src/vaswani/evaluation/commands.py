@@ -7,10 +7,11 @@ import json
 from pathlib import Path
 
 from vaswani.arguments import ranged
+from vaswani.config import MAX_COUNT
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.decoding.commands import add_search_arguments, search_config_from_args, translator_from_args
 from vaswani.errors import VaswaniError
-from vaswani.io import check_new_directory
+from vaswani.io import check_output
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,9 +32,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           help="output directory, written whole; an earlier evaluation there is replaced (default: "
                           "CHECKPOINT/eval/<test set>-beam<N>/)")
     evaluate.add_argument("--force", action="store_true",
-                          help="replace --out even if it holds something other than an earlier evaluation")
+                          help="replace an earlier evaluation in --out (a re-run does so anyway); nothing else is "
+                          "ever replaced")
     evaluate.add_argument("--json", action="store_true", help="print results.json instead of the summary")
-    evaluate.add_argument("--seed", type=ranged(int, ge=0), default=0, help="seed of the best/worst sample (default 0)")
+    evaluate.add_argument("--seed", type=ranged(int, ge=0, le=MAX_COUNT), default=0,
+                          help="seed of the best/worst sample (default 0)")
     add_search_arguments(evaluate, nbest=False)  # scores the best hypothesis only
     evaluate.set_defaults(handler=evaluate_command)
 
@@ -48,7 +51,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     compare.add_argument("--out", type=Path, required=True, metavar="DIR",
                          help="where table.md/results.json go, written whole; an earlier comparison there is replaced")
     compare.add_argument("--force", action="store_true",
-                         help="replace --out even if it holds something other than an earlier comparison")
+                         help="replace an earlier comparison in --out (a re-run does so anyway); nothing else is "
+                         "ever replaced")
     compare.set_defaults(handler=compare_command)
 
     average = subparsers.add_parser(
@@ -60,27 +64,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     which = average.add_mutually_exclusive_group(required=True)
     which.add_argument("--checkpoints", nargs="+", metavar="DIR", help="checkpoint directories to average")
     which.add_argument("--run", metavar="DIR", help="a run directory: average its last --last step_* checkpoints")
-    average.add_argument("--last", type=ranged(int, ge=1), default=5, metavar="N",
+    average.add_argument("--last", type=ranged(int, ge=1, le=MAX_COUNT), default=5, metavar="N",
                          help="with --run: how many (default 5)")
     average.add_argument("--out", required=True, type=Path, metavar="DIR", help="new checkpoint directory")
-    average.add_argument("--force", action="store_true", help="replace --out if it exists and is not empty")
+    average.add_argument("--force", action="store_true",
+                         help="replace --out when it holds an earlier average; nothing else is ever replaced")
     average.set_defaults(handler=average_command)
 
 
 def evaluate_command(args: argparse.Namespace) -> int:
-    from vaswani.evaluation.evaluate import EVALUATION_KIND, evaluate, load_test_set
+    from vaswani.evaluation.evaluate import EVALUATION_KIND, EVALUATIONS_FOLDER, evaluate, load_test_set
 
     if (args.dataset is None) == (args.src is None and args.ref is None):
         raise VaswaniError("give either --dataset NAME --split NAME, or --src FILE --ref FILE")
     search_config_from_args(args)  # option errors before any work
-    # The output never replaces what the command reads: the checkpoint (or run) directory, --src, --ref.
-    inputs = [p for p in (args.checkpoint, args.src, args.ref) if p is not None]
+    # The output never reaches what the command reads: the checkpoint (or run) directory, --src, --ref, the corpora.
+    inputs = [args.checkpoint, args.src, args.ref, args.data_dir]
+
+    def check(out: Path, explicit: bool) -> None:
+        check_output(out, command="evaluate", writes="folder", kind=EVALUATION_KIND, inputs=inputs, force=args.force,
+                     replaces_own=True, explicit=explicit, belongs_in=EVALUATIONS_FOLDER)
+
     if args.out is not None:
-        check_new_directory(args.out, args.force, inputs, replaces=EVALUATION_KIND)
+        check(args.out, explicit=True)
     test_set = load_test_set(args.dataset, args.split, args.src, args.ref, args.data_dir)
     translator = translator_from_args(args)  # the checkpoint's stored search, then the options
-    out = args.out or Path(args.checkpoint) / "eval" / f"{test_set.name}-beam{translator.config.beam_size}"
-    check_new_directory(out, args.force, inputs, replaces=EVALUATION_KIND)
+    out = args.out or Path(args.checkpoint) / EVALUATIONS_FOLDER / f"{test_set.name}-beam{translator.config.beam_size}"
+    if args.out is None:
+        check(out, explicit=False)
     results, examples = evaluate(
         translator, test_set, out, checkpoint=args.checkpoint, seed=args.seed,
         progress=not args.json,
@@ -102,8 +113,11 @@ def evaluate_command(args: argparse.Namespace) -> int:
 def average_command(args: argparse.Namespace) -> int:
     from vaswani.evaluation.average import average_checkpoints, last_checkpoints
 
+    from vaswani.model.serialization import CHECKPOINT_KIND
+
     checkpoints = args.checkpoints or last_checkpoints(args.run, args.last)
-    check_new_directory(args.out, args.force, inputs=[*checkpoints, *([args.run] if args.run else [])])
+    check_output(args.out, command="average", writes="folder", kind=CHECKPOINT_KIND, inputs=[*checkpoints, args.run],
+                 force=args.force)
     out = average_checkpoints(checkpoints, args.out)
     print(f"averaged {len(checkpoints)} checkpoints into {out}")
     for path in checkpoints:
@@ -114,6 +128,7 @@ def average_command(args: argparse.Namespace) -> int:
 def compare_command(args: argparse.Namespace) -> int:
     from vaswani.evaluation.compare import COMPARISON_KIND, write_comparison
 
-    check_new_directory(args.out, args.force, inputs=args.results, replaces=COMPARISON_KIND)
+    check_output(args.out, command="compare", writes="folder", kind=COMPARISON_KIND, inputs=args.results,
+                 force=args.force, replaces_own=True)
     print(write_comparison(args.results, args.out), end="")
     return 0

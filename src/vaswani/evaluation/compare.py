@@ -96,7 +96,7 @@ def write_comparison(paths: list[Path], out_dir: Path) -> str:
     summary = [{"search": describe_search(r["search"]), "bleu": r["bleu"], "chrf": r["chrf"],
                 "length_ratio": r["length_ratio"], "speed": r["speed"], "command": r["command"],
                 "git": r.get("git"), "results_file": r["_path"]} for r in results]
-    with directory_written_whole(out_dir, kind=COMPARISON_KIND) as staging:
+    with directory_written_whole(out_dir, kind=COMPARISON_KIND, writer="compare") as staging:
         atomic_write_text(staging / "table.md", table)
         atomic_write_text(staging / "results.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     return table

@@ -27,6 +27,7 @@ from vaswani.evaluation.report import SAMPLE_SIZE, render_markdown, render_text,
 
 
 EVALUATION_KIND = "evaluation"
+EVALUATIONS_FOLDER = "eval"  # inside a run or a checkpoint: where its evaluations go by default
 
 
 @dataclass
@@ -98,7 +99,7 @@ def evaluate(
         **provenance(translator.device),
     }
 
-    with directory_written_whole(out_dir, kind=EVALUATION_KIND) as staging:
+    with directory_written_whole(out_dir, kind=EVALUATION_KIND, writer="evaluate") as staging:
         atomic_write_text(staging / "results.json", json.dumps(results, indent=2, ensure_ascii=False) + "\n")
         atomic_write_text(staging / "hypotheses.txt", "".join(h + "\n" for h in hypotheses))
         atomic_write_text(staging / "report.md", render_markdown(results, examples) + "\n")

@@ -1,4 +1,4 @@
-"""Experiments that explain the design choices: each is `vaswani experiment NAME` and writes results/<name>/.
+"""Experiments that explain the design choices: each is `vaswani experiment NAME` and writes its results folder.
 
     attention.py          ``attention``: standard vs SDPA vs sliding-window attention (time, memory, FLOPs,
                           training comparison)
@@ -16,6 +16,6 @@
     reporting.py          how every experiment writes down what it found: results.json, table.md, plots
     commands.py           `vaswani experiment NAME`
 
-They are built on the core's public API (``vaswani.training.trainer.train`` and its callbacks,
+They are built on the core's public API (``vaswani.training.run.train`` and the Trainer's callbacks,
 ``vaswani.training.step.train_step``, ``vaswani.training.scoring``'s scores); the core never imports them.
 """

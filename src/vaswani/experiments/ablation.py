@@ -11,7 +11,6 @@ position variants on test sentences concatenated into inputs longer than any tra
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from typing import Any, Sequence
 
@@ -19,6 +18,7 @@ import numpy as np
 import torch
 
 from vaswani.arguments import ranged
+from vaswani.config import MAX_COUNT
 from vaswani.experiments.reporting import device_label, log, markdown_table, provenance_line, pyplot, write_results
 from vaswani.experiments.variants import (
     POSITION_LABELS, TrainedRun, add_variant_arguments, final_validation, load_final_model, load_splits, metrics,
@@ -26,6 +26,7 @@ from vaswani.experiments.variants import (
 )
 from vaswani.training.scoring import greedy_scores, id_batches, teacher_forced_scores
 from vaswani.training.metrics import training_speed
+from vaswani.training.summary import RunSummary
 
 ABLATION_VARIANTS = ("sinusoidal", "pre-ln", "post-ln-no-warmup", "pre-ln-no-warmup", "gelu", "rope", "learned",
                      "sinusoidal-seed1")
@@ -35,10 +36,10 @@ DEFAULT_GROUP_SIZES = (1, 2, 4, 6)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_variant_arguments(parser)
-    parser.add_argument("--group-sizes", type=ranged(int, ge=1), nargs="+", default=None,
+    parser.add_argument("--group-sizes", type=ranged(int, ge=1, le=MAX_COUNT), nargs="+", default=None,
                         help="length test: consecutive test sentences joined into one input "
                         f"(default {' '.join(map(str, DEFAULT_GROUP_SIZES))}; --smoke: 1 2)")
-    parser.add_argument("--sentences", type=ranged(int, ge=1), default=None,
+    parser.add_argument("--sentences", type=ranged(int, ge=1, le=MAX_COUNT), default=None,
                         help="test sentences translated (default: all; --smoke: 16)")
 
 
@@ -84,11 +85,11 @@ def run(args: argparse.Namespace) -> int:
 def _summary_row(run_: TrainedRun, records: list[dict[str, Any]]) -> dict[str, Any]:
     valid = final_validation(records)
     train = [r for r in records if r["kind"] == "train"]
-    summary = json.loads((run_.run_dir / "summary.json").read_text())
+    summary = RunSummary.read(run_.run_dir)
     return {"variant": run_.variant.name, "label": run_.variant.label, "settings": list(run_.variant.settings),
             "steps": valid["step"], "val_loss": valid["loss"], "val_nll": valid["nll"],
             "val_accuracy": valid["accuracy"], "final_train_loss": train[-1]["loss"] if train else None,
-            "skipped_updates": summary.get("skipped_updates", 0), "stop_reason": summary["stop_reason"],
+            "skipped_updates": summary.skipped_updates, "stop_reason": summary.stop_reason.value,
             **training_speed(records)}
 
 
@@ -124,10 +125,10 @@ def _length_test(run_: TrainedRun, model: Any, tokenizer: Any, sources: Sequence
                      "inputs": len(grouped_sources), "mean_source_tokens": float(lengths.mean()),
                      "max_source_tokens": int(lengths.max()),
                      "share_longer_than_training": float((lengths > longest_training_source).mean()),
-                     "bleu": scores.bleu, "length_ratio": scores.length_ratio, "teacher_forced_nll": forced["nll"],
-                     "teacher_forced_accuracy": forced["accuracy"]})
+                     "bleu": scores.bleu, "length_ratio": scores.length_ratio, "teacher_forced_nll": forced.nll,
+                     "teacher_forced_accuracy": forced.accuracy})
         log(f"  {run_.variant.name:>18} × {size} sentences: mean {lengths.mean():.0f} tokens, BLEU {scores.bleu:.2f} "
-            f"(length ratio {scores.length_ratio:.2f}), teacher-forced NLL {forced['nll']:.3f}")
+            f"(length ratio {scores.length_ratio:.2f}), teacher-forced NLL {forced.nll:.3f}")
     return rows
 
 

@@ -1,7 +1,8 @@
-"""`vaswani experiment NAME`: run one experiment and write results/<name>/ (results.json, table.md, PNG plots).
+"""`vaswani experiment NAME`: run one experiment and write its results (results.json, table.md, PNG plots).
 
 Every experiment takes ``--smoke`` (a tiny setting that runs in seconds, for CI), ``--out DIR`` (default
-``results/<name>``) and ``--device`` (auto: CUDA when visible, else CPU).
+``runs/experiments/<name>``; the repository's published ``results/<name>`` is written only when ``--out`` names it)
+and ``--device`` (auto: CUDA when visible, else CPU).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import importlib
 from pathlib import Path
 from typing import Callable
 
+DEFAULT_OUT = Path("runs") / "experiments"
 EXPERIMENTS = {
     "attention": ("vaswani.experiments.attention",
                   "standard vs SDPA vs sliding-window attention: time, memory, FLOPs; optional training comparison"),
@@ -30,7 +32,7 @@ EXPERIMENTS = {
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("experiment", help="run an experiment and write results/<name>/",
+    parser = subparsers.add_parser("experiment", help="run an experiment and write its results.json, table.md, plots",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     experiments = parser.add_subparsers(dest="experiment", metavar="EXPERIMENT", required=True)
     for name, (module_name, help_text) in EXPERIMENTS.items():
@@ -38,7 +40,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         # Plain help formatter: most defaults depend on the device (and --smoke), so each help text states them.
         sub = experiments.add_parser(name, help=help_text, description=help_text)
         sub.add_argument("--smoke", action="store_true", help="tiny setting that runs in seconds (CI)")
-        sub.add_argument("--out", type=Path, default=None, help=f"output directory (default results/{name})")
+        sub.add_argument("--out", type=Path, default=None,
+                         help=f"output directory (default {DEFAULT_OUT / name}; --out results/{name} replaces the "
+                         "published results)")
         sub.add_argument("--device", default="auto", help="auto (CUDA when visible), cpu or cuda (default auto)")
         module.add_arguments(sub)
         sub.set_defaults(handler=_handler(name, module.run))
@@ -48,11 +52,14 @@ def _handler(name: str, run: Callable[[argparse.Namespace], int]) -> Callable[[a
     """Fill in what every experiment needs before it runs: the output directory and the command line."""
 
     def handle(args: argparse.Namespace) -> int:
+        from vaswani.io import check_output
         from vaswani.provenance import command_line
 
         args.command_line = command_line()
-        if args.out is None:
-            args.out = Path("results") / name
+        explicit = args.out is not None
+        args.out = args.out if explicit else DEFAULT_OUT / name
+        check_output(args.out, command=f"experiment {name}", writes="files", inputs=getattr(args, "runs", None) or [],
+                     explicit=explicit)
         return run(args)
 
     return handle

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from vaswani.arguments import add_settings_argument, ranged
-from vaswani.config import PRECISIONS, ModelConfig
+from vaswani.config import MAX_BATCH, MAX_COUNT, MAX_THREADS, ModelConfig, PRECISIONS
 from vaswani.devices import synchronize as sync
 from vaswani.experiments.measurement import MiB, TrainingStep, free_memory, preset_model_config
 from vaswani.experiments.reporting import device_label, log, markdown_table, provenance_line, pyplot, write_results
@@ -50,13 +50,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run preset giving the model and the token budget (default multi30k-cpu; smoke with "
                         "--smoke); the model's vocabulary is the preset's data.vocab_size")
     add_settings_argument(parser, ("model",), "model.attention=standard")
-    parser.add_argument("--max-tokens", type=ranged(int, ge=1), default=None,
+    parser.add_argument("--max-tokens", type=ranged(int, ge=1, le=MAX_BATCH), default=None,
                         help="token budget per batch (default: the preset's)")
-    parser.add_argument("--steps", type=ranged(int, ge=1), default=None, help="timed steps per device (default 20)")
-    parser.add_argument("--warmup", type=ranged(int, ge=0), default=None, help="untimed warm-up steps (default 3)")
+    parser.add_argument("--steps", type=ranged(int, ge=1, le=MAX_COUNT), default=None,
+                        help="timed steps per device (default 20)")
+    parser.add_argument("--warmup", type=ranged(int, ge=0, le=MAX_COUNT), default=None,
+                        help="untimed warm-up steps (default 3)")
     parser.add_argument("--precision", default="fp32", choices=PRECISIONS,
                         help="fp32 (default): the same arithmetic on both devices; 'auto': each device's fastest")
-    parser.add_argument("--threads", type=ranged(int, ge=1), default=None,
+    parser.add_argument("--threads", type=ranged(int, ge=1, le=MAX_THREADS), default=None,
                         help="CPU threads for the CPU half (default: PyTorch's, one per core)")
 
 

@@ -9,8 +9,7 @@ model (``train.final_model=false``) is refused with the command that makes one.
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +17,16 @@ import torch
 
 from vaswani.errors import VaswaniError
 from vaswani.experiments.reporting import fixed, log, markdown_table, pyplot, write_results
+from vaswani.io import atomic_copy
 from vaswani.experiments.variants import metrics
 from vaswani.provenance import first_training_start
+from vaswani.evaluation.selection import SELECTION_FILE, Selection
 from vaswani.training.config import RunConfig, load_preset
-from vaswani.training.finalize import FINAL, SELECTION_FILE
+from vaswani.training.finalize import FINAL
+from vaswani.training.summary import SUMMARY_FILE, RunSummary
 
 # What a run directory holds that a reader of the results needs (weights stay in the run: they are not results).
-RUN_FILES = ("config.yaml", "summary.json", "metrics.jsonl", "provenance.jsonl")
+RUN_FILES = ("config.yaml", SUMMARY_FILE, "metrics.jsonl", "provenance.jsonl")
 FINAL_FILES = ("model.json", "search.json", SELECTION_FILE)
 EVAL_FILES = ("results.json", "report.md", "hypotheses.txt")
 # What a Multi30k model is for: an image caption translates; a sentence from anywhere else shows the domain's limit.
@@ -61,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
 
 def final_model_row(run_dir: Path) -> dict[str, Any]:
     """The numbers of one finished run's final model, read from its files."""
-    summary_file, selection_file = run_dir / "summary.json", run_dir / "checkpoints" / FINAL / SELECTION_FILE
+    summary_file, selection_file = run_dir / SUMMARY_FILE, run_dir / "checkpoints" / FINAL / SELECTION_FILE
     if not run_dir.is_dir():
         raise VaswaniError(f"{run_dir}: no such run directory")
     if not summary_file.is_file():
@@ -69,13 +71,13 @@ def final_model_row(run_dir: Path) -> dict[str, Any]:
     if not selection_file.is_file():
         raise VaswaniError(f"{run_dir}: no final model ({selection_file} is missing); choose it with "
                            f"`vaswani finalize --run-dir {run_dir}`")
-    summary = json.loads(summary_file.read_text())
-    selection = json.loads(selection_file.read_text())
+    summary = RunSummary.read(run_dir)
+    selection = Selection.read(selection_file.parent)
     config: RunConfig = load_preset(str(run_dir / "config.yaml"))
     provenance = first_training_start(run_dir)
     valid = [r for r in metrics(run_dir) if r.get("kind") == "valid"]
-    candidates = {c["weights"]: c["greedy_valid"]["bleu"] for c in selection["candidates"]}
-    chosen_greedy = next(s["valid"]["bleu"] for s in selection["searches"] if s["search"] == "greedy")
+    candidates = {c.weights: c.greedy_valid.bleu for c in selection.candidates}
+    chosen_greedy = next(s.valid.bleu for s in selection.searches if s.search == "greedy")
     m = config.model
     return {
         "run": run_dir.resolve().name,
@@ -87,19 +89,19 @@ def final_model_row(run_dir: Path) -> dict[str, Any]:
         "command": provenance.get("command"),
         "model": f"d{m.d_model}, {m.n_encoder_layers}+{m.n_decoder_layers} layers, {m.n_heads} heads, "
                  f"d_ff {m.d_ff}, vocab {m.vocab_size}",
-        "wall_minutes": summary.get("wall_minutes"),
-        "training_minutes": summary["minutes"],
-        "final_minutes": summary.get("final_minutes"),
-        "updates": summary["step"],
+        "wall_minutes": summary.wall_minutes,
+        "training_minutes": summary.minutes,
+        "final_minutes": summary.final_minutes,
+        "updates": summary.step,
         "epochs": valid[-1]["epoch"] if valid else None,
         "val_nll": valid[-1]["nll"] if valid else None,
         "val_bleu_best_checkpoint_greedy": candidates.get("best", candidates.get("last")),
-        "final_weights": selection["weights"],
+        "final_weights": selection.weights,
         "val_bleu_final_weights_greedy": chosen_greedy,
-        "final_search": selection["search"],
-        "val_bleu_final": selection["valid"]["bleu"],
-        "valid_sentences": selection["valid_sentences"],
-        "test": selection["test"],
+        "final_search": selection.search,
+        "val_bleu_final": selection.valid.bleu,
+        "valid_sentences": selection.valid_sentences,
+        "test": {name: dataclasses.asdict(scores) for name, scores in selection.test.items()},
     }
 
 
@@ -123,9 +125,7 @@ def copy_run_files(run_dir: Path, out: Path) -> None:
     wanted += [path for test in sorted((final / "eval").glob("*")) for path in (test / n for n in EVAL_FILES)]
     for source in wanted:
         if source.is_file():
-            target = out / source.relative_to(run_dir)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, target)
+            atomic_copy(source, out / source.relative_to(run_dir))
 
 
 def findings(rows: list[dict[str, Any]]) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from vaswani.arguments import add_settings_argument, ranged
-from vaswani.config import PRECISIONS, ModelConfig
+from vaswani.config import MAX_BATCH, MAX_LENGTH, ModelConfig, PRECISIONS
 from vaswani.devices import resolve_device
 from vaswani.experiments.measurement import (
     GiB,
@@ -82,9 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run preset whose model is measured (default: multi30k-cpu on CPU, multi30k-gpu on "
                         "GPU, smoke with --smoke); the model's vocabulary is the preset's data.vocab_size")
     add_settings_argument(parser, ("model",), "model.attention=standard")
-    parser.add_argument("--length", type=ranged(int, ge=1), default=None,
+    parser.add_argument("--length", type=ranged(int, ge=1, le=MAX_LENGTH), default=None,
                         help="sentence length in tokens (source and target) of the synthetic batches (default 32)")
-    parser.add_argument("--batch-sizes", type=ranged(int, ge=1), nargs="+", default=None,
+    parser.add_argument("--batch-sizes", type=ranged(int, ge=1, le=MAX_BATCH), nargs="+", default=None,
                         help="sentences per batch to estimate and measure (default CPU 8..128, GPU 32 128 512)")
     parser.add_argument("--budget-gb", type=ranged(float, gt=0), default=None,
                         help="memory budget (GiB) for the largest-batch search (default CPU 1, GPU 16)")

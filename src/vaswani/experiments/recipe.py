@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from vaswani.arguments import add_settings_argument, parse_variant, ranged
+from vaswani.config import MAX_THREADS
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.errors import ConfigError
 from vaswani.experiments.reporting import device_label, fixed, log, markdown_table, pyplot, write_results
@@ -35,7 +36,8 @@ SMOKE_RECIPE = "smoke"
 BASELINE, NOISE = "baseline", "baseline-seed1"
 # Every proxy: the budget, no early stop, no final-model step (the final model is the real run's business), and
 # the quick BLEU on the preset's validation subset at every epoch for the BLEU-vs-minutes curve.
-PROXY_SETTINGS = ("train.final_model=false", "train.patience=null", "train.progress=false")
+PROXY_SETTINGS = ("train.final_model=false", "train.patience=null", "train.progress=false",
+                  "train.scale_up_models=")  # every variant trains its own model, not the one the clock affords
 
 VARIANTS: dict[str, RunVariant] = {v.name: v for v in (
     RunVariant(BASELINE, "multi30k-cpu as it is"),
@@ -63,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs-dir", type=Path, default=None,
                         help="where the proxy runs live; finished runs with the same config are reused "
                         "(default runs/experiments/recipe)")
-    parser.add_argument("--jobs", type=ranged(int, ge=1), default=1,
+    parser.add_argument("--jobs", type=ranged(int, ge=1, le=MAX_THREADS), default=1,
                         help="proxies trained at the same time, one thread each when > 1 (default %(default)s)")
     add_settings_argument(parser, ("model", "data", "train"), "train.seed=2 (applied to every variant)")
     add_data_dir_argument(parser)

@@ -1,6 +1,7 @@
 """How an experiment writes down what it found, the same way for every experiment.
 
-Each experiment writes one directory (``results/<name>/`` by default)::
+Each experiment writes one directory (``runs/experiments/<name>/`` by default, ``--out results/<name>`` for the
+published one)::
 
     results.json   raw numbers + the command, git commit, hardware and library versions that produced them
     table.md       the table a reader wants, naming the device that produced it

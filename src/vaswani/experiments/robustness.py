@@ -11,12 +11,14 @@ accuracy per target position, and greedy-search BLEU (sacreBLEU) against the raw
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import Any
 
 import numpy as np
 import torch
 
 from vaswani.arguments import ranged
+from vaswani.config import MAX_COUNT
 from vaswani.experiments.reporting import device_label, log, markdown_table, provenance_line, pyplot, write_results
 from vaswani.experiments.perturb import CONDITIONS, DESCRIPTIONS, perturb_all
 from vaswani.training.scoring import greedy_scores, id_batches, teacher_forced_scores
@@ -31,9 +33,9 @@ MIN_SENTENCES_PER_POSITION = 20  # accuracy at a target position is plotted wher
 # ---- the experiment -----------------------------------------------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_variant_arguments(parser)
-    parser.add_argument("--sentences", type=ranged(int, ge=1), default=None,
+    parser.add_argument("--sentences", type=ranged(int, ge=1, le=MAX_COUNT), default=None,
                         help="score only the first N validation sentences (default: all; --smoke: 32)")
-    parser.add_argument("--seed", type=ranged(int, ge=0), default=0,
+    parser.add_argument("--seed", type=ranged(int, ge=0, le=MAX_COUNT), default=0,
                         help="seed of the perturbations (default %(default)s)")
     parser.add_argument("--no-bleu", action="store_true", help="skip greedy decoding (teacher-forced scores only)")
 
@@ -67,10 +69,10 @@ def run(args: argparse.Namespace) -> int:
                 corpus_scores, hypotheses = greedy_scores(model, tokenizer, perturbed[condition], references, device,
                                                           precision)
                 bleu = corpus_scores.bleu
-            log(f"  {run_.variant.name:>10} {condition:>8}: nll {scores['nll']:.3f} acc {scores['accuracy']:.3f}"
+            log(f"  {run_.variant.name:>10} {condition:>8}: nll {scores.nll:.3f} acc {scores.accuracy:.3f}"
                 + ("" if bleu is None else f" BLEU {bleu:.2f}"))
             rows.append({"variant": run_.variant.name, "label": POSITION_LABELS[run_.variant.name],
-                         "condition": condition, **scores, "bleu": bleu, "first_hypothesis": hypotheses[0] if hypotheses else None,
+                         "condition": condition, **dataclasses.asdict(scores), "bleu": bleu, "first_hypothesis": hypotheses[0] if hypotheses else None,
                          "training_val_nll": trained["nll"], "training_val_accuracy": trained["accuracy"],
                          "steps": trained["step"]})
     _add_deltas(rows)

@@ -26,11 +26,13 @@ import torch
 import yaml
 
 from vaswani.arguments import add_settings_argument, ranged
+from vaswani.config import MAX_COUNT, MAX_THREADS
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.errors import VaswaniError
 from vaswani.training.config import RunConfig, apply_settings, load_preset
 from vaswani.training.metrics import METRICS_FILE, read_metrics
-from vaswani.training.trainer import train
+from vaswani.training.run import train
+from vaswani.training.summary import SUMMARY_FILE, RunSummary, Stop
 
 
 @dataclass(frozen=True)
@@ -75,10 +77,8 @@ def _state(run_dir: Path, expected: dict[str, Any]) -> str:
     saved = yaml.safe_load(config_file.read_text())
     if _comparable(saved) != _comparable(expected):
         return "different"
-    if (run_dir / "summary.json").is_file():
-        summary = json.loads((run_dir / "summary.json").read_text())
-        if summary.get("stop_reason") != "interrupted":
-            return "done"
+    if (run_dir / SUMMARY_FILE).is_file() and RunSummary.read(run_dir).stop_reason is not Stop.INTERRUPTED:
+        return "done"
     return "partial" if (run_dir / "checkpoints" / "last").exists() else "empty"
 
 
@@ -222,10 +222,10 @@ def add_variant_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs-dir", type=Path, default=None,
                         help="where the variants' runs live; finished runs with the same config are reused "
                         "(default runs/experiments/RECIPE)")
-    parser.add_argument("--steps", type=ranged(int, ge=1), default=None,
+    parser.add_argument("--steps", type=ranged(int, ge=1, le=MAX_COUNT), default=None,
                         help=f"updates per variant (default: the recipe's train.max_steps; --smoke: {SMOKE_STEPS})")
     add_settings_argument(parser, ("model", "data", "train"), "train.seed=1 (applied to every variant)")
-    parser.add_argument("--jobs", type=ranged(int, ge=1), default=1,
+    parser.add_argument("--jobs", type=ranged(int, ge=1, le=MAX_THREADS), default=1,
                         help="variants trained at the same time, in worker processes (default %(default)s)")
     add_data_dir_argument(parser)
 

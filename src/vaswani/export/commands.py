@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from vaswani.errors import VaswaniError
-from vaswani.io import check_new_directory, directory_written_whole, writing
+from vaswani.io import check_output, directory_written_whole, writing
 
 FORMATS = ("hf", "ctranslate2")
 EXPORT_KIND = "export"
@@ -27,7 +27,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", required=True, type=Path, metavar="DIR", help="directory to write")
     parser.add_argument("--quantization", default="float32", metavar="TYPE",
                         help="ctranslate2 only: weight type, e.g. float32, int8, int8_float32 (default float32)")
-    parser.add_argument("--force", action="store_true", help="replace --out if it exists and is not empty")
+    parser.add_argument("--force", action="store_true",
+                        help="replace --out when it holds an earlier export; nothing else is ever replaced")
     parser.set_defaults(handler=export_command)
 
 
@@ -35,11 +36,12 @@ def export_command(args: argparse.Namespace) -> int:
     if args.format == "hf" and args.quantization != "float32":
         raise VaswaniError("--quantization applies to --format ctranslate2 only (the hf export is float32)")
     out: Path = args.out
-    check_new_directory(out, args.force, inputs=[args.checkpoint])
+    check_output(out, command="export", writes="folder", kind=EXPORT_KIND, inputs=[args.checkpoint], force=args.force)
     export = _exporter(args.format)
     # Written whole, with an "export" manifest; a write the disk refuses, whichever library made it, is one line.
     details = {"format": args.format, **({"quantization": args.quantization} if args.format != "hf" else {})}
-    with directory_written_whole(out, kind=EXPORT_KIND, details=details) as staging, writing(staging):
+    with directory_written_whole(out, kind=EXPORT_KIND, details=details, writer="export") as staging, \
+            writing(staging):
         if args.format == "hf":
             export(args.checkpoint, staging)
         else:

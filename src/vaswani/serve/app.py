@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 import time
 from contextlib import asynccontextmanager
@@ -28,12 +27,11 @@ from vaswani.decoding import SearchConfig, Translator
 from vaswani.decoding.config import read_stored_engine, read_stored_search, stored_settings
 from vaswani.decoding.engine import CTRANSLATE2, TORCH
 from vaswani.errors import ConfigError, VaswaniError
+from vaswani.evaluation.checkpoint_info import CheckpointInfo, checkpoint_info
 from vaswani.model.serialization import resolve_checkpoint
 from vaswani.serve.batcher import Batcher, QueueFull
 from vaswani.serve.schemas import AttentionRequest, SearchSettings, TranslateRequest
 from vaswani.serve.settings import ServeSettings
-from vaswani.training.finalize import SELECTION_FILE
-from vaswani.training.metrics import METRICS_FILE, read_metrics
 
 log = logging.getLogger("vaswani.serve")
 STATIC = files("vaswani.serve") / "static"
@@ -53,55 +51,7 @@ def error_response(status: int, field: str | None, message: str, headers: dict[s
     return JSONResponse({"error": {"status": status, "field": field, "message": message}}, status, headers=headers)
 
 
-# ---- the model and what is known about it --------------------------------------------------------------------
-def checkpoint_info(checkpoint: Path) -> dict[str, Any]:
-    """Step and validation results of a training checkpoint, when its run left them (plain JSON, never code).
-
-    A run's final model (an average of checkpoints, or the best one) has no step of its own: its validation score
-    is the one ``finalize`` measured for it on the whole validation split (selection.json). A step checkpoint's is
-    its row of the run's metrics.jsonl (a subset of the validation split, greedy)."""
-    info = unknown_model(checkpoint.resolve().name)
-    run = checkpoint.resolve().parent.parent
-    if (run / "checkpoints").is_dir():
-        info["id"] = f"{run.name}/{checkpoint.resolve().name}"
-    selection = _json(checkpoint / SELECTION_FILE)
-    if isinstance(selection.get("valid"), dict):
-        info["weights"] = selection.get("weights")
-        info["val_bleu"] = selection["valid"].get("bleu")
-        info["val_bleu_on"] = (f"{selection.get('valid_sentences')} sentences of {selection.get('valid_split')}, "
-                               f"{selection.get('search')}")
-        return info
-    info["step"] = _json(checkpoint / "meta.json").get("step")
-    if info["step"] is not None and (run / "checkpoints").is_dir():
-        for row in _metrics(run / METRICS_FILE):
-            if row.get("kind") == "valid" and row.get("step") == info["step"]:
-                info["val_bleu"], info["val_loss"] = row.get("bleu"), row.get("loss")
-                info["val_bleu_on"] = "the run's validation subset, greedy"
-    return info
-
-
-def unknown_model(model_id: str) -> dict[str, Any]:
-    """What /v1/model reports of a model whose run left nothing about it."""
-    return {"id": model_id, "step": None, "weights": None, "val_bleu": None, "val_loss": None, "val_bleu_on": None}
-
-
-def _json(path: Path) -> dict[str, Any]:
-    """A JSON object from ``path``, or {} when it is missing or not one (the info is optional, never fatal)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _metrics(path: Path) -> list[dict[str, Any]]:
-    """The run's metrics records, or [] when its log is damaged (the info is optional, never fatal)."""
-    try:
-        return read_metrics(path)
-    except VaswaniError:
-        return []
-
-
+# ---- what the page shows of a translation --------------------------------------------------------------------
 def display_tokens(translator: Translator, ids: list[int]) -> list[str]:
     """Each subword as text (byte-level BPE: a leading space marks the start of a word)."""
     return [translator.tokenizer.decode([i]) if i != translator.config.eos_id else "</s>" for i in ids]
@@ -153,7 +103,7 @@ class ServedModel:
     """A loaded translator and what /v1/model reports of it."""
 
     translator: Translator
-    info: dict[str, Any]
+    info: CheckpointInfo
 
 
 def load_served_model(checkpoint: str | Path | Translator, settings: ServeSettings) -> ServedModel:
@@ -161,7 +111,7 @@ def load_served_model(checkpoint: str | Path | Translator, settings: ServeSettin
     stored search, or an already loaded :class:`Translator`. A checkpoint that cannot be served raises the
     VaswaniError `translate` would give for it, so `vaswani serve` calls this before it starts listening."""
     if isinstance(checkpoint, Translator):
-        return ServedModel(checkpoint, unknown_model("in-process"))
+        return ServedModel(checkpoint, CheckpointInfo("in-process"))
     directory = resolve_checkpoint(checkpoint)
     options = settings.engine_options.with_stored(read_stored_engine(directory))
     translator = Translator.load(directory, SearchConfig(**read_stored_search(directory)), options)
@@ -170,7 +120,12 @@ def load_served_model(checkpoint: str | Path | Translator, settings: ServeSettin
         # (batches of two or more, from the third position on) is reached.
         log.info("compiling the decoding step")
         translator.translate(WARM_UP_TEXTS)
-    return ServedModel(translator, checkpoint_info(directory))
+    try:
+        info = checkpoint_info(directory)
+    except VaswaniError as error:  # what the checkpoint says of itself is optional: serve it all the same
+        log.warning("%s; /v1/model reports nothing of the model's training", error)
+        info = CheckpointInfo(directory.name)
+    return ServedModel(translator, info)
 
 
 # ---- the app: its state, routes and error handlers ---------------------------------------------------------------
@@ -203,7 +158,7 @@ async def lifespan(app: FastAPI):  # noqa: ANN201 - FastAPI's lifespan protocol
     served = state.model if isinstance(state.model, ServedModel) else load_served_model(state.model, state.settings)
     state.served, state.batcher = served, Batcher(served.translator, state.settings)
     state.batcher.start()
-    log.info("model %s ready (%s)", served.info["id"], served.translator.engine.describe())
+    log.info("model %s ready (%s)", served.info.id, served.translator.engine.describe())
     yield
     await state.batcher.stop()  # uvicorn has already finished the requests in flight
     del state.served, state.batcher
@@ -218,7 +173,7 @@ async def health(request: Request) -> JSONResponse:
     if not hasattr(state, "batcher"):
         return JSONResponse({"status": "loading"}, 503)
     batcher: Batcher = state.batcher
-    return JSONResponse({"status": "ready", "model": state.served.info["id"], "waiting": batcher.waiting,
+    return JSONResponse({"status": "ready", "model": state.served.info.id, "waiting": batcher.waiting,
                          "in_flight": batcher.in_flight, "batches_searched": batcher.batches_run,
                          "sentences_searched": batcher.sentences_run,
                          "sentences_cancelled": batcher.sentences_cancelled})
@@ -229,7 +184,7 @@ async def model_info(request: Request) -> dict[str, Any]:
     state = request.app.state
     translator: Translator = state.served.translator
     return {
-        **state.served.info,
+        **dataclasses.asdict(state.served.info),
         **translator.engine.describe(),  # engine, device, quantization (ctranslate2), threads
         "vocab_size": translator.tokenizer.vocab_size,
         "parameters": translator.engine.parameters(),
@@ -271,7 +226,7 @@ async def translate(body: TranslateRequest, request: Request) -> Any:
     answer: dict[str, Any] = {"translations": translations}
     if body.text is not None:
         answer["translation"] = translations[0]["text"]
-    answer.update(model=request.app.state.served.info["id"], time_ms=round(1000 * (time.perf_counter() - started), 2))
+    answer.update(model=request.app.state.served.info.id, time_ms=round(1000 * (time.perf_counter() - started), 2))
     return JSONResponse(answer)  # plain JSON already: no encoder pass over it
 
 
@@ -288,7 +243,7 @@ async def attention(body: AttentionRequest, request: Request) -> Any:
     result = await answer_unless_gone(request, work)
     if result is None:
         return Response(status_code=CLIENT_GONE)
-    return {**result, "layers": len(result["layer_numbers"]), "model": request.app.state.served.info["id"],
+    return {**result, "layers": len(result["layer_numbers"]), "model": request.app.state.served.info.id,
             "time_ms": round(1000 * (time.perf_counter() - started), 2)}
 
 
@@ -318,10 +273,20 @@ def search_config(translator: Translator, body: SearchSettings, settings: ServeS
         if nbest > config.beam_size:
             raise ApiError(422, "nbest",
                            f"{nbest} hypotheses need a beam at least as wide (beam is {config.beam_size})")
-        return translator.engine.bind(dataclasses.replace(config, nbest=nbest))
+        return translator.engine.bind(servable(dataclasses.replace(config, nbest=nbest), translator.engine.name))
     except ConfigError as error:
         name = (error.field or "").removeprefix("search.")
         raise ApiError(422, REQUEST_FIELDS.get(name, "body"), str(error)) from None
+
+
+def servable(config: SearchConfig, engine: str) -> SearchConfig:
+    """``config`` as ``engine`` can run it for any beam a request may ask for. A request sets the beam but not the
+    length penalty, which comes from the model's stored search: a GNMT penalty (a greedy final model stores the
+    default one) has no counterpart in CTranslate2's beam, so there a beam ranks by the power penalty with the same
+    alpha, the one CTranslate2 computes (as `vaswani bench engines` runs a stored GNMT search)."""
+    if engine == CTRANSLATE2 and config.length_norm == "gnmt" and config.beam_size > 1 and config.alpha > 0:
+        return dataclasses.replace(config, length_norm="power")
+    return config
 
 
 def check_text(text: str, field: str, settings: ServeSettings) -> None:

@@ -8,6 +8,7 @@ import socket
 from pathlib import Path
 
 from vaswani.arguments import ranged
+from vaswani.config import MAX_BATCH, MAX_COUNT, MAX_LENGTH, MAX_THREADS
 from vaswani.decoding.commands import engine_options_from_args
 from vaswani.decoding.config import ENGINES, QUANTIZATIONS
 from vaswani.errors import ConfigError, EnvironmentFault, VaswaniError
@@ -20,21 +21,24 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     """One flag per :class:`ServeSettings` field (shared by serve and serve-bench)."""
     d = DEFAULTS
     limits = parser.add_argument_group("limits")
-    limits.add_argument("--max-chars", type=int, default=d.max_chars, help="characters per text")
-    limits.add_argument("--max-texts", type=int, default=d.max_texts, help="texts per /v1/translate request")
-    limits.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes, help="request body size (413 above)")
-    limits.add_argument("--max-queue", type=int, default=d.max_queue,
+    limits.add_argument("--max-chars", type=ranged(int, le=MAX_LENGTH), default=d.max_chars, help="characters per text")
+    limits.add_argument("--max-texts", type=ranged(int, le=MAX_BATCH), default=d.max_texts,
+                        help="texts per /v1/translate request")
+    limits.add_argument("--max-body-bytes", type=ranged(int, le=MAX_BATCH * 64), default=d.max_body_bytes,
+                        help="request body size (413 above)")
+    limits.add_argument("--max-queue", type=ranged(int, le=MAX_BATCH), default=d.max_queue,
                         help="sentences waiting for the model (503 + Retry-After above)")
-    limits.add_argument("--max-beam", type=int, default=d.max_beam, help="widest beam a request may ask for")
-    limits.add_argument("--max-request-tokens", type=int, default=d.max_request_tokens,
+    limits.add_argument("--max-beam", type=ranged(int, le=MAX_LENGTH), default=d.max_beam,
+                        help="widest beam a request may ask for")
+    limits.add_argument("--max-request-tokens", type=ranged(int, le=MAX_BATCH), default=d.max_request_tokens,
                         help="decode work of one request: source tokens x beam, summed over its texts (422 above)")
     batching = parser.add_argument_group("batching")
     batching.add_argument("--batching", action=argparse.BooleanOptionalAction, default=d.batching,
                           help="gather concurrent requests into one batch (--no-batching: one sentence at a time)")
     batching.add_argument("--batch-wait-ms", type=float, default=d.batch_wait_ms,
                           help="how long a sentence waits for others to join its batch")
-    batching.add_argument("--max-batch-sentences", type=int, default=d.max_batch_sentences)
-    batching.add_argument("--max-batch-tokens", type=int, default=d.max_batch_tokens,
+    batching.add_argument("--max-batch-sentences", type=ranged(int, le=MAX_BATCH), default=d.max_batch_sentences)
+    batching.add_argument("--max-batch-tokens", type=ranged(int, le=MAX_BATCH), default=d.max_batch_tokens,
                           help="padded source tokens x beam per batch")
     add_engine_arguments(parser)
     parser.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when available")
@@ -52,7 +56,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser, threads: int = DEFAULT
     parser.add_argument("--quantization", choices=QUANTIZATIONS, default=None,
                         help="ctranslate2's weights and arithmetic (default: the checkpoint's search.json, else "
                         "float32)")
-    parser.add_argument("--threads", type=ranged(int, ge=1), default=threads,
+    parser.add_argument("--threads", type=ranged(int, ge=1, le=MAX_THREADS), default=threads,
                         help="CPU threads of the model thread (torch's or ctranslate2's)")
 
 
@@ -82,22 +86,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     bench = subparsers.add_parser(
         "serve-bench",
-        help="load-test the server on loopback: 1/8/32 clients, with and without batching -> results/serve",
+        help="load-test the server on loopback: 1/8/32 clients, with and without batching -> --out",
         description="Start `vaswani serve` on 127.0.0.1 twice (with and without request batching), drive it with "
         "N concurrent clients for a fixed duration each, and write sentences/s, latency percentiles and errors "
         "to results.json, table.md and a plot. Stops by itself.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     bench.add_argument("--checkpoint", required=True, metavar="DIR")
-    bench.add_argument("--clients", type=ranged(int, ge=1), nargs="+", default=[1, 8, 32], help="concurrency levels")
+    bench.add_argument("--clients", type=ranged(int, ge=1, le=MAX_THREADS), nargs="+", default=[1, 8, 32],
+                       help="concurrency levels")
     bench.add_argument("--seconds", type=ranged(float, gt=0), default=20.0, help="duration of each run")
-    bench.add_argument("--repeats", type=ranged(int, ge=1), default=2,
+    bench.add_argument("--repeats", type=ranged(int, ge=1, le=MAX_COUNT), default=2,
                        help="runs per level and mode, interleaved A B, B A, …")
-    bench.add_argument("--beam", type=ranged(int, ge=1), default=4, help="beam of every request")
-    bench.add_argument("--sentences", type=ranged(int, ge=1), default=500,
+    bench.add_argument("--beam", type=ranged(int, ge=1, le=MAX_LENGTH), default=4, help="beam of every request")
+    bench.add_argument("--sentences", type=ranged(int, ge=1, le=MAX_COUNT), default=500,
                        help="test sentences cycled through by the clients")
     bench.add_argument("--data-dir", type=Path, default=None, help="corpora (default: $VASWANI_DATA)")
-    bench.add_argument("--out", type=Path, default=Path("results/serve"))
+    bench.add_argument("--out", type=Path, default=None,
+                       help="results folder (default runs/serve-bench; the repository's results/serve only when named "
+                       "here)")
     add_engine_arguments(bench, threads=1)
     bench.set_defaults(handler=bench_command)
 
@@ -162,8 +169,13 @@ def listening_socket(host: str, port: int) -> socket.socket:
 
 
 def bench_command(args: argparse.Namespace) -> int:
+    from vaswani.io import check_output
     from vaswani.serve.loadtest import run_load_test
 
+    explicit = args.out is not None
+    args.out = args.out if explicit else Path("runs") / "serve-bench"
+    check_output(args.out, command="serve-bench", writes="files", inputs=[args.checkpoint, args.data_dir],
+                 explicit=explicit)
     run_load_test(args.checkpoint, args.clients, args.seconds, args.beam, args.sentences, args.out,
                   data_dir=args.data_dir, threads=args.threads, repeats=args.repeats, engine=args.engine,
                   quantization=args.quantization)

@@ -36,52 +36,62 @@ class Candidate:
     settings: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@dataclass
 class Measurement:
     """How fast one candidate trained on this machine, and the epochs that rate completes in the time left."""
 
-    candidate: Candidate
+    model: str
     tokens_per_second: float
     epochs_in_budget: float
 
 
-@dataclass(frozen=True)
+@dataclass
 class BudgetPlan:
-    """The candidate the run trains, with every measurement that chose it (recorded in the run's provenance)."""
+    """The candidate the run trains, with every measurement that chose it (the run's summary.json keeps it)."""
 
-    chosen: Candidate
-    measurements: tuple[Measurement, ...]
+    model: str
+    settings: list[str]  # what made the chosen model from the preset
     epochs: int  # the preset's epochs: the chosen model completes them in the budget (or the clock ends it first)
-    seconds_left: float
+    minutes_left: float  # the training budget once the measuring is done
+    measurements: list[Measurement]
 
     def describe(self) -> str:
-        rates = ", ".join(f"{m.candidate.name} {m.tokens_per_second:,.0f} tokens/s ({m.epochs_in_budget:.1f} epochs)"
+        rates = ", ".join(f"{m.model} {m.tokens_per_second:,.0f} tokens/s ({m.epochs_in_budget:.1f} epochs)"
                           for m in self.measurements)
-        return (f"fitting the model to the clock: {rates} in {self.seconds_left / 60:.1f} minutes; training "
-                f"{self.chosen.name}, the largest that completes {self.epochs} epochs")
+        fits = any(m.epochs_in_budget >= self.epochs for m in self.measurements)
+        verdict = (f"the largest that completes {self.epochs} epochs" if fits
+                   else f"none completes {self.epochs} epochs: the clock ends the run")
+        return f"fitting the model to {self.minutes_left:.1f} minutes: {rates}; training {self.model} ({verdict})"
 
 
 def candidates(scale_up_models: Sequence[str]) -> list[Candidate]:
-    """The preset's own model, then each ``scale_up_models`` entry (comma-separated ``section.key=value``)."""
-    return [Candidate("the preset's model", ())] + [
-        Candidate(entry, tuple(item.strip() for item in entry.split(",") if item.strip())) for entry in scale_up_models]
+    """The preset's own model, then each ``scale_up_models`` entry (``section.key=value`` items separated by
+    spaces)."""
+    return [Candidate(PRESET_MODEL, ())] + [Candidate(entry, settings_of(entry)) for entry in scale_up_models]
 
 
-def plan_for_budget(options: Sequence[Candidate], measure: Callable[[Candidate], float], seconds_left: float,
-                    tokens_per_epoch: int, epochs: int) -> BudgetPlan:
-    """The largest of ``options`` (smallest first) whose measured tokens/s completes ``epochs`` epochs of
-    ``tokens_per_epoch`` target tokens in ``seconds_left``; the first option when none does. ``measure`` returns a
-    candidate's tokens/s; ``seconds_left`` is the budget after the measuring."""
+PRESET_MODEL = "the preset's model"
+
+
+def settings_of(entry: str) -> tuple[str, ...]:
+    """The ``section.key=value`` items of one ``train.scale_up_models`` entry."""
+    return tuple(entry.split())
+
+
+def plan_for_budget(options: Sequence[Candidate], measure: Callable[[Candidate], tuple[float, int]],
+                    seconds_left: Callable[[], float], epochs: int) -> BudgetPlan:
+    """The largest of ``options`` (smallest first) whose measured rate completes ``epochs`` epochs in the seconds
+    left after measuring it; the first option when none does. ``measure`` returns a candidate's target tokens per
+    second and the target tokens of an epoch; ``seconds_left`` reads the budget's clock."""
     measurements: list[Measurement] = []
     chosen = options[0]
     for option in options:
-        rate = measure(option)
-        measurement = Measurement(option, rate, rate * seconds_left / tokens_per_epoch)
-        measurements.append(measurement)
-        if measurement.epochs_in_budget < epochs:
+        rate, tokens_per_epoch = measure(option)
+        measurements.append(Measurement(option.name, rate, rate * seconds_left() / tokens_per_epoch))
+        if measurements[-1].epochs_in_budget < epochs:
             break  # a larger model is slower still
         chosen = option
-    return BudgetPlan(chosen, tuple(measurements), epochs, seconds_left)
+    return BudgetPlan(chosen.name, list(chosen.settings), epochs, seconds_left() / 60, measurements)
 
 
 def tokens_per_second(step: Callable[[], int], seconds: float, warmup_steps: int = 1,

@@ -27,19 +27,15 @@ from typing import Any
 import torch
 
 from vaswani.errors import VaswaniError
-from vaswani.io import atomic_write_json, fsync_directory, named_as, read_manifest, write_manifest, writing
+from vaswani.evaluation.checkpoint_info import META_FILE
+from vaswani.io import (atomic_symlink, atomic_write_json, install_directory, named_as, read_manifest,
+                        staging_directory, write_manifest, writing)
 from vaswani.model import Transformer
 from vaswani.model.serialization import CHECKPOINT_KIND, check_checkpoint, resolve_checkpoint, save_model
 
 STATE_FILE = "trainer_state.pt"
-META_FILE = "meta.json"
 CHECKPOINT_FILES = ("model.safetensors", "model.json", "tokenizer.json", STATE_FILE, META_FILE)
 STEP_NAME = re.compile(r"(?:\.replaced-)?step_(\d+)$")
-
-
-def _fsync_file(path: Path) -> None:
-    with open(path, "rb") as handle:
-        os.fsync(handle.fileno())
 
 
 def save_checkpoint(
@@ -53,45 +49,28 @@ def save_checkpoint(
     """Write checkpoint ``name`` (e.g. ``step_000600``) atomically and return its directory. Its manifest is
     written last, so a directory with one is complete. A write the machine refuses (a full disk) is one
     EnvironmentFault naming the file, and leaves no staging directory behind."""
-    with writing(checkpoints_dir):
-        checkpoints_dir.mkdir(parents=True, exist_ok=True)
     final = checkpoints_dir / name
-    staging = checkpoints_dir / f".tmp-{name}-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
+    staging = staging_directory(final, name=f".tmp-{name}-{os.getpid()}")
     try:
         with named_as(staging, final), writing(staging):
-            staging.mkdir()
             with writing(staging / STATE_FILE):
                 torch.save(state, staging / STATE_FILE)
             atomic_write_json(staging / META_FILE, meta)
             save_model(model, staging, tokenizer_file)
             write_manifest(staging, CHECKPOINT_KIND, {"step": meta.get("step")})
-            for file in staging.iterdir():
-                _fsync_file(file)
-            fsync_directory(staging)
-    except BaseException:
+        with writing(final):
+            # Re-saving the same step (an evaluation right after a periodic save, an interrupt) moves the old one
+            # aside by a rename, never deletes it in place: `last` may point to it, and until the new one is in
+            # place latest_checkpoint() still finds it as .replaced-NAME.
+            install_directory(staging, final, aside=checkpoints_dir / f".replaced-{name}")
+    finally:
         shutil.rmtree(staging, ignore_errors=True)
-        raise
-    replaced = checkpoints_dir / f".replaced-{name}"
-    with writing(final):
-        if final.exists():  # re-saving the same step (an evaluation right after a periodic save, an interrupt)
-            # Deleting it in place could leave a half-deleted checkpoint that `last` points to; renaming is atomic,
-            # and until the new one is in place latest_checkpoint() still finds the old one under this name.
-            shutil.rmtree(replaced, ignore_errors=True)
-            os.replace(final, replaced)
-        os.replace(staging, final)
-        fsync_directory(checkpoints_dir)
-    shutil.rmtree(replaced, ignore_errors=True)
     return final
 
 
-def point(checkpoints_dir: Path, link: str, target: Path) -> None:
+def move_link(checkpoints_dir: Path, link: str, target: Path) -> None:
     """Atomically make ``checkpoints/<link>`` a relative symlink to ``target``."""
-    tmp = checkpoints_dir / f".{link}.tmp-{os.getpid()}"
-    tmp.unlink(missing_ok=True)
-    os.symlink(target.name, tmp)
-    os.replace(tmp, checkpoints_dir / link)
-    fsync_directory(checkpoints_dir)
+    atomic_symlink(checkpoints_dir / link, target.name)
 
 
 def prune(checkpoints_dir: Path, keep: int) -> None:

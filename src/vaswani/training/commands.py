@@ -53,8 +53,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
+    from vaswani.records import to_json
     from vaswani.training.config import apply_settings, load_preset
-    from vaswani.training.trainer import resumed_config, train
+    from vaswani.training.resume import resumed_config
+    from vaswani.training.run import train
 
     run_dir = args.run_dir or Path("runs") / Path(args.preset).stem
     if args.resume:  # the run continues as it was: its saved settings, changed only by the --set given now
@@ -69,10 +71,26 @@ def run_train(args: argparse.Namespace) -> int:
 
     summary = train(config, run_dir, resume=args.resume, start_over=args.start_over)
     if summary is not None:  # rank 0 of a distributed run, or a single process
-        print(json.dumps(summary), file=sys.stdout)
-    if summary is not None and "signal" in summary:  # stopped by a signal: the shell's convention, 128 + its number
-        return 128 + signal.Signals[summary["signal"]].value
+        print(json.dumps(to_json(summary)), file=sys.stdout)
+    if summary is not None and summary.signal is not None:  # the shell's convention: 128 + the signal's number
+        return 128 + signal.Signals[summary.signal].value
     return 0
+
+
+def _check_run_settings(config_file: Path) -> None:
+    """The run's config.yaml holds what `vaswani train` wrote there (its model, data and train sections): an empty or
+    cut file is not "all defaults", which would describe other weights than the run trained."""
+    import yaml
+
+    from vaswani.training.config import read_config_text
+
+    try:
+        values = yaml.safe_load(read_config_text(config_file, "run's settings"))
+    except (yaml.YAMLError, RecursionError):
+        return  # load_preset names what is wrong with it
+    if not isinstance(values, dict) or not {"model", "data", "train"} <= set(values):
+        raise VaswaniError(f"{config_file}: not the settings `vaswani train` wrote (no model, data and train "
+                           "sections); restore the run's config.yaml (its checkpoints' trainer_state.pt holds a copy)")
 
 
 def run_finalize(args: argparse.Namespace) -> int:
@@ -82,6 +100,7 @@ def run_finalize(args: argparse.Namespace) -> int:
     config_file = args.run_dir / "config.yaml"
     if not config_file.is_file():
         raise VaswaniError(f"{args.run_dir}: no config.yaml; is it a run directory written by `vaswani train`?")
+    _check_run_settings(config_file)
     # Only how the final model is chosen may change: the weights were trained with the run's model and data.
     parse_settings(args.settings, ("train",))
     config = apply_settings(load_preset(str(config_file)), args.settings)
@@ -90,11 +109,12 @@ def run_finalize(args: argparse.Namespace) -> int:
 
     from vaswani.devices import resolve_device
     from vaswani.precision import resolve_precision
-    from vaswani.training.finalize import finalize, summarize
-    from vaswani.training.rundir import claim
+    from vaswani.records import to_json
+    from vaswani.training.finalize import finalize
+    from vaswani.training.rundir import lock_run_directory
 
     device = resolve_device(config.train.device)
-    with claim(args.run_dir):  # never beside a trainer still writing checkpoints there
+    with lock_run_directory(args.run_dir):  # never beside a trainer still writing checkpoints there
         selection = finalize(args.run_dir, config, device, resolve_precision(config.train.precision, device))
-    print(json.dumps(summarize(selection)))
+    print(json.dumps(to_json(selection.headline())))
     return 0

@@ -19,10 +19,23 @@ from typing import Any, Literal
 
 import yaml
 
-from vaswani.config import Limit, ModelConfig, Precision, apply_overrides, parse_settings, validate_settings
+from vaswani.config import (
+    MAX_LENGTH,
+    Limit,
+    ModelConfig,
+    Precision,
+    apply_overrides,
+    parse_settings,
+    validate_settings,
+)
 from vaswani.data.corpora import DATASETS, get_dataset
 from vaswani.data.tokenizer import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE
 from vaswani.errors import ConfigError, DataError
+from vaswani.io import MAX_DOCUMENT_BYTES
+from vaswani.training.budget import settings_of
+
+
+DATASET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 @dataclass
@@ -38,10 +51,15 @@ class DataConfig:
     data_dir: str | None = None  # default: $VASWANI_DATA, then the download cache
 
     # max_len counts <s> or </s>: 2 is the shortest sequence that still holds a token
-    LIMITS = {"vocab_size": Limit(ge=MIN_VOCAB_SIZE, le=MAX_VOCAB_SIZE), "max_len": Limit(ge=2)}
+    LIMITS = {"vocab_size": Limit(ge=MIN_VOCAB_SIZE, le=MAX_VOCAB_SIZE), "max_len": Limit(ge=2, le=MAX_LENGTH)}
 
     def __post_init__(self) -> None:
         validate_settings(self)
+        # A dataset's name becomes part of folder names (runs/data/NAME-..., cache entries): a path would lead them
+        # elsewhere.
+        if not DATASET_NAME.fullmatch(self.dataset) or ".." in self.dataset:
+            raise ConfigError(f"data.dataset={self.dataset!r} is not a dataset name: one of {', '.join(DATASETS)} "
+                              "(letters, digits, '.', '-' and '_'; a path is not a name)", field="data.dataset")
 
 
 @dataclass
@@ -54,7 +72,6 @@ class TrainConfig:
     # number of rows per length; None: each batch padded to its longest pair
     length_buckets: int | None = None
     grad_accum: int = 1
-    num_workers: int = 0
     # length of training
     max_epochs: int | None = 20
     max_steps: int | None = None
@@ -75,6 +92,12 @@ class TrainConfig:
     # linear/cosine: the decay also follows the clock, so that it ends when train.max_minutes does if that comes
     # before the last planned step (on a slower machine); its progress is the larger of the steps' and the clock's
     decay_on_clock: bool = False
+    # a larger model where the machine is fast enough (training/budget.py): entries of space-separated
+    # section.key=value items, smallest first; a new run measures the preset's model and then each entry for
+    # scale_up_probe_seconds, and trains the largest that completes train.max_epochs within train.max_minutes (a run
+    # without both limits has no budget to fit: it trains the preset's model)
+    scale_up_models: tuple[str, ...] = ()
+    scale_up_probe_seconds: float = 15.0
     clip_grad_norm: float | None = 1.0
     # precision and speed
     precision: Precision = "auto"  # auto: bf16 where supported, else fp16/fp32
@@ -116,7 +139,7 @@ class TrainConfig:
     final_max_minutes: float | None = None
 
     LIMITS = {
-        "seed": Limit(ge=0), "max_tokens": Limit(ge=1), "grad_accum": Limit(ge=1), "num_workers": Limit(ge=0),
+        "seed": Limit(ge=0), "max_tokens": Limit(ge=1), "grad_accum": Limit(ge=1),
         "length_buckets": Limit(ge=1),
         "max_epochs": Limit(ge=1), "max_steps": Limit(ge=1), "max_minutes": Limit(gt=0),
         "label_smoothing": Limit(ge=0, lt=1), "betas": Limit(ge=0, lt=1), "eps": Limit(gt=0),
@@ -124,7 +147,7 @@ class TrainConfig:
         "min_lr_ratio": Limit(ge=0, le=1), "clip_grad_norm": Limit(ge=0), "num_threads": Limit(ge=1),
         "eval_every_steps": Limit(ge=1), "bleu_subset": Limit(ge=0), "patience": Limit(ge=1),
         "save_every_steps": Limit(ge=1), "keep_checkpoints": Limit(ge=0), "log_every_steps": Limit(ge=1),
-        "max_consecutive_nonfinite": Limit(ge=1), "average_last": Limit(ge=0), "final_beam": Limit(ge=1),
+        "max_consecutive_nonfinite": Limit(ge=1), "scale_up_probe_seconds": Limit(gt=0, le=600), "average_last": Limit(ge=0), "final_beam": Limit(ge=1),
         "final_alphas": Limit(ge=0), "final_valid_sentences": Limit(ge=1), "final_max_minutes": Limit(gt=0),
     }
 
@@ -139,6 +162,8 @@ class TrainConfig:
         if self.decay_on_clock and (self.schedule not in ("linear", "cosine") or self.max_minutes is None):
             raise ConfigError("train.decay_on_clock needs a decaying schedule (train.schedule=linear or cosine) and "
                               "a clock to follow (train.max_minutes)", field="train.decay_on_clock")
+        if self.scale_up_models:
+            self._check_scale_up_models()
         if self.schedule == "noam" and self.warmup_steps < 1:
             raise ConfigError("train.schedule=noam needs train.warmup_steps >= 1 (its peak is at the warmup's end)",
                               field="train.warmup_steps")
@@ -148,6 +173,16 @@ class TrainConfig:
         if self.cuda_graphs and self.grad_accum > 1:
             raise ConfigError("train.cuda_graphs needs train.grad_accum=1: a replay overwrites the gradients of the "
                               "micro-batch before it", field="train.cuda_graphs")
+
+
+    def _check_scale_up_models(self) -> None:
+        for entry in self.scale_up_models:
+            try:
+                parse_settings(settings_of(entry), ("model", "train"))
+            except ConfigError as error:
+                raise ConfigError(f"train.scale_up_models entry {entry!r}: expected model.KEY=VALUE or "
+                                  "train.KEY=VALUE items separated by spaces, e.g. 'model.d_model=256 "
+                                  f"model.d_ff=1024' ({error})", field="train.scale_up_models") from None
 
 
 @dataclass
@@ -216,7 +251,14 @@ def _plain(values: dict[str, Any]) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
 
 
+# Settings that configure nothing, still found in the config.yaml of runs that set them: reading one drops it, so
+# those runs resume and finalize. train.num_workers: batches are collated by the training process itself, one ahead
+# of the device (training/data.py).
+MEANINGLESS = {"train": ("num_workers",)}
+
+
 def _build(cls: type, values: dict[str, Any], source: str) -> Any:
+    values = {key: value for key, value in values.items() if key not in MEANINGLESS.get(cls.SECTION, ())}
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - known)
     if unknown:
@@ -267,8 +309,14 @@ class _StrictLoader(yaml.SafeLoader):
 
 
 def read_config_text(path: Path, what: str) -> str:
-    """A UTF-8 text file's content, or a ConfigError naming the file and what is wrong with it."""
+    """A UTF-8 text file's content (a regular file of at most MAX_DOCUMENT_BYTES, checked before it is read), or a
+    ConfigError naming the file and what is wrong with it."""
     try:
+        if path.is_file() and path.stat().st_size > MAX_DOCUMENT_BYTES:
+            raise ConfigError(f"{path}: {path.stat().st_size:,} bytes, more than the {MAX_DOCUMENT_BYTES:,} a {what} "
+                              "may hold")
+        if path.exists() and not path.is_file() and not path.is_dir():
+            raise ConfigError(f"{path}: not a regular file, so not a {what} file")
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
         raise ConfigError(f"{path}: {what} is not UTF-8 text ({error.reason} at byte {error.start})") from None

@@ -33,7 +33,8 @@ from vaswani.training.distributed import World
 @dataclass
 class TrainingData:
     tokenizer: Tokenizer
-    tokenizer_file: Path  # the run's copy, saved into every checkpoint
+    tokenizer_file: Path  # the run's copy (RUN/tokenizer.json, see copy_tokenizer), saved into every checkpoint
+    prepared_tokenizer_file: Path  # the prepared data's
     train: EncodedCorpus
     valid: EncodedCorpus
     valid_corpus: ParallelCorpus
@@ -94,6 +95,10 @@ class TrainingData:
                        batch.n_src_tokens, batch.n_tgt_tokens, batch.indices)
         return pinned.to(device, non_blocking=True)
 
+    def copy_tokenizer(self) -> None:
+        """Write the run's copy of the prepared data's tokenizer (when the run starts: loading writes nothing)."""
+        atomic_copy(self.prepared_tokenizer_file, self.tokenizer_file)
+
     def valid_text(self, n: int) -> tuple[list[str], list[str]]:
         """The first n raw validation sentence pairs (for a quick BLEU against untokenized references)."""
         return self.valid_corpus.source[:n], self.valid_corpus.target[:n]
@@ -115,9 +120,6 @@ def load(config: RunConfig, run_dir: Path, world: World) -> TrainingData:
         prepared = prepare()  # everything is cached now: this only loads
     if world.is_main:
         check_same_tokenizer(prepared.tokenizer_path, run_dir)
-    tokenizer_file = run_dir / "tokenizer.json"
-    if world.is_main:
-        atomic_copy(prepared.tokenizer_path, tokenizer_file)
     train, valid = prepared.splits["train"], prepared.splits[dc.valid_split]
     if tc.length_buckets:
         longest_valid = int(np.maximum(valid.src_lengths, valid.tgt_lengths).max()) + 1
@@ -130,8 +132,8 @@ def load(config: RunConfig, run_dir: Path, world: World) -> TrainingData:
     else:
         sampler = TokenBudgetSampler(train.src_lengths, train.tgt_lengths, tc.max_tokens, seed=tc.seed, shuffle=True)
         valid_sampler = TokenBudgetSampler(valid.src_lengths, valid.tgt_lengths, tc.max_tokens, shuffle=False)
-    return TrainingData(prepared.tokenizer, tokenizer_file, train, valid, prepared.corpora[dc.valid_split], sampler,
-                        valid_sampler)
+    return TrainingData(prepared.tokenizer, run_dir / "tokenizer.json", prepared.tokenizer_path, train, valid,
+                        prepared.corpora[dc.valid_split], sampler, valid_sampler)
 
 
 def check_same_tokenizer(tokenizer_path: Path, run_dir: Path) -> None:

@@ -18,8 +18,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 
+from vaswani.devices import reuse_freed_memory
 from vaswani.errors import ConfigError
+from vaswani.training.config import TrainConfig
+from vaswani.training.loss import TranslationLoss
 
 
 def defers_host_reads(host_sync: str, device: torch.device) -> bool:
@@ -81,6 +85,34 @@ def decoding_batches(device: torch.device) -> dict[str, int]:
     if device.type == "cuda":
         return {"batch_size": 1024, "max_tokens": 262_144}
     return {}
+
+
+def set_up_process(tc: TrainConfig, device: torch.device) -> None:
+    """The process-wide settings a run asks for: torch's CPU threads, keeping freed CPU memory for reuse
+    (devices.reuse_freed_memory), deterministic algorithms."""
+    if tc.num_threads:
+        torch.set_num_threads(tc.num_threads)
+    if device.type == "cpu" and tc.reuse_freed_memory:
+        reuse_freed_memory()
+    if tc.deterministic:
+        torch.use_deterministic_algorithms(True)
+
+
+def training_module(model: torch.nn.Module, tc: TrainConfig, device: torch.device, compiled: dict[str, Any] | None,
+                    distributed: bool, batch_shapes: int = 0) -> torch.nn.Module:
+    """The module a training step calls: the model inside its loss (over all positions or the gathered ones, as
+    :func:`loss_over_all_positions` chooses), compiled with ``compiled`` (:func:`compile_options`; None: eager) and
+    wrapped by DDP on several ranks. ``batch_shapes``: how many shapes length buckets give the batches."""
+    all_positions = loss_over_all_positions(device, compiled=compiled is not None)
+    module: torch.nn.Module = TranslationLoss(model, tc.label_smoothing, all_positions=all_positions)
+    if compiled is not None:
+        if batch_shapes:  # one graph per batch shape: none may fall back to eager for want of room
+            limit = recompile_limit(batch_shapes)
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, limit)
+        module = torch.compile(module, **compiled)
+    if distributed:
+        module = DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None)
+    return module
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,25 @@ class World:
             dist.barrier()
 
 
+def rank_batches(group: list[list[int]], grad_accum: int, rank: int) -> tuple[list[list[int]], list[float]]:
+    """This rank's micro-batches of an update's ``group`` (rank r takes r·accum … r·accum+accum-1) and their
+    weights. The last group of an epoch may be short: a rank without a batch of its own still runs the collective
+    backward passes, on the group's first batch with weight 0."""
+    mine = group[rank * grad_accum : (rank + 1) * grad_accum]
+    weights = [1.0] * len(mine) + [0.0] * (grad_accum - len(mine))
+    return mine + [group[0]] * (grad_accum - len(mine)), weights
+
+
+def ranks_identical(model: torch.nn.Module) -> bool:
+    """Do all ranks hold the same parameters? Compares per-tensor checksums by all-reducing their min and max."""
+    sums = torch.stack([torch.stack([p.detach().double().sum(), p.detach().double().square().sum()])
+                        for p in model.parameters()]).flatten().to(collective_device())
+    low, high = sums.clone(), sums.clone()
+    dist.all_reduce(low, op=dist.ReduceOp.MIN)
+    dist.all_reduce(high, op=dist.ReduceOp.MAX)
+    return bool(torch.equal(low, high))
+
+
 def collective_device() -> torch.device:
     if dist.get_backend() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())

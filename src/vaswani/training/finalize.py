@@ -14,7 +14,7 @@ short translations come out, and BLEU's brevity penalty punishes short ones. So 
    ``final_alphas`` (the length penalty both engines compute, so the chosen search runs on CTranslate2 too);
 3. writes the winner as ``checkpoints/final/`` (weights, model.json, tokenizer.json), the chosen search as its
    ``search.json`` (``translate``, ``evaluate`` and ``serve`` use it by default) and every candidate's scores as its
-   ``selection.json``;
+   ``selection.json`` (:class:`vaswani.evaluation.selection.Selection`);
 4. chooses the CTranslate2 quantization: the chosen search on the CPU in float32 and in int8, on the same split;
    int8 becomes the default (``search.json``) only when it scores within ``INT8_TOLERANCE_BLEU`` of float32;
 5. scores it on each of ``final_test_splits``, writing ``checkpoints/final/eval/<test set>/``.
@@ -30,8 +30,6 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any
-
 import torch
 
 from vaswani.data.corpora import load_corpus
@@ -39,23 +37,23 @@ from vaswani.decoding.config import EngineOptions, SearchConfig, stored_settings
 from vaswani.decoding.translator import Translator
 from vaswani.errors import VaswaniError
 from vaswani.evaluation.average import average_checkpoints, last_checkpoints
-from vaswani.evaluation.evaluate import TestSet, evaluate
+from vaswani.evaluation.evaluate import EVALUATIONS_FOLDER, TestSet, evaluate
 from vaswani.evaluation.metrics import CorpusScores, corpus_scores
-from vaswani.io import atomic_write_json, write_manifest
+from vaswani.evaluation.selection import Candidate, Quantization, SearchTried, Selection, TestSetScores
+from vaswani.io import install_directory, staging_directory, write_manifest, writing
 from vaswani.model.serialization import CHECKPOINT_KIND
 from vaswani.training.checkpoint import STEP_NAME
 from vaswani.training.config import RunConfig
 from vaswani.training.device_choices import decoding_batches
 
 FINAL = "final"
-SELECTION_FILE = "selection.json"
 MODEL_FILES = ("model.safetensors", "model.json", "tokenizer.json")
 # int8 is the default quantization only this close to float32 in validation BLEU: int8 decodes faster, but a
 # deployment should not lose more than the noise of choosing between two checkpoints for it.
 INT8_TOLERANCE_BLEU = 0.3
 
 
-def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, precision: str) -> dict[str, Any]:
+def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, precision: str) -> Selection:
     """Choose the final weights and search of the run in ``run_dir`` on its validation split, write
     ``checkpoints/final/`` and score the test splits; returns what was chosen and every score (also in
     ``checkpoints/final/selection.json``)."""
@@ -64,117 +62,97 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
     dc, tc = config.data, config.train
     valid = load_corpus(dc.dataset, dc.valid_split, dc.direction, data_dir=dc.data_dir)
     sources, references = valid.source[: tc.final_valid_sentences], valid.target[: tc.final_valid_sentences]
-    staging = checkpoints / f".tmp-{FINAL}-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    staging = staging_directory(checkpoints / FINAL, name=f".tmp-{FINAL}-{os.getpid()}")
     batches = decoding_batches(device)
     on_device = EngineOptions(device=str(device))  # the torch engine
     # train.final_max_minutes: once spent, the candidates and searches not yet scored are left out
     deadline = started + 60 * tc.final_max_minutes if tc.final_max_minutes else float("inf")
     cut_short = False
     try:
-        weights = []
+        weights: list[Candidate] = []
+        directories: dict[str, Path] = {}
         for name, (directory, steps) in _candidates(checkpoints, tc.average_last, staging).items():
             if weights and time.perf_counter() > deadline:
                 cut_short = True
                 break
             scores = _score(Translator.load(directory, SearchConfig(beam_size=1, precision=precision), on_device,
                                             **batches), sources, references)
-            weights.append({"weights": name, "checkpoints": steps, "directory": directory,
-                            "greedy_valid": scores.to_dict()})
+            weights.append(Candidate(name, steps, scores))
+            directories[name] = directory
             _say(f"final model: {name:<22} greedy val BLEU {scores.bleu:5.2f}  length ratio {scores.length_ratio:.3f}")
-        chosen = max(weights, key=lambda row: row["greedy_valid"]["bleu"])  # ties: the earlier, simpler candidate
+        chosen = max(weights, key=lambda candidate: candidate.greedy_valid.bleu)  # ties: the earlier, simpler one
 
         searches = [SearchConfig(beam_size=1, precision=precision)] + [
             SearchConfig(beam_size=tc.final_beam, length_norm="power", alpha=alpha, precision=precision)
             for alpha in tc.final_alphas]
-        tried = []
-        chosen_model = Translator.load(chosen["directory"], searches[0], on_device)  # loaded once, searched often
+        tried: list[SearchTried] = []
+        chosen_model = Translator.load(directories[chosen.weights], searches[0], on_device)  # searched often
         for search in searches:
             if tried and time.perf_counter() > deadline:
                 cut_short = True
                 break
             translator = Translator(chosen_model.model, chosen_model.tokenizer, search, options=on_device, **batches)
             scores = _score(translator, sources, references)
-            tried.append({"search": _describe(search), "settings": stored_settings(search), "valid": scores.to_dict()})
+            tried.append(SearchTried(_describe(search), stored_settings(search), scores))
             _say(f"final search: {_describe(search):<22} val BLEU {scores.bleu:5.2f}  "
                  f"length ratio {scores.length_ratio:.3f}")
-        best_search = max(tried, key=lambda row: row["valid"]["bleu"])
-        search = dataclasses.replace(SearchConfig(precision=precision), **best_search["settings"])
+        best_search = max(tried, key=lambda row: row.valid.bleu)
+        search = dataclasses.replace(SearchConfig(precision=precision), **best_search.settings)
 
-        assembled = _assemble(chosen["directory"], staging, search)
+        assembled = _assemble(directories[chosen.weights], staging, search)
         if time.perf_counter() > deadline:
             cut_short = True
-            quantization = {"chosen": None, "reason": f"train.final_max_minutes={tc.final_max_minutes:g} ran out"}
+            quantization = Quantization(None, reason=f"train.final_max_minutes={tc.final_max_minutes:g} ran out")
         else:
             quantization = choose_quantization(assembled, search, sources, references)
-        if quantization["chosen"] is not None:
-            write_stored_search(search, assembled, quantization=quantization["chosen"])
+        if quantization.chosen is not None:
+            write_stored_search(search, assembled, quantization=quantization.chosen)
         final = _swap_in(assembled, checkpoints)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
     translator = Translator.load(final, search, on_device, **batches)
-    tests = {}
+    tests: dict[str, TestSetScores] = {}
     for split in tc.final_test_splits:
         corpus = load_corpus(dc.dataset, split, dc.direction, data_dir=dc.data_dir)
         test_set = TestSet(f"{dc.dataset}-{split}", corpus.source, corpus.target)
-        results, _ = evaluate(translator, test_set, final / "eval" / test_set.name, checkpoint=str(final))
-        tests[test_set.name] = {key: results[key] for key in ("bleu", "chrf", "length_ratio", "signature",
-                                                              "chrf_signature", "sentences")}
-    selection = {
-        "weights": chosen["weights"],
-        "search": best_search["search"],
-        "search_settings": best_search["settings"],
-        "valid_split": dc.valid_split,
-        "valid_sentences": len(sources),
-        "valid": best_search["valid"],
-        "quantization": quantization,
-        "test": tests,
-        "candidates": [{k: v for k, v in row.items() if k != "directory"} for row in weights],
-        "searches": tried,
-        "cut_short_by_time": cut_short,
-        "seconds": round(time.perf_counter() - started, 1),
-    }
-    atomic_write_json(final / SELECTION_FILE, selection)
+        results, _ = evaluate(translator, test_set, final / EVALUATIONS_FOLDER / test_set.name, checkpoint=str(final))
+        tests[test_set.name] = TestSetScores(**{field.name: results[field.name]
+                                             for field in dataclasses.fields(TestSetScores)})
+    selection = Selection(weights=chosen.weights, search=best_search.search, search_settings=best_search.settings,
+                          valid_split=dc.valid_split, valid_sentences=len(sources), valid=best_search.valid,
+                          quantization=quantization, test=tests, candidates=weights, searches=tried,
+                          cut_short_by_time=cut_short, seconds=round(time.perf_counter() - started, 1))
+    selection.write(final)
     if cut_short:
         _say(f"final model: train.final_max_minutes={tc.final_max_minutes:g} ran out; chosen among the "
              f"{len(weights)} weights and {len(tried)} searches scored by then")
-    _say(f"final model: {chosen['weights']}, {best_search['search']} (chosen on {dc.valid_split}: BLEU "
-         f"{best_search['valid']['bleu']:.2f}) -> {final}")
-    for name, scores in tests.items():
-        _say(f"{name}: BLEU {scores['bleu']:.2f}  chrF {scores['chrf']:.2f}  length ratio "
-             f"{scores['length_ratio']:.3f}  ({scores['sentences']} sentences; {scores['signature']})")
+    _say(f"final model: {chosen.weights}, {best_search.search} (chosen on {dc.valid_split}: BLEU "
+         f"{best_search.valid.bleu:.2f}) -> {final}")
+    for name, test in tests.items():
+        _say(f"{name}: BLEU {test.bleu:.2f}  chrF {test.chrf:.2f}  length ratio {test.length_ratio:.3f}  "
+             f"({test.sentences} sentences; {test.signature})")
     return selection
 
 
-def choose_quantization(final: Path, search: SearchConfig, sources: list[str], references: list[str]) -> dict[str, Any]:
+def choose_quantization(final: Path, search: SearchConfig, sources: list[str], references: list[str]) -> Quantization:
     """The final model's CTranslate2 quantization: ``search`` on the CPU in float32 and in int8, scored on the
     validation ``sources``; int8 only within INT8_TOLERANCE_BLEU of float32. ``chosen`` is None (with the reason)
     where CTranslate2 cannot run the model."""
     cpu_search = dataclasses.replace(search, precision="auto")  # CTranslate2 computes in its quantization
-    scores: dict[str, Any] = {}
+    scores: dict[str, CorpusScores] = {}
     for quantization in ("float32", "int8"):
         try:
             translator = Translator.load(final, cpu_search, EngineOptions(engine="ctranslate2",
                                                                           quantization=quantization, device="cpu"))
         except VaswaniError as error:
             _say(f"final quantization: none ({error})")
-            return {"chosen": None, "reason": str(error)}
-        scores[quantization] = _score(translator, sources, references).to_dict()
-        _say(f"final quantization: {quantization:<8} val BLEU {scores[quantization]['bleu']:5.2f} (ctranslate2, cpu)")
-    close = scores["int8"]["bleu"] >= scores["float32"]["bleu"] - INT8_TOLERANCE_BLEU
-    return {"chosen": "int8" if close else "float32", "tolerance_bleu": INT8_TOLERANCE_BLEU, "device": "cpu",
-            "engine": "ctranslate2", **scores}
-
-
-def summarize(selection: dict[str, Any]) -> dict[str, Any]:
-    """The headline of a selection: what was chosen, its validation BLEU and each test set's scores."""
-    return {"weights": selection["weights"], "search": selection["search"],
-            "quantization": selection.get("quantization", {}).get("chosen"),
-            "valid_bleu": round(selection["valid"]["bleu"], 2),
-            "test": {name: {key: round(scores[key], 3) for key in ("bleu", "chrf", "length_ratio")}
-                     for name, scores in selection["test"].items()}}
+            return Quantization(None, reason=str(error))
+        scores[quantization] = _score(translator, sources, references)
+        _say(f"final quantization: {quantization:<8} val BLEU {scores[quantization].bleu:5.2f} (ctranslate2, cpu)")
+    close = scores["int8"].bleu >= scores["float32"].bleu - INT8_TOLERANCE_BLEU
+    return Quantization("int8" if close else "float32", tolerance_bleu=INT8_TOLERANCE_BLEU, device="cpu",
+                        engine="ctranslate2", float32=scores["float32"], int8=scores["int8"])
 
 
 def _candidates(checkpoints: Path, average_last: int, staging: Path) -> dict[str, tuple[Path, list[str]]]:
@@ -208,7 +186,7 @@ def _assemble(source: Path, staging: Path, search: SearchConfig) -> Path:
     assembled = staging / FINAL
     assembled.mkdir()
     for name in MODEL_FILES:
-        shutil.copyfile(source / name, assembled / name)
+        shutil.copyfile(source / name, assembled / name)  # fsynced when the whole is installed
     write_stored_search(search, assembled)
     return assembled
 
@@ -217,12 +195,9 @@ def _swap_in(assembled: Path, checkpoints: Path) -> Path:
     """Give the assembled final model its manifest and swap it in as ``checkpoints/final`` by renames: a kill at any
     instant leaves either the earlier final model or the new one, never half of one."""
     write_manifest(assembled, CHECKPOINT_KIND)  # a checkpoint by its manifest, its files checked at every load
-    final, replaced = checkpoints / FINAL, checkpoints / f".replaced-{FINAL}"
-    if final.exists():
-        shutil.rmtree(replaced, ignore_errors=True)
-        os.replace(final, replaced)
-    os.replace(assembled, final)
-    shutil.rmtree(replaced, ignore_errors=True)
+    final = checkpoints / FINAL
+    with writing(final):
+        install_directory(assembled, final, aside=checkpoints / f".replaced-{FINAL}")
     return final
 
 

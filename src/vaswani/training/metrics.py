@@ -106,7 +106,8 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
-            if index == len(lines) - 1 and line.startswith(RECORD_START):
+            # torn: the start of one record. A line holding two record starts is two records run together, damage.
+            if index == len(lines) - 1 and line.startswith(RECORD_START) and line.count(RECORD_START) == 1:
                 continue
             raise VaswaniError(f"{path}:{number}: not a JSON record; the metrics log is damaged") from None
         problem = metrics_record_problem(record)

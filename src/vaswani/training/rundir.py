@@ -1,8 +1,8 @@
 """Who owns a run directory, and what is already in it.
 
-A run directory has one owner at a time: :func:`claim` takes an exclusive ``fcntl.flock`` on ``RUN/.lock`` for the
-whole run. The kernel drops the lock when the process ends, however it ends, so a SIGKILLed run never leaves a
-stale lock behind; a second trainer started on the same directory is refused with the holder's pid.
+A run directory has one owner at a time: :func:`lock_run_directory` takes an exclusive ``fcntl.flock`` on
+``RUN/.lock`` for the whole run. The kernel drops the lock when the process ends, however it ends, so a SIGKILLed run
+never leaves a stale lock behind; a second trainer started on the same directory is refused with the holder's pid.
 
 A directory is a run directory because the trainer said so: a new run writes the manifest ``RUN/vaswani.json``
 (kind "run") before anything else. A new run starts only in a directory that is missing or empty; one that holds
@@ -25,7 +25,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from vaswani.errors import EnvironmentFault, VaswaniError
-from vaswani.io import MANIFEST_FILE, ensure_writable_directory, read_manifest, write_manifest, writing
+from vaswani.io import (
+    MANIFEST_FILE,
+    check_output,
+    ensure_writable_directory,
+    move,
+    read_manifest,
+    write_manifest,
+    writing,
+)
 from vaswani.training.checkpoint import latest_checkpoint
 
 LOCK_FILE = ".lock"
@@ -56,16 +64,22 @@ def _refuse_another_kind(run_dir: Path) -> None:
 
 
 @contextlib.contextmanager
-def claim(run_dir: Path) -> Iterator[None]:
+def lock_run_directory(run_dir: Path) -> Iterator[None]:
     """Hold the run directory's lock for the duration of the ``with`` block (and no longer than the process). A
-    directory whose manifest names another kind (a checkpoint, an export) is refused before the lock file is made."""
+    directory whose manifest names another kind (a checkpoint, an export), or one inside any folder vaswani wrote,
+    is refused before the lock file is made. A start refused inside the block, before the run wrote anything,
+    leaves nothing behind: the lock file and the directory are removed again if this claim made them."""
     _refuse_another_kind(run_dir)
+    check_output(run_dir, command="train", writes="files", kind=RUN_KIND, option="--run-dir")
+    made = [folder for folder in (run_dir.absolute(), *run_dir.absolute().parents) if not folder.exists()]
     ensure_writable_directory(run_dir, "run directory")
     path = run_dir / LOCK_FILE
+    made_lock = not path.exists()
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as error:
         raise EnvironmentFault(f"{path}: cannot create the run's lock file ({error.strerror})") from None
+    before = sorted(os.listdir(run_dir))
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -77,7 +91,15 @@ def claim(run_dir: Path) -> Iterator[None]:
                                "stop it, or pick another --run-dir") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        yield
+        try:
+            yield
+        except VaswaniError:
+            if made_lock and sorted(os.listdir(run_dir)) == before:  # refused before the run wrote anything
+                path.unlink(missing_ok=True)  # still locked by us: no other trainer holds this file
+                with contextlib.suppress(OSError):
+                    for folder in made:
+                        folder.rmdir()
+            raise
     finally:
         os.close(fd)  # closing the descriptor releases the lock
 
@@ -85,7 +107,7 @@ def claim(run_dir: Path) -> Iterator[None]:
 def check_start(run_dir: Path, resume: bool, start_over: bool) -> None:
     """Refuse a start that would mix two runs, write into a directory that is not a run, or resume nothing; with
     ``start_over``, move the earlier run aside. A new run's manifest is written here, first. Call it while holding
-    :func:`claim`."""
+    :func:`lock_run_directory`."""
     _refuse_another_kind(run_dir)
     manifest = read_manifest(run_dir)
     evidence = run_evidence(run_dir)
@@ -120,7 +142,7 @@ def check_start(run_dir: Path, resume: bool, start_over: bool) -> None:
         aside.mkdir()
     for name in (*RUN_FILES, "tokenizer.json"):
         if (run_dir / name).exists() or (run_dir / name).is_symlink():
-            os.replace(run_dir / name, aside / name)
+            move(run_dir / name, aside / name)
     if manifest is None:
         _write_run_manifest(run_dir)
     print(f"start over: the earlier run's files are now in {aside}", file=sys.stderr)
@@ -131,4 +153,4 @@ def _write_run_manifest(run_dir: Path) -> None:
     write_manifest(run_dir, RUN_KIND, files=[])
 
 
-__all__ = ["LOCK_FILE", "RUN_FILES", "RUN_KIND", "check_start", "claim", "run_evidence"]
+__all__ = ["LOCK_FILE", "RUN_FILES", "RUN_KIND", "check_start", "lock_run_directory", "run_evidence"]

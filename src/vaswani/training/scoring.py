@@ -4,7 +4,8 @@ training and the ablation and robustness studies all score through these functio
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Iterable, Sequence
 
 import numpy as np
 import torch
@@ -13,21 +14,32 @@ from vaswani.data.batching import Batch, collate, pack
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.decoding.config import EngineOptions, SearchConfig
 from vaswani.decoding.translator import Translator
+from vaswani.evaluation.checkpoint_info import ValidationExample, ValidationResult
 from vaswani.evaluation.metrics import CorpusScores, corpus_scores
 from vaswani.model import Transformer
 from vaswani.precision import autocast
+from vaswani.training.data import TrainingData
 from vaswani.training.device_choices import decoding_batches
 from vaswani.training.loss import translation_loss
 
 
+@dataclass
+class TeacherForcedScores:
+    """How well a model predicts the references given their sources, per real target token."""
+
+    loss: float  # label-smoothed
+    nll: float
+    accuracy: float
+    tokens: int
+    position_accuracy: list[float] | None = None  # [p]: accuracy at target position p (0-based) of y1 … yn </s>
+    position_count: list[int] | None = None  # [p]: sentences that have position p
+
+
 @torch.inference_mode()
 def teacher_forced_scores(model: Transformer, batches: Iterable[Batch], precision: str = "fp32",
-                          label_smoothing: float = 0.0, per_position: bool = False) -> dict[str, Any]:
-    """Loss (label-smoothed), NLL and accuracy of the references given their sources, per real target token.
-
-    With ``per_position``, also ``position_accuracy[p]`` / ``position_count[p]``: target position p (0-based) of
-    ``y1 … yn </s>``, over every sentence that has it.
-    """
+                          label_smoothing: float = 0.0, per_position: bool = False) -> TeacherForcedScores:
+    """Loss (label-smoothed), NLL and accuracy of the references given their sources, per real target token;
+    with ``per_position`` also the accuracy at each target position."""
     loss = nll = correct = tokens = 0.0
     correct_at = count_at = np.zeros(0)
     for batch in batches:
@@ -46,11 +58,10 @@ def teacher_forced_scores(model: Transformer, batches: Iterable[Batch], precisio
                     count_at, (0, width - len(count_at)))
             np.add.at(count_at, positions, 1)
             np.add.at(correct_at, positions, out.hits.cpu().numpy())
-    result: dict[str, Any] = {"loss": loss / tokens, "nll": nll / tokens, "accuracy": correct / tokens,
-                              "tokens": int(tokens)}
+    result = TeacherForcedScores(loss / tokens, nll / tokens, correct / tokens, int(tokens))
     if per_position:
-        result["position_accuracy"] = (correct_at / np.maximum(count_at, 1)).tolist()
-        result["position_count"] = count_at.astype(int).tolist()
+        result.position_accuracy = (correct_at / np.maximum(count_at, 1)).tolist()
+        result.position_count = count_at.astype(int).tolist()
     return result
 
 
@@ -80,22 +91,22 @@ def greedy_scores(model: Transformer, tokenizer: Tokenizer, sources: Sequence[st
     return corpus_scores(hypotheses, references), hypotheses
 
 
-def validate(model: Transformer, data: Any, device: torch.device, precision: str, bleu_subset: int,
-             label_smoothing: float) -> dict[str, Any]:
+def validate(model: Transformer, data: TrainingData, device: torch.device, precision: str, bleu_subset: int,
+             label_smoothing: float) -> ValidationResult:
     """The trainer's validation: teacher-forced scores on the whole validation split, and greedy BLEU on its
     first ``bleu_subset`` sentences (0: none)."""
     was_training = model.training
     model.eval()
     try:
         batches = (data.collate(indices, device, split="valid") for indices in data.valid_batches())
-        result = teacher_forced_scores(model, batches, precision, label_smoothing)
-        result["bleu"] = None
+        forced = teacher_forced_scores(model, batches, precision, label_smoothing)
+        result = ValidationResult(forced.loss, forced.nll, forced.accuracy, forced.tokens)
         if bleu_subset > 0:
             sources, references = data.valid_text(bleu_subset)
             scores, hypotheses = greedy_scores(model, data.tokenizer, sources, references, device, precision)
-            result["bleu"] = round(scores.bleu, 3)
-            result["bleu_sentences"] = len(sources)
-            result["example"] = {"source": sources[0], "hypothesis": hypotheses[0], "reference": references[0]}
+            result.bleu = round(scores.bleu, 3)
+            result.bleu_sentences = len(sources)
+            result.example = ValidationExample(sources[0], hypotheses[0], references[0])
     finally:
         model.train(was_training)
     return result

@@ -91,108 +91,17 @@ def train_step(
     without a batch of its own join DDP's collective backward with weight 0. ``on_phase`` is called with
     "forward", "backward" and "optimizer" right after each phase (the studies time phases with it).
 
-    ``defer_reads``: no host read of a device value (see :func:`_step_on_the_device`); the result is a
-    :class:`DeferredStepResult`, else a :class:`StepResult`.
+    ``defer_reads``: no host read of a device value; the device decides whether the update is taken, and the
+    result is a :class:`DeferredStepResult` (else a :class:`StepResult`).
     """
     if defer_reads and not optimizer.defaults.get("fused"):
         raise ValueError("deferred reads need a fused optimizer: only its kernel skips an update on the device")
     world = world or World()
-    sums = _accumulate_gradients(loss_model, micro_batches, tokens, precision, scaler, weights, world, on_phase)
-    step = _step_on_the_device if defer_reads else _step_on_the_host
-    result = step(loss_model, optimizer, sums, tokens, clip_grad_norm, scaler, scheduler, world)
-    optimizer.zero_grad(set_to_none=True)
-    _notify(on_phase, "optimizer")
-    return result
-
-
-def _step_on_the_host(loss_model: torch.nn.Module, optimizer: torch.optim.Optimizer, sums: torch.Tensor,
-                      tokens: int, clip_grad_norm: float | None, scaler: torch.amp.GradScaler | None,
-                      scheduler: torch.optim.lr_scheduler.LRScheduler | None, world: World) -> StepResult:
-    """The host reads the sums and the gradient norm, and takes or skips the update itself."""
-    loss_sum, nll_sum, correct = (world.sum(v) for v in sums.tolist())
-    finite = math.isfinite(loss_sum)
-    grad_norm = float("nan")
-    if finite:
-        if scaler is not None:
-            scaler.unscale_(optimizer)
-        if clip_grad_norm:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(loss_model.parameters(), clip_grad_norm))
-            # Every rank must take the same decision, or their weights would drift apart.
-            finite = world.sum(0.0 if math.isfinite(grad_norm) else 1.0) == 0
-    if finite:
-        if scaler is not None:
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            optimizer.step()
-        if scheduler is not None:
-            scheduler.step()
-    elif scaler is not None and scaler.is_enabled():
-        scaler.update()  # an fp16 overflow: let the scaler lower its scale for the next try
-    return StepResult(finite, loss_sum, nll_sum, correct, tokens, grad_norm)
-
-
-def _step_on_the_device(loss_model: torch.nn.Module, optimizer: torch.optim.Optimizer, sums: torch.Tensor,
-                        tokens: int, clip_grad_norm: float | None, scaler: torch.amp.GradScaler | None,
-                        scheduler: torch.optim.lr_scheduler.LRScheduler | None, world: World) -> DeferredStepResult:
-    """The same update with no host read: the host queues it all and goes on to the next update while the device
-    computes.
-
-    Whether the update is finite is decided on the device: the skip flag (loss or gradient norm not finite, on
-    any rank) is handed to the fused optimizer as ``found_inf``, the mechanism GradScaler uses, and its kernel then
-    changes no weight, moment or step count. Two things differ from :func:`_step_on_the_host`: the schedule
-    advances on a skipped update too (the host does not know it was skipped), and the gradient norm is measured
-    even without clipping (the skip reads it).
-    """
-    if world.distributed:
-        dist.all_reduce(sums)
-    if scaler is not None:
-        scaler.unscale_(optimizer)
-    if clip_grad_norm:
-        grad_norm = torch.nn.utils.clip_grad_norm_(loss_model.parameters(), clip_grad_norm)
-    else:
-        grad_norm = torch.nn.utils.get_total_norm([p.grad for p in loss_model.parameters() if p.grad is not None])
-    skipped = (~(torch.isfinite(sums[0]) & torch.isfinite(grad_norm))).float()
-    if world.distributed:  # every rank must take the same decision, or their weights would drift apart
-        dist.all_reduce(skipped, op=dist.ReduceOp.MAX)
-    optimizer.found_inf = skipped  # the fused kernel skips the update when it is 1
-    try:
-        optimizer.step()
-    finally:
-        del optimizer.found_inf
-    if scaler is not None:
-        scaler.update()  # an fp16 overflow lowers the scale for the next update (disabled scaler: nothing)
-    if scheduler is not None:
-        scheduler.step()
-    return DeferredStepResult(torch.cat([sums, grad_norm.reshape(1).float(), skipped.reshape(1)]), tokens)
-
-
-def read_results(results: Sequence[DeferredStepResult]) -> list[StepResult]:
-    """The values of deferred updates on the host, in one wait for the device."""
-    if not results:
-        return []
-    rows = torch.stack([result.values for result in results]).tolist()
-    return [StepResult(skipped == 0.0, loss_sum, nll_sum, correct, result.tokens, grad_norm)
-            for result, (loss_sum, nll_sum, correct, grad_norm, skipped) in zip(results, rows)]
-
-
-def _accumulate_gradients(
-    loss_model: torch.nn.Module,
-    micro_batches: Iterable[TeacherForcedBatch],
-    tokens: int,
-    precision: str,
-    scaler: torch.amp.GradScaler | None,
-    weights: Sequence[float] | None,
-    world: World,
-    on_phase: Callable[[str], None] | None,
-) -> torch.Tensor:
-    """Forward and backward of every micro-batch, their gradients accumulating in the parameters; returns this
-    rank's (loss, nll, correct) sums over them, on the device."""
-    distributed = isinstance(loss_model, DistributedDataParallel)
     batches = list(micro_batches)
     weights = list(weights) if weights is not None else [1.0] * len(batches)
+    distributed = isinstance(loss_model, DistributedDataParallel)
     loss_model.train()
-    sums = []  # per micro-batch (loss, nll, correct) tensors
+    sums = []  # per micro-batch (loss, nll, correct) tensors, this rank's
     for i, (batch, weight) in enumerate(zip(batches, weights)):
         # DDP all-reduces gradients in backward; only the last micro-batch of the update needs to.
         last = i == len(batches) - 1
@@ -205,7 +114,66 @@ def _accumulate_gradients(
             (scaler.scale(scaled) if scaler is not None else scaled).backward()
             _notify(on_phase, "backward")
         sums.append(torch.stack([batch_loss.detach().float(), batch_nll.float(), batch_correct.float()]) * weight)
-    return torch.stack(sums).sum(0)
+    rank_sums = torch.stack(sums).sum(0)
+
+    # Every rank takes the same decision on whether the update is finite, or their weights would drift apart.
+    if defer_reads:
+        # No host read: the skip flag (loss or gradient norm not finite, on any rank) goes to the fused optimizer as
+        # ``found_inf``, the mechanism GradScaler uses, and its kernel then changes no weight, moment or step count.
+        # Unlike a host read, the schedule advances on a skipped update too (the host does not know it was skipped)
+        # and the gradient norm is measured even without clipping (the skip reads it).
+        if world.distributed:
+            dist.all_reduce(rank_sums)
+        if scaler is not None:
+            scaler.unscale_(optimizer)
+        parameters = list(loss_model.parameters())
+        norm = (torch.nn.utils.clip_grad_norm_(parameters, clip_grad_norm) if clip_grad_norm else
+                torch.nn.utils.get_total_norm([p.grad for p in parameters if p.grad is not None]))
+        skipped = (~(torch.isfinite(rank_sums[0]) & torch.isfinite(norm))).float()
+        if world.distributed:
+            dist.all_reduce(skipped, op=dist.ReduceOp.MAX)
+        optimizer.found_inf = skipped  # the fused kernel skips the update when it is 1
+        try:
+            optimizer.step()
+        finally:
+            del optimizer.found_inf
+        if scaler is not None:
+            scaler.update()  # an fp16 overflow lowers the scale for the next update (disabled scaler: nothing)
+        if scheduler is not None:
+            scheduler.step()
+        result: StepResult | DeferredStepResult = DeferredStepResult(
+            torch.cat([rank_sums, norm.reshape(1).float(), skipped.reshape(1)]), tokens)
+    else:
+        loss_sum, nll_sum, correct = (world.sum(v) for v in rank_sums.tolist())
+        finite, grad_norm = math.isfinite(loss_sum), float("nan")
+        if finite and scaler is not None:
+            scaler.unscale_(optimizer)
+        if finite and clip_grad_norm:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(loss_model.parameters(), clip_grad_norm))
+            finite = world.sum(0.0 if math.isfinite(grad_norm) else 1.0) == 0
+        if finite:
+            if scaler is not None:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
+            if scheduler is not None:
+                scheduler.step()
+        elif scaler is not None and scaler.is_enabled():
+            scaler.update()  # an fp16 overflow: let the scaler lower its scale for the next try
+        result = StepResult(finite, loss_sum, nll_sum, correct, tokens, grad_norm)
+    optimizer.zero_grad(set_to_none=True)
+    _notify(on_phase, "optimizer")
+    return result
+
+
+def read_results(results: Sequence[DeferredStepResult]) -> list[StepResult]:
+    """The values of deferred updates on the host, in one wait for the device."""
+    if not results:
+        return []
+    rows = torch.stack([result.values for result in results]).tolist()
+    return [StepResult(skipped == 0.0, loss_sum, nll_sum, correct, result.tokens, grad_norm)
+            for result, (loss_sum, nll_sum, correct, grad_norm, skipped) in zip(results, rows)]
 
 
 def _notify(on_phase: Callable[[str], None] | None, phase: str) -> None:

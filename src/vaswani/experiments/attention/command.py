@@ -10,8 +10,9 @@ from typing import Any
 import torch
 
 from vaswani.arguments import ranged
-from vaswani.config import DEFAULT_SLIDING_WINDOW, PRECISIONS
+from vaswani.config import DEFAULT_SLIDING_WINDOW, MAX_BATCH, MAX_COUNT, MAX_LENGTH, PRECISIONS
 from vaswani.data.commands import add_data_dir_argument
+from vaswani.errors import ConfigError
 from vaswani.experiments.attention import report
 from vaswani.experiments.attention.measure import measure
 from vaswani.experiments.attention.settings import CPU_DEFAULTS, GPU_DEFAULTS, SMOKE, AttentionSettings
@@ -20,18 +21,19 @@ from vaswani.precision import resolve_precision
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--lengths", type=ranged(int, ge=1), nargs="+", default=None,
+    parser.add_argument("--lengths", type=ranged(int, ge=1, le=MAX_LENGTH), nargs="+", default=None,
                         help="sequence lengths (default CPU 64..2048, GPU 64..16384)")
-    parser.add_argument("--batch-sizes", type=ranged(int, ge=1), nargs="+", default=None,
+    parser.add_argument("--batch-sizes", type=ranged(int, ge=1, le=MAX_BATCH), nargs="+", default=None,
                         help="batch sizes (default CPU 1 8, GPU 1 8 32)")
-    parser.add_argument("--d-model", type=ranged(int, ge=1), default=None,
+    parser.add_argument("--d-model", type=ranged(int, ge=1, le=MAX_LENGTH), default=None,
                         help="model width of the layer (default 512)")
-    parser.add_argument("--heads", type=ranged(int, ge=1), default=None, help="attention heads (default 8)")
-    parser.add_argument("--window", type=ranged(int, ge=1), default=DEFAULT_SLIDING_WINDOW,
+    parser.add_argument("--heads", type=ranged(int, ge=1, le=MAX_LENGTH), default=None,
+                        help="attention heads (default 8)")
+    parser.add_argument("--window", type=ranged(int, ge=1, le=MAX_LENGTH), default=DEFAULT_SLIDING_WINDOW,
                         help="sliding window k of the +window variants (default %(default)s)")
-    parser.add_argument("--windows", type=ranged(int, ge=1), nargs="+", default=None,
+    parser.add_argument("--windows", type=ranged(int, ge=1, le=MAX_LENGTH), nargs="+", default=None,
                         help="the windows k of the memory-against-k table (default CPU 16..256, GPU 16..512)")
-    parser.add_argument("--window-length", type=ranged(int, ge=1), default=None,
+    parser.add_argument("--window-length", type=ranged(int, ge=1, le=MAX_LENGTH), default=None,
                         help="sequence length of the memory-against-k table (default: the longest of --lengths)")
     parser.add_argument("--causal", action="store_true",
                         help="decoder self-attention (causal) instead of the encoder's bidirectional form")
@@ -40,14 +42,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-seconds", type=ranged(float, gt=0), default=None,
                         help="time cap per point in seconds (default CPU 20, GPU 10); longer lengths are skipped "
                         "once the cap would be exceeded")
-    parser.add_argument("--repeats", type=ranged(int, ge=1), default=None,
+    parser.add_argument("--repeats", type=ranged(int, ge=1, le=MAX_COUNT), default=None,
                         help="timed repeats per point, median reported (default CPU 3, GPU 10)")
     parser.add_argument("--model-preset", default=None, help="model preset of the whole-model step (default small)")
-    parser.add_argument("--model-lengths", type=ranged(int, ge=1), nargs="+", default=None,
+    parser.add_argument("--model-lengths", type=ranged(int, ge=1, le=MAX_LENGTH), nargs="+", default=None,
                         help="sentence lengths of the whole-model step (default CPU 32 128 512, GPU also 2048)")
-    parser.add_argument("--model-tokens", type=ranged(int, ge=1), default=None,
+    parser.add_argument("--model-tokens", type=ranged(int, ge=1, le=MAX_BATCH), default=None,
                         help="tokens per batch of the whole-model step (default CPU 1024, GPU 8192)")
-    parser.add_argument("--train-steps", type=ranged(int, ge=0), default=0,
+    parser.add_argument("--train-steps", type=ranged(int, ge=0, le=MAX_COUNT), default=0,
                         help="also train --train-preset for N updates with standard, sdpa and sdpa+window "
                         "(default 0: no training)")
     parser.add_argument("--train-preset", default=None,
@@ -68,8 +70,12 @@ def resolve_settings(args: argparse.Namespace, device: torch.device) -> Attentio
         return defaults[name] if value is None else value
 
     lengths = sorted(pick("lengths"))
+    d_model, heads = pick("d_model"), pick("n_heads", "heads")
+    if d_model % heads:
+        raise ConfigError(f"--d-model {d_model} is not divisible by --heads {heads}: each head takes an equal share "
+                          "of the model's width; pick a --heads that divides --d-model")
     return AttentionSettings(
-        d_model=pick("d_model"), n_heads=pick("n_heads", "heads"), lengths=lengths,
+        d_model=d_model, n_heads=heads, lengths=lengths,
         batch_sizes=list(pick("batch_sizes")), window=args.window, causal=bool(args.causal), dropout=args.dropout,
         warmup=defaults["warmup"], repeats=pick("repeats"), max_seconds=pick("max_seconds"),
         agreement_max_length=defaults["agreement_max_length"], windows=sorted(pick("windows")),

@@ -44,8 +44,9 @@ from vaswani.model.masks import causal_mask, sliding_window_mask
 from vaswani.model.window import window_block
 from vaswani.precision import autocast
 from vaswani.training.flops import self_attention_flops
-from vaswani.training.step import StepResult
-from vaswani.training.trainer import Callback, Trainer
+from vaswani.training.step import DeferredStepResult, StepResult
+from vaswani.training.callbacks import Callback
+from vaswani.training.trainer import Trainer
 
 
 # ---- one layer: FLOPs, time, memory, agreement -----------------------------------------------------------------
@@ -271,7 +272,7 @@ class UpdateTimer(Callback):
         sync(self.device)
         self._start = time.perf_counter()
 
-    def on_update_end(self, trainer: Trainer, result: StepResult) -> None:
+    def on_update_end(self, trainer: Trainer, result: StepResult | DeferredStepResult) -> None:
         sync(self.device)
         elapsed = time.perf_counter() - self._start
         if self._profiling is not None:
@@ -329,7 +330,7 @@ def _train_variant(settings: AttentionSettings, name: str, device: torch.device)
         valid = [r for r in read_metrics(Path(run_dir) / "metrics.jsonl") if r["kind"] == "valid"]
         parameters = trainer.model.num_parameters()
     timed = times[1:] if len(times) > 1 else times  # the first update also warms up kernels and the allocator
-    return {"variant": name, "steps": summary["step"], "stop_reason": summary["stop_reason"],
+    return {"variant": name, "steps": summary.step, "stop_reason": summary.stop_reason.value,
             "seconds_per_batch": sum(timed) / len(timed) if timed else None, "update_seconds": times,
             "total_seconds": total, "peak_memory": peak, "parameters": parameters,
             "final_val_loss": valid[-1]["loss"] if valid else None,

@@ -1,22 +1,21 @@
 """The fault loop: kill a training run with SIGKILL at random points, resume it each time, and check that it ends
 bit-identical to a run that was never interrupted and that every checkpoint left on disk loads.
 
-    python -m vaswani.training.faults --kills 20 --out results/reliability
+    python -m vaswani.tools.faults --kills 20 --out results/reliability
 
-A *life* is one training process, forked from a fork server that has imported torch and the trainer (so a life
-starts at once, not after the seconds an interpreter takes to import torch; it is still a process of its own that
-SIGKILL ends as it would end ``vaswani train``, and it never inherits the loop's own state, such as a CUDA
-context). It reports what it is doing through a pipe, one ``NAME STEP`` message before each phase (``step``: an
-optimizer update; ``evaluation``: validation loss and greedy BLEU; ``checkpoint``: writing a checkpoint, moving
-``last``, pruning). The loop picks a phase for each kill, lets the life reach it (skipping a random number of
-occurrences), waits a random few milliseconds and kills the process. Where the kill landed is the last phase line
-the process wrote before it died: a pipe keeps every line written, so the reading is exact even though the kill
-itself is asynchronous.
+Each training process is forked from a fork server that has imported torch and the trainer (so it starts at once,
+not after the seconds an interpreter takes to import torch; it is still a process of its own that SIGKILL ends as it
+would end ``vaswani train``, and it never inherits the loop's own state, such as a CUDA context). It reports what it
+is doing through a pipe, one ``NAME STEP`` message before each phase (``step``: an optimizer update; ``evaluation``:
+validation loss and greedy BLEU; ``checkpoint``: writing a checkpoint, moving ``last``, pruning). The loop picks a
+phase for each kill, lets the training process reach it (skipping a random number of occurrences), waits a random
+few milliseconds and kills the process. Where the kill landed is the last phase line the process wrote before it
+died: a pipe keeps every line written, so the reading is exact even though the kill itself is asynchronous.
 
-After each kill: every ``step_*`` checkpoint on disk must be complete and load (weights and trainer state), and
-the next life resumes from the newest one (or starts over, moving the earlier files aside, when the kill came
-before the first checkpoint). After the last kill a final life runs to the end; its weights are compared bit for
-bit with the uninterrupted reference run's, and its metrics log must hold every update exactly once.
+After each kill: every ``step_*`` checkpoint on disk must be complete and load (weights and trainer state), and the
+next training process resumes from the newest one (or starts over, moving the earlier files aside, when the kill
+came before the first checkpoint). After the last kill a final training process runs to the end; its weights are
+compared bit for bit with the uninterrupted reference run's, and its metrics log must hold every update exactly once.
 
 Everything runs on the CPU with one thread: bit-identity across a resume is a property of this code on a
 deterministic device (GPU kernels may not be deterministic; see README, Reliability).
@@ -51,21 +50,23 @@ PHASES = ("step", "checkpoint", "evaluation")
 # an evaluation with a few greedy translations.
 MAX_DELAY = {"step": 0.01, "checkpoint": 0.004, "evaluation": 0.05}
 # Imported once by the fork server, before the lives are forked from it.
-PRELOAD = ["vaswani.training.trainer", "torch.utils.tensorboard", "matplotlib.pyplot", "tokenizers"]
-_channel = None  # this life's end of the pipe
+PRELOAD = ["vaswani.training.run", "torch.utils.tensorboard", "matplotlib.pyplot", "tokenizers"]
+_channel = None  # this training process's end of the pipe
 
 
-# ---- the child: one life of training, reporting its phases ---------------------------------------------------------
+# ---- the child: one training process, reporting its phases ---------------------------------------------------
 
 def _mark(name: str, step: int) -> None:
     if _channel is not None:
         _channel.send_bytes(f"{name} {step}".encode())  # one write(2): all of it reaches the pipe, or none
 
 
-def run_life(preset: str, run_dir: Path, settings: list[str], resume: bool, start_over: bool) -> int:
+def train_announcing_phases(preset: str, run_dir: Path, settings: list[str], resume: bool, start_over: bool) -> int:
     """Train as ``vaswani train`` does, announcing each phase on stdout."""
     from vaswani.training.config import apply_settings, load_preset
-    from vaswani.training.trainer import Callback, resumed_config, train
+    from vaswani.training.callbacks import Callback
+    from vaswani.training.resume import resumed_config
+    from vaswani.training.run import train
 
     class PhaseReporter(Callback):
         def on_update_start(self, trainer):
@@ -82,12 +83,12 @@ def run_life(preset: str, run_dir: Path, settings: list[str], resume: bool, star
 
     config = resumed_config(run_dir, settings) if resume else apply_settings(load_preset(preset), settings)
     summary = train(config, run_dir, resume=resume, start_over=start_over, callbacks=[PhaseReporter()])
-    _mark("finished", summary["step"])
+    _mark("finished", summary.step)
     return 0
 
 
-def _life(channel, workdir: str, environment: dict[str, str], log: str, *arguments) -> None:
-    """Entry point of a life: its own directory, environment and log, then training."""
+def _training_process(channel, workdir: str, environment: dict[str, str], log: str, *arguments) -> None:
+    """Entry point of a training process: its own directory, environment and log, then training."""
     global _channel
     _channel = channel
     os.chdir(workdir)
@@ -95,13 +96,13 @@ def _life(channel, workdir: str, environment: dict[str, str], log: str, *argumen
     descriptor = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(descriptor, 1)
     os.dup2(descriptor, 2)
-    # Python's own streams too, so that everything the life prints lands in its log.
+    # Python's own streams too, so that everything the process prints lands in its log.
     sys.stdout = sys.stderr = os.fdopen(descriptor, "w", buffering=1)
     import torch
 
     torch.set_num_threads(1)
     try:
-        run_life(*arguments)
+        train_announcing_phases(*arguments)
     except BaseException as error:  # noqa: BLE001 - reported to the loop, which fails with the log's name
         _mark(f"failed:{type(error).__name__}", -1)
         raise
@@ -109,8 +110,8 @@ def _life(channel, workdir: str, environment: dict[str, str], log: str, *argumen
 
 # ---- the parent: the loop -----------------------------------------------------------------------------------------
 
-class Life:
-    """A running life: its process and the phases it has announced so far."""
+class TrainingProcess:
+    """A training process of the loop: the process and the phases it has announced so far."""
 
     def __init__(self, context, preset: str, run_dir: Path, settings: list[str], workdir: Path, log: Path):
         from vaswani.training.checkpoint import latest_checkpoint
@@ -120,8 +121,9 @@ class Life:
         start_over = not resume and run_dir.exists() and bool(run_evidence(run_dir))
         self.channel, child_end = context.Pipe(duplex=False)
         environment = {"OMP_NUM_THREADS": "1", **{k: v for k, v in os.environ.items() if k.startswith("VASWANI_")}}
-        self.process = context.Process(target=_life, args=(child_end, str(workdir), environment, str(log), preset,
-                                                           run_dir.resolve(), settings, resume, start_over))
+        arguments = (child_end, str(workdir), environment, str(log), preset, run_dir.resolve(), settings, resume,
+                     start_over)
+        self.process = context.Process(target=_training_process, args=arguments)
         self.process.start()
         child_end.close()  # the parent keeps only its reading end: EOF once the child is gone
         self.phases: list[tuple[str, int]] = []
@@ -130,7 +132,7 @@ class Life:
         """The next announced phase; None once the process has ended and everything it wrote was read."""
         if not self.channel.poll(timeout):
             self.process.kill()
-            raise RuntimeError(f"a training life announced nothing for {timeout:.0f} s; killed it")
+            raise RuntimeError(f"a training process announced nothing for {timeout:.0f} s; killed it")
         try:
             name, step = self.channel.recv_bytes().decode().split()
         except EOFError:
@@ -147,7 +149,7 @@ class Life:
 
 def _context() -> multiprocessing.context.BaseContext:
     """Lives start from a fork server: a fresh interpreter that imports torch and the trainer once and forks each
-    life from itself. A life therefore starts at once, and never inherits this process's state (a CUDA context
+    training process from itself. Each therefore starts at once, and never inherits this process's state (a CUDA context
     cannot survive a fork, and the loop's caller may have created one)."""
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(PRELOAD)
@@ -184,8 +186,8 @@ def _weights(run_dir: Path) -> dict[str, Any]:
     return load_file(run_dir / "checkpoints" / "last" / "model.safetensors")
 
 
-class LifeFailed(RuntimeError):
-    """A training life ended on an error of its own (not a kill of ours): the loop cannot go on."""
+class TrainingProcessFailed(RuntimeError):
+    """A training process ended on an error of its own (not a kill of ours): the loop cannot go on."""
 
     def __init__(self, what: str, exitcode: int | None, log: Path):
         lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()] if log.exists() else []
@@ -196,9 +198,9 @@ class LifeFailed(RuntimeError):
 class FaultLoop:
     """The loop's steps, sharing one clock, one random generator and the lives' settings."""
 
-    def __init__(self, workdir: Path, preset: str, settings: list[str], seed: int, life_timeout: float,
+    def __init__(self, workdir: Path, preset: str, settings: list[str], seed: int, process_timeout: float,
                  log: Callable[[str], None]):
-        self.workdir, self.preset, self.settings, self.life_timeout = workdir, preset, settings, life_timeout
+        self.workdir, self.preset, self.settings, self.process_timeout = workdir, preset, settings, process_timeout
         self.rng = random.Random(seed)
         self.context = _context()
         self.reference_dir, self.faulty_dir = workdir / "reference", workdir / "faulty"
@@ -211,16 +213,16 @@ class FaultLoop:
     def seconds(self) -> float:
         return time.perf_counter() - self.started
 
-    def start_life(self, run_dir: Path, log: Path) -> Life:
-        return Life(self.context, self.preset, run_dir, self.settings, self.workdir, log)
+    def start_process(self, run_dir: Path, log: Path) -> TrainingProcess:
+        return TrainingProcess(self.context, self.preset, run_dir, self.settings, self.workdir, log)
 
     def run_to_end(self, run_dir: Path, log: Path) -> list[tuple[str, int]]:
-        """A life that must finish on its own; returns the phases it announced."""
-        life = self.start_life(run_dir, log)
-        life.drain(self.life_timeout)
-        if life.process.exitcode != 0:
-            raise LifeFailed("a training life", life.process.exitcode, log)
-        return life.phases
+        """A training process that must finish on its own; returns the phases it announced."""
+        child = self.start_process(run_dir, log)
+        child.drain(self.process_timeout)
+        if child.process.exitcode != 0:
+            raise TrainingProcessFailed("a training process", child.process.exitcode, log)
+        return child.phases
 
     def run_reference(self) -> list[tuple[str, int]]:
         for directory in (self.reference_dir, self.faulty_dir):
@@ -228,35 +230,36 @@ class FaultLoop:
         return self.run_to_end(self.reference_dir, self.workdir / "reference.log")
 
     def resumes_from(self) -> int | None:
-        """The update the next life of the faulty run continues from (None: it starts from scratch)."""
+        """The update the next training process of the faulty run continues from (None: it starts from scratch)."""
         from vaswani.training.checkpoint import latest_checkpoint
 
         latest = latest_checkpoint(self.faulty_dir / "checkpoints")
         return json.loads((latest / "meta.json").read_text())["step"] if latest is not None else None
 
     def kill_once(self, index: int, kills: int) -> dict[str, Any] | None:
-        """Start a life of the faulty run, SIGKILL it in the phase picked for kill ``index``, check what it left
-        on disk; None when the life finished before the kill came."""
+        """Start a training process of the faulty run, SIGKILL it in the phase picked for kill ``index``, check what
+        it left on disk; None when it finished before the kill came."""
         resumed_from = self.resumes_from()
         # the first kills cover every phase once; the rest pick at random
         target = PHASES[index - 1] if index <= len(PHASES) else self.rng.choice(PHASES)
         skip = self.rng.randrange({"step": 4, "checkpoint": 2, "evaluation": 1}[target])
         delay = self.rng.uniform(0.0, MAX_DELAY[target])
-        life = self.start_life(self.faulty_dir, self.workdir / "faulty.log")
+        child = self.start_process(self.faulty_dir, self.workdir / "faulty.log")
         seen = 0
-        while (phase := life.next_phase(self.life_timeout)) is not None:
+        while (phase := child.next_phase(self.process_timeout)) is not None:
             if phase[0] == target:
                 if seen == skip:
                     time.sleep(delay)
-                    life.process.kill()  # SIGKILL
+                    child.process.kill()  # SIGKILL
                     break
                 seen += 1
-        life.drain(self.life_timeout)  # the phases the process announced before it died
-        if life.process.exitcode == 0:
+        child.drain(self.process_timeout)  # the phases the process announced before it died
+        if child.process.exitcode == 0:
             return None
-        if life.process.exitcode != -signal.SIGKILL:
-            raise LifeFailed(f"training life {index}", life.process.exitcode, self.workdir / "faulty.log")
-        landed, step = life.phases[-1] if life.phases else ("start-up", 0)
+        if child.process.exitcode != -signal.SIGKILL:
+            raise TrainingProcessFailed(f"training process {index}", child.process.exitcode,
+                                        self.workdir / "faulty.log")
+        landed, step = child.phases[-1] if child.phases else ("start-up", 0)
         checkpoints_dir = self.faulty_dir / "checkpoints"
         staging = sorted(p.name for p in checkpoints_dir.glob(".*-step_*")) if checkpoints_dir.is_dir() else []
         checkpoints = check_checkpoints(self.faulty_dir)
@@ -265,7 +268,7 @@ class FaultLoop:
                   "checkpoints_on_disk": len(checkpoints["checked"]) + len(checkpoints["broken"]),
                   "checkpoints_loaded": len(checkpoints["checked"]), "broken": checkpoints["broken"]}
         self.log(f"kill {index}/{kills}: aimed at {target}, landed in {landed} at update {step} "
-                 f"(life resumed from {resumed_from}); {record['checkpoints_loaded']}/{record['checkpoints_on_disk']} "
+                 f"(resumed from {resumed_from}); {record['checkpoints_loaded']}/{record['checkpoints_on_disk']} "
                  f"checkpoints load" + (f"; left {staging}" if staging else ""))
         return record
 
@@ -284,14 +287,14 @@ class FaultLoop:
 
 
 def fault_loop(workdir: Path, kills: int = 20, seed: int = 0, max_steps: int | None = None,
-               preset: str = "smoke", settings: list[str] | None = None, life_timeout: float = 300.0,
+               preset: str = "smoke", settings: list[str] | None = None, process_timeout: float = 300.0,
                log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run the reference, then the loop of ``kills`` kills and a final life; return the record of it all."""
+    """Run the reference, then the loop of ``kills`` kills and a final training process; return the record of it all."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     max_steps = max_steps or 3 * kills + 12
     settings = [*DEFAULT_SETTINGS, *(settings or []), f"train.max_steps={max_steps}"]
-    loop = FaultLoop(workdir, preset, settings, seed, life_timeout, log)
+    loop = FaultLoop(workdir, preset, settings, seed, process_timeout, log)
 
     loop.log(f"reference: {max_steps} uninterrupted updates")
     reference_phases = loop.run_reference()
@@ -305,7 +308,7 @@ def fault_loop(workdir: Path, kills: int = 20, seed: int = 0, max_steps: int | N
         records.append(record)
 
     final_resumed_from = loop.resumes_from()
-    loop.log("final life: runs to the end")
+    loop.log("final training process: runs to the end")
     loop.run_to_end(loop.faulty_dir, workdir / "faulty.log")
     comparison = loop.compare(max_steps)
     broken_at_the_end = comparison.pop("final_checkpoints_broken")
@@ -314,14 +317,14 @@ def fault_loop(workdir: Path, kills: int = 20, seed: int = 0, max_steps: int | N
         "kills_done": len(records),
         "kills_asked": kills,
         "finished_before_all_kills": len(records) < kills,
-        "final_life_resumed_from": final_resumed_from,
+        "final_resumed_from": final_resumed_from,
         "max_steps": max_steps,
         "reference_updates": sum(1 for name, _ in reference_phases if name == "step"),
         **comparison,
         "every_checkpoint_loaded": all(not r["broken"] for r in records) and not broken_at_the_end,
         "landed": {phase: sum(1 for r in records if r["landed"] == phase) for phase in
                    sorted({r["landed"] for r in records})},
-        "life_start_method": loop.context.get_start_method(),
+        "process_start_method": loop.context.get_start_method(),
         "seed": seed,
         "settings": settings,
         "preset": preset,
@@ -351,7 +354,7 @@ def write_results(result: dict[str, Any], out: Path, command: str | None = None)
         f"The metrics log holds each update exactly once: {str(result['metrics_hold_each_update_once']).lower()}.  ",
         "Kills landed in: " + ", ".join(f"{phase} {count}" for phase, count in result["landed"].items()) + ".",
         "",
-        "| kill | aimed at | landed in | at update | delay ms | life resumed from | checkpoints load | partial files left |",
+        "| kill | aimed at | landed in | at update | delay ms | resumed from | checkpoints load | partial files left |",
         "|---:|---|---|---:|---:|---:|---:|---|",
     ]
     for r in result["kills"]:
@@ -359,16 +362,17 @@ def write_results(result: dict[str, Any], out: Path, command: str | None = None)
         lines.append(f"| {r['kill']} | {r['target']} | {r['landed']} | {r['step']} | {r['delay_ms']} | {resumed} "
                      f"| {r['checkpoints_loaded']}/{r['checkpoints_on_disk']} "
                      f"| {', '.join(r['partial_files_left']) or '–'} |")
-    lines += ["", f"Final life resumed from update {result['final_life_resumed_from']} and ran to "
+    lines += ["", f"The final training process resumed from update {result['final_resumed_from']} and ran to "
               f"{result['max_steps']}. 'landed in' is the last phase the process announced before it died "
-              "(`after-checkpoint`: the checkpoint is complete and the next phase has not begun). Partial files are staging directories of a "
-              "checkpoint write the kill interrupted; the next save removes them, and resume never reads them.",
+              "(`after-checkpoint`: the checkpoint is complete and the next phase has not begun). Partial files are "
+              "staging directories of a checkpoint write the kill interrupted; the next save removes them, and resume "
+              "never reads them.",
               ""]
     atomic_write_text(out / "table.md", "\n".join(lines))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m vaswani.training.faults", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m vaswani.tools.faults", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
@@ -382,10 +386,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = fault_loop(args.workdir, kills=args.kills, seed=args.seed, max_steps=args.max_steps,
                             log=lambda message: print(message, file=sys.stderr, flush=True))
-    except LifeFailed as error:
+    except TrainingProcessFailed as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    write_results(result, args.out, command=shlex.join(["python", "-m", "vaswani.training.faults", *sys.argv[1:]]))
+    write_results(result, args.out, command=shlex.join(["python", "-m", "vaswani.tools.faults", *sys.argv[1:]]))
     print(f"bit_identical: {result['bit_identical']}; every checkpoint loaded: {result['every_checkpoint_loaded']}; "
           f"wrote {args.out}/results.json and table.md")
     return 0 if result["bit_identical"] and result["every_checkpoint_loaded"] else 1

@@ -1,12 +1,12 @@
 """The fault loop in small: a tiny run killed with SIGKILL during an update, during a checkpoint write and during
 an evaluation, resumed each time, ends bit-identical to an uninterrupted run, and every checkpoint left on disk
-loads. (`python -m vaswani.training.faults` runs the long version: 20 kills, results/reliability/.)"""
+loads. (`python -m vaswani.tools.faults` runs the long version: 20 kills, results/reliability/.)"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from vaswani.training.faults import fault_loop
+from vaswani.tools.faults import fault_loop
 
 
 def test_sigkill_anywhere_then_resume_is_bit_identical(tmp_path_factory, data_dir: Path, monkeypatch) -> None:
@@ -23,12 +23,12 @@ def test_sigkill_anywhere_then_resume_is_bit_identical(tmp_path_factory, data_di
     assert result["metrics_hold_each_update_once"]
     assert result["tensors_compared"] > 0 and result["differing_tensors"] == []
     assert result["bit_identical"]
-    # lives never fork the caller's process: a CUDA context (or any other state) of the caller cannot reach them
-    assert result["life_start_method"] in ("forkserver", "spawn")
+    # training processes never fork the caller's process: a CUDA context (or any other state) of the caller cannot reach them
+    assert result["process_start_method"] in ("forkserver", "spawn")
 
 
-def test_a_life_that_fails_on_its_own_ends_the_loop_with_its_error_in_one_line(tmp_path, monkeypatch, capsys) -> None:
-    from vaswani.training.faults import main
+def test_a_training_process_that_fails_on_its_own_ends_the_loop_with_its_error_in_one_line(tmp_path, monkeypatch, capsys) -> None:
+    from vaswani.tools.faults import main
 
     empty = tmp_path / "no-corpora"
     empty.mkdir()
@@ -39,6 +39,6 @@ def test_a_life_that_fails_on_its_own_ends_the_loop_with_its_error_in_one_line(t
 
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert code == 2
-    assert error.startswith("error: a training life failed with exit status 1: ")
-    assert "train.de" in error and "reference.log" in error  # the life's own message, and where its log is
+    assert error.startswith("error: a training process failed with exit status 1: ")
+    assert "train.de" in error and "reference.log" in error  # the process's own message, and where its log is
     assert not (tmp_path / "out" / "results.json").exists()  # no result is written for a loop that did not run

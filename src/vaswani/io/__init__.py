@@ -1,0 +1,77 @@
+"""Writing files so that a crash never leaves half of one, and reading back what was written: every file and folder
+the tool writes goes through here, and nothing else stages, renames or fsyncs. One concept per module: writing.py
+(staging, fsync, rename), manifests.py (what a folder is, by its checksummed files), reading.py (documents bounded
+before they are parsed), outputs.py (no output reaches an input).
+
+The pattern is the same everywhere: write a temporary file in the destination's directory, fsync it, give it the
+permissions a plainly created file would have, rename it over the destination and fsync the directory
+(:func:`atomic_write`). Readers see the old file or the new one, never a torn one, even if the process is killed
+mid-write. A directory of several files is assembled in a staging directory beside its destination
+(:func:`staging_directory`) and renamed into place (:func:`install_directory`, or the two together,
+:func:`directory_written_whole`), with a manifest written last (:func:`write_manifest`): the manifest says what the
+directory is and holds each file's size and sha256, so a reader knows a run, a checkpoint or an evaluation by what
+the tool wrote, never by which files happen to be there.
+
+One fsync rule holds for all of them: every file is fsynced before the rename that publishes it, and the directory
+holding the new name after it; a file system that cannot fsync a directory at all (EINVAL: some network and FUSE
+mounts) is skipped, since the rename is still atomic there, and any other failure is raised.
+
+A write that fails because the machine cannot take it (a full disk, the file-size limit of ``ulimit -f``, a
+read-only mount) is one :class:`EnvironmentFault` naming the file, whichever library was writing (:func:`writing`).
+"""
+
+
+from vaswani.io.writing import (  # noqa: F401
+    absolute_path,
+    atomic_copy,
+    atomic_symlink,
+    atomic_write,
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_text,
+    default_cache_dir,
+    default_directory_mode,
+    default_file_mode,
+    ensure_writable_directory,
+    fsync_directory,
+    fsync_file,
+    install_directory,
+    move,
+    named_as,
+    probe_writable,
+    staging_directory,
+    standard_stream,
+    write_fault,
+    writing,
+)
+from vaswani.io.manifests import (  # noqa: F401
+    HASH_CHUNK,
+    MANIFEST_FILE,
+    MANIFEST_FORMAT,
+    Manifest,
+    bytes_sha256,
+    directory_kind,
+    directory_written_whole,
+    file_sha256,
+    files_sha256,
+    files_written_together,
+    read_manifest,
+    verify_files,
+    write_manifest,
+)
+from vaswani.io.reading import (  # noqa: F401
+    MAX_DOCUMENT_BYTES,
+    MAX_NESTING,
+    MAX_VALUES,
+    NUMBER,
+    document_shape_problem,
+    json_shape_problem,
+    read_document,
+    read_json,
+)
+from vaswani.io.outputs import (  # noqa: F401
+    DESCENDANTS_SEARCHED,
+    SHARED_KINDS,
+    check_output,
+    repository_results,
+)

@@ -1,0 +1,110 @@
+"""A run as ``vaswani train`` makes it: the directory locked and checked, the Trainer's loop, the final model, and
+``summary.json``."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import os
+import time
+from pathlib import Path
+from typing import Sequence
+
+from vaswani.errors import ConfigError, is_out_of_memory, out_of_memory
+from vaswani.training.budget import BudgetPlan, Candidate, candidates, plan_for_budget, tokens_per_second
+from vaswani.training.callbacks import Callback
+from vaswani.training.config import RunConfig, apply_settings
+from vaswani.training.distributed import rank_batches
+from vaswani.training.rundir import check_start, lock_run_directory
+from vaswani.training.summary import RunSummary, Stop
+from vaswani.training.trainer import Trainer
+
+
+def train(config: RunConfig, run_dir: str | Path, resume: bool = False, start_over: bool = False,
+          callbacks: Sequence[Callback] = ()) -> RunSummary | None:
+    """Train a new run in ``run_dir`` (or continue it with ``resume``), choose its final model when
+    ``train.final_model`` is set (training/finalize.py), and write its ``summary.json``. The directory is locked for
+    the whole run, and a start that would mix two runs is refused (``start_over`` moves the earlier run aside).
+    Memory that runs out is one EnvironmentFault naming this run's batch and model sizes. Returns the summary on
+    the main process (None on the other ranks)."""
+    started = time.perf_counter()
+    run_dir = Path(run_dir)
+    is_main = int(os.environ.get("RANK", "0")) == 0  # under torchrun, rank 0 owns the directory
+    with lock_run_directory(run_dir) if is_main else contextlib.nullcontext():
+        if is_main:
+            check_start(run_dir, resume=resume, start_over=start_over)
+        try:
+            plan = None
+            if fits_to_budget(config) and not resume:  # a resumed run keeps the model it chose
+                config, plan = fit_to_budget(config, run_dir)
+            trainer = Trainer(config, run_dir, resume=resume, callbacks=callbacks)
+            summary = trainer.fit()
+        except (MemoryError, RuntimeError) as error:
+            if not is_out_of_memory(error):
+                raise
+            raise out_of_memory(error, memory_settings(config)) from None
+        if not trainer.world.is_main:
+            return None
+        if config.train.final_model and summary.stop_reason is not Stop.INTERRUPTED:
+            from vaswani.training.finalize import finalize
+
+            finalizing = time.perf_counter()
+            summary.final = finalize(run_dir, config, trainer.device, trainer.precision).headline()
+            summary.final_minutes = round((time.perf_counter() - finalizing) / 60, 2)
+        summary.scale_up = plan
+        summary.wall_minutes = round((time.perf_counter() - started) / 60, 2)
+        summary.write(run_dir)
+        return summary
+
+
+def fits_to_budget(config: RunConfig) -> bool:
+    """Whether a new run of ``config`` chooses its model by the clock: models to choose from, and a budget."""
+    tc = config.train
+    return bool(tc.scale_up_models) and tc.max_minutes is not None and tc.max_epochs is not None
+
+
+def fit_to_budget(config: RunConfig, run_dir: Path) -> tuple[RunConfig, BudgetPlan]:
+    """``config`` with the model that ``train.scale_up_models`` chooses for this machine (training/budget.py), and
+    the plan that chose it. Each candidate trains on the run's own first batches in a Trainer of its own, which
+    writes nothing and is dropped; the measuring's time comes out of ``train.max_minutes``."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ConfigError("train.scale_up_models measures one process; under torchrun set the model yourself "
+                          "(train.scale_up_models=)", field="train.scale_up_models")
+    tc, clock_started = config.train, time.perf_counter()
+
+    def measure(candidate: Candidate) -> tuple[float, int]:
+        trainer = Trainer(apply_settings(config, list(candidate.settings)), run_dir)
+        trainer.callbacks = []  # nothing to report: no run has started
+        groups = trainer.epoch_updates(0)
+        mine = (b for group in itertools.cycle(groups) for b in rank_batches(group, tc.grad_accum, 0)[0])
+        batches, next_group = trainer.data.loader(mine, trainer.device), itertools.cycle(groups).__next__
+
+        def step() -> int:
+            group = next_group()
+            trainer.update(group, batches)
+            return sum(trainer.data.target_tokens(b) for b in group)
+
+        rate = tokens_per_second(step, tc.scale_up_probe_seconds)
+        return rate, sum(trainer.data.target_tokens(b) for b in trainer.data.epoch_batches(0))
+
+    def seconds_left() -> float:
+        return 60 * tc.max_minutes - (time.perf_counter() - clock_started)
+
+    plan = plan_for_budget(candidates(tc.scale_up_models), measure, seconds_left, tc.max_epochs)
+    print(plan.describe(), flush=True)
+    chosen = apply_settings(config, plan.settings)
+    chosen.train = dataclasses.replace(chosen.train, max_minutes=round(plan.minutes_left, 2))
+    return chosen, plan
+
+
+def memory_settings(config: RunConfig) -> str:
+    """What sizes a training step's memory, with this run's values."""
+    tc, model = config.train, config.model
+    return (f"train.max_tokens={tc.max_tokens} (and raise train.grad_accum={tc.grad_accum} to keep the tokens per "
+            f"update), data.max_len={config.data.max_len} or the model (model.d_model={model.d_model}, "
+            f"model.d_ff={model.d_ff}, model.n_encoder_layers={model.n_encoder_layers}, "
+            f"model.n_decoder_layers={model.n_decoder_layers})")
+
+
+__all__ = ["memory_settings", "train"]

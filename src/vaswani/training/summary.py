@@ -1,0 +1,56 @@
+"""What a run did: the summary :meth:`Trainer.fit` returns and ``vaswani train`` writes as ``RUN/summary.json``."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from pathlib import Path
+
+from vaswani.evaluation.selection import FinalChoice
+from vaswani.records import read_record, write_record
+from vaswani.training.budget import BudgetPlan
+from vaswani.training.device_choices import CompilationCounts
+
+SUMMARY_FILE = "summary.json"
+
+
+class Stop(enum.Enum):
+    """Why a run stopped (the summary's ``stop_reason``)."""
+
+    MAX_EPOCHS = "max_epochs"
+    MAX_STEPS = "max_steps"
+    MAX_MINUTES = "max_minutes"
+    EARLY_STOP = "early_stop"
+    INTERRUPTED = "interrupted"
+
+
+@dataclass
+class RunSummary:
+    stop_reason: Stop
+    step: int  # optimizer updates taken
+    epoch: int  # epochs completed
+    best_metric: float | None  # the best validation value of train.early_stopping_metric (lower is better)
+    skipped_updates: int  # non-finite updates that changed no weight
+    minutes: float  # training time of every session of the run, evaluations and checkpoints included
+    world_size: int
+    signal: str | None = None  # the signal that stopped the run ("SIGTERM"), when one did
+    ranks_identical: bool | None = None  # distributed runs: whether every rank ended with the same weights
+    mfu: float | None = None  # on a GPU: model FLOPs utilisation over this session's whole wall time
+    compilation: CompilationCounts | None = None  # a compiled run: its graphs, recompiles, CUDA-graph replays
+    # written by `vaswani train` (training/run.py): the final model's headline and the time it took, and the time the
+    # user waited for (data preparation, training and the final model; not Python's start-up)
+    scale_up: BudgetPlan | None = None  # the model train.scale_up_models chose for this machine, and why
+    final: FinalChoice | None = None
+    final_minutes: float | None = None
+    wall_minutes: float | None = None
+
+    @classmethod
+    def read(cls, run_dir: str | Path) -> RunSummary:
+        """The summary of the finished run in ``run_dir``; a damaged field is one error naming it."""
+        return read_record(cls, Path(run_dir) / SUMMARY_FILE)
+
+    def write(self, run_dir: str | Path) -> None:
+        write_record(Path(run_dir) / SUMMARY_FILE, self)
+
+
+__all__ = ["SUMMARY_FILE", "RunSummary", "Stop"]

@@ -1,0 +1,188 @@
+"""No output reaches an input, whatever the flags: every writing command with its output at its own input, inside
+it, at a run, at the run's ``checkpoints/``, at a link, at a checkpoint and at an evaluation, with and without
+``--force``. Each case asserts exit 2, one error line naming the destination, and the whole tree unchanged (the
+bytes of every file, every link and folder, hidden ones such as a run's ``.lock`` included).
+
+The destinations are refused before any work, so no case trains, converts or translates: the suite shares one
+workspace and stays fast."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from vaswani.io import write_manifest
+
+SEARCH = ["--beam", "1", "--max-len-a", "0", "--max-len-b", "4", "--device", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory, tiny_checkpoint: Path) -> Path:
+    """A run (manifest, config, metrics, checkpoints/step_0000002 with best and last pointing to it), an
+    evaluation, a classifier, a corpus file pair and a CSV: what the writers read, all in one folder."""
+    from vaswani.classification.checkpoint import CLASSIFIER_KIND, ClassifierInfo, save_classifier
+    from vaswani.classification.model import TransformerClassifier
+    from vaswani.classification.word_tokenizer import WordTokenizer
+    from vaswani.config import ModelConfig
+    from vaswani.training.config import load_preset
+
+    root = tmp_path_factory.mktemp("outputs")
+    run = root / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    write_manifest(run, "run", files=[])
+    (run / "config.yaml").write_text(load_preset("smoke").to_yaml())
+    (run / "metrics.jsonl").write_text('{"kind": "train", "step": 1, "tokens_per_s": 100.0}\n')
+    shutil.copytree(tiny_checkpoint, run / "checkpoints" / "step_0000002")
+    for link in ("best", "last"):
+        os.symlink("step_0000002", run / "checkpoints" / link)
+
+    evaluation = root / "evaluation"
+    evaluation.mkdir()
+    (evaluation / "results.json").write_text('{"bleu": 1.0}\n')
+    write_manifest(evaluation, "evaluation", writer="evaluate")
+
+    tokenizer = WordTokenizer.train(["fire in the forest", "a sunny day at the beach"] * 3, vocab_size=40,
+                                    min_frequency=1)
+    config = ModelConfig.preset("tiny", vocab_size=tokenizer.vocab_size, max_len=32, dropout=0.0)
+    classifier = root / "classifier"
+    save_classifier(classifier, TransformerClassifier(config, 2, "mean"), tokenizer,
+                    ClassifierInfo(config, ["0", "1"], "mean", "word", 32))
+    write_manifest(classifier, CLASSIFIER_KIND, writer="classify train")
+
+    (root / "in.de").write_text("Ein Mann fährt Fahrrad.\nZwei Hunde spielen.\n", encoding="utf-8")
+    (root / "ref.en").write_text("A man rides a bike.\nTwo dogs play.\n", encoding="utf-8")
+    (root / "texts.csv").write_text("text\nfire in the forest\n", encoding="utf-8")
+    return root
+
+
+# Each writer: how its command line reads with the output at DEST, the input its "at the input" and "inside the
+# input" cases aim at, and whether it has a --force.
+Writer = tuple[Callable[[Path, Path], list[str]], str, bool]
+WRITERS: dict[str, Writer] = {
+    "evaluate": (lambda w, out: ["evaluate", "--checkpoint", w / "run", "--src", w / "in.de", "--ref", w / "ref.en",
+                                 "--out", out, *SEARCH], "run", True),
+    "export": (lambda w, out: ["export", "--checkpoint", w / "run", "--format", "hf", "--out", out], "run", True),
+    "average": (lambda w, out: ["average", "--run", w / "run", "--last", "1", "--out", out], "run", True),
+    "compare": (lambda w, out: ["compare", w / "evaluation", "--out", out], "evaluation", True),
+    "translate": (lambda w, out: ["translate", "--checkpoint", w / "run", "--input", w / "in.de", "--output", out,
+                                  *SEARCH], "in.de", False),
+    "classify predict": (lambda w, out: ["classify", "predict", "--model", w / "classifier", "--csv",
+                                         w / "texts.csv", "--output", out], "classifier", False),
+    "classify train": (lambda w, out: ["classify", "train", "--csv", w / "texts.csv", "--out", out], "texts.csv",
+                       True),
+    "bench runs": (lambda w, out: ["bench", "runs", w / "run", "--out", out], "run", False),
+    "prepare": (lambda w, out: ["prepare", "--src", w / "in.de", "--tgt", w / "ref.en", "--out", out,
+                                "--vocab-size", "300"], "in.de", False),
+    "train": (lambda w, out: ["train", "--preset", "smoke", "--run-dir", out], "run", False),
+    "experiment memory": (lambda w, out: ["experiment", "memory", "--smoke", "--out", out], "run", False),
+}
+DESTINATIONS = {
+    "input": lambda w, writer: w / WRITERS[writer][1],
+    "inside the input": lambda w, writer: w / WRITERS[writer][1] / "out",
+    "the run": lambda w, writer: w / "run",
+    "checkpoints/": lambda w, writer: w / "run" / "checkpoints",
+    "a link": lambda w, writer: w / "run" / "checkpoints" / "best",
+    "a checkpoint": lambda w, writer: w / "run" / "checkpoints" / "step_0000002",
+    "inside a checkpoint": lambda w, writer: w / "run" / "checkpoints" / "step_0000002" / "out",
+    "an evaluation": lambda w, writer: w / "evaluation",
+    "a classifier": lambda w, writer: w / "classifier",
+}
+# What a writer may do there: evaluate replaces an earlier evaluation (that is its own output), and train refuses a
+# run with the run's own message, which this matrix checks elsewhere.
+ALLOWED = {("evaluate", "an evaluation")}
+CASES = [pytest.param(writer, destination, force, id=f"{writer}-{destination}{'-force' if force else ''}")
+         for writer in WRITERS for destination in DESTINATIONS for force in (False, True)
+         if (writer, destination) not in ALLOWED and (WRITERS[writer][2] or not force)]
+
+
+@pytest.mark.parametrize("writer, destination, force", CASES)
+def test_no_output_reaches_an_input(run, assert_one_line, state, workspace: Path, writer: str, destination: str,
+                                    force: bool, monkeypatch) -> None:
+    monkeypatch.chdir(workspace)
+    out = DESTINATIONS[destination](workspace, writer)
+    argv = WRITERS[writer][0](workspace, out) + (["--force"] if force else [])
+    before = state(workspace)
+    code, _, err = run(*argv)
+    assert_one_line(code, err, 2)
+    assert str(out) in err or str(out.parent) in err, err  # the destination (or the folder it lies in) is named
+    assert state(workspace) == before  # not a byte, not a lock file, not an empty folder
+
+
+def test_a_default_destination_inside_the_repository_results_is_refused(state) -> None:
+    from vaswani.errors import VaswaniError
+    from vaswani.io import check_output, repository_results
+
+    results = repository_results()
+    if results is None:
+        pytest.skip("an installed package: no repository results/ to protect")
+    before = state(results)
+    with pytest.raises(VaswaniError, match="published results"):
+        check_output(results / "memory", command="experiment memory", writes="files", explicit=False)
+    check_output(results / "memory", command="experiment memory", writes="files", explicit=True)  # --out names it
+    assert state(results) == before
+
+
+def test_a_smoke_experiment_without_out_never_writes_into_results(run, tmp_path, monkeypatch) -> None:
+    """`experiment memory --smoke` from the repository's root: its default destination is runs/experiments/."""
+    from vaswani.experiments.commands import DEFAULT_OUT
+    from vaswani.io import repository_results
+
+    results = repository_results()
+    if results is None:
+        pytest.skip("an installed package")
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run("experiment", "memory", "--smoke", "--device", "cpu")
+    assert code == 0, err
+    assert (tmp_path / DEFAULT_OUT / "memory" / "results.json").is_file()
+
+
+@pytest.mark.parametrize("replaced", [False, True], ids=["kept", "force"])
+def test_force_replaces_only_what_the_same_command_wrote(run, assert_one_line, state, workspace: Path, tmp_path,
+                                                         replaced: bool) -> None:
+    """An earlier average is replaced with --force; a training checkpoint, the same kind written by another
+    command, never is."""
+    out = tmp_path / "average"
+    assert run("average", "--run", workspace / "run", "--last", "1", "--out", out)[0] == 0
+    (out / "notes.txt").write_text("beside the average")
+    code, _, err = run("average", "--run", workspace / "run", "--last", "1", "--out", out,
+                       *(["--force"] * replaced))
+    if replaced:
+        assert code == 0, err
+        assert not (out / "notes.txt").exists()
+    else:
+        assert_one_line(code, err, 2, "pass --force")
+        assert (out / "notes.txt").is_file()
+    trained = Path(shutil.copytree(workspace / "run" / "checkpoints" / "step_0000002", tmp_path / "trained"))
+    before = state(trained)
+    code, _, err = run("average", "--run", workspace / "run", "--last", "1", "--out", trained, "--force")
+    assert_one_line(code, err, 2, "written by another command")
+    assert state(trained) == before
+
+
+def test_a_refused_train_leaves_no_lock_and_no_folder(run, assert_one_line, state, tmp_path) -> None:
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("my own file")
+    before = state(tmp_path)
+    code, _, err = run("train", "--preset", "smoke", "--run-dir", folder)
+    assert_one_line(code, err, 2, "holds no run")
+    code, _, err = run("train", "--preset", "smoke", "--run-dir", tmp_path / "new" / "run", "--resume")
+    assert_one_line(code, err, 2, "nothing to resume")
+    assert state(tmp_path) == before  # no .lock in either, and no new/run/ made for nothing
+
+
+@pytest.mark.parametrize("checkpoint", ["run", "run/checkpoints/step_0000002"])
+def test_an_evaluation_goes_where_it_belongs_by_default(run, workspace: Path, tmp_path, checkpoint: str) -> None:
+    """evaluate's default --out is the checkpoint's (or the run's) eval/ folder: inside an input, and inside the run
+    that holds the checkpoint, where an evaluation belongs."""
+    copy = Path(shutil.copytree(workspace / "run", tmp_path / "run", symlinks=True))
+    given = tmp_path / checkpoint
+    code, _, err = run("evaluate", "--checkpoint", given, "--src", workspace / "in.de", "--ref", workspace / "ref.en",
+                       *SEARCH)
+    assert code == 0, err
+    [evaluation] = (given.resolve() / "eval").iterdir()
+    assert (evaluation / "results.json").is_file() and copy.is_dir()
