@@ -174,18 +174,43 @@ def source_file(tmp_path) -> Path:
     return path
 
 
+# ---- Multi30k as the tiny runs prepare it ---------------------------------------------------------------------------
+TINY_VOCAB = 400  # the BPE of the tests' tiny runs (data.vocab_size)
+
+
+@pytest.fixture(scope="session")
+def prepared_multi30k(tmp_path_factory, data_dir: Path) -> Callable[[Path], Path]:
+    """place(workdir): Multi30k train and val encoded with a 400-token BPE, exactly as a run with
+    data.vocab_size=400 started in ``workdir`` prepares them, copied into ``workdir``'s runs/data folder; the BPE is
+    trained once per session."""
+    from vaswani.data.pipeline import default_out_dir, prepare_dataset
+
+    relative = default_out_dir("multi30k", "de-en", TINY_VOCAB)
+
+    def build(root: Path) -> None:
+        prepare_dataset("multi30k", splits=("train", "val"), data_dir=data_dir, out_dir=root / relative,
+                        vocab_size=TINY_VOCAB)
+
+    prepared = built_once(tmp_path_factory, "prepared_multi30k", build) / relative
+
+    def place(workdir: Path) -> Path:
+        return Path(shutil.copytree(prepared, workdir / relative))
+
+    return place
+
+
 # A finished tiny run whose end chose its final model: 3 evaluations (so averages of 2 and 3 checkpoints), a short
 # validation subset and beam 2, so the whole end of the run takes seconds.
 FINAL_MODEL_RUN = [
     "train.max_epochs=null", "train.max_steps=12", "train.eval_every_steps=4", "train.bleu_subset=0",
     "train.precision=fp32", "train.progress=false", "train.patience=null", "train.max_tokens=600",
-    "data.vocab_size=400", "train.final_model=true", "train.average_last=3", "train.final_beam=2",
+    f"data.vocab_size={TINY_VOCAB}", "train.final_model=true", "train.average_last=3", "train.final_beam=2",
     "train.final_alphas=0.6,1.5", "train.final_valid_sentences=24", "train.final_test_splits=test2016",
 ]
 
 
 @pytest.fixture(scope="session")
-def finished_run(tmp_path_factory, data_dir: Path) -> tuple[Path, RunSummary]:
+def finished_run(tmp_path_factory, data_dir: Path, prepared_multi30k) -> tuple[Path, RunSummary]:
     """(run directory, summary) of a tiny smoke run trained to its final model, once per session (read it, or copy
     it to change it)."""
     from vaswani.training.summary import RunSummary
@@ -197,6 +222,7 @@ def finished_run(tmp_path_factory, data_dir: Path) -> tuple[Path, RunSummary]:
         with pytest.MonkeyPatch.context() as patch:
             patch.setenv("VASWANI_CACHE", str(root / "cache"))
             patch.chdir(root)
+            prepared_multi30k(root)
             config = apply_settings(load_preset("smoke"), FINAL_MODEL_RUN)
             config.data.data_dir = str(data_dir)
             train(config, root / "run")
