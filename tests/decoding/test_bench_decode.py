@@ -6,9 +6,13 @@ import argparse
 import json
 
 from vaswani.benchmarks import decode
+from vaswani.decoding.compiled import CompiledDecoder
 
 
-def test_decode_benchmark_smoke(tmp_path, capsys) -> None:
+def test_decode_benchmark_smoke(tmp_path, capsys, monkeypatch) -> None:
+    # The compiled step is traced by dynamo and run by its "eager" backend: what is checked here is the benchmark's
+    # comparison; that torch.compile's code generator decodes like eager is test_translator's --compile test.
+    monkeypatch.setattr(decode, "CompiledDecoder", lambda model: CompiledDecoder(model, backend="eager"))
     parser = argparse.ArgumentParser()
     decode.add_arguments(parser)
     out = tmp_path / "decode.json"

@@ -1,4 +1,4 @@
-"""Fixtures of the evaluation tests: a random tiny checkpoint (real BPE) and a 20-sentence test file pair."""
+"""Fixtures of the evaluation tests: a 20-sentence source/reference file pair."""
 
 from __future__ import annotations
 
@@ -8,13 +8,10 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def test_files(tmp_path_factory, data_dir: Path) -> tuple[Path, Path]:
-    """The first 20 lines of Multi30k test2016 as a source/reference file pair."""
-    from vaswani.data.corpora import load_corpus
-
-    test = load_corpus("multi30k", "test2016", data_dir=data_dir)
+def test_files(tmp_path_factory, test_pairs: tuple[list[str], list[str]]) -> tuple[Path, Path]:
+    """The 20 synthetic test pairs as a source/reference file pair."""
     directory = tmp_path_factory.mktemp("test_files")
     src, ref = directory / "test20.de", directory / "test20.en"
-    src.write_text("\n".join(test.source[:20]) + "\n", encoding="utf-8")
-    ref.write_text("\n".join(test.target[:20]) + "\n", encoding="utf-8")
+    src.write_text("\n".join(test_pairs[0]) + "\n", encoding="utf-8")
+    ref.write_text("\n".join(test_pairs[1]) + "\n", encoding="utf-8")
     return src, ref

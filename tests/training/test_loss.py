@@ -114,13 +114,15 @@ def test_no_rows_give_zero_loss() -> None:
 
 @pytest.mark.slow
 def test_compiled_and_eager_steps_agree() -> None:
-    """train.compile is exact: torch.compile of the loss module gives the eager loss and gradients (fp32)."""
+    """train.compile is exact: torch.compile of the loss module gives the eager loss and gradients (fp32, CPU). One
+    layer each side: every kind of block is compiled, in half the code generation of the tiny preset's two."""
     from vaswani.config import ModelConfig
     from vaswani.model import Transformer
     from vaswani.training.loss import TranslationLoss
 
     torch.manual_seed(0)
-    eager = TranslationLoss(Transformer(ModelConfig.preset("tiny", vocab_size=50, dropout=0.0)), 0.1)
+    config = ModelConfig.preset("tiny", vocab_size=50, dropout=0.0, n_encoder_layers=1, n_decoder_layers=1)
+    eager = TranslationLoss(Transformer(config), 0.1)
     compiled_model = TranslationLoss(Transformer(eager.model.config), 0.1)
     compiled_model.load_state_dict(eager.state_dict())
     compiled = torch.compile(compiled_model)

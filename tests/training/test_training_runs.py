@@ -34,10 +34,11 @@ TINY_RUN = [
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory, data_dir: Path) -> Path:
-    """A working directory for the runs (prepared data is cached in it once, then shared by every run)."""
+def workdir(tmp_path_factory, data_dir: Path, prepared_multi30k) -> Path:
+    """A working directory for the runs, with the data they prepare already there (shared by every run)."""
     root = tmp_path_factory.mktemp("train")
     (root / "data").symlink_to(data_dir)
+    prepared_multi30k(root)
     return root
 
 
@@ -61,6 +62,17 @@ def _run(command: list[str], workdir: Path) -> subprocess.CompletedProcess:
     result = subprocess.run(command, cwd=workdir, env=_env(workdir), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     return result
+
+
+def _main(command: list[str], workdir: Path, monkeypatch, capfd) -> tuple[int, str]:
+    """The command run by `vaswani.cli.main` in this process, in ``workdir`` with the environment of ``_run``: what
+    it checks is the command, not the process (which costs seconds to start). Returns (exit status, stderr)."""
+    from vaswani.cli import main
+
+    _in_process(workdir, monkeypatch)
+    capfd.readouterr()
+    code = main(command[command.index("vaswani.cli") + 1 :])
+    return code, capfd.readouterr().err
 
 
 def test_resume_after_sigkill_is_bit_exact(workdir: Path) -> None:
@@ -98,7 +110,7 @@ def test_resume_after_sigkill_is_bit_exact(workdir: Path) -> None:
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_stop_signal_saves_a_checkpoint_and_resume_can_change_the_learning_rate(
-        workdir: Path, stop_signal: signal.Signals) -> None:
+        workdir: Path, stop_signal: signal.Signals, monkeypatch, capfd) -> None:
     """Ctrl-C and a scheduler's SIGTERM both end the update in flight, save, and exit 128 + the signal's number."""
     run_dir = workdir / f"interrupted-{stop_signal.name}"
     process = subprocess.Popen(_train_command(run_dir, "train.max_steps=400", "train.save_every_steps=3"),
@@ -117,9 +129,10 @@ def test_a_stop_signal_saves_a_checkpoint_and_resume_can_change_the_learning_rat
     last_lr = [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
                if r["kind"] == "train"][-1]["lr"]
 
-    resumed = _run(_train_command(run_dir, f"train.max_steps={meta['step'] + 2}", "train.lr_factor=1.0",
-                                  resume=True), workdir)
-    assert "train.lr_factor changed 2.0 -> 1.0" in resumed.stderr
+    code, stderr = _main(_train_command(run_dir, f"train.max_steps={meta['step'] + 2}", "train.lr_factor=1.0",
+                                        resume=True), workdir, monkeypatch, capfd)
+    assert code == 0, stderr[-3000:]
+    assert "train.lr_factor changed 2.0 -> 1.0" in stderr
     records = [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "train"]
     first_resumed = next(r for r in records if r["step"] == meta["step"] + 1)
     # each record's lr is the one the next update uses: the new factor applies from the first resumed update
@@ -182,15 +195,17 @@ def test_a_save_that_outlasts_the_grace_period_is_abandoned(workdir: Path) -> No
     assert (meta["reason"], meta["step"]) == ("periodic", 3)
 
 
-def test_resume_keeps_the_runs_own_settings_and_records_what_set_changes(workdir: Path) -> None:
+def test_resume_keeps_the_runs_own_settings_and_records_what_set_changes(workdir: Path, monkeypatch, capfd) -> None:
     run_dir = workdir / "own-settings"
-    _run(_train_command(run_dir, "train.max_steps=4", "train.max_tokens=500"), workdir)
+    assert _main(_train_command(run_dir, "train.max_steps=4", "train.max_tokens=500"), workdir, monkeypatch,
+                 capfd)[0] == 0
     # resumed with the preset alone and one new setting: the run's --set values stay, only max_steps changes
     command = [sys.executable, "-m", "vaswani.cli", "train", "--preset", "smoke", "--run-dir", str(run_dir),
                "--resume", "--set", "train.max_steps=6"]
-    resumed = _run(command, workdir)
-    assert "train.max_steps changed 4 -> 6" in resumed.stderr
-    assert "max_tokens changed" not in resumed.stderr and "vocab_size" not in resumed.stderr
+    code, stderr = _main(command, workdir, monkeypatch, capfd)
+    assert code == 0, stderr[-3000:]
+    assert "train.max_steps changed 4 -> 6" in stderr
+    assert "max_tokens changed" not in stderr and "vocab_size" not in stderr
     assert RunSummary.read(run_dir).step == 6
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert config["train"]["max_tokens"] == 500 and config["data"]["vocab_size"] == 400
@@ -200,13 +215,13 @@ def test_resume_keeps_the_runs_own_settings_and_records_what_set_changes(workdir
     assert "changed_settings" not in starts[0]
 
 
-def test_resume_refuses_a_changed_architecture_in_one_line(workdir: Path) -> None:
+def test_resume_refuses_a_changed_architecture_in_one_line(workdir: Path, monkeypatch, capfd) -> None:
     run_dir = workdir / "architecture"
-    _run(_train_command(run_dir, "train.max_steps=2"), workdir)
-    result = subprocess.run(_train_command(run_dir, "train.max_steps=3", "model.d_ff=96", resume=True), cwd=workdir,
-                            env=_env(workdir), capture_output=True, text=True, timeout=300)
-    assert result.returncode == 2  # the command line's fault, not the machine's
-    assert result.stderr.strip().splitlines() == [
+    assert _main(_train_command(run_dir, "train.max_steps=2"), workdir, monkeypatch, capfd)[0] == 0
+    code, stderr = _main(_train_command(run_dir, "train.max_steps=3", "model.d_ff=96", resume=True), workdir,
+                         monkeypatch, capfd)
+    assert code == 2  # the command line's fault, not the machine's
+    assert stderr.strip().splitlines() == [
         "vaswani train: error: --resume cannot change the architecture (['d_ff']); start a new run directory instead"]
 
 
@@ -220,13 +235,14 @@ def test_updates_within_budget_follows_the_pace_and_never_passes_the_plan() -> N
     assert updates_within_budget(100, 5000, seconds_left=60, updates_per_second=None) == 5000  # no pace yet
 
 
-def test_time_limited_run_sizes_its_progress_bar_to_the_clock(workdir: Path) -> None:
+def test_time_limited_run_sizes_its_progress_bar_to_the_clock(workdir: Path, monkeypatch, capfd) -> None:
     """A run that the clock ends long before max_steps must not show max_steps (and its ETA) in the bar."""
-    result = _run(_train_command(workdir / "timed", "train.max_steps=100000", "train.max_minutes=0.05",
-                                 "train.progress=true"), workdir)
-    totals = [int(m) for m in re.findall(r"\d+/(\d+) \[", result.stderr)]
+    code, stderr = _main(_train_command(workdir / "timed", "train.max_steps=100000", "train.max_minutes=0.05",
+                                        "train.progress=true"), workdir, monkeypatch, capfd)
+    assert code == 0, stderr[-3000:]
+    totals = [int(m) for m in re.findall(r"\d+/(\d+) \[", stderr)]
     assert totals and totals[0] == 100000  # before any pace is known the bar shows the plan
-    assert totals[-1] < 1000, result.stderr[-1000:]
+    assert totals[-1] < 1000, stderr[-1000:]
     assert RunSummary.read(workdir / "timed").stop_reason is Stop.MAX_MINUTES
 
 
