@@ -9,10 +9,14 @@ import random
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
 from filelock import FileLock
+
+if TYPE_CHECKING:
+    from vaswani.training.summary import RunSummary
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # The fixtures that hand a test the real data files; a test that asks for one of them (directly or through another
