@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from vaswani.cli import build_parser
+from vaswani.data.files import MAX_CORPUS_FILE_BYTES
 from vaswani.data.textfiles import MAX_TEXT_BYTES
 from vaswani.io import MAX_DOCUMENT_BYTES
 
@@ -26,6 +27,15 @@ def oversized(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("oversized") / "huge.txt"
     with open(path, "wb") as handle:
         handle.truncate(MAX_TEXT_BYTES + 1)
+    return path
+
+
+@pytest.fixture(scope="module")
+def oversized_corpus(tmp_path_factory) -> Path:
+    """A sparse file one byte past what prepare streams from one corpus file."""
+    path = tmp_path_factory.mktemp("oversized-corpus") / "huge.txt"
+    with open(path, "wb") as handle:
+        handle.truncate(MAX_CORPUS_FILE_BYTES + 1)
     return path
 
 
@@ -66,8 +76,10 @@ def inputs(tmp_path, checkpoint: Path, classifier: Path, references: Path) -> di
 @pytest.mark.parametrize("kind", ["device", "oversized"])
 @pytest.mark.parametrize("reader", READERS)
 def test_a_device_or_an_oversized_file_is_refused_before_it_is_read(run, assert_one_line, inputs, oversized,
-                                                                    reader: str, kind: str) -> None:
-    source = DEVICE if kind == "device" else oversized
+                                                                    oversized_corpus, reader: str,
+                                                                    kind: str) -> None:
+    # prepare streams a corpus, so its bound is another: far larger, and checked before the file is read as well
+    source = DEVICE if kind == "device" else oversized_corpus if reader.startswith("prepare") else oversized
     code, _, err = run(*READERS[reader](source, inputs))
     line = assert_one_line(code, err, 2, str(source))
     assert ("not a regular file" in line or "not a file" in line) if kind == "device" else "more than" in line

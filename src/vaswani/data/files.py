@@ -22,7 +22,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
-import itertools
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -37,8 +36,8 @@ from vaswani.errors import ConfigError, DataError
 
 READ_BYTES = 1 << 20
 # The stream keeps memory flat, but not unbounded: a file (on disk, or once decompressed) past MAX_CORPUS_FILE_BYTES is
-# refused before it is read, and a line past MAX_LINE_BYTES (no sentence is that long; a binary file or one text
-# without line breaks is) stops the first pass, before any line is held in memory.
+# refused before it is read, and a line past MAX_LINE_BYTES is never held whole: it is read in pieces and dropped as
+# an empty line, which drops its pair as the length rule drops any pair past max_len (a line that long is far past it).
 MAX_CORPUS_FILE_BYTES = 64 << 30
 MAX_LINE_BYTES = 1 << 16
 BYTE_ORDER_MARK = b"\xef\xbb\xbf"
@@ -179,25 +178,14 @@ def _count_lines(path: Path, bar) -> FileRecord:
 
 
 def _count(stream: BinaryIO, path: Path) -> tuple[int, bool]:
-    """Lines and whether there is any text, with the bounds checked on the way: the bytes read (a gzip file's text
-    may be far larger than the file) and the length of every line, including one that crosses chunks."""
-    lines, has_text, last, total, open_line = 0, False, b"\n", 0, 0
+    lines, has_text, last, total = 0, False, b"\n", 0
     try:
         while chunk := stream.read(READ_BYTES):
             total += len(chunk)
-            if total > MAX_CORPUS_FILE_BYTES:
+            if total > MAX_CORPUS_FILE_BYTES:  # a gzip file's text may be far larger than the file
                 raise DataError(f"{path}: more than the {MAX_CORPUS_FILE_BYTES:,} bytes vaswani reads from one "
                                 "corpus file; split it into several files (data.train_files takes a list of parts)")
-            ends = np.flatnonzero(np.frombuffer(chunk, np.uint8) == ord("\n"))  # about 1 ms a MB
-            # every line's length: the first continues the line the chunk before left open, the last is left open
-            lengths = np.diff(ends, prepend=-1, append=len(chunk)) - 1
-            lengths[0] += open_line
-            too_long = np.flatnonzero(lengths > MAX_LINE_BYTES)
-            if len(too_long):
-                raise DataError(f"{path}:{lines + int(too_long[0]) + 1}: a line of more than {MAX_LINE_BYTES:,} "
-                                "bytes; a corpus holds one sentence per line (is this a text file?)")
-            open_line = int(lengths[-1])
-            lines += len(ends)
+            lines += chunk.count(b"\n")
             has_text = has_text or bool(chunk.strip())
             last = chunk[-1:]
     except (EOFError, zlib.error, gzip.BadGzipFile) as error:
@@ -295,11 +283,34 @@ def read_chunks(split: FileSplit, pairs: int = CHUNK_PAIRS) -> Iterator[LineChun
 
 def _lines(stream: BinaryIO, count: int, first: bool, path: Path) -> list[bytes]:
     try:
-        lines = [line[:-1] if line[-1:] == b"\n" else line for line in itertools.islice(stream, count)]
+        lines = _bounded_lines(stream, count)
     except (EOFError, zlib.error, gzip.BadGzipFile) as error:
         raise DataError(f"{path}: corrupt or truncated gzip file ({error})") from None
     if first and lines and lines[0].startswith(BYTE_ORDER_MARK):
         lines[0] = lines[0][len(BYTE_ORDER_MARK):]
+    return lines
+
+
+def _bounded_lines(stream: BinaryIO, count: int) -> list[bytes]:
+    """The next ``count`` lines (fewer at the end), without their newline; a line past MAX_LINE_BYTES is read in
+    pieces of at most that size and comes back empty, so it takes one line's place and no more memory."""
+    read, piece_bytes = stream.readline, MAX_LINE_BYTES + 1
+    lines: list[bytes] = []
+    inside_long_line = False
+    while len(lines) < count:
+        pieces = [read(piece_bytes) for _ in range(count - len(lines))]  # a C-level call a line: the common case
+        for piece in pieces:
+            if not piece:  # the end of the file
+                if inside_long_line:
+                    lines.append(b"")
+                return lines
+            line_ends = piece[-1:] == b"\n" or len(piece) < piece_bytes  # the last line may have no newline
+            if inside_long_line or not line_ends:
+                inside_long_line = not line_ends
+                if line_ends:
+                    lines.append(b"")  # the long line ends here: it is dropped, its place kept
+                continue
+            lines.append(piece[:-1] if piece[-1:] == b"\n" else piece)
     return lines
 
 
