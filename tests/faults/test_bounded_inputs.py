@@ -21,29 +21,29 @@ from vaswani.io import MAX_DOCUMENT_BYTES
 DEVICE = Path("/dev/zero")
 
 
+def sparse_file(path: Path, size: int) -> Path:
+    """``path``, ``size`` bytes long without taking disk space: nothing may read it."""
+    with open(path, "wb") as handle:
+        handle.truncate(size)
+    return path
+
+
 @pytest.fixture(scope="module")
 def oversized(tmp_path_factory) -> Path:
-    """A sparse file one byte past the text limit: it takes no disk space, and nothing may read it."""
-    path = tmp_path_factory.mktemp("oversized") / "huge.txt"
-    with open(path, "wb") as handle:
-        handle.truncate(MAX_TEXT_BYTES + 1)
-    return path
+    """One byte past the text limit."""
+    return sparse_file(tmp_path_factory.mktemp("oversized") / "huge.txt", MAX_TEXT_BYTES + 1)
 
 
 @pytest.fixture(scope="module")
 def oversized_corpus(tmp_path_factory) -> Path:
-    """A sparse file one byte past what prepare streams from one corpus file."""
-    path = tmp_path_factory.mktemp("oversized-corpus") / "huge.txt"
-    with open(path, "wb") as handle:
-        handle.truncate(MAX_CORPUS_FILE_BYTES + 1)
-    return path
+    """One byte past what prepare streams from one corpus file."""
+    return sparse_file(tmp_path_factory.mktemp("oversized-corpus") / "huge.txt", MAX_CORPUS_FILE_BYTES + 1)
 
 
 @pytest.fixture(scope="module")
 def oversized_json(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("oversized-json")
-    with open(folder / "results.json", "wb") as handle:
-        handle.truncate(MAX_DOCUMENT_BYTES + 1)
+    sparse_file(folder / "results.json", MAX_DOCUMENT_BYTES + 1)
     return folder
 
 

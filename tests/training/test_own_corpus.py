@@ -104,6 +104,32 @@ def test_the_run_translates_evaluates_and_is_served_as_english_to_german(en_de_r
     assert code == 0 and "Type an English sentence" in err
 
 
+def test_the_run_exports_to_transformers_with_its_tokenizer_and_its_logits(en_de_run, tmp_path, capsys):
+    """The English → German model as a MarianMT model: the same ids for English text, and the same logits for a
+    German continuation (fp32, CPU, within 1e-4)."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    from vaswani.data.tokenizer import Tokenizer
+    from vaswani.model.serialization import load_model, resolve_checkpoint
+
+    out = tmp_path / "hf"
+    code, _, err = run(capsys, "export", "--checkpoint", en_de_run, "--format", "hf", "--out", out)
+    assert code == 0, err
+    hf_model = transformers.MarianMTModel.from_pretrained(out).eval()
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    final = resolve_checkpoint(en_de_run)
+    ours = Tokenizer.load(final / "tokenizer.json")
+    english, german = "A dog runs in the snow.", "Ein Hund läuft im Schnee."
+    src = torch.tensor([ours.encode(english) + [ours.eos_id]])
+    assert hf_tokenizer([english], return_tensors="pt")["input_ids"].tolist() == src.tolist()
+    tgt = torch.tensor([[ours.bos_id] + ours.encode(german)])
+    model = load_model(final).eval()
+    with torch.no_grad():
+        difference = model(src, tgt) - hf_model(input_ids=src, decoder_input_ids=tgt).logits
+    assert difference.abs().max().item() < 1e-4
+
+
 def test_finalize_scores_more_test_files_of_the_run(en_de_run, multi30k, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # elsewhere than the run was trained: its prepared data is found through corpus.json
     code, _, err = run(capsys, "finalize", "--run-dir", en_de_run, "--test-src", multi30k / "test_2017_flickr.en.gz",
