@@ -124,7 +124,8 @@ def _wmt17() -> DatasetSpec:
     splits["train"] = SplitSpec("train", (), hub=True)
     return DatasetSpec(
         name="wmt17",
-        description="WMT17 news: newstest2016 (val), newstest2017 (test), older test sets, train from local copies or HF datasets",
+        description="WMT17 news: newstest2016 (val), newstest2017 (test), older test sets, train from local copies or "
+                    "HF datasets",
         splits=splits,
         aliases={"val": "newstest2016", "dev": "newstest2016", "test": "newstest2017", "newstest2008": "news-test2008"},
         default_vocab_size=50_000,
