@@ -21,7 +21,7 @@ DESCENDANTS_SEARCHED = 10_000  # entries looked at below a folder that would be 
 def repository_results() -> Path | None:
     """The ``results/`` folder of the repository this package runs from (an editable install or a checkout), whose
     published figures no command overwrites unless ``--out`` names them; None for an installed package."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]  # src/vaswani/io/outputs.py: the repository holds src/
     if (root / "pyproject.toml").is_file() and (root / "results").is_dir():
         return (root / "results").resolve()
     return None
