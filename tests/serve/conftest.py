@@ -69,6 +69,7 @@ class ServerProcess:
                 self.process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.process.kill()
+                self.process.wait()
         return self.output()
 
     def output(self) -> str:
