@@ -17,8 +17,10 @@ def test_sigterm_finishes_the_requests_in_flight(server, test_pairs) -> None:
 
     def client(text: str) -> None:
         started.set()
-        try:  # beam 4 up to 40 tokens, 8 texts: long enough to be in flight when SIGTERM comes
-            body = {"texts": [text, text[::-1]] * 4, "beam": 4, "max_len_a": 0.0, "max_len_b": 40}
+        # beam 8 up to 100 tokens, 8 texts: a search far longer than the spread of the six arrivals, even on a
+        # loaded machine, so all six are in flight together when SIGTERM comes
+        try:
+            body = {"texts": [text, text[::-1]] * 4, "beam": 8, "max_len_a": 0.0, "max_len_b": 100}
             answers.append(httpx.post(f"{server.url}/v1/translate", json=body, timeout=60))
         except Exception as error:  # noqa: BLE001 - recorded and asserted below
             answers.append(error)
