@@ -17,6 +17,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import sys
 import socket
 import threading
 import time
@@ -68,8 +69,11 @@ def serve_workers(listener: socket.socket, checkpoint: str, settings: ServeSetti
         if not stopping.is_set():
             print(f"vaswani serve: {address}  ({settings.workers} workers; API docs at /docs)", flush=True)
         while any(process.exitcode is None for process in processes):
-            wait([process.sentinel for process in processes if process.exitcode is None])
-            if not stopping.is_set():
+            # a second at a time, so that a stop is noticed: from then on _join bounds the wait for every worker
+            ready = wait([process.sentinel for process in processes if process.exitcode is None], timeout=1.0)
+            if stopping.is_set():
+                break
+            if ready:
                 gone = next(process for process in processes if process.exitcode is not None)
                 stop()
                 _join(processes)
@@ -133,6 +137,11 @@ def run_worker(number: int, listener: socket.socket, checkpoint: str, settings: 
     report.send(number)
     report.close()
     server.run(sockets=[listener])
+    # uvicorn has drained and the app has shut down (the batcher stopped, its threads joined): leave at once, not
+    # through the interpreter's shutdown, which would wait for any thread a library left running.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _exit_with_parent(parent: int, server: Any) -> None:
