@@ -124,3 +124,14 @@ def test_an_unknown_cpu_bf16_override_is_named_in_one_line(monkeypatch) -> None:
         assert "\n" not in str(error.value)
     finally:
         bf16_is_fast.cache_clear()
+
+
+def test_one_slowed_trial_does_not_decide_the_precision() -> None:
+    """A CPU where fp32 is four times faster, one fp32 trial preempted by another process: still fp32."""
+    from vaswani.precision import faster_of
+
+    fp32 = [0.0004, 0.0004, 0.0120, 0.0004, 0.0004]  # the third trial lost the core for a time slice
+    bf16 = [0.0017, 0.0018, 0.0017, 0.0017, 0.0018]
+    assert faster_of(bf16, fp32) is False
+    assert sum(bf16) < sum(fp32)  # the total, as one timing of all trials would see it, would have chosen bf16
+    assert faster_of(fp32, bf16) is True
