@@ -7,8 +7,9 @@ the best translator: BLEU keeps moving after the loss flattens, and the mean of 
 short translations come out, and BLEU's brevity penalty punishes short ones. So at the end of a run with
 ``train.final_model`` this module
 
-1. scores each candidate — ``best``, ``last``, and the average of the last k step checkpoints for
-   k = 2 … ``average_last`` — by greedy BLEU on the whole validation split (or its first
+1. scores each candidate — ``best``, ``last``, the average of the last k step checkpoints for
+   k = 2 … ``average_last``, and the average of the ``average_last`` checkpoints around ``best`` where the loss rose
+   after it — by greedy BLEU on the whole validation split (or its first
    ``final_valid_sentences``), and keeps the highest;
 2. tunes the search on the same split: greedy, and beam ``final_beam`` ranked by log P / |Y|^α with each α in
    ``final_alphas`` (the length penalty both engines compute, so the chosen search runs on CTranslate2 too);
@@ -42,7 +43,7 @@ from vaswani.evaluation.metrics import CorpusScores, corpus_scores
 from vaswani.evaluation.selection import Candidate, Quantization, SearchTried, Selection, TestSetScores
 from vaswani.io import install_directory, staging_directory, write_manifest, writing
 from vaswani.model.serialization import CHECKPOINT_KIND
-from vaswani.training.checkpoint import STEP_NAME
+from vaswani.training.checkpoint import STEP_NAME, nearest
 from vaswani.training.config import RunConfig
 from vaswani.training.data import split_texts, valid_split_name
 from vaswani.training.device_choices import decoding_batches
@@ -169,11 +170,16 @@ def _candidates(checkpoints: Path, average_last: int, staging: Path) -> dict[str
             found[link] = (target, [target.name])
     if not found:
         raise VaswaniError(f"{checkpoints}: no best or last checkpoint; train the run first")
-    steps = [p for p in checkpoints.glob("step_*") if p.is_dir() and STEP_NAME.match(p.name)]
+    steps = sorted(p for p in checkpoints.glob("step_*") if p.is_dir() and STEP_NAME.match(p.name))
     for k in range(2, min(average_last, len(steps)) + 1):
         averaged = last_checkpoints(checkpoints.parent, k)
         found[f"average of last {k}"] = (average_checkpoints(averaged, staging / f"average-{k}"),
                                          [p.name for p in averaged])
+    # the region around the lowest validation loss, where the loss rose after it (the trainer keeps that region)
+    around = nearest(steps, (checkpoints / "best").resolve(), average_last) if "best" in found else []
+    if len(around) >= 2 and around != steps[-len(around):]:
+        found[f"average of {len(around)} around best"] = (
+            average_checkpoints(around, staging / "average-around-best"), [p.name for p in around])
     return found
 
 

@@ -288,7 +288,7 @@ class Trainer:
                 move_link(checkpoints, "last", directory)
                 if reason == "best":
                     move_link(checkpoints, "best", directory)
-                prune(checkpoints, self.config.train.keep_checkpoints)
+                prune(checkpoints, self.config.train.keep_checkpoints, around_best=self.config.train.average_last)
             self.world.barrier()
             self.checkpointed_step = self.progress.step
             self._notify("on_checkpoint_end", reason)
