@@ -199,6 +199,16 @@ def test_only_io_stages_renames_or_fsyncs() -> None:
                           "staging_directory + install_directory, atomic_symlink, move)"
 
 
+def test_only_io_writes_a_figure() -> None:
+    """A figure is a file like any other: written whole through vaswani.io (atomic_write_figure), never by savefig."""
+    for name, path, tree in MODULES:
+        if name == "vaswani.io" or name.startswith("vaswani.io."):
+            continue
+        calls = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Call)
+                 and isinstance(node.func, ast.Attribute) and node.func.attr == "savefig"]
+        assert not calls, f"{path}:{calls[0]}: savefig outside vaswani.io; use vaswani.io.atomic_write_figure"
+
+
 CORE_AREAS = ("model", "data", "training", "decoding", "evaluation")
 
 

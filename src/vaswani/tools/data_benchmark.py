@@ -39,7 +39,7 @@ from vaswani.data.commands import add_data_dir_argument
 from vaswani.data.corpora import load_corpus
 from vaswani.data.tokenizer import MAX_VOCAB_SIZE
 from vaswani.errors import VaswaniError
-from vaswani.io import atomic_write, atomic_write_json, atomic_write_text, read_json
+from vaswani.io import atomic_write, atomic_write_figure, atomic_write_json, atomic_write_text, read_json
 from vaswani.provenance import provenance
 
 WRITE_CHUNK = 100_000  # lines generated and written at a time
@@ -324,5 +324,5 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         axes.grid(alpha=0.3)
         axes.legend()
     figure.tight_layout()
-    atomic_write(path, lambda tmp: figure.savefig(tmp, format="png", dpi=110))
+    atomic_write_figure(path, figure, dpi=110, tight=False)
     plt.close(figure)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vaswani.io import atomic_write_json, atomic_write_text
+from vaswani.io import atomic_write_figure, atomic_write_json, atomic_write_text
 
 if TYPE_CHECKING:
     from vaswani.tools.serve_load import LoadTest, Run
@@ -290,7 +290,7 @@ def plot(rows: list[Row], path: Path) -> None:
     left.legend()
     fig.suptitle("vaswani serve on loopback (server and clients share the cores)", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    atomic_write_figure(path, fig, tight=False)
     plt.close(fig)
 
 
