@@ -367,8 +367,12 @@ def test_a_trainer_writes_nothing_until_it_fits(workdir: Path, monkeypatch) -> N
 
     _in_process(workdir, monkeypatch)
     run_dir = workdir / "written-by-fit"
-    trainer = Trainer(apply_settings(load_preset("smoke"), [*TINY_RUN, "train.max_steps=1"]), run_dir)
+    config = apply_settings(load_preset("smoke"), [*TINY_RUN, "train.max_steps=1"])
+    given = config.to_dict()
+    trainer = Trainer(config, run_dir)
     assert not run_dir.exists()
+    # the caller's config is left as given; the Trainer's own holds the vocabulary the data's tokenizer has
+    assert config.to_dict() == given and trainer.config.model.vocab_size == trainer.data.tokenizer.vocab_size
     trainer.fit()
     assert {"config.yaml", "provenance.jsonl", "tokenizer.json", "metrics.jsonl", "checkpoints"} <= {
         path.name for path in run_dir.iterdir()}

@@ -120,9 +120,9 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
     for split in tc.final_test_splits:
         corpus = texts[split]
         test_set = TestSet(f"{dc.dataset}-{split}", corpus.source, corpus.target)
-        results, _ = evaluate(translator, test_set, final / EVALUATIONS_FOLDER / test_set.name, checkpoint=str(final))
-        tests[test_set.name] = TestSetScores(**{field.name: results[field.name]
-                                             for field in dataclasses.fields(TestSetScores)})
+        result, _ = evaluate(translator, test_set, final / EVALUATIONS_FOLDER / test_set.name, checkpoint=str(final))
+        tests[test_set.name] = TestSetScores(result.bleu, result.chrf, result.length_ratio, result.signature,
+                                             result.chrf_signature, result.sentences)
     selection = Selection(weights=chosen.weights, search=best_search.search, search_settings=best_search.settings,
                           valid_split=valid_split, valid_sentences=len(sources), valid=best_search.valid,
                           quantization=quantization, test=tests, candidates=weights, searches=tried,
