@@ -31,7 +31,7 @@ from vaswani.errors import ConfigError, VaswaniError, VaswaniWarning, is_out_of_
 CORE_COMMANDS = {
     "vaswani.data.commands": ("prepare",),
     "vaswani.training.commands": ("train", "finalize"),
-    "vaswani.decoding.commands": ("translate",),
+    "vaswani.decoding.commands": ("translate", "score"),
     "vaswani.evaluation.commands": ("evaluate", "compare", "average"),
 }
 BUILT_ON_THE_CORE = {

@@ -235,3 +235,29 @@ def test_a_damaged_meta_json_is_served_all_the_same_and_reports_nothing(tiny_che
     assert (info["id"], info["step"], info["val_bleu"]) == ("step_0000010", None, None)
     warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
     assert len(warnings) == 1 and f'{checkpoint / "meta.json"}: field "step"' in warnings[0]
+
+
+def test_score_gives_each_pair_the_translators_scores(client, tiny_checkpoint, test_pairs) -> None:
+    sources, targets = test_pairs[0][:3], test_pairs[1][:3]
+    answer = client.post("/v1/score", json={"sources": sources, "targets": targets, "alpha": 1.0})
+    assert answer.status_code == 200, answer.text
+    scorer = Translator.load(tiny_checkpoint, SearchConfig(beam_size=1, alpha=1.0),
+                             EngineOptions(device="cpu"))
+    expected = scorer.score(sources, targets)
+    scores = answer.json()["scores"]
+    assert [s["log_prob"] for s in scores] == pytest.approx([p.log_prob for p in expected], abs=1e-5)
+    assert [s["score"] for s in scores] == pytest.approx([p.score for p in expected], abs=1e-5)
+    assert [s["tokens"] for s in scores] == [p.tokens for p in expected]
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"sources": ["Ein Hund."], "targets": []}, "targets"),
+    ({"sources": [], "targets": []}, "sources"),
+    ({"sources": ["Ein Hund."], "targets": [" "]}, "targets[0]"),
+    ({"sources": ["Ein Hund."] * 5, "targets": ["A dog."] * 5}, "sources"),
+    ({"sources": ["Ein Hund."], "targets": ["A dog."], "alpha": -1}, "alpha"),
+    ({"sources": ["Ein Hund."], "targets": ["A dog."], "beam": 2}, "beam"),
+])
+def test_score_requests_out_of_range_get_a_422_naming_the_field(client, body, field) -> None:
+    answer = client.post("/v1/score", json=body)
+    assert answer.status_code == 422 and answer.json()["error"]["field"] == field, answer.text

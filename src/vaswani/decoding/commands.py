@@ -1,10 +1,13 @@
 """``vaswani translate``: text in the model's source language in (stdin, a file, or typed interactively), its
-translation out; and the search and engine options that ``vaswani evaluate`` shares."""
+translation out; ``vaswani score``: given translations' log-probabilities, and the pairs a threshold
+keeps; and the search and engine options that ``vaswani evaluate`` shares."""
 
 from __future__ import annotations
 
 import argparse
 import io
+import json
+import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -20,6 +23,7 @@ from vaswani.io import atomic_write_text, check_output, standard_stream
 from vaswani.model.serialization import resolve_checkpoint
 
 if TYPE_CHECKING:  # the translator imports torch; the parser is built without it
+    from vaswani.decoding.scoring import PairScore
     from vaswani.decoding.translator import Translation, Translator
 
 
@@ -58,6 +62,13 @@ def add_search_arguments(parser: argparse.ArgumentParser, nbest: bool = True) ->
                        help="sentences per batch (default 64)")
     group.add_argument("--max-tokens", type=ranged(int, le=MAX_BATCH), default=8192, metavar="N",
                        help="padded source tokens x beam per batch (default 8192)")
+    add_engine_arguments(parser)
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """--engine, --quantization, --threads, --device, --precision, --compile."""
+    d = DEFAULTS
+    stored = "the checkpoint's search.json, else"
     engine = parser.add_argument_group("engine")
     engine.add_argument("--engine", choices=ENGINES, default=None,
                         help="torch (our search, the reference), ctranslate2 (the checkpoint converted once, next to "
@@ -131,6 +142,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--output", type=Path, metavar="FILE", help="translations (default stdout)")
     add_search_arguments(parser)
     parser.set_defaults(handler=translate_command)
+    register_score(subparsers)
 
 
 def translate_command(args: argparse.Namespace) -> int:
@@ -193,3 +205,108 @@ def _interactive(translator: Translator, n: int, source_language: str | None = N
         _write(sys.stdout, translator.translate_nbest([line]), n, offset=count)
         sys.stdout.flush()
         count += 1
+
+
+# ---- vaswani score --------------------------------------------------------------------------------------
+SCORE_FORMATS = ("tsv", "jsonl")
+TSV_COLUMNS = ("score", "log_prob", "per_token", "tokens")
+
+
+def register_score(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "score",
+        help="score given translations: each pair's log-probability under the model (--min-score filters)",
+        description="One line per pair of --src and --tgt: its length-normalised score (as the search ranks "
+        "hypotheses), summed log-probability (the target's tokens and </s>), mean log-probability per token, "
+        "and token count; TSV in that order, or JSON lines. With --min-score, the pairs scoring at or above "
+        "it are written to --kept-src and --kept-tgt.",
+    )
+    parser.add_argument("--checkpoint", required=True, metavar="DIR",
+                        help="checkpoint directory or run directory")
+    parser.add_argument("--src", required=True, type=Path, metavar="FILE",
+                        help="source sentences, one per line")
+    parser.add_argument("--tgt", required=True, type=Path, metavar="FILE",
+                        help="their translations, one per line (line i translates line i of --src)")
+    parser.add_argument("--output", type=Path, metavar="FILE", help="the scores (default stdout)")
+    parser.add_argument("--format", choices=SCORE_FORMATS, default="tsv",
+                        help="tsv: score, log_prob, per_token, tokens separated by tabs (default); jsonl: "
+                        "one JSON object per line with those keys")
+    parser.add_argument("--min-score", type=float, default=None, metavar="X",
+                        help="keep the pairs whose score is at least X (needs --kept-src and --kept-tgt)")
+    parser.add_argument("--kept-src", type=Path, metavar="FILE", help="the kept pairs' sources")
+    parser.add_argument("--kept-tgt", type=Path, metavar="FILE", help="the kept pairs' targets")
+    d = DEFAULTS
+    stored = "the checkpoint's search.json, else"
+    group = parser.add_argument_group("normalisation and batching")
+    group.add_argument("--alpha", type=float, default=None, metavar="A",
+                       help=f"length-penalty exponent of the score (default: {stored} {d.alpha})")
+    group.add_argument("--length-norm", choices=["gnmt", "power", "average", "none"], default=None,
+                       help="the score's length normalisation, as translate's (default: "
+                       f"{stored} {d.length_norm})")
+    group.add_argument("--batch-size", type=ranged(int, le=MAX_BATCH), default=64, metavar="N",
+                       help="pairs per batch (default 64)")
+    group.add_argument("--max-tokens", type=ranged(int, le=MAX_BATCH), default=8192, metavar="N",
+                       help="padded source tokens per batch (default 8192)")
+    add_engine_arguments(parser)
+    parser.set_defaults(handler=score_command)
+
+
+def score_config_from_args(args: argparse.Namespace, stored: dict | None = None) -> SearchConfig:
+    """The normalisation the options give, on top of ``stored`` (a search.json); nothing is searched
+    (beam 1)."""
+    for flag, value in (("--batch-size", args.batch_size), ("--max-tokens", args.max_tokens)):
+        if value < 1:
+            raise ConfigError(f"{flag} {value}: must be >= 1")
+    names = ("alpha", "length_norm")
+    given = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    known = {name: value for name, value in (stored or {}).items() if name in names}
+    return SearchConfig(beam_size=1, precision=args.precision, **{**known, **given})
+
+
+def score_command(args: argparse.Namespace) -> int:
+    # Everything the user gave is checked before the model is loaded.
+    score_config_from_args(args)
+    kept = (args.kept_src, args.kept_tgt)
+    if args.min_score is not None and None in kept:
+        raise ConfigError("--min-score writes the pairs it keeps: give --kept-src FILE and --kept-tgt FILE")
+    if args.min_score is None and kept != (None, None):
+        raise ConfigError("--kept-src and --kept-tgt are the pairs --min-score keeps: give --min-score X")
+    if args.min_score is not None and not math.isfinite(args.min_score):
+        raise ConfigError(f"--min-score {args.min_score}: give a finite number (a log-probability, <= 0)")
+    inputs = [args.checkpoint, args.src, args.tgt]
+    outputs = [(path, flag) for path, flag in ((args.output, "--output"), (args.kept_src, "--kept-src"),
+                                                (args.kept_tgt, "--kept-tgt")) if path is not None]
+    if len({path.resolve() for path, _ in outputs}) < len(outputs):
+        raise ConfigError("--output, --kept-src and --kept-tgt must be different files")
+    for path, flag in outputs:
+        check_output(path, command="score", writes="file", inputs=inputs, option=flag)
+    if args.output is None:
+        standard_stream("stdout", "pass --output FILE")
+    sources, targets = read_lines(args.src), read_lines(args.tgt)
+    from vaswani.decoding.translator import Translator  # imports the engines' modules: not for the parser
+
+    directory = resolve_checkpoint(args.checkpoint)
+    translator = Translator.load(directory, score_config_from_args(args, read_stored_search(directory)),
+                                 engine_options_from_args(args).with_stored(read_stored_engine(directory)),
+                                 batch_size=args.batch_size, max_tokens=args.max_tokens)
+    scores = translator.score(sources, targets, progress=sys.stderr.isatty(),
+                              names=(str(args.src), str(args.tgt)))
+    text = "".join(_score_line(score, args.format) for score in scores)
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        atomic_write_text(args.output, text)
+    if args.min_score is not None:
+        keep = [i for i, score in enumerate(scores) if score.score >= args.min_score]
+        atomic_write_text(args.kept_src, "".join(sources[i] + "\n" for i in keep))
+        atomic_write_text(args.kept_tgt, "".join(targets[i] + "\n" for i in keep))
+        print(f"kept {len(keep)} of {len(scores)} pairs (score >= {args.min_score:g})", file=sys.stderr)
+    return 0
+
+
+def _score_line(score: PairScore, form: str) -> str:
+    values = score.as_dict()
+    if form == "jsonl":
+        return json.dumps(values) + "\n"
+    return "\t".join(f"{values[name]:.6f}" if isinstance(values[name], float) else str(values[name])
+                     for name in TSV_COLUMNS) + "\n"

@@ -218,6 +218,15 @@ class CTranslate2Engine:
         return [sorted(nbest, key=lambda h: h.score, reverse=True)[: config.nbest]  # type: ignore[arg-type, union-attr]
                 for nbest in out]
 
+    def score(self, sources: Sequence[list[int]], targets: Sequence[list[int]],
+              config: SearchConfig) -> list[list[float]]:
+        """``score_batch``: the converted model appends </s> to each source and scores the target's tokens
+        and the </s> it appends to them."""
+        source_tokens = [[self.vocabulary[i] for i in source[:-1]] for source in sources]
+        target_tokens = [[self.vocabulary[i] for i in target] for target in targets]
+        results = self.translator.score_batch(source_tokens, target_tokens, max_input_length=0)
+        return [list(result.log_probs) for result in results]
+
     def describe(self) -> dict[str, Any]:
         return {"engine": self.name, "device": self.device, "quantization": self.quantization,
                 "threads": self.threads, "model": str(self.directory)}

@@ -58,6 +58,12 @@ class Engine(Protocol):
         """``config.nbest`` hypotheses per source, best first, for one batch of sources (ids ending in </s>)."""
         ...
 
+    def score(self, sources: Sequence[list[int]], targets: Sequence[list[int]],
+              config: SearchConfig) -> list[list[float]]:
+        """For each source (ids ending in </s>) and target (y1 .. yn, no </s>): the log-probs of y1 .. yn
+        and of the </s> after them, under the model (no penalty applies: nothing is searched)."""
+        ...
+
     def describe(self) -> dict[str, Any]:
         """What runs the search, for results files and ``/v1/model``: engine, device, quantization/precision."""
         ...

@@ -112,7 +112,7 @@ def _cache_capacity(longest: int, config: SearchConfig) -> int | None:
 
 
 @contextlib.contextmanager
-def _eval_mode(model: SearchableModel) -> Iterator[None]:
+def eval_mode(model: SearchableModel) -> Iterator[None]:
     """Dropout off while searching; the caller's train/eval mode is restored afterwards (validation in training)."""
     was_training = getattr(model, "training", False)
     if was_training:
@@ -323,7 +323,7 @@ def generate(model: SearchableModel, src: torch.Tensor, config: SearchConfig) ->
     stay float32).
     """
     precision = resolve_precision(config.precision, src.device)
-    with torch.inference_mode(), autocast(src.device, precision), _eval_mode(model):
+    with torch.inference_mode(), autocast(src.device, precision), eval_mode(model):
         if config.beam_size == 1:
             return greedy_search(model, src, config)
         return beam_search(model, src, config)

@@ -15,11 +15,14 @@ import torch
 from vaswani.decoding.compiled import CompiledDecoder
 from vaswani.decoding.config import EngineOptions, SearchConfig
 from vaswani.decoding.engine import TORCH, Hypothesis
-from vaswani.decoding.search import generate
+from vaswani.decoding.search import eval_mode, generate
 from vaswani.devices import resolve_device, synchronize
 from vaswani.model.serialization import load_model
 from vaswani.model.transformer import Transformer
-from vaswani.precision import resolve_precision
+from vaswani.precision import autocast, resolve_precision
+
+# Target positions whose logits are projected at once when scoring (37,000 words: 300 MB in float32).
+SCORED_POSITIONS = 2048
 
 
 class TorchEngine:
@@ -50,11 +53,33 @@ class TorchEngine:
         return dataclasses.replace(config, precision=resolve_precision(config.precision, self.device))
 
     def search(self, sources: Sequence[list[int]], config: SearchConfig) -> list[list[Hypothesis]]:
-        width = max(len(source) for source in sources)
-        src = torch.full((len(sources), width), config.pad_id, dtype=torch.long)
-        for row, source in enumerate(sources):
-            src[row, : len(source)] = torch.tensor(source)
-        return generate(self.decoder, src.to(self.device), config)
+        return generate(self.decoder, self._padded(sources, config.pad_id), config)
+
+    def score(self, sources: Sequence[list[int]], targets: Sequence[list[int]],
+              config: SearchConfig) -> list[list[float]]:
+        """One teacher-forced pass over the batch: the decoder reads <s> y1 .. yn and is scored on
+        y1 .. yn </s> (padding after a target changes nothing before it: the decoder attends causally)."""
+        src = self._padded(sources, config.pad_id)
+        tgt_in = self._padded([[config.bos_id, *target] for target in targets], config.pad_id)
+        tgt_out = self._padded([[*target, config.eos_id] for target in targets], config.pad_id)
+        precision = resolve_precision(config.precision, self.device)
+        log_probs = torch.empty(tgt_out.shape)
+        # The logits are projected a few rows at a time: a whole batch's (B, T, V) could take gigabytes.
+        step = max(1, SCORED_POSITIONS // tgt_in.size(1))
+        with torch.inference_mode(), autocast(self.device, precision), eval_mode(self.model):
+            hidden = self.model.decode(tgt_in, *self.model.encode(src))
+            for start in range(0, len(targets), step):
+                logits = self.model.project(hidden[start : start + step]).float()
+                picked = torch.log_softmax(logits, dim=-1).gather(2, tgt_out[start : start + step, :, None])
+                log_probs[start : start + step] = picked.squeeze(2).cpu()
+        return [row[: len(target) + 1] for row, target in zip(log_probs.tolist(), targets)]
+
+    def _padded(self, rows: Sequence[list[int]], pad_id: int) -> torch.Tensor:
+        """(len(rows), longest) ids on the engine's device, padded at the end."""
+        batch = torch.full((len(rows), max(len(row) for row in rows)), pad_id, dtype=torch.long)
+        for index, row in enumerate(rows):
+            batch[index, : len(row)] = torch.tensor(row)
+        return batch.to(self.device)
 
     def parameters(self) -> int:
         return self.model.num_parameters()

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.decoding.config import EngineOptions, SearchConfig
 from vaswani.decoding.engine import TORCH, Engine, is_engine, open_engine
+from vaswani.decoding.scoring import PairScore, UnscorableText, pair_score
 from vaswani.errors import ConfigError, VaswaniError
 from vaswani.model.serialization import CONFIG_FILE, read_model_config, resolve_checkpoint
 
@@ -151,6 +152,43 @@ class Translator:
         if bar is not None:
             bar.close()
         return results  # type: ignore[return-value]
+
+    def score(self, sources: Sequence[str], targets: Sequence[str], progress: bool = False,
+              names: tuple[str, str] = ("source", "target")) -> list[PairScore]:
+        """Each (source, target) pair's log-probability under the model, length-normalised by ``config``
+        as the search normalises (see scoring.py), in input order. A blank side, or one longer than
+        :meth:`longest_source` tokens, is an UnscorableText naming it as ``names[side]:line``: a score of a
+        cut sentence would be silently wrong."""
+        if len(sources) != len(targets):
+            raise VaswaniError(f"{names[0]} has {len(sources)} lines and {names[1]} {len(targets)}: scoring "
+                               "needs one target per source")
+        src_ids = self._encode_checked(sources, names[0], 0)
+        tgt_ids = self._encode_checked(targets, names[1], 1)
+        results: list[PairScore | None] = [None] * len(sources)
+        bar = _progress_bar(len(sources)) if progress else None
+        for batch in self.batches(src_ids):
+            scored = self.engine.score([src_ids[i] for i in batch], [tgt_ids[i] for i in batch], self.config)
+            for index, token_log_probs in zip(batch, scored):
+                results[index] = pair_score(token_log_probs, self.config)
+            if bar is not None:
+                bar.update(len(batch))
+        if bar is not None:
+            bar.close()
+        return results  # type: ignore[return-value]
+
+    def _encode_checked(self, texts: Sequence[str], name: str, side: int) -> list[list[int]]:
+        """The ids of each text (a source's with </s>); a blank or too long text is an UnscorableText
+        naming its line."""
+        limit = self.longest_source()
+        ids = self.tokenizer.encode_batch([text.strip() for text in texts], max_ids=limit)
+        for index, (text, seq) in enumerate(zip(texts, ids)):
+            if not text.strip():
+                raise UnscorableText(f"{name}:{index + 1}: blank line; every pair needs a source and a "
+                                     "target (remove the pair)", side, index)
+            if len(seq) + 1 > limit:  # </s> ends a source, and follows a target's last token
+                raise UnscorableText(f"{name}:{index + 1}: longer than the model's {limit} tokens; split or "
+                                     "remove the pair", side, index)
+        return [seq + [self.config.eos_id] for seq in ids] if side == 0 else ids
 
     # ---- steps -------------------------------------------------------------------------------------------------
     def encode(self, texts: Sequence[str]) -> list[list[int]]:

@@ -1,9 +1,9 @@
 """The ASGI app: the JSON API, the web page, limits and errors.
 
 Endpoints: ``POST /v1/translate``, ``POST /v1/attention``, ``GET /v1/model``, ``GET /health``, ``GET /`` (the
-page), ``/docs`` (OpenAPI). Each is a named handler below, reading what it needs from ``app.state`` (the settings,
-the served model, the batcher). Every error is JSON, ``{"error": {"status", "field", "message"}}``, and no
-response ever carries a traceback.
+page), ``/docs`` (OpenAPI), and ``POST /v1/score`` (decoding_routes.py). Each is a named handler, reading
+what it needs from ``app.state`` (the settings, the served model, the batcher). Every error is JSON,
+``{"error": {"status", "field", "message"}}``, and no response ever carries a traceback.
 """
 
 from __future__ import annotations
@@ -189,6 +189,9 @@ def create_app(model: str | Path | Translator | ServedModel, settings: ServeSett
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(Exception, unexpected_error)
     app.include_router(routes)
+    from vaswani.serve.decoding_routes import routes as decoding_routes  # uses this module's checks
+
+    app.include_router(decoding_routes)
     app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")
     return app
 

@@ -51,3 +51,14 @@ class AttentionRequest(SearchSettings):
     attention_from: Literal["engine", "torch"] = Field(
         "engine", description="engine: what the serving engine gives (CTranslate2: the last layer, its heads "
         "averaged; torch: every layer and head); torch: the torch model's, every layer and head")
+
+
+class ScoreRequest(BaseModel):
+    """Given translations to score: ``sources[i]`` translated as ``targets[i]``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    sources: list[UnicodeText] = Field(description="sentences in the model's source language")
+    targets: list[UnicodeText] = Field(description="their translations, one per source")
+    alpha: float | None = Field(None, ge=0.0, le=5.0, description="length-penalty exponent of the score "
+                                "(default: the model's stored search)")

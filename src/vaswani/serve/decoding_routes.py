@@ -1,0 +1,57 @@
+"""The API's routes for what decoding offers beside translation: ``POST /v1/score`` (given translations'
+log-probabilities). They check their requests with the app's checks and run on the app's model slots."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+
+from vaswani.decoding import Translator, UnscorableText
+from vaswani.errors import ConfigError
+from vaswani.serve.app import CLIENT_GONE, ApiError, answer_unless_gone, check_text, check_work
+from vaswani.serve.schemas import ScoreRequest
+from vaswani.serve.settings import ServeSettings
+
+routes = APIRouter()
+
+
+@routes.post("/v1/score")
+async def score(body: ScoreRequest, request: Request) -> Any:
+    """Each pair's log-probability under the model (as `vaswani score`): score, log_prob, per_token,
+    tokens."""
+    started = time.perf_counter()
+    settings: ServeSettings = request.app.state.settings
+    if len(body.targets) != len(body.sources):
+        raise ApiError(422, "targets", f"{len(body.targets)} targets for {len(body.sources)} sources: give "
+                       "one target per source")
+    if not body.sources:
+        raise ApiError(422, "sources", "empty list: give at least one pair")
+    if len(body.sources) > settings.max_texts:
+        raise ApiError(422, "sources", f"{len(body.sources)} pairs; at most {settings.max_texts} per request")
+    for name, texts in (("sources", body.sources), ("targets", body.targets)):
+        for i, text in enumerate(texts):
+            check_text(text, f"{name}[{i}]", settings)
+    translator: Translator = request.app.state.served.translator
+    alpha = {"alpha": body.alpha} if body.alpha is not None else {}
+    try:
+        config = dataclasses.replace(translator.config, beam_size=1, nbest=1, **alpha)
+    except ConfigError as error:
+        raise ApiError(422, "alpha", str(error)) from None
+    check_work(translator.encode(body.sources), config, "sources", settings)
+
+    def run(slot: Translator) -> list[dict[str, Any]]:
+        scorer = slot.with_search(config, slot.batch_size, slot.max_tokens)
+        return [pair.as_dict() for pair in scorer.score(body.sources, body.targets)]
+
+    try:
+        result = await answer_unless_gone(request, request.app.state.batcher.run_exclusive(run))
+    except UnscorableText as error:
+        field = f"{('sources', 'targets')[error.side]}[{error.index}]"
+        raise ApiError(422, field, str(error).split(": ", 1)[-1]) from None
+    if result is None:
+        return Response(status_code=CLIENT_GONE)
+    return {"scores": result, "model": request.app.state.served.info.id,
+            "time_ms": round(1000 * (time.perf_counter() - started), 2)}
