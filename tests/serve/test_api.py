@@ -261,3 +261,29 @@ def test_score_gives_each_pair_the_translators_scores(client, tiny_checkpoint, t
 def test_score_requests_out_of_range_get_a_422_naming_the_field(client, body, field) -> None:
     answer = client.post("/v1/score", json=body)
     assert answer.status_code == 422 and answer.json()["error"]["field"] == field, answer.text
+
+
+def test_translate_with_target_prefixes_completes_them(client, reference, test_pairs) -> None:
+    one = client.post("/v1/translate", json={"text": SENTENCE, "target_prefix": "A man", "beam": 2, **SHORT})
+    assert one.status_code == 200, one.text
+    assert one.json()["translation"] == reference.translate_nbest([SENTENCE], prefixes=["A man"])[0][0].text
+    assert one.json()["translation"].startswith("A man")
+    texts, prefixes = test_pairs[0][:3], ["Two dogs", "", "A"]
+    body = {"texts": texts, "target_prefix": prefixes, "beam": 2, **SHORT}
+    several = client.post("/v1/translate", json=body)
+    assert several.status_code == 200, several.text
+    got = [t["text"] for t in several.json()["translations"]]
+    assert got == [n[0].text for n in reference.translate_nbest(texts, prefixes=prefixes)]
+    assert got[0].startswith("Two dogs") and got[2].startswith("A")
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"text": SENTENCE, "target_prefix": ["A man"]}, "target_prefix"),
+    ({"texts": [SENTENCE, SENTENCE], "target_prefix": ["A man"]}, "target_prefix"),
+    ({"texts": [SENTENCE], "target_prefix": ["x" * 201]}, "target_prefix[0]"),
+    ({"text": SENTENCE, "target_prefix": "dog " * 40, **SHORT}, "target_prefix"),
+    ({"text": SENTENCE, "target_prefix": 3}, "target_prefix"),
+])
+def test_a_target_prefix_that_cannot_be_forced_is_a_422_naming_it(client, body, field) -> None:
+    answer = client.post("/v1/translate", json=body)
+    assert answer.status_code == 422 and answer.json()["error"]["field"] == field, answer.text

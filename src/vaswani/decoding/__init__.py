@@ -41,6 +41,7 @@ _EXPORTS = {
     "UnscorableText": "vaswani.decoding.scoring",
     "Translator": "vaswani.decoding.translator",
     "Translation": "vaswani.decoding.translator",
+    "UnusablePrefix": "vaswani.decoding.translator",
 }
 
 __all__ = sorted(_EXPORTS)

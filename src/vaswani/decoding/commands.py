@@ -121,6 +121,7 @@ def translator_from_args(args: argparse.Namespace) -> Translator:
     directory = resolve_checkpoint(args.checkpoint)
     return Translator.load(directory, search_config_from_args(args, read_stored_search(directory)),
                            engine_options_from_args(args).with_stored(read_stored_engine(directory)),
+                           prefixed=getattr(args, "prefix", None) is not None,
                            batch_size=args.batch_size, max_tokens=args.max_tokens)
 
 
@@ -140,6 +141,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--checkpoint", required=True, metavar="DIR", help="checkpoint directory or run directory")
     parser.add_argument("--input", type=Path, metavar="FILE", help="source sentences, one per line (default stdin)")
     parser.add_argument("--output", type=Path, metavar="FILE", help="translations (default stdout)")
+    parser.add_argument("--prefix", type=Path, metavar="FILE",
+                        help="the start of each translation, one line per input line (an empty line: none); "
+                        "the search completes it (ctranslate2: greedy search only)")
     add_search_arguments(parser)
     parser.set_defaults(handler=translate_command)
     register_score(subparsers)
@@ -151,13 +155,16 @@ def translate_command(args: argparse.Namespace) -> int:
     if args.output is None:
         standard_stream("stdout", "pass --output FILE")
     else:
-        check_output(args.output, command="translate", writes="file", inputs=[args.checkpoint, args.input],
-                     option="--output")
+        check_output(args.output, command="translate", writes="file",
+                     inputs=[args.checkpoint, args.input, args.prefix], option="--output")
     stdin = standard_stream("stdin", "pass --input FILE") if args.input is None else None
     interactive = stdin is not None and stdin.isatty()
+    if interactive and args.prefix is not None:
+        raise ConfigError("--prefix gives one line per input line: pass --input FILE (or pipe the input)")
     if not interactive:
         # The one way evaluate and prepare read text too: same lines, same byte-order mark and UTF-8 handling.
         lines = read_lines(args.input) if stdin is None else read_stream_lines(stdin)
+    prefixes = read_lines(args.prefix) if args.prefix is not None else None
     translator = translator_from_args(args)
     if interactive:
         from vaswani.data.languages import language_name, recorded_languages
@@ -165,7 +172,13 @@ def translate_command(args: argparse.Namespace) -> int:
         languages = recorded_languages(args.checkpoint)
         return _interactive(translator, args.nbest, language_name(languages.source) if languages else None)
     # A progress bar for a file being translated, when someone watches the terminal.
-    nbest = translator.translate_nbest(lines, progress=args.input is not None and sys.stderr.isatty())
+    progress = args.input is not None and sys.stderr.isatty()
+    if prefixes is None:
+        nbest = translator.translate_nbest(lines, progress=progress)
+    else:
+        sources = translator.encode(lines)
+        forced = translator.encode_prefixes(prefixes, sources, name=str(args.prefix))
+        nbest = translator.translate_ids_nbest(sources, progress, forced)
     if args.output is None:
         _write(sys.stdout, nbest, args.nbest)
     else:

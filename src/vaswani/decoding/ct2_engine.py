@@ -94,8 +94,16 @@ def length_exponent(config: SearchConfig) -> float:
     return NO_PENALTY_EXPONENT  # none, greedy search with any norm, and GNMT with α = 0
 
 
-def cannot_run(config: SearchConfig) -> str | None:
-    """The option of ``config`` CTranslate2 cannot run, with why, in one line (None if it runs them all)."""
+# CTranslate2 forces a target prefix on every beam of a sentence, which then hold copies of one hypothesis.
+PREFIXED_BEAM = ("a target prefix in beam search: CTranslate2 forces it on every beam, which then hold "
+                 "copies of one hypothesis; use `beam` 1, or `engine` torch")
+
+
+def cannot_run(config: SearchConfig, prefixed: bool = False) -> str | None:
+    """The option of ``config`` CTranslate2 cannot run, with why, in one line (None if it runs them all);
+    ``prefixed``: with target prefixes."""
+    if prefixed and config.beam_size > 1:
+        return PREFIXED_BEAM
     if config.length_norm == "gnmt" and config.alpha > 0 and config.beam_size > 1:
         return (f"`search.length_norm` gnmt (alpha {config.alpha:g}): CTranslate2 ranks a beam by log P / |Y|^alpha "
                 "and has no GNMT penalty; use `search.length_norm` power (or average, none), or `engine` torch")
@@ -174,7 +182,8 @@ class CTranslate2Engine:
             raise ConfigError(f"CTranslate2 cannot run {reason}")
         return config
 
-    def search(self, sources: Sequence[list[int]], config: SearchConfig) -> list[list[Hypothesis]]:
+    def search(self, sources: Sequence[list[int]], config: SearchConfig,
+               prefixes: Sequence[list[int]] | None = None) -> list[list[Hypothesis]]:
         limits = output_limits([len(source) for source in sources], config, self.model_config)
         rows = position_rows(self.model_config)
         if rows is not None:  # the decoder reads <s> at position 0: a limit of n tokens needs positions 0 .. n-2
@@ -192,8 +201,14 @@ class CTranslate2Engine:
         # Every finished hypothesis of the beam comes back, not only the n best: a sentence decoded past its own limit
         # (to its batch's longest) may rank first one that is cut and rescored below, and the n best by our scores
         # are then among the others.
+        forced = {}
+        if prefixes is not None and any(prefixes):  # forced and scored as the torch search does
+            if config.beam_size > 1:
+                raise ConfigError(f"CTranslate2 cannot run {PREFIXED_BEAM}", field="target_prefix")
+            forced["target_prefix"] = [[self.vocabulary[i] for i in prefix] or None for prefix in prefixes]
         results = self.translator.translate_batch(
-            tokens, beam_size=config.beam_size, num_hypotheses=config.beam_size, length_penalty=exponent,
+            tokens, **forced, beam_size=config.beam_size, num_hypotheses=config.beam_size,
+            length_penalty=exponent,
             repetition_penalty=config.repetition_penalty, no_repeat_ngram_size=config.no_repeat_ngram,
             max_decoding_length=longest, min_decoding_length=0, max_input_length=0, return_scores=True,
             return_end_token=True,

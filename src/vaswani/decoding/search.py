@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Iterator, Protocol, runtime_checkable
+from typing import Iterator, Protocol, Sequence, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -101,6 +101,42 @@ def next_token_log_probs(
     return log_probs
 
 
+@dataclass
+class Prefixes:
+    """Tokens each sentence's output must start with (a translator typed them), padded: ``tokens`` (B, P) and
+    ``lengths`` (B,), 0 for a sentence without one."""
+
+    tokens: torch.Tensor
+    lengths: torch.Tensor
+
+    @classmethod
+    def of(cls, prefixes: Sequence[list[int]], device: torch.device) -> "Prefixes":
+        width = max(1, max(len(prefix) for prefix in prefixes))
+        tokens = torch.zeros(len(prefixes), width, dtype=torch.long)
+        for row, prefix in enumerate(prefixes):
+            tokens[row, : len(prefix)] = torch.tensor(prefix, dtype=torch.long)
+        lengths = torch.tensor([len(prefix) for prefix in prefixes])
+        return cls(tokens.to(device), lengths.to(device))
+
+    @property
+    def longest(self) -> int:
+        return int(self.lengths.max())
+
+
+def force_prefix(log_probs: torch.Tensor, step: int, sentences: torch.Tensor, prefixes: Prefixes | None,
+                 ) -> torch.Tensor:
+    """Rows (of ``sentences``) still inside their prefix at ``step`` may only continue with its next token,
+    which keeps its own log-prob (the output is scored honestly, as CTranslate2 scores its
+    ``target_prefix``)."""
+    if prefixes is None or step >= prefixes.longest:
+        return log_probs
+    forced = prefixes.lengths[sentences] > step  # (N,)
+    token = prefixes.tokens[sentences, step]  # (N,)
+    only = torch.full_like(log_probs, NEG_INF)
+    only.scatter_(1, token[:, None], log_probs.gather(1, token[:, None]))
+    return torch.where(forced[:, None], only, log_probs)
+
+
 def _force_eos(step: int, limits: torch.Tensor, shortest: int) -> torch.Tensor | None:
     """(N,) rows whose token at this step is their last allowed one; None while no row is near its limit."""
     return limits <= step + 1 if step + 1 >= shortest else None
@@ -141,8 +177,10 @@ def _hypotheses(
 
 
 # ---- greedy ---------------------------------------------------------------------------------------------------
-def greedy_search(model: SearchableModel, src: torch.Tensor, config: SearchConfig) -> list[list[Hypothesis]]:
-    """Pick the most probable token at every step; one hypothesis per sentence. src: (B, S) padded ids."""
+def greedy_search(model: SearchableModel, src: torch.Tensor, config: SearchConfig,
+                  forced: Prefixes | None = None) -> list[list[Hypothesis]]:
+    """Pick the most probable token at every step (the prefix's while there is one); one hypothesis per
+    sentence. src: (B, S) padded ids."""
     batch, device = src.size(0), src.device
     limits = max_output_lengths(src, model, config)  # (B,)
     longest, shortest = int(limits.max()), int(limits.min())
@@ -159,6 +197,7 @@ def greedy_search(model: SearchableModel, src: torch.Tensor, config: SearchConfi
     for step in range(longest):
         logits = model.decode_step(tokens, state)  # (N, V)
         log_probs = next_token_log_probs(logits, generated, _force_eos(step, limits[rows], shortest), config)
+        log_probs = force_prefix(log_probs, step, rows, forced)
         best, tokens = log_probs.max(dim=-1)  # (N,), (N,)
         log_prob = log_prob + best
         generated = torch.cat((generated, tokens[:, None]), dim=1)
@@ -222,8 +261,10 @@ class _Finished:
         self.tokens[sentences] = torch.cat((self.tokens[sentences], tokens), 1).gather(1, pick)
 
 
-def beam_search(model: SearchableModel, src: torch.Tensor, config: SearchConfig) -> list[list[Hypothesis]]:
-    """Beam search over all sentences at once: the decoding batch is (active sentences × k beams).
+def beam_search(model: SearchableModel, src: torch.Tensor, config: SearchConfig,
+                forced: Prefixes | None = None) -> list[list[Hypothesis]]:
+    """Beam search over all sentences at once: the decoding batch is (active sentences × k beams). A sentence
+    with a prefix keeps one beam, forced through its tokens, and searches from where it ends.
 
     Each step scores all k·V one-token extensions of a sentence's beams and keeps the 2k best: the </s>
     candidates among the top k become finished hypotheses (their score is frozen and length-normalised), the k
@@ -252,6 +293,8 @@ def beam_search(model: SearchableModel, src: torch.Tensor, config: SearchConfig)
         row_limits = limits[sentences].repeat_interleave(k)  # (A·k,)
         logits = model.decode_step(tokens, state)  # (A·k, V)
         log_probs = next_token_log_probs(logits, generated, _force_eos(step, row_limits, shortest), config)
+        if forced is not None:
+            log_probs = force_prefix(log_probs, step, sentences.repeat_interleave(k), forced)
         vocab = log_probs.size(-1)
         candidates = (beam_scores.view(-1, 1) + log_probs).view(active, k * vocab)  # (A, k·V)
         # 2k candidates: even if k of them end in </s>, k live continuations remain.
@@ -315,8 +358,11 @@ def _beam_done(
 
 
 # ---- entry point ----------------------------------------------------------------------------------------------
-def generate(model: SearchableModel, src: torch.Tensor, config: SearchConfig) -> list[list[Hypothesis]]:
+def generate(model: SearchableModel, src: torch.Tensor, config: SearchConfig,
+             prefixes: Sequence[list[int]] | None = None) -> list[list[Hypothesis]]:
     """Translate a padded batch of source ids (B, S): greedy when ``beam_size == 1``, else beam search.
+    ``prefixes``: ids each output starts with ([] for none; None: no sentence has one), shorter than its
+    length limit.
 
     Runs under ``torch.inference_mode`` (no autograd bookkeeping) with the model in eval mode, and inside
     autocast in ``config.precision`` ("auto": bf16 only where the device computes it fast; log-softmax and scores
@@ -324,6 +370,7 @@ def generate(model: SearchableModel, src: torch.Tensor, config: SearchConfig) ->
     """
     precision = resolve_precision(config.precision, src.device)
     with torch.inference_mode(), autocast(src.device, precision), eval_mode(model):
+        forced = Prefixes.of(prefixes, src.device) if prefixes is not None and any(prefixes) else None
         if config.beam_size == 1:
-            return greedy_search(model, src, config)
-        return beam_search(model, src, config)
+            return greedy_search(model, src, config, forced)
+        return beam_search(model, src, config, forced)

@@ -52,8 +52,9 @@ class TorchEngine:
         # "auto" precision is decided once, for this device, so results record what really ran.
         return dataclasses.replace(config, precision=resolve_precision(config.precision, self.device))
 
-    def search(self, sources: Sequence[list[int]], config: SearchConfig) -> list[list[Hypothesis]]:
-        return generate(self.decoder, self._padded(sources, config.pad_id), config)
+    def search(self, sources: Sequence[list[int]], config: SearchConfig,
+               prefixes: Sequence[list[int]] | None = None) -> list[list[Hypothesis]]:
+        return generate(self.decoder, self._padded(sources, config.pad_id), config, prefixes)
 
     def score(self, sources: Sequence[list[int]], targets: Sequence[list[int]],
               config: SearchConfig) -> list[list[float]]:

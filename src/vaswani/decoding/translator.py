@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.decoding.config import EngineOptions, SearchConfig
-from vaswani.decoding.engine import TORCH, Engine, is_engine, open_engine
+from vaswani.decoding.engine import TORCH, Engine, is_engine, open_engine, output_limits
 from vaswani.decoding.scoring import PairScore, UnscorableText, pair_score
 from vaswani.errors import ConfigError, VaswaniError
 from vaswani.model.serialization import CONFIG_FILE, read_model_config, resolve_checkpoint
@@ -34,6 +34,14 @@ TOKENIZER_FILE = "tokenizer.json"
 # Sources longer than this (in BPE tokens) are cut unless the model was built for longer ones: far past any
 # training sentence, and small enough that standard attention over one such sentence takes megabytes, not gigabytes.
 LONGEST_SOURCE = 1024
+
+
+class UnusablePrefix(VaswaniError):
+    """A prefix the search cannot force (longer than its sentence's output limit), and its index (from 0)."""
+
+    def __init__(self, message: str, index: int):
+        super().__init__(message)
+        self.index = index
 
 
 @dataclass
@@ -92,13 +100,15 @@ class Translator:
         checkpoint: str | Path,
         config: SearchConfig | None = None,
         options: EngineOptions | None = None,
+        prefixed: bool = False,
         **batching: Any,
     ) -> "Translator":
         """From a checkpoint directory (or a run directory): model.safetensors + model.json + tokenizer.json.
 
         ``options`` (default: the torch engine on the best device): the engine, "torch", "ctranslate2" or "auto"
         (CTranslate2 when it can run this model and search, else torch, saying why in a warning), and what it runs
-        on; ``batching``: ``batch_size``, ``max_tokens``.
+        on; ``prefixed``: the translations will start with given prefixes (auto then takes the engine that can
+        force them in this search); ``batching``: ``batch_size``, ``max_tokens``.
         """
         directory = resolve_checkpoint(checkpoint)
         if not (directory / TOKENIZER_FILE).is_file():
@@ -111,7 +121,7 @@ class Translator:
                 f"{model_config.vocab_size} (model.json)"
             )
         config = config or SearchConfig()
-        chosen = open_engine(directory, model_config, tokenizer, config, options or EngineOptions())
+        chosen = open_engine(directory, model_config, tokenizer, config, options or EngineOptions(), prefixed)
         return cls(chosen, tokenizer, config, **batching)
 
     # ---- what the engine runs ----------------------------------------------------------------------------------
@@ -134,18 +144,24 @@ class Translator:
         """One translation (the best hypothesis) per input string, in input order."""
         return [nbest[0].text for nbest in self.translate_nbest(texts, progress)]
 
-    def translate_nbest(self, texts: Sequence[str], progress: bool = False) -> list[list[Translation]]:
-        """``config.nbest`` scored translations per input string, best first, in input order."""
-        return self.translate_ids_nbest(self.encode(texts), progress)
+    def translate_nbest(self, texts: Sequence[str], progress: bool = False,
+                        prefixes: Sequence[str] | None = None) -> list[list[Translation]]:
+        """``config.nbest`` scored translations per input string, best first, in input order; with
+        ``prefixes`` (one per text, "" for none), each translation starts with its prefix."""
+        sources = self.encode(texts)
+        forced = self.encode_prefixes(prefixes, sources) if prefixes is not None else None
+        return self.translate_ids_nbest(sources, progress, forced)
 
-    def translate_ids_nbest(self, sources: Sequence[list[int]], progress: bool = False) -> list[list[Translation]]:
-        """Like :meth:`translate_nbest` for sources that are already ids (``x1 … xn </s>``; [] = blank line).
-        Padding ids inside a source are masked like trailing padding by the torch engine: the robustness
-        experiment's "dropped" tokens."""
+    def translate_ids_nbest(self, sources: Sequence[list[int]], progress: bool = False,
+                            prefixes: Sequence[list[int]] | None = None) -> list[list[Translation]]:
+        """Like :meth:`translate_nbest` for sources (``x1 … xn </s>``; [] = blank line) and prefixes that
+        are already ids. Padding ids inside a source are masked like trailing padding by the torch engine: the
+        robustness experiment's "dropped" tokens."""
         results: list[list[Translation] | None] = [None] * len(sources)
         bar = _progress_bar(len(sources)) if progress else None
         for batch in self.batches(sources):
-            for index, hypotheses in zip(batch, self._translate_batch([sources[i] for i in batch])):
+            forced = [prefixes[i] for i in batch] if prefixes is not None else None
+            for index, hypotheses in zip(batch, self._translate_batch([sources[i] for i in batch], forced)):
                 results[index] = hypotheses
             if bar is not None:
                 bar.update(len(batch))
@@ -191,6 +207,22 @@ class Translator:
         return [seq + [self.config.eos_id] for seq in ids] if side == 0 else ids
 
     # ---- steps -------------------------------------------------------------------------------------------------
+    def encode_prefixes(self, prefixes: Sequence[str], sources: Sequence[list[int]],
+                        name: str = "prefix") -> list[list[int]]:
+        """The ids of each source's prefix ("" = none). One the output limit of its source leaves no room for
+        (with </s> after it) is an UnusablePrefix naming ``name:line``."""
+        if len(prefixes) != len(sources):
+            raise UnusablePrefix(f"{name} has {len(prefixes)} lines for {len(sources)} sources: give one per "
+                                 "source (an empty line for none)", min(len(prefixes), len(sources)))
+        limits = output_limits([len(source) for source in sources], self.config, self.model_config)
+        ids = self.tokenizer.encode_batch([prefix.strip() for prefix in prefixes], max_ids=max(limits))
+        for index, (prefix, limit) in enumerate(zip(ids, limits)):
+            if sources[index] and len(prefix) + 1 > limit:
+                raise UnusablePrefix(f"{name}:{index + 1}: {len(prefix)} tokens leave no room in this "
+                                     f"sentence's output limit of {limit} (with </s>); shorten the prefix or "
+                                     "raise --max-len-a/--max-len-b", index)
+        return ids
+
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """BPE ids + </s> per sentence (blank lines give []). A source longer than :meth:`longest_source` is cut
         there (with a warning naming the first one) rather than crashing the whole file; its text is cut by
@@ -236,13 +268,18 @@ class Translator:
         if batch:
             yield batch
 
-    def _translate_batch(self, sources: list[list[int]]) -> list[list[Translation]]:
+    def _translate_batch(self, sources: list[list[int]],
+                         prefixes: list[list[int]] | None = None) -> list[list[Translation]]:
         """Search, detokenize. Blank sources are answered with an empty translation without decoding."""
         real = [i for i, seq in enumerate(sources) if seq]
         out: list[list[Translation]] = [[Translation("", 0.0, 0.0, 0)] for _ in sources]
         if not real:
             return out
-        hypotheses = self.engine.search([sources[i] for i in real], self.config)
+        if prefixes is not None and any(prefixes[i] for i in real):
+            forced = [prefixes[i] for i in real]
+            hypotheses = self.engine.search([sources[i] for i in real], self.config, forced)
+        else:  # the plain search, with nothing forced
+            hypotheses = self.engine.search([sources[i] for i in real], self.config)
         for i, nbest in zip(real, hypotheses):
             # One line per translation, always: byte-level BPE can emit "\n" (or \u2028, …), which would
             # misalign every line-based file written after it.

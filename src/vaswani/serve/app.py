@@ -260,7 +260,9 @@ async def translate(body: TranslateRequest, request: Request) -> Any:
     config = search_config(translator, body, settings, body.nbest)
     sources = translator.encode(texts)
     check_work(sources, config, field, settings)
-    results = await answer_unless_gone(request, request.app.state.batcher.translate(sources, config))
+    from vaswani.serve.decoding_routes import translation_work  # its own module: it uses this one's checks
+
+    results = await answer_unless_gone(request, translation_work(request, body, sources, config))
     if results is None:
         return Response(status_code=CLIENT_GONE)
     translations = [

@@ -1,18 +1,20 @@
-"""The API's routes for what decoding offers beside translation: ``POST /v1/score`` (given translations'
-log-probabilities). They check their requests with the app's checks and run on the app's model slots."""
+"""The API's routes for what decoding offers beside plain translation: ``POST /v1/score`` (given translations'
+log-probabilities), and ``/v1/translate``'s target prefixes. They check their requests with the app's checks
+and run on the app's model slots."""
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
+from typing import Any, Awaitable
 
 from fastapi import APIRouter, Request, Response
 
-from vaswani.decoding import Translator, UnscorableText
+from vaswani.decoding import SearchConfig, Translator, UnscorableText, UnusablePrefix
+from vaswani.decoding.engine import CTRANSLATE2
 from vaswani.errors import ConfigError
 from vaswani.serve.app import CLIENT_GONE, ApiError, answer_unless_gone, check_text, check_work
-from vaswani.serve.schemas import ScoreRequest
+from vaswani.serve.schemas import ScoreRequest, TranslateRequest
 from vaswani.serve.settings import ServeSettings
 
 routes = APIRouter()
@@ -55,3 +57,41 @@ async def score(body: ScoreRequest, request: Request) -> Any:
         return Response(status_code=CLIENT_GONE)
     return {"scores": result, "model": request.app.state.served.info.id,
             "time_ms": round(1000 * (time.perf_counter() - started), 2)}
+
+
+def translation_work(request: Request, body: TranslateRequest, sources: list[list[int]],
+                     config: SearchConfig) -> Awaitable[Any]:
+    """The translation of ``sources``: batched with other requests' sentences, or, with target prefixes, on a
+    model slot of its own (the batcher's batches carry no prefixes). A prefix that does not fit is a 422
+    naming it."""
+    batcher = request.app.state.batcher
+    if body.target_prefix is None:
+        return batcher.translate(sources, config)
+    settings: ServeSettings = request.app.state.settings
+    one = isinstance(body.target_prefix, str)
+    if one != (body.text is not None):
+        raise ApiError(422, "target_prefix", "give a string with 'text', a list (one per text) with 'texts'")
+    prefixes = [body.target_prefix] if isinstance(body.target_prefix, str) else body.target_prefix
+    if len(prefixes) != len(sources):
+        raise ApiError(422, "target_prefix", f"{len(prefixes)} prefixes for {len(sources)} texts: give one "
+                       'per text ("" for none)')
+    for i, prefix in enumerate(prefixes):
+        if len(prefix) > settings.max_chars:
+            name = "target_prefix" if one else f"target_prefix[{i}]"
+            raise ApiError(422, name, f"{len(prefix)} characters; at most {settings.max_chars} per text")
+    translator: Translator = request.app.state.served.translator
+    if translator.engine.name == CTRANSLATE2 and config.beam_size > 1 and any(p.strip() for p in prefixes):
+        raise ApiError(422, "target_prefix", "this server's ctranslate2 engine forces a prefix in greedy "
+                       "search only (in a beam it forces it on every beam, which then hold copies of one "
+                       "hypothesis): ask for beam 1")
+    try:
+        forced = translator.encode_prefixes(prefixes, sources)
+    except UnusablePrefix as error:
+        name = "target_prefix" if one else f"target_prefix[{error.index}]"
+        raise ApiError(422, name, str(error).split(": ", 1)[-1]) from None
+
+    def run(slot: Translator) -> Any:
+        return slot.with_search(config, slot.batch_size, slot.max_tokens).translate_ids_nbest(sources, False,
+                                                                                              forced)
+
+    return batcher.run_exclusive(run)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
 from vaswani.data.textfiles import unicode_problem
@@ -20,6 +20,21 @@ def _unicode_text(text: str) -> str:
 
 # A JSON string may hold a lone surrogate ("\ud800"): valid JSON, but no text; refused with the request.
 UnicodeText = Annotated[str, AfterValidator(_unicode_text)]
+
+
+def _prefix(value: Any) -> str | list[str]:
+    """A string, or a list of strings, each text (one error naming the field, not one per union member)."""
+    items = value if isinstance(value, list) else [value]
+    if not all(isinstance(item, str) for item in items):
+        raise PydanticCustomError("target_prefix",
+                                  "give a string (with 'text') or a list of strings (with 'texts')")
+    for item in items:
+        _unicode_text(item)
+    return value
+
+
+TargetPrefix = Annotated[Any, AfterValidator(_prefix), WithJsonSchema(
+    {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]})]
 
 
 class SearchSettings(BaseModel):
@@ -42,6 +57,9 @@ class TranslateRequest(SearchSettings):
     text: UnicodeText | None = Field(None, description="one German sentence")
     texts: list[UnicodeText] | None = Field(None, description="several sentences, translated together")
     nbest: int = Field(1, ge=1, description="hypotheses per text, best first (at most beam)")
+    target_prefix: TargetPrefix | None = Field(
+        None, description="the start of each translation, which the search completes: a string for 'text', a "
+        "list (one per text, \"\" for none) for 'texts' (a ctranslate2 server: beam 1 only)")
 
 
 class AttentionRequest(SearchSettings):
