@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -30,9 +29,9 @@ if TYPE_CHECKING:  # the translator imports torch; the parser is built without i
 DEFAULTS = SearchConfig()
 
 
-def add_search_arguments(parser: argparse.ArgumentParser, nbest: bool = True) -> None:
+def add_search_arguments(parser: argparse.ArgumentParser, nbest: bool = True, sampling: bool = False) -> None:
     """--beam, --alpha, penalties, length limits, batching, the engine, device and precision (and --nbest if
-    ``nbest``).
+    ``nbest``, the sampling options if ``sampling``).
 
     The search options default to the settings stored with the checkpoint (``search.json``, chosen on validation
     data at the end of a training run), else to SearchConfig's defaults; an option given on the command line wins.
@@ -62,7 +61,27 @@ def add_search_arguments(parser: argparse.ArgumentParser, nbest: bool = True) ->
                        help="sentences per batch (default 64)")
     group.add_argument("--max-tokens", type=ranged(int, le=MAX_BATCH), default=8192, metavar="N",
                        help="padded source tokens x beam per batch (default 8192)")
+    if sampling:
+        add_sampling_arguments(parser)
     add_engine_arguments(parser)
+
+
+def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
+    """--sample, --top-k, --top-p, --temperature, --seed."""
+    group = parser.add_argument_group("sampling")
+    group.add_argument("--sample", action="store_true",
+                       help="draw each token from the model's distribution instead of searching (--beam 1; "
+                       "--nbest N draws N translations per sentence)")
+    group.add_argument("--top-k", type=ranged(int, ge=0), default=0, metavar="K",
+                       help="draw from the K most probable tokens only; 0 = all (default)")
+    group.add_argument("--top-p", type=ranged(float, gt=0, le=1), default=1.0, metavar="P",
+                       help="draw from the smallest set of tokens holding probability P; 1 = all (default)")
+    group.add_argument("--temperature", type=ranged(float, ge=0.01, le=100), default=1.0, metavar="T",
+                       help="divide the log-probabilities by T before drawing: < 1 sharper, > 1 flatter "
+                       "(default 1)")
+    group.add_argument("--seed", type=ranged(int, ge=0, lt=2**63), default=0, metavar="N",
+                       help="the draws' seed: the same seed, input and batching draw the same translations "
+                       "(ctranslate2: in a fresh process, as each run of this command is) (default 0)")
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
@@ -110,8 +129,15 @@ def search_config_from_args(args: argparse.Namespace, stored: dict | None = None
 
 
 def _search_config(args: argparse.Namespace, values: dict) -> SearchConfig:
-    return SearchConfig(**values, nbest=getattr(args, "nbest", 1), repetition_penalty=args.repetition_penalty,
-                        no_repeat_ngram=args.no_repeat_ngram, precision=args.precision)
+    sampling = {}
+    if getattr(args, "sample", False):  # a draw needs no beam: the stored one does not apply
+        sampling = dict(sample=True, top_k=args.top_k, top_p=args.top_p, temperature=args.temperature,
+                        seed=args.seed, beam_size=1 if args.beam is None else args.beam)
+    elif hasattr(args, "sample"):
+        sampling = dict(top_k=args.top_k, top_p=args.top_p, temperature=args.temperature)
+    return SearchConfig(**{**values, **sampling}, nbest=getattr(args, "nbest", 1),
+                        repetition_penalty=args.repetition_penalty, no_repeat_ngram=args.no_repeat_ngram,
+                        precision=args.precision)
 
 
 def translator_from_args(args: argparse.Namespace) -> Translator:
@@ -144,7 +170,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--prefix", type=Path, metavar="FILE",
                         help="the start of each translation, one line per input line (an empty line: none); "
                         "the search completes it (ctranslate2: greedy search only)")
-    add_search_arguments(parser)
+    add_search_arguments(parser, sampling=True)
     parser.set_defaults(handler=translate_command)
     register_score(subparsers)
 
@@ -244,14 +270,14 @@ def register_score(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--format", choices=SCORE_FORMATS, default="tsv",
                         help="tsv: score, log_prob, per_token, tokens separated by tabs (default); jsonl: "
                         "one JSON object per line with those keys")
-    parser.add_argument("--min-score", type=float, default=None, metavar="X",
+    parser.add_argument("--min-score", type=ranged(float), default=None, metavar="X",
                         help="keep the pairs whose score is at least X (needs --kept-src and --kept-tgt)")
     parser.add_argument("--kept-src", type=Path, metavar="FILE", help="the kept pairs' sources")
     parser.add_argument("--kept-tgt", type=Path, metavar="FILE", help="the kept pairs' targets")
     d = DEFAULTS
     stored = "the checkpoint's search.json, else"
     group = parser.add_argument_group("normalisation and batching")
-    group.add_argument("--alpha", type=float, default=None, metavar="A",
+    group.add_argument("--alpha", type=ranged(float, ge=0, le=5), default=None, metavar="A",
                        help=f"length-penalty exponent of the score (default: {stored} {d.alpha})")
     group.add_argument("--length-norm", choices=["gnmt", "power", "average", "none"], default=None,
                        help="the score's length normalisation, as translate's (default: "
@@ -284,8 +310,6 @@ def score_command(args: argparse.Namespace) -> int:
         raise ConfigError("--min-score writes the pairs it keeps: give --kept-src FILE and --kept-tgt FILE")
     if args.min_score is None and kept != (None, None):
         raise ConfigError("--kept-src and --kept-tgt are the pairs --min-score keeps: give --min-score X")
-    if args.min_score is not None and not math.isfinite(args.min_score):
-        raise ConfigError(f"--min-score {args.min_score}: give a finite number (a log-probability, <= 0)")
     inputs = [args.checkpoint, args.src, args.tgt]
     outputs = [(path, flag) for path, flag in ((args.output, "--output"), (args.kept_src, "--kept-src"),
                                                 (args.kept_tgt, "--kept-tgt")) if path is not None]

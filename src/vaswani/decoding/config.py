@@ -27,7 +27,7 @@ class SearchConfig:
     """How to search. ``beam_size=1`` is greedy search."""
 
     beam_size: int = 4
-    nbest: int = 1  # hypotheses returned per sentence, best first (at most beam_size)
+    nbest: int = 1  # hypotheses returned per sentence, best first (at most beam_size, or draws when sampling)
     length_norm: LengthNorm = "gnmt"  # rank finished hypotheses by log P / lp(|Y|)
     alpha: float = 0.6  # exponent of lp (gnmt, power); 0.6 is the paper's GNMT value (Vaswani et al. §6.1)
     max_len_a: float = 1.5  # output length limit = a * source length + b (tokens, </s> included) ...
@@ -41,6 +41,13 @@ class SearchConfig:
     # (`vaswani bench decode`, results/bench/decode-readme-model.md).
     preallocate_cache: bool = False
     precision: Precision = "auto"  # autocast around the model (search arithmetic stays float32); see precision.py
+    # Sampling (sampling.py) instead of search: nbest draws per sentence, each token from the distribution
+    # tempered by `temperature` and cut to its top_k tokens (0: all) and its top_p nucleus (1: all).
+    sample: bool = False
+    top_k: int = 0
+    top_p: float = 1.0
+    temperature: float = 1.0
+    seed: int = 0  # the same seed, input and batching draw the same translations
     bos_id: int = 1
     eos_id: int = 2
     pad_id: int = 0
@@ -52,15 +59,25 @@ class SearchConfig:
     # stays below 1e35 for outputs up to 6e7 tokens with alpha <= 5, and a repetition penalty in [0.01, 100]
     # scales a logit by at most 100 (1/θ or θ), so no logit overflows and no log-probability becomes -inf or nan.
     LIMITS = {
-        "beam_size": Limit(ge=1, le=256), "nbest": Limit(ge=1), "alpha": Limit(ge=0, le=5),
+        "beam_size": Limit(ge=1, le=256), "nbest": Limit(ge=1, le=256), "alpha": Limit(ge=0, le=5),
         "max_len_a": Limit(ge=0, le=16), "max_len_b": Limit(ge=0, le=4096),
         "repetition_penalty": Limit(ge=0.01, le=100), "no_repeat_ngram": Limit(ge=0, le=MAX_LENGTH),
         "bos_id": Limit(ge=0), "eos_id": Limit(ge=0), "pad_id": Limit(ge=0),
+        "top_k": Limit(ge=0), "top_p": Limit(gt=0, le=1), "temperature": Limit(ge=0.01, le=100),
+        "seed": Limit(ge=0, lt=2**63),
     }
 
     def __post_init__(self) -> None:
         validate_settings(self)  # types, length_norm choices, finite numbers, LIMITS
-        if self.nbest > self.beam_size:
+        if self.sample:
+            if self.beam_size != 1:
+                raise ConfigError(f"`search.sample` draws each token: it runs with `search.beam_size` 1, not "
+                                  f"{self.beam_size} (`search.nbest` sets the number of draws)",
+                                  field="search.beam_size")
+        elif (self.top_k, self.top_p, self.temperature) != (0, 1.0, 1.0):
+            raise ConfigError("`search.top_k`, `search.top_p` and `search.temperature` shape sampling: set "
+                              "`search.sample` too", field="search.sample")
+        if self.nbest > self.beam_size and not self.sample:
             raise ConfigError(f"search.nbest={self.nbest} must be at most search.beam_size={self.beam_size}",
                               field="search.nbest")
         # The shortest source is one token and </s>: its limit a·2 + b must leave room for a token before </s>,

@@ -198,14 +198,16 @@ class CTranslate2Engine:
         longest = max(limits) - 1  # CTranslate2 counts generated tokens, </s> included; ours stop one before
         if longest == 0:  # every output is </s> alone: nothing to generate, only to score
             return [[hypothesis] for hypothesis in self._rescored([([], source) for source in tokens], config)]
-        # Every finished hypothesis of the beam comes back, not only the n best: a sentence decoded past its own limit
-        # (to its batch's longest) may rank first one that is cut and rescored below, and the n best by our scores
-        # are then among the others.
         forced = {}
         if prefixes is not None and any(prefixes):  # forced and scored as the torch search does
             if config.beam_size > 1:
                 raise ConfigError(f"CTranslate2 cannot run {PREFIXED_BEAM}", field="target_prefix")
             forced["target_prefix"] = [[self.vocabulary[i] for i in prefix] or None for prefix in prefixes]
+        if config.sample:
+            return self._sampled(tokens, limits, config, forced)
+        # Every finished hypothesis of the beam comes back, not only the n best: a sentence decoded past its own limit
+        # (to its batch's longest) may rank first one that is cut and rescored below, and the n best by our scores
+        # are then among the others.
         results = self.translator.translate_batch(
             tokens, **forced, beam_size=config.beam_size, num_hypotheses=config.beam_size,
             length_penalty=exponent,
@@ -281,6 +283,29 @@ class CTranslate2Engine:
         return best, [[*row, max(0.0, 1.0 - sum(row))] for row in rows]
 
     # ---- helpers ---------------------------------------------------------------------------------------------------
+    def _sampled(self, tokens: list[list[str]], limits: list[int], config: SearchConfig,
+                 forced: dict[str, Any]) -> list[list[Hypothesis]]:
+        """``config.nbest`` draws per sentence by CTranslate2's sampling, seeded, each cut at its own limit
+        and scored by the model (as the torch engine scores a draw), best first."""
+        ctranslate2_module().set_random_seed(config.seed)
+        results = self.translator.translate_batch(
+            tokens, **forced, beam_size=1, num_hypotheses=config.nbest, sampling_topk=config.top_k,
+            sampling_topp=config.top_p, sampling_temperature=config.temperature,
+            repetition_penalty=config.repetition_penalty, no_repeat_ngram_size=config.no_repeat_ngram,
+            max_decoding_length=max(limits) - 1, min_decoding_length=0, max_input_length=0,
+            return_end_token=True)
+        draws = []
+        for sentence, (limit, result) in enumerate(zip(limits, results)):
+            for output in result.hypotheses:
+                ended = bool(output) and output[-1] == self.eos
+                ids = [self.ids[token] for token in (output[:-1] if ended else output)]
+                draws.append((sentence, ids[: limit - 1]))
+        scored = self._rescored([(ids, tokens[sentence]) for sentence, ids in draws], config)
+        out: list[list[Hypothesis]] = [[] for _ in tokens]
+        for (sentence, _), hypothesis in zip(draws, scored):
+            out[sentence].append(hypothesis)
+        return [sorted(nbest, key=lambda h: h.score, reverse=True) for nbest in out]
+
     def _rescored(self, outputs: list[tuple[list[int], list[str]]], config: SearchConfig) -> list[Hypothesis]:
         """Each (ids, source tokens) ended by </s> and scored by the model, in one call: what the torch search gives
         an output cut at its limit."""

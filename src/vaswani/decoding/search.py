@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from vaswani.decoding.config import SearchConfig
 from vaswani.decoding.engine import Hypothesis, output_limits
 from vaswani.decoding.penalties import apply_repetition_penalty, block_repeated_ngrams, normalise
+from vaswani.decoding.sampling import Sampler
 from vaswani.precision import autocast, resolve_precision
 
 NEG_INF = float("-inf")
@@ -178,9 +179,9 @@ def _hypotheses(
 
 # ---- greedy ---------------------------------------------------------------------------------------------------
 def greedy_search(model: SearchableModel, src: torch.Tensor, config: SearchConfig,
-                  forced: Prefixes | None = None) -> list[list[Hypothesis]]:
-    """Pick the most probable token at every step (the prefix's while there is one); one hypothesis per
-    sentence. src: (B, S) padded ids."""
+                  forced: Prefixes | None = None, sampler: Sampler | None = None) -> list[list[Hypothesis]]:
+    """Pick the most probable token at every step (the prefix's while there is one; with a ``sampler``, a
+    token it draws); one hypothesis per sentence. src: (B, S) padded ids."""
     batch, device = src.size(0), src.device
     limits = max_output_lengths(src, model, config)  # (B,)
     longest, shortest = int(limits.max()), int(limits.min())
@@ -198,7 +199,7 @@ def greedy_search(model: SearchableModel, src: torch.Tensor, config: SearchConfi
         logits = model.decode_step(tokens, state)  # (N, V)
         log_probs = next_token_log_probs(logits, generated, _force_eos(step, limits[rows], shortest), config)
         log_probs = force_prefix(log_probs, step, rows, forced)
-        best, tokens = log_probs.max(dim=-1)  # (N,), (N,)
+        best, tokens = log_probs.max(dim=-1) if sampler is None else sampler.pick(log_probs)  # (N,), (N,)
         log_prob = log_prob + best
         generated = torch.cat((generated, tokens[:, None]), dim=1)
         ended = tokens == config.eos_id
@@ -371,6 +372,19 @@ def generate(model: SearchableModel, src: torch.Tensor, config: SearchConfig,
     precision = resolve_precision(config.precision, src.device)
     with torch.inference_mode(), autocast(src.device, precision), eval_mode(model):
         forced = Prefixes.of(prefixes, src.device) if prefixes is not None and any(prefixes) else None
+        if config.sample:
+            return _sampled(model, src, config, prefixes if forced is not None else None)
         if config.beam_size == 1:
             return greedy_search(model, src, config, forced)
         return beam_search(model, src, config, forced)
+
+
+def _sampled(model: SearchableModel, src: torch.Tensor, config: SearchConfig,
+             prefixes: Sequence[list[int]] | None) -> list[list[Hypothesis]]:
+    """``config.nbest`` draws per sentence (its row repeated), best first by score."""
+    n = config.nbest
+    rows = torch.arange(src.size(0), device=src.device).repeat_interleave(n)
+    forced = Prefixes.of([prefixes[i] for i in rows.tolist()], src.device) if prefixes is not None else None
+    draws = greedy_search(model, src[rows], config, forced, Sampler(config, src.device))
+    return [sorted((nbest[0] for nbest in draws[i * n : (i + 1) * n]), key=lambda h: h.score, reverse=True)
+            for i in range(src.size(0))]
