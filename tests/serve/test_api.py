@@ -287,3 +287,16 @@ def test_translate_with_target_prefixes_completes_them(client, reference, test_p
 def test_a_target_prefix_that_cannot_be_forced_is_a_422_naming_it(client, body, field) -> None:
     answer = client.post("/v1/translate", json=body)
     assert answer.status_code == 422 and answer.json()["error"]["field"] == field, answer.text
+
+
+def test_translate_with_alignments_gives_each_hypothesis_its_pharaoh_pairs(client, reference) -> None:
+    body = {"text": SENTENCE, "beam": 2, "nbest": 2, "alignments": True, **SHORT}
+    answer = client.post("/v1/translate", json=body)
+    assert answer.status_code == 200, answer.text
+    expected = reference.translate_nbest([SENTENCE], alignments=True)[0]
+    nbest = answer.json()["translations"][0]["nbest"]
+    assert [h["alignment"] for h in nbest] == [h.alignment for h in expected]
+    assert all(h.alignment is not None for h in expected)
+    plain = client.post("/v1/translate", json={"text": SENTENCE, "beam": 2, **SHORT}).json()
+    assert "alignment" not in plain["translations"][0]["nbest"][0]
+    assert client.post("/v1/translate", json={"text": SENTENCE, "alignments": "yes"}).status_code == 422

@@ -170,6 +170,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--prefix", type=Path, metavar="FILE",
                         help="the start of each translation, one line per input line (an empty line: none); "
                         "the search completes it (ctranslate2: greedy search only)")
+    parser.add_argument("--alignments", action="store_true",
+                        help="add each translation's word alignment to the source, Pharaoh 'i-j' pairs "
+                        "(source word i, target word j, from 0), after ' ||| ' (from the cross-attention of "
+                        "the penultimate decoder layer, averaged over its heads)")
     add_search_arguments(parser, sampling=True)
     parser.set_defaults(handler=translate_command)
     register_score(subparsers)
@@ -196,15 +200,16 @@ def translate_command(args: argparse.Namespace) -> int:
         from vaswani.data.languages import language_name, recorded_languages
 
         languages = recorded_languages(args.checkpoint)
-        return _interactive(translator, args.nbest, language_name(languages.source) if languages else None)
+        return _interactive(translator, args.nbest, language_name(languages.source) if languages else None,
+                            args.alignments)
     # A progress bar for a file being translated, when someone watches the terminal.
     progress = args.input is not None and sys.stderr.isatty()
     if prefixes is None:
-        nbest = translator.translate_nbest(lines, progress=progress)
+        nbest = translator.translate_nbest(lines, progress=progress, alignments=args.alignments)
     else:
         sources = translator.encode(lines)
         forced = translator.encode_prefixes(prefixes, sources, name=str(args.prefix))
-        nbest = translator.translate_ids_nbest(sources, progress, forced)
+        nbest = translator.translate_ids_nbest(sources, progress, forced, args.alignments)
     if args.output is None:
         _write(sys.stdout, nbest, args.nbest)
     else:
@@ -215,16 +220,20 @@ def translate_command(args: argparse.Namespace) -> int:
 
 
 def _write(out: TextIO, nbest: list[list[Translation]], n: int, offset: int = 0) -> None:
-    """One line per sentence, or Moses-style ``i ||| hypothesis ||| score`` lines when n-best was asked for."""
+    """One line per sentence, or Moses-style ``i ||| hypothesis ||| score`` lines when n-best was asked for;
+    an alignment, when there is one, follows as a last field."""
     for i, hypotheses in enumerate(nbest, start=offset):
         if n == 1:
-            out.write(hypotheses[0].text + "\n")
+            h = hypotheses[0]
+            out.write(h.text + (f" ||| {h.alignment}" if h.alignment is not None else "") + "\n")
         else:
             for h in hypotheses:
-                out.write(f"{i} ||| {h.text} ||| {h.score:.4f}\n")
+                aligned = f" ||| {h.alignment}" if h.alignment is not None else ""
+                out.write(f"{i} ||| {h.text} ||| {h.score:.4f}{aligned}\n")
 
 
-def _interactive(translator: Translator, n: int, source_language: str | None = None) -> int:
+def _interactive(translator: Translator, n: int, source_language: str | None = None,
+                 alignments: bool = False) -> int:
     named = f"{'an' if source_language[0] in 'AEIOU' else 'a'} {source_language}" if source_language else "a"
     print(f"Type {named} sentence and press Enter (Ctrl-D to quit).", file=sys.stderr)
     count = number = 0
@@ -241,7 +250,7 @@ def _interactive(translator: Translator, n: int, source_language: str | None = N
         if problem is not None:
             print(f"{STANDARD_INPUT}:{number}: not translated: {problem}", file=sys.stderr)
             continue
-        _write(sys.stdout, translator.translate_nbest([line]), n, offset=count)
+        _write(sys.stdout, translator.translate_nbest([line], alignments=alignments), n, offset=count)
         sys.stdout.flush()
         count += 1
 

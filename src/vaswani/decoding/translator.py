@@ -50,6 +50,7 @@ class Translation:
     score: float  # length-normalised log-prob (what n-best lists are sorted by)
     log_prob: float  # summed log-prob, </s> included
     length: int  # target tokens generated, </s> included
+    alignment: str | None = None  # Pharaoh "i-j" word pairs, when asked for (alignment.py)
 
 
 class Translator:
@@ -145,15 +146,18 @@ class Translator:
         return [nbest[0].text for nbest in self.translate_nbest(texts, progress)]
 
     def translate_nbest(self, texts: Sequence[str], progress: bool = False,
-                        prefixes: Sequence[str] | None = None) -> list[list[Translation]]:
+                        prefixes: Sequence[str] | None = None,
+                        alignments: bool = False) -> list[list[Translation]]:
         """``config.nbest`` scored translations per input string, best first, in input order; with
-        ``prefixes`` (one per text, "" for none), each translation starts with its prefix."""
+        ``prefixes`` (one per text, "" for none), each translation starts with its prefix; with
+        ``alignments``, each carries its word alignment to the source (alignment.py)."""
         sources = self.encode(texts)
         forced = self.encode_prefixes(prefixes, sources) if prefixes is not None else None
-        return self.translate_ids_nbest(sources, progress, forced)
+        return self.translate_ids_nbest(sources, progress, forced, alignments)
 
     def translate_ids_nbest(self, sources: Sequence[list[int]], progress: bool = False,
-                            prefixes: Sequence[list[int]] | None = None) -> list[list[Translation]]:
+                            prefixes: Sequence[list[int]] | None = None,
+                            alignments: bool = False) -> list[list[Translation]]:
         """Like :meth:`translate_nbest` for sources (``x1 … xn </s>``; [] = blank line) and prefixes that
         are already ids. Padding ids inside a source are masked like trailing padding by the torch engine: the
         robustness experiment's "dropped" tokens."""
@@ -161,7 +165,8 @@ class Translator:
         bar = _progress_bar(len(sources)) if progress else None
         for batch in self.batches(sources):
             forced = [prefixes[i] for i in batch] if prefixes is not None else None
-            for index, hypotheses in zip(batch, self._translate_batch([sources[i] for i in batch], forced)):
+            translated = self._translate_batch([sources[i] for i in batch], forced, alignments)
+            for index, hypotheses in zip(batch, translated):
                 results[index] = hypotheses
             if bar is not None:
                 bar.update(len(batch))
@@ -268,8 +273,8 @@ class Translator:
         if batch:
             yield batch
 
-    def _translate_batch(self, sources: list[list[int]],
-                         prefixes: list[list[int]] | None = None) -> list[list[Translation]]:
+    def _translate_batch(self, sources: list[list[int]], prefixes: list[list[int]] | None = None,
+                         alignments: bool = False) -> list[list[Translation]]:
         """Search, detokenize. Blank sources are answered with an empty translation without decoding."""
         real = [i for i, seq in enumerate(sources) if seq]
         out: list[list[Translation]] = [[Translation("", 0.0, 0.0, 0)] for _ in sources]
@@ -285,7 +290,27 @@ class Translator:
             # misalign every line-based file written after it.
             texts = [" ".join(t.splitlines()) for t in self.tokenizer.decode_batch([h.tokens for h in nbest])]
             out[i] = [Translation(t, h.score, h.log_prob, len(h.tokens) + 1) for t, h in zip(texts, nbest)]
+        if alignments:
+            self._align([sources[i] for i in real], [out[i] for i in real], hypotheses)
         return out
+
+    def _align(self, sources: list[list[int]], translations: list[list[Translation]],
+               hypotheses: list[list[Any]]) -> None:
+        """Fill each translation's ``alignment`` from the torch model's cross-attention over its tokens (the
+        CTranslate2 engine loads the torch model of its weights for it)."""
+        from vaswani.decoding.alignment import pharaoh, subword_attention, word_indices  # torch: only here
+
+        pairs = [(source, hypothesis.tokens)
+                 for source, nbest in zip(sources, hypotheses) for hypothesis in nbest]
+        attention = subword_attention(self.model, [p[0] for p in pairs], [p[1] for p in pairs],
+                                      self.config.bos_id, self.config.pad_id)
+        flat = [translation for nbest in translations for translation in nbest]
+        for translation, (source, target), weights in zip(flat, pairs, attention):
+            source_words = word_indices([self.tokenizer.decode([i]) for i in source[:-1]])
+            target_words = word_indices([self.tokenizer.decode([i]) for i in target])
+            # Only the words the text shows: subwords of bytes that decode to nothing align to no word.
+            words = len(translation.text.split())
+            translation.alignment = pharaoh(weights, source_words, target_words, words)
 
 
 def _progress_bar(total: int) -> Any:

@@ -267,7 +267,8 @@ async def translate(body: TranslateRequest, request: Request) -> Any:
         return Response(status_code=CLIENT_GONE)
     translations = [
         {"text": nbest[0].text, "score": nbest[0].score,
-         "nbest": [{"text": h.text, "score": h.score, "log_prob": h.log_prob, "length": h.length} for h in nbest]}
+         "nbest": [{"text": h.text, "score": h.score, "log_prob": h.log_prob, "length": h.length,
+                    **({"alignment": h.alignment} if h.alignment is not None else {})} for h in nbest]}
         for nbest in results
     ]
     answer: dict[str, Any] = {"translations": translations}

@@ -61,12 +61,25 @@ async def score(body: ScoreRequest, request: Request) -> Any:
 
 def translation_work(request: Request, body: TranslateRequest, sources: list[list[int]],
                      config: SearchConfig) -> Awaitable[Any]:
-    """The translation of ``sources``: batched with other requests' sentences, or, with target prefixes, on a
-    model slot of its own (the batcher's batches carry no prefixes). A prefix that does not fit is a 422
-    naming it."""
+    """The translation of ``sources``: batched with other requests' sentences, or, with target prefixes or
+    alignments, on a model slot of its own (the batcher's batches carry neither). A prefix that does not fit
+    is a 422 naming it."""
     batcher = request.app.state.batcher
-    if body.target_prefix is None:
+    if body.target_prefix is None and not body.alignments:
         return batcher.translate(sources, config)
+    forced = None if body.target_prefix is None else _prefixes(request, body, sources, config)
+
+    def run(slot: Translator) -> Any:
+        translator = slot.with_search(config, slot.batch_size, slot.max_tokens)
+        return translator.translate_ids_nbest(sources, False, forced, body.alignments)
+
+    return batcher.run_exclusive(run)
+
+
+def _prefixes(request: Request, body: TranslateRequest, sources: list[list[int]],
+              config: SearchConfig) -> list[list[int]]:
+    """The request's target prefixes as ids, each checked (a 422 naming the one that does not fit)."""
+    assert body.target_prefix is not None
     settings: ServeSettings = request.app.state.settings
     one = isinstance(body.target_prefix, str)
     if one != (body.text is not None):
@@ -85,13 +98,8 @@ def translation_work(request: Request, body: TranslateRequest, sources: list[lis
                        "search only (in a beam it forces it on every beam, which then hold copies of one "
                        "hypothesis): ask for beam 1")
     try:
-        forced = translator.encode_prefixes(prefixes, sources)
+        return translator.with_search(config, translator.batch_size,
+                                      translator.max_tokens).encode_prefixes(prefixes, sources)
     except UnusablePrefix as error:
         name = "target_prefix" if one else f"target_prefix[{error.index}]"
         raise ApiError(422, name, str(error).split(": ", 1)[-1]) from None
-
-    def run(slot: Translator) -> Any:
-        return slot.with_search(config, slot.batch_size, slot.max_tokens).translate_ids_nbest(sources, False,
-                                                                                              forced)
-
-    return batcher.run_exclusive(run)

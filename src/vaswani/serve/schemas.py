@@ -57,6 +57,8 @@ class TranslateRequest(SearchSettings):
     text: UnicodeText | None = Field(None, description="one German sentence")
     texts: list[UnicodeText] | None = Field(None, description="several sentences, translated together")
     nbest: int = Field(1, ge=1, description="hypotheses per text, best first (at most beam)")
+    alignments: bool = Field(False, description="give each hypothesis its word alignment to the source: "
+                             "Pharaoh 'i-j' pairs (source word i, target word j, from 0)")
     target_prefix: TargetPrefix | None = Field(
         None, description="the start of each translation, which the search completes: a string for 'text', a "
         "list (one per text, \"\" for none) for 'texts' (a ctranslate2 server: beam 1 only)")
