@@ -31,7 +31,7 @@ from vaswani.errors import ConfigError, VaswaniError
 from vaswani.evaluation.checkpoint_info import CheckpointInfo, checkpoint_info
 from vaswani.model.serialization import resolve_checkpoint
 from vaswani.serve.batcher import Batcher, QueueFull
-from vaswani.serve.schemas import AttentionRequest, SearchSettings, TranslateRequest
+from vaswani.serve.schemas import SAMPLING_FIELDS, AttentionRequest, SearchSettings, TranslateRequest
 from vaswani.provenance import usable_cores
 from vaswani.serve.settings import ServeSettings, ThreadLayout, thread_layout
 
@@ -303,7 +303,7 @@ async def page() -> FileResponse:
 # ---- what the handlers check -----------------------------------------------------------------------------------
 # The request field that sets each SearchConfig field, so a value the search refuses is a 422 naming it.
 REQUEST_FIELDS = {"beam_size": "beam", "alpha": "alpha", "max_len_a": "max_len_a", "max_len_b": "max_len_b",
-                  "nbest": "nbest"}
+                  "nbest": "nbest", **{name: name for name in SAMPLING_FIELDS}}
 
 
 def search_config(translator: Translator, body: SearchSettings, settings: ServeSettings,
@@ -312,13 +312,14 @@ def search_config(translator: Translator, body: SearchSettings, settings: ServeS
     engine; anything refused is a 422 naming the request's field."""
     if body.beam is not None and body.beam > settings.max_beam:
         raise ApiError(422, "beam", f"must be <= {settings.max_beam} (the server's max_beam)")
-    given = {"beam_size": body.beam, "alpha": body.alpha, "max_len_a": body.max_len_a, "max_len_b": body.max_len_b}
+    given = {"beam_size": body.beam, "alpha": body.alpha, "max_len_a": body.max_len_a,
+             "max_len_b": body.max_len_b, **body.sampling()}
     try:
         config = dataclasses.replace(translator.config, nbest=1, **{k: v for k, v in given.items() if v is not None})
         if config.beam_size > settings.max_beam:  # the model's stored beam is wider than this server allows
             raise ApiError(422, "beam", f"the model's beam {config.beam_size} is over the server's max_beam "
                            f"{settings.max_beam}; give a beam <= {settings.max_beam}")
-        if nbest > config.beam_size:
+        if nbest > (settings.max_beam if config.sample else config.beam_size):  # draws: at most max_beam
             raise ApiError(422, "nbest",
                            f"{nbest} hypotheses need a beam at least as wide (beam is {config.beam_size})")
         return translator.engine.bind(servable(dataclasses.replace(config, nbest=nbest), translator.engine.name))

@@ -20,6 +20,8 @@ def _unicode_text(text: str) -> str:
 
 # A JSON string may hold a lone surrogate ("\ud800"): valid JSON, but no text; refused with the request.
 UnicodeText = Annotated[str, AfterValidator(_unicode_text)]
+# The request fields that shape sampling, named as SearchConfig names them.
+SAMPLING_FIELDS = ("sample", "top_k", "top_p", "temperature", "seed")
 
 
 def _prefix(value: Any) -> str | list[str]:
@@ -48,6 +50,20 @@ class SearchSettings(BaseModel):
     max_len_a: float | None = Field(None, ge=0.0, le=4.0,
                                     description="output length limit = a · source tokens + b")
     max_len_b: int | None = Field(None, ge=0, le=256, description="see max_len_a")
+    sample: bool = Field(False, description="draw each token instead of searching (beam 1; nbest draws, at "
+                         "most the server's max_beam)")
+    top_k: int | None = Field(None, ge=0, le=100_000,
+                              description="draw from the k most probable tokens; 0 = all")
+    top_p: float | None = Field(None, gt=0.0, le=1.0, description="draw from the nucleus of probability p")
+    temperature: float | None = Field(None, ge=0.01, le=100.0, description="divides the log-probabilities")
+    seed: int | None = Field(None, ge=0, lt=2**63, description="the draws' seed (default 0)")
+
+    def sampling(self) -> dict[str, Any]:
+        """The SearchConfig fields of the sampling settings given (``sample``: at beam 1 unless ``beam`` is
+        given, which the search then refuses)."""
+        given = {"top_k": self.top_k, "top_p": self.top_p, "temperature": self.temperature, "seed": self.seed}
+        chosen = {name: value for name, value in given.items() if value is not None}
+        return {"sample": True, "beam_size": self.beam or 1, **chosen} if self.sample else chosen
 
 
 class TranslateRequest(SearchSettings):
