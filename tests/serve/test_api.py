@@ -302,13 +302,14 @@ def test_translate_with_alignments_gives_each_hypothesis_its_pharaoh_pairs(clien
     assert client.post("/v1/translate", json={"text": SENTENCE, "alignments": "yes"}).status_code == 422
 
 
-def test_sampling_requests_draw_reproducibly_and_bad_settings_name_their_field(client, tiny_checkpoint) -> None:
+def test_sampling_requests_draw_reproducibly_and_bad_settings_name_their_field(client,
+                                                                               tiny_checkpoint) -> None:
     body = {"text": SENTENCE, "sample": True, "top_p": 0.9, "seed": 3, "nbest": 3, **SHORT}
     first = client.post("/v1/translate", json=body)
     assert first.status_code == 200, first.text
     assert client.post("/v1/translate", json=body).json()["translations"] == first.json()["translations"]
-    drawn = Translator.load(tiny_checkpoint, SearchConfig(beam_size=1, nbest=3, sample=True, top_p=0.9, seed=3,
-                                                          **SHORT), EngineOptions(engine="torch", device="cpu"))
+    search = SearchConfig(beam_size=1, nbest=3, sample=True, top_p=0.9, seed=3, **SHORT)
+    drawn = Translator.load(tiny_checkpoint, search, EngineOptions(engine="torch", device="cpu"))
     assert [h["text"] for h in first.json()["translations"][0]["nbest"]] == [
         h.text for h in drawn.translate_nbest([SENTENCE])[0]]
     for bad, field in (({"top_k": 3}, "sample"), ({"sample": True, "beam": 2}, "beam"),

@@ -12,6 +12,7 @@ engines that run them, and a text-to-text :class:`Translator`.
     stand_in.py     TransformerStandIn: the base of the stand-ins below (a model behind the same decoding interface)
     reference.py    UncachedModel: the same interface recomputing the whole prefix (tests, benchmark)
     compiled.py     CompiledDecoder: the same interface with the decoding step compiled by torch.compile
+    ensemble.py     Ensemble: several models searched as one, log-probs averaged per step, a cache each
     alignment.py    Pharaoh word alignments from the penultimate decoder layer's cross-attention
     sampling.py     Sampler: a token drawn from the top-k / top-p of the tempered distribution, seeded
     scoring.py      PairScore: a given translation's log-probability (force decoding), to filter or rerank

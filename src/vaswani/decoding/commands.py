@@ -144,7 +144,17 @@ def translator_from_args(args: argparse.Namespace) -> Translator:
     """The :class:`Translator` the options describe, on the engine they choose (only called by handlers)."""
     from vaswani.decoding.translator import Translator  # imports the engines' modules: not for the parser
 
-    directory = resolve_checkpoint(args.checkpoint)
+    checkpoints = args.checkpoint if isinstance(args.checkpoint, list) else [args.checkpoint]
+    weights = getattr(args, "weights", None)
+    directory = resolve_checkpoint(checkpoints[0])  # the first checkpoint's stored search for an ensemble
+    if len(checkpoints) > 1 or weights is not None:
+        if weights is not None and len(weights) != len(checkpoints):
+            raise ConfigError(f"--weights gives {len(weights)} weights for {len(checkpoints)} checkpoints: "
+                              "give one per --checkpoint")
+        search = search_config_from_args(args, read_stored_search(directory))
+        options = engine_options_from_args(args).with_stored(read_stored_engine(directory))
+        return Translator.load_ensemble(checkpoints, search, options, weights, batch_size=args.batch_size,
+                                        max_tokens=args.max_tokens)
     return Translator.load(directory, search_config_from_args(args, read_stored_search(directory)),
                            engine_options_from_args(args).with_stored(read_stored_engine(directory)),
                            prefixed=getattr(args, "prefix", None) is not None,
@@ -164,7 +174,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Translate one sentence per line from --input (or stdin) to --output (or stdout). With a "
         "terminal on stdin, translate each line as it is typed. --nbest N prints 'i ||| hypothesis ||| score'.",
     )
-    parser.add_argument("--checkpoint", required=True, metavar="DIR", help="checkpoint directory or run directory")
+    parser.add_argument("--checkpoint", required=True, metavar="DIR", action="append",
+                        help="checkpoint directory or run directory; repeated: an ensemble of them (their "
+                        "log-probabilities averaged at every step, on the torch engine; one tokenizer)")
+    parser.add_argument("--weights", type=ranged(float, gt=0), nargs="+", metavar="W",
+                        help="an ensemble's weights, one per --checkpoint, in their order (default equal)")
     parser.add_argument("--input", type=Path, metavar="FILE", help="source sentences, one per line (default stdin)")
     parser.add_argument("--output", type=Path, metavar="FILE", help="translations (default stdout)")
     parser.add_argument("--prefix", type=Path, metavar="FILE",
@@ -186,7 +200,7 @@ def translate_command(args: argparse.Namespace) -> int:
         standard_stream("stdout", "pass --output FILE")
     else:
         check_output(args.output, command="translate", writes="file",
-                     inputs=[args.checkpoint, args.input, args.prefix], option="--output")
+                     inputs=[*args.checkpoint, args.input, args.prefix], option="--output")
     stdin = standard_stream("stdin", "pass --input FILE") if args.input is None else None
     interactive = stdin is not None and stdin.isatty()
     if interactive and args.prefix is not None:
@@ -199,7 +213,7 @@ def translate_command(args: argparse.Namespace) -> int:
     if interactive:
         from vaswani.data.languages import language_name, recorded_languages
 
-        languages = recorded_languages(args.checkpoint)
+        languages = recorded_languages(args.checkpoint[0])
         return _interactive(translator, args.nbest, language_name(languages.source) if languages else None,
                             args.alignments)
     # A progress bar for a file being translated, when someone watches the terminal.

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
@@ -23,7 +24,7 @@ from vaswani.data.tokenizer import Tokenizer
 from vaswani.decoding.config import EngineOptions, SearchConfig
 from vaswani.decoding.engine import TORCH, Engine, is_engine, open_engine, output_limits
 from vaswani.decoding.scoring import PairScore, UnscorableText, pair_score
-from vaswani.errors import ConfigError, VaswaniError
+from vaswani.errors import ConfigError, VaswaniError, VaswaniWarning
 from vaswani.model.serialization import CONFIG_FILE, read_model_config, resolve_checkpoint
 
 if TYPE_CHECKING:
@@ -124,6 +125,53 @@ class Translator:
         config = config or SearchConfig()
         chosen = open_engine(directory, model_config, tokenizer, config, options or EngineOptions(), prefixed)
         return cls(chosen, tokenizer, config, **batching)
+
+    @classmethod
+    def load_ensemble(
+        cls,
+        checkpoints: Sequence[str | Path],
+        config: SearchConfig | None = None,
+        options: EngineOptions | None = None,
+        weights: Sequence[float] | None = None,
+        **batching: Any,
+    ) -> "Translator":
+        """Several checkpoints searched as one (ensemble.py), on the torch engine: "auto" takes it saying why,
+        "ctranslate2" is refused. Their tokenizer.json must be the same file and their recorded language
+        pairs (where recorded) the same; ``weights``: one positive number per checkpoint (default equal)."""
+        from vaswani.data.languages import recorded_languages
+        from vaswani.decoding.ensemble import EnsembleEngine
+        from vaswani.devices import resolve_device
+        from vaswani.model.serialization import load_model
+
+        directories = [resolve_checkpoint(checkpoint) for checkpoint in checkpoints]
+        first = directories[0]
+        if not (first / TOKENIZER_FILE).is_file():
+            raise VaswaniError(f"{first}: no {TOKENIZER_FILE} beside the weights; cannot turn text into ids")
+        for directory in directories[1:]:
+            if not (directory / TOKENIZER_FILE).is_file() or \
+                    (directory / TOKENIZER_FILE).read_bytes() != (first / TOKENIZER_FILE).read_bytes():
+                raise VaswaniError(f"{directory}: its {TOKENIZER_FILE} is not {first}'s; an ensemble's "
+                                   "models must share one tokenizer (train them on the same prepared data)")
+            pair, other = recorded_languages(first), recorded_languages(directory)
+            if pair is not None and other is not None and pair != other:
+                raise VaswaniError(f"{directory} translates {other.source}-{other.target}, {first} "
+                                   f"{pair.source}-{pair.target}: an ensemble's models share one direction")
+        options = options or EngineOptions()
+        if options.engine == "ctranslate2":
+            raise ConfigError("`engine` ctranslate2 searches one model; an ensemble runs on `engine` torch",
+                              field="engine")
+        if options.engine != TORCH:
+            warnings.warn(f"engine auto: torch, because CTranslate2 searches one model (this ensemble has "
+                          f"{len(directories)})", VaswaniWarning, stacklevel=2)
+        device = resolve_device(options.device)
+        models = [load_model(directory, device=device).eval() for directory in directories]
+        tokenizer = Tokenizer.load(first / TOKENIZER_FILE)
+        for directory, model in zip(directories, models):
+            if tokenizer.vocab_size > model.config.vocab_size:
+                raise VaswaniError(f"{directory / TOKENIZER_FILE}: vocabulary of {tokenizer.vocab_size} does "
+                                   f"not fit the model's {model.config.vocab_size} (model.json)")
+        engine_options = dataclasses.replace(options, engine=TORCH, quantization=None, device=str(device))
+        return cls(EnsembleEngine(models, engine_options, weights), tokenizer, config, **batching)
 
     # ---- what the engine runs ----------------------------------------------------------------------------------
     @property
