@@ -88,12 +88,17 @@ def test_a_terminal_gets_the_bar_and_off_means_nothing():
     assert quiet.getvalue() == ""
 
 
-def test_work_done_within_a_second_leaves_no_line():
+def test_work_shorter_than_the_interval_leaves_no_line():
     log, clock = io.StringIO(), FakeClock()
     with progress_reporter(3, "translating", "sentences", stream=log, clock=clock) as bar:
-        clock.now += 0.9
+        clock.now += 29.9
         bar.update(3)
     assert log.getvalue() == ""  # a short command's output is its result alone, as on a terminal
+    with progress_reporter(3, "translating", "sentences", stream=log, clock=clock) as bar:
+        clock.now += 20
+        bar.update(3)
+        clock.now += 10  # no update came after the interval: the end still says how it went
+    assert log.getvalue() == "translating: 3 sentences in 0:30 (0.1 sentences/s)\n"
 
 
 def test_a_step_that_fails_says_no_more_than_its_error():

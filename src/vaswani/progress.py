@@ -8,9 +8,10 @@ done of the total, the rate and the time left, and one line when it ends::
     encoding train: 1,203,000/4,500,000 pairs (27%), 40,100 pairs/s, 1:22 left
     encoding train: 4,500,000 pairs in 1:52 (40,178 pairs/s)
 
-Work done within a second leaves no line, as a bar on a terminal leaves none: a short command's output is its
-result (or its one-line error) alone. Every long step asks :func:`progress_reporter` for its reporter and
-calls ``update`` as work is done; which kind it gets is decided here, from where stderr goes.
+Work shorter than the interval prints nothing, as a bar on a terminal leaves nothing: a short command's output
+is its result (or its one-line error) alone, however loaded the machine. Every long step asks
+:func:`progress_reporter` for its reporter and calls ``update`` as work is done; which kind it gets is decided
+here, from where stderr goes.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from vaswani.errors import ConfigError
 
 PROGRESS_SECONDS_VARIABLE = "VASWANI_PROGRESS_SECONDS"
 DEFAULT_PROGRESS_SECONDS = 30.0
-SHORTEST_REPORTED_SECONDS = 1.0  # work that took less (and printed no line yet) ends without a line
 
 
 def progress_seconds() -> float:
@@ -78,7 +78,7 @@ class LogProgress:
             return
         self.closed = True
         seconds = self.clock() - self.started
-        if self.lines or seconds >= SHORTEST_REPORTED_SECONDS:
+        if self.lines or seconds >= self.interval:  # shorter work printed nothing, and ends so
             rate = self._rate(self.n - self.initial, seconds)
             self._print(f"{self.description}: {self._amount(self.n)} in {duration(seconds)}"
                         + (f" ({rate})" if rate else "") + self._postfix())
@@ -187,4 +187,4 @@ def duration(seconds: float) -> str:
 
 
 __all__ = ["DEFAULT_PROGRESS_SECONDS", "LogProgress", "PROGRESS_SECONDS_VARIABLE",
-           "SHORTEST_REPORTED_SECONDS", "SilentProgress", "duration", "progress_reporter", "progress_seconds"]
+           "SilentProgress", "duration", "progress_reporter", "progress_seconds"]
