@@ -20,12 +20,32 @@ import math
 import os
 import sys
 import time
-from typing import Any, Callable, TextIO
+from typing import Any, Callable, Protocol, TextIO
 
 from vaswani.errors import ConfigError
 
 PROGRESS_SECONDS_VARIABLE = "VASWANI_PROGRESS_SECONDS"
 DEFAULT_PROGRESS_SECONDS = 30.0
+
+
+class ProgressReporter(Protocol):
+    """What a long step calls, whichever reporter it got: a tqdm bar, :class:`LogProgress` or
+    :class:`SilentProgress`."""
+
+    n: int
+    total: int | None
+
+    def update(self, count: int = 1) -> Any: ...
+
+    def set_postfix(self, **values: Any) -> Any: ...
+
+    def refresh(self) -> Any: ...
+
+    def close(self) -> Any: ...
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *details: Any) -> Any: ...
 
 
 def progress_seconds() -> float:
@@ -155,7 +175,7 @@ class SilentProgress:
 
 def progress_reporter(total: int | None, description: str, unit: str = "it", *, enabled: bool = True,
                       initial: int = 0, stream: TextIO | None = None,
-                      clock: Callable[[], float] = time.monotonic, **bar_options: Any) -> Any:
+                      clock: Callable[[], float] = time.monotonic, **bar_options: Any) -> ProgressReporter:
     """The reporter of one long step on ``stream`` (stderr by default): a tqdm bar when it is a terminal (with
     ``bar_options``, tqdm's own), plain lines every :func:`progress_seconds` otherwise, nothing unless
     ``enabled``. All three take ``update(count)``, ``set_postfix(**values)``, ``refresh()`` and ``close()``,
@@ -186,5 +206,5 @@ def duration(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
-__all__ = ["DEFAULT_PROGRESS_SECONDS", "LogProgress", "PROGRESS_SECONDS_VARIABLE",
+__all__ = ["DEFAULT_PROGRESS_SECONDS", "LogProgress", "PROGRESS_SECONDS_VARIABLE", "ProgressReporter",
            "SilentProgress", "duration", "progress_reporter", "progress_seconds"]

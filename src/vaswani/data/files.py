@@ -26,14 +26,14 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator, Sequence
+from typing import BinaryIO, Iterator, Sequence
 
 import numpy as np
 
 from vaswani.data.languages import LanguagePair
 from vaswani.data.textfiles import GZIP_MAGIC
 from vaswani.errors import ConfigError, DataError
-from vaswani.progress import progress_reporter
+from vaswani.progress import ProgressReporter, progress_reporter
 
 READ_BYTES = 1 << 20
 # The stream keeps memory flat, but not unbounded: a file (on disk, or once decompressed) past MAX_CORPUS_FILE_BYTES is
@@ -86,7 +86,7 @@ def file_part(paths: Sequence[str | Path], setting: str) -> FilePart:
     return FilePart(tuple(Path(p) for p in paths))
 
 
-def progress_bar(total: int, description: str, progress: bool, unit: str = " pairs") -> Any:
+def progress_bar(total: int, description: str, progress: bool, unit: str = " pairs") -> ProgressReporter:
     """A step of preparing data, reported on stderr (vaswani.progress): a bar on a terminal, lines in a log;
     ``progress=False`` reports nothing."""
     return progress_reporter(total, description, unit, enabled=progress, unit_scale=True, mininterval=1.0,
