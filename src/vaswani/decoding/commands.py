@@ -216,8 +216,8 @@ def translate_command(args: argparse.Namespace) -> int:
         languages = recorded_languages(args.checkpoint[0])
         return _interactive(translator, args.nbest, language_name(languages.source) if languages else None,
                             args.alignments)
-    # A progress bar for a file being translated, when someone watches the terminal.
-    progress = args.input is not None and sys.stderr.isatty()
+    # The progress of a file being translated: a bar on a terminal, a line now and then in a log.
+    progress = args.input is not None
     if prefixes is None:
         nbest = translator.translate_nbest(lines, progress=progress, alignments=args.alignments)
     else:
@@ -349,8 +349,7 @@ def score_command(args: argparse.Namespace) -> int:
     translator = Translator.load(directory, score_config_from_args(args, read_stored_search(directory)),
                                  engine_options_from_args(args).with_stored(read_stored_engine(directory)),
                                  batch_size=args.batch_size, max_tokens=args.max_tokens)
-    scores = translator.score(sources, targets, progress=sys.stderr.isatty(),
-                              names=(str(args.src), str(args.tgt)))
+    scores = translator.score(sources, targets, progress=True, names=(str(args.src), str(args.tgt)))
     text = "".join(_score_line(score, args.format) for score in scores)
     if args.output is None:
         sys.stdout.write(text)

@@ -198,7 +198,7 @@ class CTranslate2Engine:
         longest = max(limits) - 1  # CTranslate2 counts generated tokens, </s> included; ours stop one before
         if longest == 0:  # every output is </s> alone: nothing to generate, only to score
             return [[hypothesis] for hypothesis in self._rescored([([], source) for source in tokens], config)]
-        forced = {}
+        forced: dict[str, list] = {}
         if prefixes is not None and any(prefixes):  # forced and scored as the torch search does
             if config.beam_size > 1:
                 raise ConfigError(f"CTranslate2 cannot run {PREFIXED_BEAM}", field="target_prefix")
@@ -284,7 +284,7 @@ class CTranslate2Engine:
 
     # ---- helpers ---------------------------------------------------------------------------------------------------
     def _sampled(self, tokens: list[list[str]], limits: list[int], config: SearchConfig,
-                 forced: dict[str, Any]) -> list[list[Hypothesis]]:
+                 forced: dict[str, list]) -> list[list[Hypothesis]]:
         """``config.nbest`` draws per sentence by CTranslate2's sampling, seeded, each cut at its own limit
         and scored by the model (as the torch engine scores a draw), best first."""
         ctranslate2_module().set_random_seed(config.seed)

@@ -26,6 +26,7 @@ from vaswani.decoding.engine import TORCH, Engine, is_engine, open_engine, outpu
 from vaswani.decoding.scoring import PairScore, UnscorableText, pair_score
 from vaswani.errors import ConfigError, VaswaniError, VaswaniWarning
 from vaswani.model.serialization import CONFIG_FILE, read_model_config, resolve_checkpoint
+from vaswani.progress import progress_reporter
 
 if TYPE_CHECKING:
     from vaswani.model.transformer import Transformer
@@ -210,16 +211,14 @@ class Translator:
         are already ids. Padding ids inside a source are masked like trailing padding by the torch engine: the
         robustness experiment's "dropped" tokens."""
         results: list[list[Translation] | None] = [None] * len(sources)
-        bar = _progress_bar(len(sources)) if progress else None
-        for batch in self.batches(sources):
-            forced = [prefixes[i] for i in batch] if prefixes is not None else None
-            translated = self._translate_batch([sources[i] for i in batch], forced, alignments)
-            for index, hypotheses in zip(batch, translated):
-                results[index] = hypotheses
-            if bar is not None:
+        with progress_reporter(len(sources), "translating", "sentences", enabled=progress,
+                               leave=False) as bar:
+            for batch in self.batches(sources):
+                forced = [prefixes[i] for i in batch] if prefixes is not None else None
+                translated = self._translate_batch([sources[i] for i in batch], forced, alignments)
+                for index, hypotheses in zip(batch, translated):
+                    results[index] = hypotheses
                 bar.update(len(batch))
-        if bar is not None:
-            bar.close()
         return results  # type: ignore[return-value]
 
     def score(self, sources: Sequence[str], targets: Sequence[str], progress: bool = False,
@@ -234,15 +233,13 @@ class Translator:
         src_ids = self._encode_checked(sources, names[0], 0)
         tgt_ids = self._encode_checked(targets, names[1], 1)
         results: list[PairScore | None] = [None] * len(sources)
-        bar = _progress_bar(len(sources)) if progress else None
-        for batch in self.batches(src_ids):
-            scored = self.engine.score([src_ids[i] for i in batch], [tgt_ids[i] for i in batch], self.config)
-            for index, token_log_probs in zip(batch, scored):
-                results[index] = pair_score(token_log_probs, self.config)
-            if bar is not None:
+        with progress_reporter(len(sources), "scoring", "pairs", enabled=progress, leave=False) as bar:
+            for batch in self.batches(src_ids):
+                scored = self.engine.score([src_ids[i] for i in batch], [tgt_ids[i] for i in batch],
+                                           self.config)
+                for index, token_log_probs in zip(batch, scored):
+                    results[index] = pair_score(token_log_probs, self.config)
                 bar.update(len(batch))
-        if bar is not None:
-            bar.close()
         return results  # type: ignore[return-value]
 
     def _encode_checked(self, texts: Sequence[str], name: str, side: int) -> list[list[int]]:
@@ -359,9 +356,3 @@ class Translator:
             # Only the words the text shows: subwords of bytes that decode to nothing align to no word.
             words = len(translation.text.split())
             translation.alignment = pharaoh(weights, source_words, target_words, words)
-
-
-def _progress_bar(total: int) -> Any:
-    from tqdm import tqdm  # imported only when a bar is shown: a tenth of a second of every start-up otherwise
-
-    return tqdm(total=total, unit="sent", file=sys.stderr, leave=False)

@@ -44,7 +44,7 @@ async def score(body: ScoreRequest, request: Request) -> Any:
         raise ApiError(422, "alpha", str(error)) from None
     check_work(translator.encode(body.sources), config, "sources", settings)
 
-    def run(slot: Translator) -> list[dict[str, Any]]:
+    def run(slot: Translator) -> list[dict[str, float | int]]:
         scorer = slot.with_search(config, slot.batch_size, slot.max_tokens)
         return [pair.as_dict() for pair in scorer.score(body.sources, body.targets)]
 

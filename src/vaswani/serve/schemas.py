@@ -58,7 +58,7 @@ class SearchSettings(BaseModel):
     temperature: float | None = Field(None, ge=0.01, le=100.0, description="divides the log-probabilities")
     seed: int | None = Field(None, ge=0, lt=2**63, description="the draws' seed (default 0)")
 
-    def sampling(self) -> dict[str, Any]:
+    def sampling(self) -> dict[str, bool | int | float]:
         """The SearchConfig fields of the sampling settings given (``sample``: at beam 1 unless ``beam`` is
         given, which the search then refuses)."""
         given = {"top_k": self.top_k, "top_p": self.top_p, "temperature": self.temperature, "seed": self.seed}
