@@ -65,6 +65,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 FLAGS = {
     **{name: f"--{name}" for name in ("engine", "quantization", "device", "threads", "compile", "resume")},
     "settings": "--set",
+    "train.init_from": "--init-from",
     "search.beam_size": "--beam",
     **{f"search.{name}": f"--{name.replace('_', '-')}" for name in (
         "nbest", "alpha", "length_norm", "max_len_a", "max_len_b", "repetition_penalty", "no_repeat_ngram",

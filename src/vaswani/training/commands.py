@@ -33,6 +33,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     start.add_argument("--start-over", action="store_true",
                        help="start a new run in a --run-dir that holds one: the earlier run's files are moved into "
                        "RUN_DIR/superseded-<time>/ (nothing is deleted)")
+    parser.add_argument("--init-from", type=Path, default=None, metavar="CHECKPOINT",
+                        help="fine-tune: start a new run from the weights of a run directory, a checkpoint "
+                        "or a final model, with its model and tokenizer but this run's data, schedule and "
+                        "a fresh optimizer (train.init_from; train.freeze=embeddings|encoder keeps that "
+                        "part as it is)")
     add_data_dir_argument(parser)
     add_corpus_arguments(parser)
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
@@ -61,6 +66,9 @@ def run_train(args: argparse.Namespace) -> int:
     from vaswani.training.run import train
 
     run_dir = args.run_dir or Path("runs") / Path(args.preset).stem
+    if args.init_from is not None and args.resume:
+        raise VaswaniError("--init-from starts a new run; a resumed run continues from its own checkpoints: "
+                           "drop --init-from")
     if args.resume:  # the run continues as it was: its saved settings, changed only by the --set given now
         config = resumed_config(run_dir, args.settings)
     else:
@@ -70,6 +78,12 @@ def run_train(args: argparse.Namespace) -> int:
         config = with_files(config, corpus, replace=not args.resume)
     if args.data_dir is not None:
         config.data.data_dir = str(args.data_dir)
+    if not args.resume and (args.init_from is not None or config.train.init_from is not None):
+        from vaswani.training.parent import find_parent, fine_tune_config
+
+        # checked before the run directory is made: a parent refused writes nothing
+        parent = find_parent(args.init_from if args.init_from is not None else config.train.init_from)
+        config = fine_tune_config(config, parent, args.settings)
     if args.print_config:
         print(config.to_yaml())
         return 0

@@ -232,6 +232,11 @@ class TrainConfig:
     # the most minutes choosing the final model may take: when they are spent, the candidates and searches not yet
     # scored are left out (the best so far is chosen); the test splits are scored either way
     final_max_minutes: float | None = None
+    # fine-tuning (training/parent.py): the checkpoint directory whose weights, model and tokenizer a new
+    # run starts from (with a fresh optimizer and schedule), and the part of the model that stays as the
+    # parent left it
+    init_from: str | None = None
+    freeze: Literal["none", "embeddings", "encoder"] = "none"
 
     LIMITS = {
         "seed": Limit(ge=0), "max_tokens": Limit(ge=1), "grad_accum": Limit(ge=1),
