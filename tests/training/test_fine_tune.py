@@ -154,3 +154,31 @@ def test_a_fine_tuned_run_resumes_from_its_own_checkpoints_without_its_parent(ca
     assert "resumed from" in err and "step 2" in err
     starts = [json.loads(line) for line in (tmp_path / "child" / "provenance.jsonl").read_text().splitlines()]
     assert [start["resumed"] for start in starts] == [False, True] and "init_from" not in starts[1]
+
+
+FINAL = ["--set", "train.final_model=true", "--set", "train.final_valid_sentences=16", "--set",
+         "train.final_beam=2", "--set", "train.final_alphas=[1.0]", "--set", "train.average_last=0"]
+
+
+def test_the_final_model_of_a_fine_tuned_run_is_scored_beside_its_parent_on_the_parents_validation_split(
+        capsys, tmp_path, monkeypatch, finished_run, data_dir, news):
+    source, _ = finished_run
+    parent = Path(shutil.copytree(source, tmp_path / "parent", symlinks=True))
+    monkeypatch.chdir(tmp_path)
+    code, err = fine_tune(capsys, tmp_path / "child", parent, news, "--data-dir", str(data_dir), *FINAL)
+    assert code == 0, err
+    selection = json.loads((tmp_path / "child" / "checkpoints" / "final" / "selection.json").read_text())
+    scored = selection["parent_validation"]
+    assert scored["checkpoint"] == str((parent / "checkpoints" / "final").resolve())
+    assert scored["split"] == "val" and scored["sentences"] == 16
+    assert {"bleu", "chrf", "length_ratio"} <= set(scored["parent"]) & set(scored["fine_tuned"])
+    assert "parent validation (val, 16 sentences): BLEU" in err
+    assert selection["valid_split"] == "valid"  # the run's own validation still chooses the final model
+
+    (parent / "config.yaml").unlink()  # the parent's run is gone: finalize says so and scores the rest
+    code = main(["finalize", "--run-dir", str(tmp_path / "child"), "--data-dir", str(data_dir)])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "parent validation: left out" in err
+    selection = json.loads((tmp_path / "child" / "checkpoints" / "final" / "selection.json").read_text())
+    assert selection["parent_validation"] is None
