@@ -8,7 +8,7 @@ import signal
 import sys
 from pathlib import Path
 
-from vaswani.arguments import add_settings_argument
+from vaswani.arguments import add_settings_argument, ranged
 from vaswani.data.commands import add_corpus_arguments, add_data_dir_argument, corpus_arguments
 from vaswani.errors import VaswaniError
 
@@ -40,6 +40,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "part as it is)")
     add_data_dir_argument(parser)
     add_corpus_arguments(parser)
+    parser.add_argument("--weight", action="append", type=ranged(float, gt=0, le=1000), metavar="W",
+                        help="how often each training part's pairs are taken per epoch, one --weight per "
+                        "part in the order of --src/--tgt, then --tsv (3: three times; 0.5: half, drawn anew "
+                        "each epoch); data.train_weights")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     parser.set_defaults(handler=run_train)
 
@@ -60,8 +64,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from vaswani.records import to_json
-    from vaswani.training.config import apply_settings, load_preset
+    from vaswani.training.config import RunConfig, apply_settings, load_preset
     from vaswani.training.resume import resumed_config
     from vaswani.training.run import train
 
@@ -78,6 +84,9 @@ def run_train(args: argparse.Namespace) -> int:
         config = with_files(config, corpus, replace=not args.resume)
     if args.data_dir is not None:
         config.data.data_dir = str(args.data_dir)
+    if args.weight:
+        config = RunConfig(config.model, dataclasses.replace(config.data, train_weights=tuple(args.weight)),
+                           config.train)
     if not args.resume and (args.init_from is not None or config.train.init_from is not None):
         from vaswani.training.parent import find_parent, fine_tune_config
 

@@ -14,16 +14,16 @@ import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
 
-from vaswani.data.batching import Batch, TokenBudgetSampler, collate
+from vaswani.data.batching import Batch, TokenBudgetSampler, WeightedSampler, collate
 from vaswani.data.buckets import BucketSampler, bucket_lengths, pad_to_shape
 from vaswani.data.registry import LOCAL
 from vaswani.data.corpora import ParallelCorpus, load_corpus
-from vaswani.data.files import VALID, FileCorpus, fingerprint
+from vaswani.data.files import TRAIN, VALID, FileCorpus, FileSplit, SplitFingerprint, fingerprint
 from vaswani.data.languages import CORPUS_RECORD, parse_direction
 from vaswani.data.pipeline import PreparedData, default_out_dir, prepare_dataset
 from vaswani.data.cache import EncodedCorpus
@@ -44,7 +44,8 @@ class TrainingData:
     train: EncodedCorpus
     valid: EncodedCorpus
     valid_corpus: ParallelCorpus
-    sampler: TokenBudgetSampler | BucketSampler  # over train: every rank's batches; the trainer gives each its share
+    # over train: every rank's batches; the trainer gives each its share
+    sampler: TokenBudgetSampler | BucketSampler | WeightedSampler
     valid_sampler: TokenBudgetSampler | BucketSampler
     corpus_record: dict[str, Any] | None = None  # corpus.json of the run (on the main rank)
     parent: Parent | None = None  # a new fine-tuned run's parent: its tokenizer prepared this data
@@ -160,11 +161,27 @@ def load(config: RunConfig, run_dir: Path, world: World, resuming: bool = False)
             train.src_lengths, train.tgt_lengths, tc.max_tokens, lengths, seed=tc.seed, shuffle=True)
         valid_sampler: TokenBudgetSampler | BucketSampler = BucketSampler(
             valid.src_lengths, valid.tgt_lengths, tc.max_tokens, lengths, shuffle=False)
+    elif dc.train_weights:
+        weights = pair_weights(files.train, prepared.files[TRAIN], train.line_index, dc.train_weights)
+        sampler = WeightedSampler(train.src_lengths, train.tgt_lengths, weights, tc.max_tokens, seed=tc.seed)
+        valid_sampler = TokenBudgetSampler(valid.src_lengths, valid.tgt_lengths, tc.max_tokens, shuffle=False)
     else:
         sampler = TokenBudgetSampler(train.src_lengths, train.tgt_lengths, tc.max_tokens, seed=tc.seed, shuffle=True)
         valid_sampler = TokenBudgetSampler(valid.src_lengths, valid.tgt_lengths, tc.max_tokens, shuffle=False)
     return TrainingData(prepared.tokenizer, run_dir / "tokenizer.json", prepared.tokenizer_path, train, valid,
                         prepared.corpora[valid_split], sampler, valid_sampler, corpus, parent)
+
+
+def pair_weights(split: FileSplit, record: SplitFingerprint, line_index: np.ndarray,
+                 weights: Sequence[float]) -> np.ndarray:
+    """The weight of each encoded training pair: the one of the part (of ``split``) its line came from."""
+    records, lines = iter(record.files), []
+    for part in split.parts:
+        lines.append(next(records).lines)
+        if not part.is_tsv:
+            next(records)  # the target file: as many lines
+    part_of_pair = np.searchsorted(np.cumsum(lines), line_index, side="right")
+    return np.asarray(weights, dtype=np.float64)[part_of_pair]
 
 
 def valid_split_name(config: RunConfig) -> str:
@@ -212,6 +229,8 @@ def corpus_record(run_dir: Path, config: RunConfig, prepared: PreparedData) -> d
         record["splits"][name].update(files=[dataclasses.asdict(file) for file in files.files])
     if prepared.held_out is not None:
         record["splits"][VALID]["held_out"] = dataclasses.asdict(prepared.held_out)
+    if dc.train_weights:
+        record["splits"][TRAIN]["weights"] = list(dc.train_weights)
     path = run_dir / CORPUS_RECORD
     if path.is_file():
         earlier = read_json(path, "corpus record")
