@@ -64,7 +64,7 @@ class Trainer:
         self.device = resolve_device(tc.device, self.world.local_rank)
         set_up_process(tc, self.device)
         self.precision = resolve_precision(tc.precision, self.device)
-        # The choices that depend on the device (training/device_choices.py): before any work, so a refusal costs nothing
+        # Device-dependent choices (training/device_choices.py) come before any work: a refusal then costs nothing
         self.defer_reads = defers_host_reads(tc.host_sync, self.device)
         self.compile_options = compile_options(tc.compile, tc.cuda_graphs, self.device, bool(tc.length_buckets))
         saved = load_trainer_state(self.run_dir) if resume else None
