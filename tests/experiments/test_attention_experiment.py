@@ -1,6 +1,6 @@
 """`vaswani experiment attention`: the smoke run writes its results, which read back as the records they were
-written from, the FLOP count is what PyTorch's FLOP counter counts less the scores a mask discards, the two exact
-backends compute the same function, and memory falls with the window."""
+written from, the FLOP count is what PyTorch's FLOP counter counts less the scores a mask discards, the two
+exact backends compute the same function, and memory falls with the window."""
 
 from __future__ import annotations
 
@@ -123,9 +123,10 @@ def test_findings_are_worded_by_the_numbers() -> None:
             return LayerPoint(variant, variant, 1, 1024, None, "ok", seconds=seconds, extra_memory=memory)
 
         agreement = [BackendAgreement(1, 1024, False, difference, difference, output_scale=0.3)]
-        return AttentionResults("cpu", "fp32", [point("standard", 100, 1.0), point("sdpa", sdpa_memory, sdpa_seconds)],
-                                [], agreement, difference, difference, difference, None, [], [], "",
-                                val_loss_gap_standard_vs_sdpa=gap, val_loss_gap_seed=seed_gap)
+        points = [point("standard", 100, 1.0), point("sdpa", sdpa_memory, sdpa_seconds)]
+        return AttentionResults("cpu", "fp32", points, [], agreement, difference, difference, difference,
+                                None, [], [], "", val_loss_gap_standard_vs_sdpa=gap,
+                                val_loss_gap_seed=seed_gap)
 
     settings = AttentionSettings(**{f.name: None for f in dataclasses.fields(AttentionSettings)})
     settings.window, settings.windows, settings.batch_sizes, settings.window_length = 50, [16, 64], [1], 1024

@@ -252,10 +252,10 @@ def experiment_command(args: argparse.Namespace) -> int:
     _set_threads(args.threads)
     results = run_experiment(args.csv, args.seeds, args.out, settings, args.runs_dir, args.split_seed,
                              progress=args.progress)
-    s = results["summary"]
-    for model in ("transformer", "baseline"):
-        print(f"{model:12s} accuracy {s[model]['accuracy']['mean']:.4f} ± {s[model]['accuracy']['std']:.4f}   "
-              f"macro-F1 {s[model]['macro_f1']['mean']:.4f} ± {s[model]['macro_f1']['std']:.4f}")
+    summary = results.summary
+    for model, scores in (("transformer", summary.transformer), ("baseline", summary.baseline)):
+        print(f"{model:12s} accuracy {scores.accuracy.mean:.4f} ± {scores.accuracy.std:.4f}   "
+              f"macro-F1 {scores.macro_f1.mean:.4f} ± {scores.macro_f1.std:.4f}")
     print(f"wrote {args.out}/results.json, table.md, confusion.png, learning_curve.png")
     return 0
 

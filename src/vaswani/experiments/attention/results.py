@@ -1,4 +1,4 @@
-"""The records of `vaswani experiment attention`: what ``measure`` hands to ``report`` and writes to results.json.
+"""The records of `vaswani experiment attention`: what ``measure`` hands to ``report`` and to results.json.
 
     results = measure(settings, device)                              # built where it is measured
     write_results(..., results_json(results), ...)                   # the "results" object of results.json
@@ -19,8 +19,8 @@ from typing import Any
 
 @dataclass
 class LayerPoint:
-    """One attention layer's forward+backward at one (batch, length, window): measured when ``status`` is "ok",
-    else the reason it was not (time cap, memory guard, out of memory)."""
+    """One attention layer's forward+backward at one (batch, length, window): measured when ``status`` is
+    "ok", else the reason it was not (time cap, memory guard, out of memory)."""
 
     variant: str
     backend: str
@@ -43,8 +43,8 @@ class LayerPoint:
 
 @dataclass
 class BackendAgreement:
-    """Max |standard − sdpa| of one layer's outputs and input gradients, fp32, same weights and input; with the
-    window also the blocked window against the full (T, T) band mask."""
+    """Max |standard − sdpa| of one layer's outputs and input gradients, fp32, same weights and input; with
+    the window also the blocked window against the full (T, T) band mask."""
 
     batch_size: int
     length: int
@@ -57,8 +57,8 @@ class BackendAgreement:
 
 @dataclass
 class FlopCheck:
-    """A standard-backend forward+backward: the FLOPs torch.utils.flop_counter counts, the rule's count, and the
-    scores the causal mask discards (counted by the counter, not by the rule)."""
+    """A standard-backend forward+backward: the FLOPs torch.utils.flop_counter counts, the rule's count, and
+    the scores the causal mask discards (counted by the counter, not by the rule)."""
 
     batch_size: int
     length: int
@@ -126,7 +126,7 @@ class AttentionResults:
 
 
 def results_json(results: AttentionResults) -> dict[str, Any]:
-    """``results`` as the JSON object written to results.json, without the fields left at their None default."""
+    """``results`` as the JSON object of results.json, without the fields left at their None default."""
     return _written(results)
 
 
