@@ -220,3 +220,32 @@ def test_no_module_of_the_core_is_a_program() -> None:
         mains = [node.lineno for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "main"]
         mains += [node.lineno for node in tree.body if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)]
         assert not mains, f"{path}:{mains[0]}: a program inside the core; move it to vaswani/tools/"
+
+
+# Functions that take or return dict[str, Any]: results cross boundaries as dataclasses instead. The counts may only
+# go down (lower them when a change removes some); none may be added in the core packages named here.
+UNTYPED_DICT_FUNCTIONS_AT_MOST = {"src": 149, "core": 26}
+TYPED_CORE = ("model", "training", "decoding", "evaluation", "io", "data")
+
+
+def _untyped_dict_functions() -> list[tuple[str, str, int]]:
+    found = []
+    for name, path, tree in MODULES:
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                arguments = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+                hints = [a.annotation for a in arguments if a.annotation is not None] + [node.returns]
+                if any(hint is not None and "dict[str, Any]" in ast.unparse(hint) for hint in hints):
+                    found.append((name, node.name, node.lineno))
+    return found
+
+
+def test_fewer_functions_pass_untyped_dicts_than_the_bound() -> None:
+    found = _untyped_dict_functions()
+    core = [item for item in found if _area(item[0]) in TYPED_CORE]
+    bound = UNTYPED_DICT_FUNCTIONS_AT_MOST
+    assert len(found) <= bound["src"], (
+        f"{len(found)} functions take or return dict[str, Any] (at most {bound['src']}); pass a dataclass instead")
+    assert len(core) <= bound["core"], (
+        f"{len(core)} functions of the core take or return dict[str, Any] (at most {bound['core']}): "
+        + ", ".join(f"{module}.{function}:{line}" for module, function, line in core[-5:]))

@@ -158,7 +158,8 @@ def run(args: argparse.Namespace) -> int:
     write_results(args.out, "regularization", args.command_line, device, settings,
                   {"device": device_label(device), "runs": [asdict(r) for r in results],
                    "cells": [asdict(c) for c in summary]},
-                  table(summary, provenance_line(device, args.command_line), extra), {"curves": plot(results)}, readme=findings(summary))
+                  table(summary, provenance_line(device, args.command_line), extra), {"curves": plot(results)},
+                  readme=findings(summary))
     log(f"regularization: wrote {args.out}/results.json, table.md, README.md, curves.png")
     return 0
 

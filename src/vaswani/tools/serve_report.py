@@ -203,7 +203,9 @@ def table(test: LoadTest, summary: Summary) -> str:
                   "translates the same sentences in batches of that size on the same threads, start-up excluded: in "
                   "arrival order (what a server gets from that many clients; the ratio column is over its best) "
                   "and sorted by length (what a batch job may do).",
-                  "", "| layout | clients | sentences/s | over the bare script in arrival order | p50 ms | p95 ms | errors |",
+                  "",
+                  "| layout | clients | sentences/s | over the bare script in arrival order | p50 ms | p95 ms "
+                  "| errors |",
                   "|---|---:|---:|---:|---:|---:|---:|"]
         for r in summary.layout_rows:
             ratio = "" if r.ratio is None else f"{r.ratio:.2f}× ({r.ratio_range[0]:.2f}–{r.ratio_range[1]:.2f})"
