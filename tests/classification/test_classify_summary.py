@@ -71,8 +71,10 @@ def test_findings_are_worded_from_the_numbers(experiments: tuple[Path, Path]):
         return changed
 
     lines = findings([with_f1(reference, 0.80, 0.01, 0.78), with_f1(cls, 0.75, 0.02, 0.78)])
-    assert lines[0].startswith("reference:") and "+2.0 points" in lines[0] and ": ahead by 2.0 seed standard deviations." in lines[0]
-    assert lines[1].startswith("`pooling: cls`:") and "-3.0 points" in lines[1] and lines[1].endswith(": behind by 1.5 seed standard deviations.")
+    assert lines[0].startswith("reference:") and "+2.0 points" in lines[0]
+    assert ": ahead by 2.0 seed standard deviations." in lines[0]
+    assert lines[1].startswith("`pooling: cls`:") and "-3.0 points" in lines[1]
+    assert lines[1].endswith(": behind by 1.5 seed standard deviations.")
     # Against the reference the noise is the larger spread, 2 points: 5 points is 2.5 of them.
     assert "-5.0 points" in lines[2] and "behind by 2.5 seed standard deviations" in lines[2]
     assert "the baseline does not move" in lines[2]

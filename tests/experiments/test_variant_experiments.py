@@ -23,12 +23,12 @@ from vaswani.experiments.ablation import (
     join_groups,
 )
 from vaswani.experiments.perturb import CONDITIONS, drop_tokens, perturb_all, repeat_tokens, shuffle_middle
-from vaswani.training.scoring import id_batches, teacher_forced_scores
 from vaswani.experiments.variants import RunVariant, train_variants
-from vaswani.training.metrics import training_speed
 from vaswani.model import Transformer
 from vaswani.records import from_json, to_json
 from vaswani.training.loss import translation_loss
+from vaswani.training.metrics import training_speed
+from vaswani.training.scoring import id_batches, teacher_forced_scores
 
 PAD = 0
 

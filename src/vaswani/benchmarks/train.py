@@ -17,17 +17,17 @@ from pathlib import Path
 
 import torch
 
+from vaswani.arguments import add_settings_argument, parse_variant, ranged
 from vaswani.benchmarks.profiling import add_passes_argument, matmul_peak
 from vaswani.benchmarks.train_batches import BATCH_KINDS
 from vaswani.benchmarks.train_peers import PEERS
 from vaswani.benchmarks.train_race import ContenderProfile, TrainBenchSettings, measure
 from vaswani.benchmarks.train_report import print_row, profile_markdown, speed_table
-from vaswani.arguments import add_settings_argument, parse_variant, ranged
-from vaswani.config import MAX_BATCH, MAX_COUNT, MAX_LENGTH, MAX_THREADS, ModelConfig, PRECISIONS, apply_model_settings
+from vaswani.config import MAX_BATCH, MAX_COUNT, MAX_LENGTH, MAX_THREADS, PRECISIONS, ModelConfig, apply_model_settings
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.devices import resolve_device, reuse_freed_memory
-from vaswani.io import atomic_write_json, atomic_write_text, check_output
 from vaswani.errors import VaswaniError
+from vaswani.io import atomic_write_json, atomic_write_text, check_output
 from vaswani.provenance import provenance
 from vaswani.records import to_json
 from vaswani.training.device_choices import defers_host_reads

@@ -25,9 +25,8 @@ from vaswani.benchmarks.train_peers import PEERS, SPEEDUPS, TwoCrossEntropiesLos
 from vaswani.config import ModelConfig
 from vaswani.devices import synchronize
 from vaswani.model import Transformer
+from vaswani.training.device_choices import compile_options, defers_host_reads, loss_over_all_positions, recompile_limit
 from vaswani.training.flops import peak_flops
-from vaswani.training.device_choices import (compile_options, defers_host_reads, loss_over_all_positions,
-                                             recompile_limit)
 from vaswani.training.loss import TranslationLoss
 from vaswani.training.step import train_step
 

@@ -7,8 +7,8 @@ import random
 import sys
 from pathlib import Path
 
-from vaswani.classification.settings import TrainSettings
 from vaswani.arguments import add_settings_argument, ranged
+from vaswani.classification.settings import TrainSettings
 from vaswani.config import MAX_BATCH, MAX_COUNT, MAX_LENGTH, MAX_THREADS, parse_settings
 from vaswani.errors import ConfigError
 from vaswani.io import check_output, directory_written_whole
@@ -149,10 +149,10 @@ def _set_threads(threads: int) -> None:
 def train_command(args: argparse.Namespace) -> int:
     from vaswani.classification.baseline import baseline_metrics
     from vaswani.classification.checkpoint import CLASSIFIER_KIND
-    from vaswani.classification.report import write_run_report
-    from vaswani.provenance import command_line, git_state, hardware
     from vaswani.classification.data import load_dataset
+    from vaswani.classification.report import write_run_report
     from vaswani.classification.train import train_classifier
+    from vaswani.provenance import command_line, git_state, hardware
 
     settings = settings_from_args(args)
     _set_threads(args.threads)

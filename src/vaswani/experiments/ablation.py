@@ -22,12 +22,18 @@ from vaswani.arguments import ranged
 from vaswani.config import MAX_COUNT
 from vaswani.experiments.reporting import device_label, log, markdown_table, provenance_line, pyplot, write_results
 from vaswani.experiments.variants import (
-    POSITION_LABELS, TrainedRun, add_variant_arguments, final_validation, load_final_model, load_splits, metrics,
+    POSITION_LABELS,
+    TrainedRun,
+    add_variant_arguments,
+    final_validation,
+    load_final_model,
+    load_splits,
+    metrics,
     setup,
 )
-from vaswani.training.scoring import greedy_scores, id_batches, teacher_forced_scores
-from vaswani.training.metrics import training_speed
 from vaswani.records import to_json
+from vaswani.training.metrics import training_speed
+from vaswani.training.scoring import greedy_scores, id_batches, teacher_forced_scores
 from vaswani.training.summary import RunSummary
 
 ABLATION_VARIANTS = ("sinusoidal", "pre-ln", "post-ln-no-warmup", "pre-ln-no-warmup", "gelu", "rope", "learned",

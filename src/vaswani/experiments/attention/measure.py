@@ -10,6 +10,7 @@ import dataclasses
 import tempfile
 import time
 from pathlib import Path
+
 import torch
 
 from vaswani.config import ModelConfig
@@ -50,9 +51,9 @@ from vaswani.model.attention import MultiHeadAttention
 from vaswani.model.masks import causal_mask, sliding_window_mask
 from vaswani.model.window import window_block
 from vaswani.precision import autocast
+from vaswani.training.callbacks import Callback
 from vaswani.training.flops import self_attention_flops
 from vaswani.training.step import DeferredStepResult, StepResult
-from vaswani.training.callbacks import Callback
 from vaswani.training.trainer import Trainer
 
 

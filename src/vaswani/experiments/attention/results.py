@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 
-
 @dataclass
 class LayerPoint:
     """One attention layer's forward+backward at one (batch, length, window): measured when ``status`` is
