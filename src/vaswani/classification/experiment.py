@@ -6,8 +6,8 @@ The held-out split is fixed (``split_seed``) and shared by every seed and both m
 is the Transformer's own training randomness (initialisation, dropout, batch order), and the two models are
 compared on exactly the same texts. The baseline is deterministic: its spread is 0 by construction.
 Writes ``results.json`` (the ``results.ExperimentResults`` record: per seed, mean ± std, command, commit,
-hardware), ``table.md``, ``confusion.png`` (first
-seed) and ``learning_curve.png`` (every seed); the trained models go to ``runs_dir``, not into results.
+hardware), ``table.md``, ``confusion.png`` (first seed) and ``learning_curve.png`` (every seed); the trained
+models go to ``runs_dir``, not into results.
 """
 
 from __future__ import annotations
