@@ -23,6 +23,7 @@ import hashlib
 import itertools
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,6 +96,9 @@ class PreparedData:
     files: dict[str, SplitFingerprint] = field(default_factory=dict)  # each split's files, when it is files
     held_out: HeldOut | None = None
     phases: dict[str, float] = field(default_factory=dict)  # seconds of reading, checking, tokenizer, encoding
+    # CPU seconds of each phase (user + system, of this process and the workers it waited for): over its wall
+    # seconds, how many cores the phase kept busy
+    phase_cpu_seconds: dict[str, float] = field(default_factory=dict)
 
 
 def default_out_dir(dataset: str, direction: str, vocab_size: int) -> Path:
@@ -305,7 +309,7 @@ def _held_out(pairs: int, holdout: int, seed: int) -> np.ndarray:
 
 def _prepare_files(corpus: FileCorpus, out_dir: str | Path | None, tokenizer_path: str | Path | None,
                    settings: _Settings) -> PreparedData:
-    clock = _Phases()
+    clock = PhaseClock()
     with clock("reading"):
         records = {split.name: fingerprint(split, settings.progress) for split in corpus.splits()}
     train = records[TRAIN]
@@ -384,22 +388,32 @@ def _prepare_files(corpus: FileCorpus, out_dir: str | Path | None, tokenizer_pat
     ordered = {name: result[name] for name in (TRAIN, valid_name, *(split.name for split in corpus.tests))}
     tok_path = Path(tokenizer_path) if tokenizer_path is not None else out / TOKENIZER_FILE
     return PreparedData(tokenizer, ordered, out, tok_path, trained, seconds, corpora, records, held_out,
-                        clock.seconds)
+                        clock.seconds, clock.cpu_seconds)
 
 
-class _Phases:
-    """Seconds spent in each phase of preparing files, in the order they first ran (a phase may run twice)."""
+class PhaseClock:
+    """Wall and CPU seconds spent in each phase of preparing files, in the order they first ran (a phase may
+    run twice). The CPU seconds count this process's threads and the worker processes that ended within the
+    phase (the encoding's pool is shut down inside it)."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
+        self.cpu_seconds: dict[str, float] = {}
 
     @contextlib.contextmanager
     def __call__(self, phase: str) -> Iterator[None]:
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), _cpu_seconds()
         try:
             yield
         finally:
             self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
+            self.cpu_seconds[phase] = self.cpu_seconds.get(phase, 0.0) + _cpu_seconds() - cpu_start
+
+
+def _cpu_seconds() -> float:
+    """User and system seconds of this process and of its children that have ended."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
 
 
 def _read_all(split: FileSplit, record: SplitFingerprint, progress: bool) -> tuple[list[str], list[str]]:

@@ -184,7 +184,7 @@ def _candidates(checkpoints: Path, average_last: int, staging: Path) -> dict[str
 
 
 def _score(translator: Translator, sources: list[str], references: list[str]) -> CorpusScores:
-    return corpus_scores(translator.translate(sources), references)
+    return corpus_scores(translator.translate(sources, progress=True), references)
 
 
 def _describe(search: SearchConfig) -> str:
