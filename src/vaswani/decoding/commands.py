@@ -72,7 +72,7 @@ def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--sample", action="store_true",
                        help="draw each token from the model's distribution instead of searching (--beam 1; "
                        "--nbest N draws N translations per sentence)")
-    group.add_argument("--top-k", type=ranged(int, ge=0), default=0, metavar="K",
+    group.add_argument("--top-k", type=ranged(int, ge=0, le=1_000_000), default=0, metavar="K",
                        help="draw from the K most probable tokens only; 0 = all (default)")
     group.add_argument("--top-p", type=ranged(float, gt=0, le=1), default=1.0, metavar="P",
                        help="draw from the smallest set of tokens holding probability P; 1 = all (default)")

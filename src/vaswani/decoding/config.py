@@ -63,7 +63,7 @@ class SearchConfig:
         "max_len_a": Limit(ge=0, le=16), "max_len_b": Limit(ge=0, le=4096),
         "repetition_penalty": Limit(ge=0.01, le=100), "no_repeat_ngram": Limit(ge=0, le=MAX_LENGTH),
         "bos_id": Limit(ge=0), "eos_id": Limit(ge=0), "pad_id": Limit(ge=0),
-        "top_k": Limit(ge=0), "top_p": Limit(gt=0, le=1), "temperature": Limit(ge=0.01, le=100),
+        "top_k": Limit(ge=0, le=1_000_000), "top_p": Limit(gt=0, le=1), "temperature": Limit(ge=0.01, le=100),
         "seed": Limit(ge=0, lt=2**63),
     }
 
