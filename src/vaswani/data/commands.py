@@ -157,17 +157,29 @@ def register(subparsers) -> None:
 
 def run_prepare(args: argparse.Namespace) -> int:
     # lazy: keeps `vaswani --help` fast
-    from vaswani.data.pipeline import PREPARED_FILES, local_corpus, prepare_dataset, prepared_out_dir
+    from vaswani.data.pipeline import (
+        PREPARED_FILES,
+        PREPARED_ROOT,
+        local_corpus,
+        prepare_dataset,
+        prepared_out_dir,
+    )
     from vaswani.data.prepared_tokenizer import PREPARED_KIND
     from vaswani.errors import ConfigError
     from vaswani.io import check_output
 
     corpus = corpus_arguments(args)
-    # a corpus of the user's files goes, by default, to a folder keyed by their content (known once they are read)
+    inputs = [*corpus_files(args), args.tokenizer, args.data_dir]
     if args.out is not None or corpus is None:
         out = prepared_out_dir(args.out, args.dataset, args.direction, args.vocab_size)
         check_output(out, command="prepare", writes="files", kind=PREPARED_KIND, names=PREPARED_FILES,
-                     inputs=[*corpus_files(args), args.tokenizer, args.data_dir], explicit=args.out is not None)
+                     inputs=inputs, explicit=args.out is not None)
+    else:
+        # A corpus of the user's files goes to a folder of PREPARED_ROOT keyed by their content, known only
+        # once they are read: the folder that will hold it is checked now, before any work.
+        out = None
+        check_output(PREPARED_ROOT, command="prepare", writes="files", inputs=inputs, explicit=False,
+                     option="the default folder")
     _log_to_stderr()
     start = time.perf_counter()
     splits = [name.strip() for name in args.splits.split(",") if name.strip()]

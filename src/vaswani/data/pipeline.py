@@ -97,8 +97,11 @@ class PreparedData:
     phases: dict[str, float] = field(default_factory=dict)  # seconds of reading, checking, tokenizer, encoding
 
 
+PREPARED_ROOT = Path("runs") / "data"  # prepared data when no folder is named, below the current one
+
+
 def default_out_dir(dataset: str, direction: str, vocab_size: int) -> Path:
-    return Path("runs") / "data" / f"{dataset}-{direction}-{vocab_size}"
+    return PREPARED_ROOT / f"{dataset}-{direction}-{vocab_size}"
 
 
 def prepared_out_dir(out_dir: str | Path | None, dataset: str, direction: str, vocab_size: int | None) -> Path:
