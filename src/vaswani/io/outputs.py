@@ -147,7 +147,11 @@ def _guarded(inputs: Sequence[str | Path | None]) -> list[tuple[Path, str]]:
         if given is None:
             continue
         path = Path(given)
-        found.append((path.resolve(), str(path)))
+        try:
+            found.append((path.resolve(), str(path)))
+        except (OSError, RuntimeError) as error:  # RuntimeError: a loop of links
+            raise VaswaniError(f"{path}: cannot be resolved ({error}); name the file itself, not a loop of "
+                               "links") from None
         if path.is_dir():
             for link in _links_within(path, depth=2):
                 found.append((link.resolve(), f"{link} (the {link.resolve().name} it points to)"))
