@@ -1,5 +1,6 @@
-"""`vaswani serve --workers N`: N processes behind one port, each with its own engine; /health and /v1/model say
-which answered, SIGTERM drains every worker, and a worker's start-up error is the server's one line."""
+"""`vaswani serve --workers N`: N processes behind one port, each with its own engine; /health and /v1/model
+say which answered, SIGTERM drains every worker, a worker's start-up error is the server's one line, and a
+worker that dies while serving is started again while the others keep answering."""
 
 from __future__ import annotations
 
@@ -15,7 +16,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from vaswani.serve.workers import DRAIN_SECONDS
+from vaswani.serve.workers import (
+    DRAIN_SECONDS,
+    FAST_EXIT_SECONDS,
+    FIRST_RESTART_SECONDS,
+    LONGEST_RESTART_SECONDS,
+    MAX_FAST_EXITS,
+    RestartPolicy,
+)
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 pytestmark = pytest.mark.slow
@@ -87,11 +95,58 @@ def test_sigterm_drains_every_worker(tiny_checkpoint, start_server) -> None:
         pass
     log = server.stop()
 
-    assert server.process.returncode == 0, log
+    # the status of one worker's server, whose uvicorn raises the SIGTERM again once drained
+    # (test_shutdown.py)
+    assert server.process.returncode == -signal.SIGTERM, log
     assert len(answers) == 8 and all(isinstance(a, httpx.Response) and a.status_code == 200 for a in answers), answers
     assert log.count("Finished server process") == 2, log  # each worker's uvicorn drained and finished
     for pid in workers.values():
         assert not _alive(pid), f"worker {pid} outlived the server"
+
+
+def test_a_killed_worker_is_started_again_while_the_port_keeps_answering(tiny_checkpoint,
+                                                                          start_server) -> None:
+    server = start_server(tiny_checkpoint, "--workers", "2", "--threads", "2", "--device", "cpu")
+    try:
+        _ready(server)
+        pids: dict[int, int] = {}
+        while len(pids) < 2:
+            health = httpx.get(f"{server.url}/health", timeout=10).json()
+            pids[health["worker"]] = health["pid"]
+        os.kill(pids[1], signal.SIGKILL)
+        answered, deadline, successor = 0, time.monotonic() + 120, None
+        while successor is None:  # every request is answered, by worker 2 until worker 1 is back
+            assert time.monotonic() < deadline, server.output()
+            health = httpx.get(f"{server.url}/health", timeout=10)
+            assert health.status_code == 200, health.text
+            answered += 1
+            if health.json()["worker"] == 1 and health.json()["pid"] != pids[1]:
+                successor = health.json()["pid"]
+            time.sleep(0.05)
+        assert server.process.poll() is None and answered > 1
+        log = server.output()
+        # one line, its pause that of a worker that dies within FAST_EXIT_SECONDS of its start (RestartPolicy)
+        assert (f"vaswani serve: worker 1 (pid {pids[1]}) exited (killed by SIGKILL); starting it again in "
+                f"{2 * FIRST_RESTART_SECONDS:g} s\n") in log, log
+        assert f"vaswani serve: worker 1 (pid {successor}) is serving again" in log, log
+        assert "Traceback" not in log, log
+        answer = httpx.post(f"{server.url}/v1/translate", json={"text": "Ein Hund."}, timeout=30)
+        assert answer.status_code == 200
+    finally:
+        server.stop()
+
+
+def test_a_worker_dying_soon_after_each_start_is_restarted_later_each_time_then_given_up() -> None:
+    policy = RestartPolicy()
+    assert policy.after_exit(FAST_EXIT_SECONDS + 1) == FIRST_RESTART_SECONDS  # died after serving a while
+    pauses = [policy.after_exit(0.5) for _ in range(MAX_FAST_EXITS)]
+    assert pauses[:-1] == [min(LONGEST_RESTART_SECONDS, FIRST_RESTART_SECONDS * 2 ** n)
+                           for n in range(1, MAX_FAST_EXITS)]
+    assert pauses[-1] is None  # MAX_FAST_EXITS in a row: the server stops
+    policy = RestartPolicy()
+    for _ in range(MAX_FAST_EXITS - 1):
+        policy.after_exit(0.5)
+    assert policy.after_exit(FAST_EXIT_SECONDS + 1) == FIRST_RESTART_SECONDS  # a long life resets the count
 
 
 def _alive(pid: int) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import signal
 import socket
 
 from vaswani.arguments import ranged
@@ -115,11 +116,12 @@ def serve_command(args: argparse.Namespace) -> int:
     # translate gives, not a failed start-up inside uvicorn.
     listener = listening_socket(args.host, args.port)
     address = f"http://{args.host}:{args.port}/"
+    stopped_by = None
     try:
         if settings.workers > 1:
             from vaswani.serve.workers import serve_workers
 
-            serve_workers(listener, args.checkpoint, settings, address)
+            stopped_by = serve_workers(listener, args.checkpoint, settings, address)
             return 0
         from vaswani.serve.app import create_app, load_served_model
 
@@ -134,6 +136,11 @@ def serve_command(args: argparse.Namespace) -> int:
             pass
     finally:
         listener.close()
+        if stopped_by == signal.SIGTERM:
+            # One worker's uvicorn raises the SIGTERM it drained on again once it is done, so the server ends
+            # "terminated by SIGTERM"; several workers end the same way, whatever their number.
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.raise_signal(signal.SIGTERM)
     return 0
 
 
