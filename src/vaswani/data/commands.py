@@ -70,6 +70,7 @@ class CorpusArguments:
 def corpus_arguments(args: argparse.Namespace) -> CorpusArguments | None:
     """The files the corpus options name, checked for pairing (one-line errors), or None when none is named."""
     from vaswani.errors import ConfigError
+    from vaswani.io import check_name
 
     src, tgt = getattr(args, "src", []) or [], getattr(args, "tgt", []) or []
     if len(src) != len(tgt):
@@ -86,7 +87,8 @@ def corpus_arguments(args: argparse.Namespace) -> CorpusArguments | None:
     valid = (valid_tsv,) if valid_tsv else (valid_src, valid_tgt) if valid_src else ()
     tests: dict[str, tuple[Path, ...]] = {}
     for part in [*zip(test_src, test_tgt), *((p,) for p in args.test_tsv)]:
-        name = test_set_name(part[0])
+        option = "--test-src" if len(part) == 2 else "--test-tsv"
+        name = check_name(test_set_name(part[0]), f"{option} {part[0]}")
         if name in tests:
             raise ConfigError(f"two test sets are named {name!r} (by their files' names up to the first dot); rename "
                               "one of the files")

@@ -53,8 +53,8 @@ from vaswani.data.tokenizer import MIN_VOCAB_SIZE, Tokenizer
 from vaswani.errors import ConfigError, DataError
 from vaswani.io import (
     MANIFEST_FILE,
+    check_output,
     file_sha256,
-    probe_writable,
     read_manifest,
 )
 
@@ -275,12 +275,17 @@ class _Settings:
     progress: bool
 
 
-def _out_directory(out: Path) -> Path:
+def _out_directory(out: Path, inputs: Sequence[Path] = ()) -> Path:
+    """``out``, checked where the data is prepared, whoever chose it (an option, the default below the current
+    folder, a run's record) by the rule every output follows (io's ``check_output``): nothing is written
+    inside another output of vaswani (a run, a checkpoint) or over one of the corpus files."""
     kind = read_manifest(out).kind if (out / MANIFEST_FILE).is_file() else PREPARED_KIND
     if kind != PREPARED_KIND:  # a checkpoint's tokenizer.json is not prepared data, and its folder is no cache
         raise ConfigError(f"{out} is a {kind} (see its {MANIFEST_FILE}), not a prepared-data directory; pick another "
                           "output directory")
-    probe_writable(out, f"output directory {out}")  # made when the first file is written: a refusal leaves none
+    # the folder is made when the first file is written: a refusal leaves none
+    check_output(out, command="prepare", writes="files", kind=PREPARED_KIND, names=PREPARED_FILES,
+                 inputs=inputs, option="prepared data in")
     return out
 
 
@@ -327,7 +332,8 @@ def _prepare_files(corpus: FileCorpus, out_dir: str | Path | None, tokenizer_pat
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
     direction = corpus.languages.direction
     out = _out_directory(Path(out_dir) if out_dir is not None else
-                         default_out_dir(f"{corpus.name}-{key[:12]}", direction, settings.vocab_size))
+                         default_out_dir(f"{corpus.name}-{key[:12]}", direction, settings.vocab_size),
+                         [path for split in corpus.splits() for part in split.parts for path in part.paths])
     info = {name: _info(corpus.name, name, record.checksum, record, corpus.languages)
             for name, record in records.items()}
     if held_out is not None:  # the training split without its held-out pairs, and those pairs, are splits of their own

@@ -38,7 +38,9 @@ from vaswani.io.manifests import (
 )
 from vaswani.io.outputs import (
     DESCENDANTS_SEARCHED,
+    MAX_NAME_CHARS,
     SHARED_KINDS,
+    check_name,
     check_output,
     repository_results,
 )
@@ -126,5 +128,7 @@ __all__ = [
     "DESCENDANTS_SEARCHED",
     "SHARED_KINDS",
     "check_output",
+    "check_name",
+    "MAX_NAME_CHARS",
     "repository_results",
 ]

@@ -18,6 +18,26 @@ SHARED_KINDS = {"checkpoint"}
 DESCENDANTS_SEARCHED = 10_000  # entries looked at below a folder that would be replaced, for a manifest it holds
 
 
+MAX_NAME_CHARS = 100  # a name that becomes part of a path: a test set's, whose evaluation folder it names
+
+
+def check_name(name: str, what: str) -> str:
+    """``name``, which becomes one part of a path (a folder vaswani writes), when it is a plain name: not
+    empty, no separator, not ``..``, no leading dot (a hidden folder, or one vaswani stages in) and at most
+    MAX_NAME_CHARS characters; anything else is a one-line VaswaniError naming ``what`` (the setting or option
+    it came from)."""
+    problem = ("is empty" if not name else
+               "holds a path separator" if "/" in name or "\\" in name or os.sep in name else
+               "holds a NUL character" if "\0" in name else
+               "starts with a dot" if name.startswith(".") else
+               f"is longer than {MAX_NAME_CHARS} characters" if len(name) > MAX_NAME_CHARS else None)
+    if problem is not None:
+        shown = name[:MAX_NAME_CHARS]
+        raise VaswaniError(f"{what}: the name {shown!r} {problem}; it names a folder, so give a plain name "
+                           f"(letters, digits, '-', '_', at most {MAX_NAME_CHARS} characters)")
+    return name
+
+
 def repository_results() -> Path | None:
     """The ``results/`` folder of the repository this package runs from (an editable install or a checkout), whose
     published figures no command overwrites unless ``--out`` names them; None for an installed package."""

@@ -34,7 +34,7 @@ from vaswani.data.languages import parse_direction as parse_pair
 from vaswani.data.registry import DATASETS, DIRECTIONS, LOCAL, get_dataset
 from vaswani.data.tokenizer import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE
 from vaswani.errors import ConfigError, DataError, VaswaniError
-from vaswani.io import MAX_DOCUMENT_BYTES, parse_yaml
+from vaswani.io import MAX_DOCUMENT_BYTES, check_name, parse_yaml
 from vaswani.training.budget import settings_of
 
 
@@ -151,6 +151,10 @@ def named_parts(value: Any, setting: str) -> dict[str, tuple[str, ...]]:
     for name, part in value.items():
         if not isinstance(name, str) or not name.strip():
             raise ConfigError(f"{setting}: every test set needs a name (name=source,target)", field=setting)
+        try:
+            check_name(name.strip(), setting)
+        except VaswaniError as error:
+            raise ConfigError(str(error), field=setting) from None
         named[name.strip()] = one_part(part, f"{setting}.{name}")
     return named
 

@@ -40,7 +40,7 @@ from vaswani.evaluation.average import average_checkpoints, last_checkpoints
 from vaswani.evaluation.evaluate import EVALUATIONS_FOLDER, TestSet, evaluate
 from vaswani.evaluation.metrics import CorpusScores, corpus_scores
 from vaswani.evaluation.selection import Candidate, Quantization, SearchTried, Selection, TestSetScores
-from vaswani.io import install_directory, staging_directory, write_manifest, writing
+from vaswani.io import check_name, install_directory, staging_directory, write_manifest, writing
 from vaswani.model.serialization import CHECKPOINT_KIND
 from vaswani.training.checkpoint import STEP_NAME
 from vaswani.training.config import RunConfig
@@ -119,7 +119,8 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
     for split in tc.final_test_splits:
         corpus = texts[split]
         test_set = TestSet(f"{dc.dataset}-{split}", corpus.source, corpus.target)
-        results, _ = evaluate(translator, test_set, final / EVALUATIONS_FOLDER / test_set.name, checkpoint=str(final))
+        folder = final / EVALUATIONS_FOLDER / check_name(test_set.name, "train.final_test_splits")
+        results, _ = evaluate(translator, test_set, folder, checkpoint=str(final))
         tests[test_set.name] = TestSetScores(**{field.name: results[field.name]
                                              for field in dataclasses.fields(TestSetScores)})
     selection = Selection(weights=chosen.weights, search=best_search.search, search_settings=best_search.settings,
