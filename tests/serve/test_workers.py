@@ -39,7 +39,8 @@ def _ready(server) -> None:  # noqa: ANN001 - conftest's ServerProcess
 
 @pytest.fixture(scope="module")
 def two_workers(tiny_checkpoint, start_server):
-    server = start_server(tiny_checkpoint, "--workers", "2", "--threads", "2", "--device", "cpu")
+    server = start_server(tiny_checkpoint, "--workers", "2", "--threads", "2", "--device", "cpu",
+                          "--force-workers")
     _ready(server)
     yield server
     server.stop()
@@ -62,7 +63,8 @@ def test_two_workers_behind_one_port_both_answer_and_say_which(two_workers) -> N
 
 
 def test_sigterm_drains_every_worker(tiny_checkpoint, start_server) -> None:
-    server = start_server(tiny_checkpoint, "--workers", "2", "--threads", "2", "--device", "cpu")
+    server = start_server(tiny_checkpoint, "--workers", "2", "--threads", "2", "--device", "cpu",
+                          "--force-workers")
     _ready(server)
     answers: list[httpx.Response | Exception] = []
     workers = {}
@@ -106,7 +108,8 @@ def test_sigterm_drains_every_worker(tiny_checkpoint, start_server) -> None:
 
 def test_a_killed_worker_is_started_again_while_the_port_keeps_answering(tiny_checkpoint,
                                                                           start_server) -> None:
-    server = start_server(tiny_checkpoint, "--workers", "2", "--threads", "2", "--device", "cpu")
+    server = start_server(tiny_checkpoint, "--workers", "2", "--threads", "2", "--device", "cpu",
+                          "--force-workers")
     try:
         _ready(server)
         pids: dict[int, int] = {}
@@ -163,7 +166,8 @@ def test_a_workers_start_up_error_is_the_servers_one_line(tiny_checkpoint, tmp_p
     weights = checkpoint / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
     done = subprocess.run([sys.executable, "-m", "vaswani.cli", "serve", "--checkpoint", str(checkpoint), "--port",
-                           str(port), "--workers", "2", "--threads", "2", "--device", "cpu"],
+                           str(port), "--workers", "2", "--threads", "2", "--device", "cpu",
+                           "--force-workers"],
                           env={**os.environ, "PYTHONPATH": str(SRC)}, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 2, done.stderr
@@ -175,7 +179,20 @@ def test_a_workers_start_up_error_is_the_servers_one_line(tiny_checkpoint, tmp_p
 def test_more_workers_than_threads_is_refused_before_listening(tiny_checkpoint, port, capsys) -> None:
     from vaswani.cli import main
 
-    code = main(["serve", "--checkpoint", str(tiny_checkpoint), "--port", str(port), "--workers", "3", "--threads",
-                 "2"])
+    # --force-workers: on a machine of fewer than 3 cores, the split of the threads is what is refused
+    code = main(["serve", "--checkpoint", str(tiny_checkpoint), "--port", str(port), "--workers", "3",
+                 "--threads", "2", "--force-workers"])
     assert (code, capsys.readouterr().err) == (2, "vaswani serve: error: --threads 2: fewer than --workers 3; give "
                                                   "each worker at least one thread\n")
+
+
+def test_more_workers_than_usable_cores_is_refused_unless_forced(tiny_checkpoint, port, capsys) -> None:
+    from vaswani.cli import main
+    from vaswani.provenance import usable_cores
+
+    cores = usable_cores()
+    code = main(["serve", "--checkpoint", str(tiny_checkpoint), "--port", str(port),
+                 "--workers", str(cores + 1)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"vaswani serve: error: --workers {cores + 1}: more than the {cores} "
+                                        "core(s)") and err.count("\n") == 1 and "--force-workers" in err

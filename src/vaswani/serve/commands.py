@@ -100,6 +100,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
     parser.add_argument("--port", type=ranged(int, ge=1, le=65535), default=8000)
     add_settings_arguments(parser)
+    parser.add_argument("--force-workers", action="store_true",
+                        help="start --workers N even when N is more than the usable cores (each worker "
+                        "holds a model and competes for the same cores)")
     parser.set_defaults(handler=serve_command)
 
 
@@ -110,7 +113,12 @@ def serve_command(args: argparse.Namespace) -> int:
         raise VaswaniError("serving needs FastAPI and uvicorn: pip install -e '.[serve]'") from None
 
     settings = settings_from_args(args)
-    thread_layout(settings, usable_cores())  # a split of the threads that cannot be made is refused before listening
+    cores = usable_cores()
+    if settings.workers > cores and not args.force_workers:
+        raise ConfigError(f"--workers {settings.workers}: more than the {cores} core(s) this process may "
+                          "use; each worker holds a model and they would compete for the same cores, so give "
+                          f"at most {cores} (or --force-workers to start them anyway)")
+    thread_layout(settings, cores)  # a split of the threads that cannot be made is refused before listening
     # Claim the address first (milliseconds, before even torch is imported), then load the model (seconds, minutes
     # with --compile): a port in use is reported at once, and any problem of the checkpoint is the one-line error
     # translate gives, not a failed start-up inside uvicorn.
