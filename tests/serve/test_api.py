@@ -235,3 +235,22 @@ def test_a_damaged_meta_json_is_served_all_the_same_and_reports_nothing(tiny_che
     assert (info["id"], info["step"], info["val_bleu"]) == ("step_0000010", None, None)
     warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
     assert len(warnings) == 1 and f'{checkpoint / "meta.json"}: field "step"' in warnings[0]
+
+
+def test_an_attention_answer_over_its_byte_bound_is_a_422_naming_the_text(tiny_checkpoint) -> None:
+    from vaswani.serve.app import attention_bytes
+
+    translator = Translator.load(tiny_checkpoint, options=EngineOptions(device="cpu"))
+    tokens = len(translator.encode([SENTENCE])[0])
+    search = replace(translator.config, max_len_a=0.0, max_len_b=6)
+    most = attention_bytes(translator, tokens, search, "torch")
+    settings = ServeSettings(max_attention_bytes=most, engine_options=ON_CPU)
+    with TestClient(create_app(tiny_checkpoint, settings)) as bounded:
+        fits = bounded.post("/v1/attention", json={"text": SENTENCE, "attention_from": "torch", **SHORT})
+        over = bounded.post("/v1/attention", json={"text": SENTENCE, "attention_from": "torch",
+                                                   "max_len_a": 0.0, "max_len_b": 7})
+    assert fits.status_code == 200 and len(fits.content) <= most, fits.text
+    assert over.status_code == 422 and over.json()["error"]["field"] == "text"
+    assert over.json()["error"]["message"].endswith(
+        f"at most {most:,} (the server's max_attention_bytes): send a shorter text or a lower "
+        "max_len_a/max_len_b")

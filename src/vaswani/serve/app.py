@@ -26,7 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from vaswani.decoding import SearchConfig, Translator
 from vaswani.decoding.config import read_stored_engine, read_stored_search, stored_settings
-from vaswani.decoding.engine import CTRANSLATE2, TORCH
+from vaswani.decoding.engine import CTRANSLATE2, TORCH, output_limits
 from vaswani.errors import ConfigError, VaswaniError
 from vaswani.evaluation.checkpoint_info import CheckpointInfo, checkpoint_info
 from vaswani.model.serialization import resolve_checkpoint
@@ -82,7 +82,8 @@ def attention_of(translator: Translator, text: str, config: SearchConfig, source
         src = torch.tensor([ids], device=device)
         tgt_in = torch.tensor([[config.bos_id, *best.tokens]], device=device)
         with torch.inference_mode():
-            all_heads = model.cross_attention_weights(src, tgt_in)[:, 0].float().cpu()  # (L, H, T, S)
+            # (L, H, T, S), in float64: a float32 rounded to four decimals is 0.03449999913573265 in JSON
+            all_heads = model.cross_attention_weights(src, tgt_in)[:, 0].double().cpu()
         weights = all_heads.round(decimals=4).tolist()
         mean_over_heads = all_heads.mean(dim=1).round(decimals=4).tolist()
         layers, came_from = list(range(1, all_heads.size(0) + 1)), TORCH
@@ -279,7 +280,9 @@ async def attention(body: AttentionRequest, request: Request) -> Any:
     check_text(body.text, "text", settings)
     translator: Translator = request.app.state.served.translator
     config = search_config(translator, body, settings)
-    check_work(translator.encode([body.text]), config, "text", settings)
+    ids = translator.encode([body.text])
+    check_work(ids, config, "text", settings)
+    check_attention_bytes(translator, len(ids[0]), config, body.attention_from, settings)
     work = request.app.state.batcher.run_exclusive(
         lambda slot: attention_of(slot, body.text, config, body.attention_from))
     result = await answer_unless_gone(request, work)
@@ -345,6 +348,38 @@ def check_work(sources: list[list[int]], config: SearchConfig, field: str, setti
         raise ApiError(422, field, f"{sum(map(len, sources)):,} source tokens x beam {config.beam_size} = "
                        f"{work:,}; at most {settings.max_request_tokens:,} per request (the server's "
                        "max_request_tokens): send fewer or shorter texts, or ask for a narrower beam")
+
+
+# The JSON of one attention weight at most: four decimals ("0.1234") and a separator; of a row, its brackets.
+ATTENTION_WEIGHT_BYTES = 7
+ATTENTION_ROW_BYTES = 3
+ATTENTION_OTHER_BYTES = 1024  # the translation's score, the names of the layers, the model, the time
+
+
+def attention_bytes(translator: Translator, source_tokens: int, config: SearchConfig, source: str) -> int:
+    """The most bytes a /v1/attention answer can take: each of the rows (the longest output the search may
+    give this source, its </s> included) holds a weight per source token, for every layer and head
+    (CTranslate2's engine: the last layer's average only) and their average over the heads; each token is
+    shown once as text (at most 6 bytes of JSON per byte of the token) and the translation once more."""
+    rows = output_limits([source_tokens], config, translator.model_config)[0]
+    model = translator.model_config
+    matrices = 1 if source == "engine" and translator.engine.name == CTRANSLATE2 else (
+        model.n_decoder_layers * (model.n_heads + 1))
+    weights = matrices * rows * (source_tokens * ATTENTION_WEIGHT_BYTES + ATTENTION_ROW_BYTES)
+    token_bytes = 6 * translator.tokenizer.longest_token_bytes + 3
+    return weights + (source_tokens + 2 * rows) * token_bytes + ATTENTION_OTHER_BYTES
+
+
+def check_attention_bytes(translator: Translator, source_tokens: int, config: SearchConfig, source: str,
+                          settings: ServeSettings) -> None:
+    """Refuse, before the search, an attention answer that could be larger than max_attention_bytes."""
+    most = attention_bytes(translator, source_tokens, config, source)
+    if most > settings.max_attention_bytes:
+        rows = output_limits([source_tokens], config, translator.model_config)[0]
+        raise ApiError(422, "text", f"{source_tokens:,} source tokens and a translation of up to {rows:,} "
+                       f"tokens make an attention answer of up to {most:,} bytes; at most "
+                       f"{settings.max_attention_bytes:,} (the server's max_attention_bytes): send a shorter "
+                       "text or a lower max_len_a/max_len_b")
 
 
 # A response nobody reads: its client closed the connection before the answer (nginx's code for it).

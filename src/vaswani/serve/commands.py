@@ -33,6 +33,10 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
                         help="widest beam a request may ask for")
     limits.add_argument("--max-request-tokens", type=ranged(int, le=MAX_BATCH), default=d.max_request_tokens,
                         help="decode work of one request: source tokens x beam, summed over its texts (422 above)")
+    limits.add_argument("--max-attention-bytes", type=ranged(int, le=MAX_BATCH * 1024),
+                        default=d.max_attention_bytes,
+                        help="the most JSON one /v1/attention answer may hold, judged before the search from "
+                        "its longest translation (422 above)")
     batching = parser.add_argument_group("batching")
     batching.add_argument("--batching", action=argparse.BooleanOptionalAction, default=d.batching,
                           help="gather concurrent requests into one batch (--no-batching: one sentence at a time)")
@@ -81,6 +85,7 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
     return ServeSettings(
         max_chars=args.max_chars, max_texts=args.max_texts, max_body_bytes=args.max_body_bytes,
         max_queue=args.max_queue, max_beam=args.max_beam, max_request_tokens=args.max_request_tokens,
+        max_attention_bytes=args.max_attention_bytes,
         batching=args.batching, batch_wait_ms=args.batch_wait_ms, max_batch_sentences=args.max_batch_sentences,
         max_batch_tokens=args.max_batch_tokens, engine_options=engine_options_from_args(args),
         workers=args.workers, parallel_batches=args.parallel_batches,
