@@ -21,13 +21,13 @@ BUILT_ON_THE_CORE = ("experiments", "benchmarks", "classification", "serve", "ex
 SUBPROCESS_ALLOWED = {"vaswani.provenance", "vaswani.tools.serve_load", "vaswani.tools.serve_ceilings",
                       "vaswani.tools.faults", "vaswani.tools.data_benchmark", "vaswani.benchmarks.engine_profile",
                       "vaswani.benchmarks.engines"}
-SHARED = {"config", "errors", "io", "precision", "devices", "provenance", "records"}
+SHARED = {"config", "errors", "io", "precision", "devices", "progress", "provenance", "records"}
 # The command line inside the core: cli.py, each area's commands.py, and the options they share (arguments.py).
 # Only these speak argparse; the rest of the core names settings by field and never knows a flag.
 COMMAND_LINE = "arguments"
 CORE_IMPORTS = {
     "model": {"model", "config", "errors", "io"},
-    "data": {"data", "config", "errors", "io"},
+    "data": {"data", "config", "errors", "io", "progress"},
     "decoding": {"decoding", "model", "data", *SHARED},
     "evaluation": {"evaluation", "decoding", "model", "data", *SHARED},
     "training": {"training", "model", "data", "decoding", "evaluation", *SHARED},
@@ -199,6 +199,16 @@ def test_only_io_stages_renames_or_fsyncs() -> None:
                           "staging_directory + install_directory, atomic_symlink, move)"
 
 
+def test_only_io_writes_a_figure() -> None:
+    """A figure is a file like any other: written whole through vaswani.io (atomic_write_figure), never by savefig."""
+    for name, path, tree in MODULES:
+        if name == "vaswani.io" or name.startswith("vaswani.io."):
+            continue
+        calls = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Call)
+                 and isinstance(node.func, ast.Attribute) and node.func.attr == "savefig"]
+        assert not calls, f"{path}:{calls[0]}: savefig outside vaswani.io; use vaswani.io.atomic_write_figure"
+
+
 CORE_AREAS = ("model", "data", "training", "decoding", "evaluation")
 
 
@@ -210,3 +220,32 @@ def test_no_module_of_the_core_is_a_program() -> None:
         mains = [node.lineno for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "main"]
         mains += [node.lineno for node in tree.body if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)]
         assert not mains, f"{path}:{mains[0]}: a program inside the core; move it to vaswani/tools/"
+
+
+# Functions that take or return dict[str, Any]: results cross boundaries as dataclasses instead. The counts may only
+# go down (lower them when a change removes some); none may be added in the core packages named here.
+UNTYPED_DICT_FUNCTIONS_AT_MOST = {"src": 149, "core": 26}
+TYPED_CORE = ("model", "training", "decoding", "evaluation", "io", "data")
+
+
+def _untyped_dict_functions() -> list[tuple[str, str, int]]:
+    found = []
+    for name, path, tree in MODULES:
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                arguments = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+                hints = [a.annotation for a in arguments if a.annotation is not None] + [node.returns]
+                if any(hint is not None and "dict[str, Any]" in ast.unparse(hint) for hint in hints):
+                    found.append((name, node.name, node.lineno))
+    return found
+
+
+def test_fewer_functions_pass_untyped_dicts_than_the_bound() -> None:
+    found = _untyped_dict_functions()
+    core = [item for item in found if _area(item[0]) in TYPED_CORE]
+    bound = UNTYPED_DICT_FUNCTIONS_AT_MOST
+    assert len(found) <= bound["src"], (
+        f"{len(found)} functions take or return dict[str, Any] (at most {bound['src']}); pass a dataclass instead")
+    assert len(core) <= bound["core"], (
+        f"{len(core)} functions of the core take or return dict[str, Any] (at most {bound['core']}): "
+        + ", ".join(f"{module}.{function}:{line}" for module, function, line in core[-5:]))

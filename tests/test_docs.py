@@ -45,8 +45,8 @@ def test_every_link_leads_to_a_file_and_heading(page: Path) -> None:
 
 
 def shell_commands(page: Path) -> list[tuple[int, list[str]]]:
-    """(line, words) of every simple command in the page's ```bash blocks: split at |, && and ;, comments gone; a
-    line ending in a backslash goes on in the next one."""
+    """(line, words) of every simple command in the page's ```bash blocks: split at |, &&, ; and &, comments
+    gone; a line ending in a backslash goes on in the next one."""
     found, in_bash, pending, start = [], False, "", 0
     for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
         if line.startswith("```"):
@@ -64,7 +64,7 @@ def shell_commands(page: Path) -> list[tuple[int, list[str]]]:
         lexer.whitespace_split = True
         words: list[str] = []
         for word in [*lexer, "&&"]:
-            if word in ("|", "&&", ";", "||"):
+            if word in ("|", "&&", ";", "||", "&"):
                 if words:
                     found.append((start, words))
                 words = []
@@ -76,6 +76,8 @@ def shell_commands(page: Path) -> list[tuple[int, list[str]]]:
 def vaswani_arguments(words: list[str]) -> list[str] | None:
     """The arguments the ``vaswani`` command line gets from one shell command, or None for another program."""
     while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):  # VASWANI_DATA=... vaswani ...
+        words = words[1:]
+    if words[:1] == ["nohup"]:
         words = words[1:]
     if words[:1] == ["vaswani"]:
         return words[1:]

@@ -74,8 +74,8 @@ class ModelConfig:
 
     LIMITS = {
         "vocab_size": Limit(ge=1), "d_model": Limit(ge=1), "n_heads": Limit(ge=1), "n_encoder_layers": Limit(ge=1),
-        "n_decoder_layers": Limit(ge=1), "d_ff": Limit(ge=1), "dropout": Limit(ge=0, lt=1), "attention_dropout": Limit(ge=0, lt=1),
-        "max_len": Limit(ge=1),
+        "n_decoder_layers": Limit(ge=1), "d_ff": Limit(ge=1), "dropout": Limit(ge=0, lt=1),
+        "attention_dropout": Limit(ge=0, lt=1), "max_len": Limit(ge=1),
         "sliding_window": Limit(ge=1), "pad_id": Limit(ge=0), "rope_base": Limit(gt=0),
     }
 

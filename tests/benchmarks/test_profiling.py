@@ -87,3 +87,23 @@ def test_several_passes_keep_each_kinds_least_time() -> None:
     assert profile["passes"] == 3
     assert {o["name"]: o["calls"] for o in profile["top_operators"]}["aten::mm"] == 10  # the fastest pass's
     assert profile["matmul_gflop"] == round(10 * 2 * 256**3 / 1e9, 3)
+
+
+def test_every_phase_the_engine_profile_looks_for_names_a_function_of_that_file() -> None:
+    """A phase is found in the profile by its file and function name: a file moved or a function renamed would make
+    the phase silently absent from every profile."""
+    import ast
+    from pathlib import Path
+
+    import vaswani
+    from vaswani.benchmarks.engine_profile import STARTUP_PHASES, TRANSLATION_PHASES
+
+    package = Path(vaswani.__file__).parent
+    for what, (file, function) in [*STARTUP_PHASES, *TRANSLATION_PHASES]:
+        if not file.startswith("vaswani/"):
+            continue  # another library's, or a built-in
+        path = package.parent / file
+        assert path.is_file(), f"{what}: {file} does not exist"
+        names = {node.name for node in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+        assert function in names or function == "__init__", f"{what}: {file} defines no {function}"

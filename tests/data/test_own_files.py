@@ -7,6 +7,9 @@ import gzip
 import hashlib
 import json
 import re
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -15,7 +18,7 @@ from vaswani.cli import main
 from vaswani.data import preprocess
 from vaswani.data.files import MAX_CORPUS_FILE_BYTES, FileSplit, file_part, fingerprint, read_chunks
 from vaswani.data.languages import LanguagePair, code_from_suffix, pair_from_files, parse_direction
-from vaswani.data.pipeline import local_corpus, prepare_dataset
+from vaswani.data.pipeline import PhaseClock, local_corpus, prepare_dataset
 from vaswani.data.cache import load_encoded
 from vaswani.data.preprocess import prepare_files
 from vaswani.errors import ConfigError
@@ -194,6 +197,17 @@ def test_without_a_sample_limit_the_tokenizer_learns_every_training_pair(pair_fi
                            tokenizer_sample=None)
     info = json.loads((tmp_path / "p" / "tokenizer_info.json").read_text())
     assert info["trained_on"]["sample"] == {"pairs": 90, "of": 90, "seed": None} and data.held_out.pairs == 10
+
+
+def test_a_phase_counts_the_cpu_seconds_of_the_workers_it_waited_for():
+    clock = PhaseClock()
+    with clock("encoding"):  # a worker's work: a process of its own, ended within the phase
+        subprocess.run([sys.executable, "-c", "sum(i * i for i in range(3_000_000))"], check=True)
+    with clock("reading"):
+        time.sleep(0.2)  # waiting is no CPU
+    assert list(clock.seconds) == list(clock.cpu_seconds) == ["encoding", "reading"]
+    assert clock.cpu_seconds["encoding"] >= 0.1  # the worker's, counted though this process only waited
+    assert clock.seconds["reading"] >= 0.2 and clock.cpu_seconds["reading"] < 0.1
 
 
 def test_parallel_encoding_writes_the_same_cache_as_one_process(pair_files, tokenizer, tmp_path, monkeypatch):

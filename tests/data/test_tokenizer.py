@@ -172,7 +172,7 @@ SCRIPTS = {
 def test_every_script_round_trips_through_the_normalisation(tokenizer, script: str) -> None:
     """decode(encode(x)) == normalize(x) for scripts the (German/English) tokenizer never saw, and the corpus
     encoder gives the ids the tokenizer gives."""
-    from vaswani.data.tokenizer import CorpusEncoder
+    from vaswani.data.corpus_encoder import CorpusEncoder
 
     text = SCRIPTS[script]
     assert tokenizer.decode(tokenizer.encode(text)) == tokenizer.normalize(text)

@@ -103,7 +103,8 @@ def test_output_limits_are_the_torch_searchs_float32_arithmetic() -> None:
     from vaswani.decoding.search import max_output_lengths
 
     lengths = torch.arange(1, 300)
-    for a, b in [(1.5, 10), (0.7, 1), (0.1, 3), (1.1, 7), (2.3, 1), (0.0, 2), (16.0, 4096)]:
+    for a, b in [(1.5, 10), (0.7, 1), (0.1, 3), (1.1, 7), (2.3, 1), (0.0, 2), (16.0, 4096), (1.3, 0),
+                 (0.9, 5), (3.7, 4095), (12.345, 17), (1 / 3, 2)]:
         config = SearchConfig(max_len_a=a, max_len_b=b)
         reference = (a * lengths.float() + b).long().clamp(min=1)  # the tensors' own arithmetic
         assert output_limits(lengths.tolist(), config) == reference.tolist()
@@ -229,16 +230,18 @@ def test_two_processes_converting_at_once_both_get_a_whole_model(checkpoint: Pat
     assert len(conversions) == 1 and (conversions[0] / MANIFEST_FILE).is_file()
 
 
-def test_translate_on_ctranslate2_never_imports_torch(checkpoint: Path, tmp_path: Path) -> None:
+def test_translate_on_ctranslate2_never_imports_torch_or_numpy(checkpoint: Path, tmp_path: Path) -> None:
+    """Neither is needed to translate with a conversion; each is a tenth of a second or more of a start-up."""
     converted_model(checkpoint, "int8")  # converting needs torch; translating with the conversion must not
     write_stored_search(SearchConfig(beam_size=2, length_norm="power", alpha=1.0), checkpoint, quantization="int8")
     (tmp_path / "in.de").write_text("Ein Mann fährt Fahrrad.\nZwei Hunde spielen im Schnee.\n", encoding="utf-8")
     argv = ["translate", "--checkpoint", str(checkpoint), "--input", str(tmp_path / "in.de"), "--output",
             str(tmp_path / "out.en"), "--threads", "1"]
-    script = f"import sys\nfrom vaswani.cli import main\ncode = main({argv!r})\nprint(code, 'torch' in sys.modules)"
+    script = (f"import sys\nfrom vaswani.cli import main\ncode = main({argv!r})\n"
+              "print(code, 'torch' in sys.modules, 'numpy' in sys.modules)")
     env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
-    assert done.stdout.split() == ["0", "False"], done.stderr
+    assert done.stdout.split() == ["0", "False", "False"], done.stderr
     assert "engine auto" not in done.stderr and "error" not in done.stderr  # (a progress bar only)
     expected = Translator.load(checkpoint, SearchConfig(beam_size=2, length_norm="power"),
                                options=EngineOptions(device="cpu", engine="ctranslate2", quantization="int8"))

@@ -35,6 +35,19 @@ def test_output_order_equals_input_order_whatever_the_batching(translator: Trans
     assert len(set(batched)) > 1  # different sources, different outputs: results are not shuffled copies
 
 
+def test_progress_in_a_log_is_lines_and_changes_no_translation(translator: Translator, test_pairs,
+                                                                monkeypatch, capsys) -> None:
+    monkeypatch.setenv("VASWANI_PROGRESS_SECONDS", "1e-9")  # a line after every batch (batch_size 4)
+    sources = test_pairs[0][:8]
+    quiet = translator.translate(sources)
+    assert capsys.readouterr().err == ""
+    assert translator.translate(sources, progress=True) == quiet
+    lines = capsys.readouterr().err.splitlines()  # captured: stderr is no terminal
+    counts = [line.split(" (")[0] for line in lines[:2]]
+    assert counts == ["translating: 4/8 sentences", "translating: 8/8 sentences"]
+    assert lines[-1].startswith("translating: 8 sentences in ") and len(lines) == 3
+
+
 def test_nbest_is_scored_best_first_and_blank_lines_stay_blank(translator: Translator, test_pairs) -> None:
     sources = [test_pairs[0][0], "", "   ", test_pairs[0][1]]
     nbest = translator.translate_nbest(sources)

@@ -130,7 +130,8 @@ def test_a_lone_surrogate_is_a_422_naming_the_item(client) -> None:
 
 
 def test_attention_checks_its_input_too(client) -> None:
-    for body, field in (({"text": ""}, "text"), ({"text": "a", "nbest": 2}, "nbest"), ({"text": "a", "texts": ["a"]}, "texts")):
+    for body, field in (({"text": ""}, "text"), ({"text": "a", "nbest": 2}, "nbest"),
+                        ({"text": "a", "texts": ["a"]}, "texts")):
         answer = client.post("/v1/attention", json=body)
         assert answer.status_code == 422 and answer.json()["error"]["field"] == field
 
@@ -238,7 +239,7 @@ def test_a_damaged_meta_json_is_served_all_the_same_and_reports_nothing(tiny_che
 
 
 def test_an_attention_answer_over_its_byte_bound_is_a_422_naming_the_text(tiny_checkpoint) -> None:
-    from vaswani.serve.app import attention_bytes
+    from vaswani.serve.attention import attention_bytes
 
     translator = Translator.load(tiny_checkpoint, options=EngineOptions(device="cpu"))
     tokens = len(translator.encode([SENTENCE])[0])

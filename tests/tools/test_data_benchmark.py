@@ -1,13 +1,46 @@
-"""`vaswani bench data` as docs/benchmarks.md shows it, on a corpus small enough for the suite: the documented
-`vaswani prepare --src … --tgt …` (no --out) it runs must work, with relative --work and --out."""
+"""`vaswani bench data` on a tiny corpus: the prepare it times as a user runs it, each phase's CPU over wall
+seconds (the cores it kept busy) in its results and table, and the progress of the command shown as it
+runs; and the whole command as docs/benchmarks.md shows it, whose documented `vaswani prepare --src … --tgt …`
+(no --out) must work, with relative --work and --out, each checked by the output rule."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 
 from vaswani.cli import main
 from vaswani.io import write_manifest
+from vaswani.tools.data_benchmark import measure_prepare, render_table
+
+PHASES = ["reading", "checking", "tokenizer", "encoding"]
+
+
+def test_each_phase_of_prepare_reports_its_cpu_over_wall_seconds(tmp_path, capfd, monkeypatch) -> None:
+    monkeypatch.setenv("VASWANI_PROGRESS_SECONDS", "1e-9")  # the command's progress: a line per update
+    pairs = 3000
+    src, tgt = tmp_path / "corpus.de", tmp_path / "corpus.en"
+    src.write_text("".join(f"ein Haus {i} und {i % 7} Hunde\n" for i in range(pairs)), encoding="utf-8")
+    tgt.write_text("".join(f"a house {i} and {i % 7} dogs\n" for i in range(pairs)), encoding="utf-8")
+    prepared = measure_prepare(src, tgt, tmp_path / "size", vocab_size=300, max_len=32)
+    assert list(prepared["phases"]) == list(prepared["phase_cpu_seconds"]) == PHASES
+    busy = prepared["phase_cpu_over_wall"]
+    # a phase long enough to say (≥ 0.1 s) has its ratio: above 0, at most every core (with the clocks' slack)
+    assert set(busy) <= set(PHASES)
+    assert {phase for phase, seconds in prepared["phases"].items() if seconds >= 0.2} <= set(busy)
+    assert all(0 < ratio <= len(os.sched_getaffinity(0)) + 0.5 for ratio in busy.values())
+    shown = capfd.readouterr().err
+    assert shown.startswith("vaswani prepare --src ") and "\r" not in shown
+    assert re.search(r"^  encoding train: 3,000 pairs in \d+:\d\d ", shown, re.M)  # the command's, relayed
+
+    busy = {"tokenizer": 1.0, "encoding": 1.93}
+    row = {"pairs": pairs, "prepare": {**prepared, "phase_cpu_over_wall": busy},
+           "train": {"first_update_seconds": 4.2, "peak_gb_until_first_update": 0.5, "load_after": []}}
+    settings = {"seed": 0, "vocab_size": 300, "max_len": 32}
+    table = render_table({"settings": settings, "command": "vaswani bench data", "rows": [row]})
+    header, _, line = table.splitlines()[4:7]
+    assert "| CPU/wall by phase |" in header and "| tokenizer 1.00, encoding 1.93 |" in line
 
 
 def test_bench_data_runs_its_documented_commands(tmp_path: Path, data_dir: Path, monkeypatch, capsys) -> None:

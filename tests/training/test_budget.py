@@ -160,3 +160,26 @@ def test_the_rule_applies_only_with_a_budget_and_a_wrong_entry_is_named_in_one_l
     with pytest.raises(ConfigError) as error:
         apply_settings(preset, ["train.scale_up_models=model.d_model:256"])
     assert "train.scale_up_models entry 'model.d_model:256'" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_run_that_ends_before_its_clock_says_how_much_it_left_and_why() -> None:
+    from vaswani.training.config import apply_settings, load_preset
+    from vaswani.training.run import unused_budget
+    from vaswani.training.summary import RunSummary, Stop
+
+    config = load_preset("multi30k-cpu")  # 55 minutes, 40 epochs, models to scale up to
+
+    def summary(stop: Stop, minutes: float) -> RunSummary:
+        return RunSummary(stop, step=100, epoch=40, best_metric=1.7, skipped_updates=0, minutes=minutes,
+                          world_size=1)
+
+    minutes, why = unused_budget(config, summary(Stop.MAX_EPOCHS, 41.5))
+    assert minutes == 13.5 and "40 epochs" in why and "no larger model" in why
+    minutes, why = unused_budget(config, summary(Stop.EARLY_STOP, 30.0))
+    assert minutes == 25.0 and "early stopping" in why
+    assert unused_budget(config, summary(Stop.MAX_MINUTES, 55.0)) == (None, None)  # the clock ended it
+    assert unused_budget(config, summary(Stop.MAX_EPOCHS, 54.5)) == (None, None)  # under a minute is not worth a line
+    no_clock = apply_settings(config, ["train.max_minutes=null", "train.decay_on_clock=false"])
+    assert unused_budget(no_clock, summary(Stop.MAX_EPOCHS, 10.0)) == (None, None)
+    alone = apply_settings(config, ["train.scale_up_models="])
+    assert "no larger model" not in unused_budget(alone, summary(Stop.MAX_EPOCHS, 41.5))[1]

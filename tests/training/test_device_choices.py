@@ -12,8 +12,15 @@ from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError
 from vaswani.model import Transformer
 from vaswani.training.config import apply_settings, load_preset
-from vaswani.training.device_choices import (CompilationCounts, CompilationWatch, compile_options, decoding_batches,
-                                             defers_host_reads, loss_over_all_positions, recompile_limit)
+from vaswani.training.device_choices import (
+    CompilationCounts,
+    CompilationWatch,
+    compile_options,
+    decoding_batches,
+    defers_host_reads,
+    loss_over_all_positions,
+    recompile_limit,
+)
 from vaswani.training.loss import TranslationLoss
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")

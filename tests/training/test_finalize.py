@@ -127,3 +127,41 @@ def test_a_list_setting_reads_any_number_of_values() -> None:
     assert config.train.final_alphas == (0.5, 1.0, 2.0) and config.train.final_test_splits == ("val",)
     with pytest.raises(ConfigError, match="train.final_alphas"):
         apply_settings(load_preset("smoke"), ["train.final_alphas=0.5,-1"])
+
+
+def test_pruning_keeps_the_checkpoints_around_the_best_as_well_as_the_newest(tmp_path) -> None:
+    from vaswani.training.checkpoint import prune
+
+    checkpoints = tmp_path / "checkpoints"
+    for step in range(1, 13):
+        (checkpoints / f"step_{step:07d}").mkdir(parents=True)
+    (checkpoints / "best").symlink_to("step_0000004")
+    (checkpoints / "last").symlink_to("step_0000012")
+    prune(checkpoints, keep=3, around_best=3)
+    kept = sorted(int(p.name[5:]) for p in checkpoints.glob("step_*"))
+    assert kept == [3, 4, 5, 10, 11, 12]  # the best and its two neighbours, and the newest three
+    prune(checkpoints, keep=3)  # without the region: the best and the newest only
+    assert sorted(int(p.name[5:]) for p in checkpoints.glob("step_*")) == [4, 10, 11, 12]
+
+
+def test_the_final_model_may_be_the_average_around_the_best_when_the_loss_rose_after_it(finished_run,
+                                                                                      tmp_path) -> None:
+    from vaswani.training.finalize import _candidates
+
+    run_dir, _ = finished_run
+    checkpoints = tmp_path / "run" / "checkpoints"
+    shutil.copytree(run_dir / "checkpoints", checkpoints, symlinks=True)
+    shutil.rmtree(checkpoints / "final", ignore_errors=True)
+    for step in (16, 20):  # two later checkpoints, while the best stays early
+        shutil.copytree(checkpoints / "step_0000012", checkpoints / f"step_{step:07d}")
+    for link, target in (("best", "step_0000004"), ("last", "step_0000020")):
+        (checkpoints / link).unlink()
+        (checkpoints / link).symlink_to(target)
+    (tmp_path / "staging").mkdir()
+    found = _candidates(checkpoints, average_last=3, staging=tmp_path / "staging")
+    assert found["average of 3 around best"][1] == ["step_0000004", "step_0000008", "step_0000012"]
+    assert found["average of last 3"][1] == ["step_0000012", "step_0000016", "step_0000020"]
+    # where the best is among the newest, the region is the last k and is not scored twice
+    (checkpoints / "best").unlink()
+    (checkpoints / "best").symlink_to("step_0000016")
+    assert not any("around best" in name for name in _candidates(checkpoints, 3, tmp_path / "staging2"))

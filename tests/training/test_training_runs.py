@@ -236,11 +236,14 @@ def test_updates_within_budget_follows_the_pace_and_never_passes_the_plan() -> N
 
 
 def test_time_limited_run_sizes_its_progress_bar_to_the_clock(workdir: Path, monkeypatch, capfd) -> None:
-    """A run that the clock ends long before max_steps must not show max_steps (and its ETA) in the bar."""
+    """A run that the clock ends long before max_steps must not show max_steps (and its ETA) in its progress
+    (here the lines of a log: stderr is captured; a line after every update)."""
+    monkeypatch.setenv("VASWANI_PROGRESS_SECONDS", "1e-9")
     code, stderr = _main(_train_command(workdir / "timed", "train.max_steps=100000", "train.max_minutes=0.05",
                                         "train.progress=true"), workdir, monkeypatch, capfd)
     assert code == 0, stderr[-3000:]
-    totals = [int(m) for m in re.findall(r"\d+/(\d+) \[", stderr)]
+    assert "\r" not in stderr
+    totals = [int(m.replace(",", "")) for m in re.findall(r"^training: [\d,]+/([\d,]+) steps ", stderr, re.M)]
     assert totals and totals[0] == 100000  # before any pace is known the bar shows the plan
     assert totals[-1] < 1000, stderr[-1000:]
     assert RunSummary.read(workdir / "timed").stop_reason is Stop.MAX_MINUTES
@@ -367,8 +370,12 @@ def test_a_trainer_writes_nothing_until_it_fits(workdir: Path, monkeypatch) -> N
 
     _in_process(workdir, monkeypatch)
     run_dir = workdir / "written-by-fit"
-    trainer = Trainer(apply_settings(load_preset("smoke"), [*TINY_RUN, "train.max_steps=1"]), run_dir)
+    config = apply_settings(load_preset("smoke"), [*TINY_RUN, "train.max_steps=1"])
+    given = config.to_dict()
+    trainer = Trainer(config, run_dir)
     assert not run_dir.exists()
+    # the caller's config is left as given; the Trainer's own holds the vocabulary the data's tokenizer has
+    assert config.to_dict() == given and trainer.config.model.vocab_size == trainer.data.tokenizer.vocab_size
     trainer.fit()
     assert {"config.yaml", "provenance.jsonl", "tokenizer.json", "metrics.jsonl", "checkpoints"} <= {
         path.name for path in run_dir.iterdir()}

@@ -1,8 +1,8 @@
 """`vaswani bench decode --peer marian|ctranslate2`: our search against the engines a user would deploy instead.
 
 The same model in every engine — ours, Hugging Face MarianMT ``generate`` (built by the HF export), CTranslate2
-float32 and int8 (the conversion the CTranslate2 engine loads) — on the same length-sorted batches, greedy and beam 4, with
-every engine on the same threads (``--peer-threads``, default 2: torch intra-op threads; CTranslate2
+float32 and int8 (the conversion the CTranslate2 engine loads) — on the same length-sorted batches, greedy and
+beam 4, with every engine on the same threads (``--peer-threads``, default 2: torch intra-op threads; CTranslate2
 intra_threads, inter_threads=1). The timed repeats are interleaved (ours, peer, peer, …, ours, peer, …) in one
 process, so machine noise hits all engines alike; each figure is the median of the repeats, with the min–max
 spread. With several thread counts every repeat runs each of them too, so the scaling from 1 to 2 threads is
@@ -24,8 +24,8 @@ Two settings:
   BLEU of each engine's outputs. Every engine gets the same output limit per batch, 1.5 × its longest source
   + 10 tokens (generate and CTranslate2 take one limit per call); outputs end at </s>.
 - no checkpoint: random weights at the fixed shape the speed targets are stated at (d_model 256, 3+3 layers,
-  8 heads, d_ff 1024, vocabulary 8000), 64 random 16-token sources, and exactly ``--output-len`` decoder steps for every sentence
-  (</s> suppressed until the last step in every engine): pure decoding speed, no BLEU.
+  8 heads, d_ff 1024, vocabulary 8000), 64 random 16-token sources, and exactly ``--output-len`` decoder steps for
+  every sentence (</s> suppressed until the last step in every engine): pure decoding speed, no BLEU.
 
 Search settings that match across engines: beam scores are log P / |Y| (our length_norm=average, generate's
 length_penalty=1.0, CTranslate2's length_penalty=1), a sentence's beam stops when k hypotheses have ended.

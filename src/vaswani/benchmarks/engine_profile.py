@@ -19,7 +19,8 @@ from vaswani.errors import VaswaniError
 # follow their parent; the rest of the profiled time is Python's own start, argument parsing and small files.
 STARTUP_PHASES = [
     ("the command line (vaswani.cli and its parser)", ("vaswani/cli.py", "build_parser")),
-    ("the search settings and engine choice (search.json)", ("vaswani/decoding/arguments.py", "search_config_from_args")),
+    ("the search settings and engine choice (search.json)",
+     ("vaswani/decoding/commands.py", "search_config_from_args")),
     ("the tokenizer (tokenizer.json)", ("vaswani/data/tokenizer.py", "load")),
     ("the CTranslate2 engine", ("vaswani/decoding/ct2_engine.py", "load")),
     ("  importing ctranslate2 (the bare script too)", ("ctranslate2/__init__.py", "<module>")),

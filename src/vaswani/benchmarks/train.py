@@ -38,7 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--peer", nargs="+", default=["torch"], choices=sorted(PEERS),
                         help="models to race against ours (marian needs the bench extra: transformers)")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME:model.KEY=VALUE[,…]",
-                        help="also race ours with other model settings, e.g. 'attn-dropout:model.attention_dropout=0.1'")
+                        help="also race ours with other model settings, "
+                        "e.g. 'attn-dropout:model.attention_dropout=0.1'")
     parser.add_argument("--batches", nargs="+", default=["random"], choices=BATCH_KINDS,
                         help="fixed 64x(16+16) unpadded, real Multi30k token-budget batches, or random padded")
     parser.add_argument("--loss", nargs="+", default=["smoothed"], choices=["plain", "smoothed"],

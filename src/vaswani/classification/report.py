@@ -6,13 +6,12 @@ Figures use matplotlib's Agg backend (no display needed) and, like every file he
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 from typing import Any, Sequence
 
 from vaswani.classification.metrics import Metrics
-from vaswani.io import atomic_write_bytes
+from vaswani.io import atomic_write_bytes, atomic_write_figure
 
 
 # ---- tables ----------------------------------------------------------------------------------------------------
@@ -44,10 +43,8 @@ def _pyplot():
 
 
 def _save_figure(figure, path: Path) -> None:
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
+    atomic_write_figure(path, figure)
     _pyplot().close(figure)
-    atomic_write_bytes(path, buffer.getvalue())
 
 
 def plot_confusions(panels: Sequence[tuple[str, Sequence[Sequence[int]]]], labels: Sequence[str], path: Path) -> None:

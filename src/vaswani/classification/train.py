@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,6 @@ from typing import Callable
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from vaswani.classification.checkpoint import ClassifierInfo, save_classifier
 from vaswani.classification.data import Dataset
@@ -36,6 +34,7 @@ from vaswani.config import ModelConfig, apply_overrides
 from vaswani.data.batching import TokenBudgetSampler
 from vaswani.errors import ConfigError, VaswaniError
 from vaswani.precision import autocast
+from vaswani.progress import progress_reporter
 from vaswani.training.optim import parameter_groups
 from vaswani.training.schedule import decay_lr
 from vaswani.classification.model import TransformerClassifier
@@ -142,11 +141,10 @@ def train_classifier(
         epoch_start = time.perf_counter()
         model.train()
         losses = []
-        bar = tqdm(
-            length_bucketed_batches(lengths, settings.batch_size, settings.seed, epoch),
-            desc=f"epoch {epoch}/{settings.epochs}", leave=False, disable=not progress, file=sys.stderr,
-        )
-        for batch, rows in enumerate(bar, start=1):
+        batches = list(length_bucketed_batches(lengths, settings.batch_size, settings.seed, epoch))
+        bar = progress_reporter(len(batches), f"epoch {epoch}/{settings.epochs}", "batches", enabled=progress,
+                                leave=False)
+        for batch, rows in enumerate(batches, start=1):
             try:
                 loss = classifier_step(model, optimizer, pad_batch([train_seqs[i] for i in rows]), targets[rows],
                                        settings)
@@ -157,6 +155,8 @@ def train_classifier(
             schedule.step()
             losses.append(loss)
             bar.set_postfix(loss=f"{loss:.3f}")
+            bar.update()
+        bar.close()
 
         probs = predict_proba(model, val_seqs)
         metrics = score_predictions(val_ids, probs.argmax(axis=1).tolist(), len(data.labels))

@@ -47,8 +47,9 @@ _EXPORTS = {
     "RemoteFile": "download",
     "download_file": "download",
     "resolve_file": "download",
+    # corpus_encoder.py
+    "CorpusEncoder": "corpus_encoder",
     # tokenizer.py
-    "CorpusEncoder": "tokenizer",
     "Tokenizer": "tokenizer",
     "SPECIAL_TOKENS": "tokenizer",
     # preprocess.py

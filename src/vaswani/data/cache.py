@@ -99,8 +99,10 @@ class EncodedCorpus:
         stats = PrepareStats(
             pairs_in=len(sources), pairs_kept=len(sources), dropped={"empty": 0, "too_long": 0},
             max_len=int(max(src_lens.max(initial=0), tgt_lens.max(initial=0))) + 1,
-            src_tokens_mean=float(src_lens.mean()) if len(src_lens) else 0.0, src_tokens_max=int(src_lens.max(initial=0)),
-            tgt_tokens_mean=float(tgt_lens.mean()) if len(tgt_lens) else 0.0, tgt_tokens_max=int(tgt_lens.max(initial=0)),
+            src_tokens_mean=float(src_lens.mean()) if len(src_lens) else 0.0,
+            src_tokens_max=int(src_lens.max(initial=0)),
+            tgt_tokens_mean=float(tgt_lens.mean()) if len(tgt_lens) else 0.0,
+            tgt_tokens_max=int(tgt_lens.max(initial=0)),
             vocab_size=vocab_size,
         )
         return cls(

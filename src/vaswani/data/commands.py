@@ -12,6 +12,8 @@ from pathlib import Path
 from vaswani.arguments import ranged
 from vaswani.config import MAX_COUNT, MAX_LENGTH
 
+MEANINGFUL_PHASE_SECONDS = 0.1  # below, a phase's CPU over wall seconds is mostly the CPU clock's resolution
+
 
 def add_data_dir_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """``--data-dir DIR``, made absolute where it is typed (a later chdir or a child process sees the same folder)."""
@@ -237,11 +239,20 @@ def format_report(data, seconds: float) -> str:
         lines.append(f"valid: {data.held_out.describe()}, kept beside its ids in the cache")
     if data.phases:
         lines.append("phases: " + ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in data.phases.items()))
+        lines.append("phases CPU: " + ", ".join(_cpu_of_phase(phase, seconds, data.phases[phase])
+                                                for phase, seconds in data.phase_cpu_seconds.items()))
     lines.append(
         f"max_len {max_len} (positions incl. <s>/</s>); tokens = BPE tokens per sentence without <s>/</s>; "
         f"cache: {data.out_dir / 'cache'}; total {seconds:.1f} s"
     )
     return "\n".join(lines)
+
+
+def _cpu_of_phase(phase: str, cpu_seconds: float, wall_seconds: float) -> str:
+    """A phase's CPU seconds and, over its wall seconds, the cores it kept busy (not for a phase too short to
+    say)."""
+    busy = f" ({cpu_seconds / wall_seconds:.2f} cores)" if wall_seconds >= MEANINGFUL_PHASE_SECONDS else ""
+    return f"{phase} {cpu_seconds:.1f} s{busy}"
 
 
 def _log_to_stderr() -> None:

@@ -272,7 +272,8 @@ def _translation_batches(rows: Any, batch_size: int, name: str):
     start = 0
     for index, row in enumerate(rows):
         if not isinstance(row, dict) or "translation" not in row:
-            raise DataError(f"{name} row {index}: expected {{'translation': {{'de': ..., 'en': ...}}}}, got {row!r:.200}")
+            raise DataError(f"{name} row {index}: expected {{'translation': {{'de': ..., 'en': ...}}}}, "
+                            f"got {row!r:.200}")
         batch.append(row["translation"])
         if len(batch) == batch_size:
             yield start, batch

@@ -33,6 +33,7 @@ import numpy as np
 from vaswani.data.languages import LanguagePair
 from vaswani.data.textfiles import GZIP_MAGIC
 from vaswani.errors import ConfigError, DataError
+from vaswani.progress import ProgressReporter, progress_reporter
 
 READ_BYTES = 1 << 20
 # The stream keeps memory flat, but not unbounded: a file (on disk, or once decompressed) past MAX_CORPUS_FILE_BYTES is
@@ -85,13 +86,11 @@ def file_part(paths: Sequence[str | Path], setting: str) -> FilePart:
     return FilePart(tuple(Path(p) for p in paths))
 
 
-def progress_bar(total: int, description: str, progress: bool, unit: str = " pairs"):
-    """A tqdm bar (count, rate, time left) on stderr, shown on a terminal only (``disable=None``): a log or a test's
-    captured output holds none; ``progress=False`` never shows it."""
-    from tqdm import tqdm  # imported here: `vaswani --help` should not pay for it
-
-    return tqdm(total=total, unit=unit, unit_scale=True, desc=description, disable=None if progress else True,
-                mininterval=1.0, leave=False, dynamic_ncols=True)
+def progress_bar(total: int, description: str, progress: bool, unit: str = " pairs") -> ProgressReporter:
+    """A step of preparing data, reported on stderr (vaswani.progress): a bar on a terminal, lines in a log;
+    ``progress=False`` reports nothing."""
+    return progress_reporter(total, description, unit, enabled=progress, unit_scale=True, mininterval=1.0,
+                             leave=False)
 
 
 # ------------------------------------------------------------------------------------------- fingerprint

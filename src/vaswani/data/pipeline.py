@@ -23,6 +23,7 @@ import hashlib
 import itertools
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +31,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from vaswani.data.registry import DEFAULT_DATASET, LOCAL, default_vocab_size, get_dataset, parse_direction
+from vaswani.data.cache import EncodedCorpus, cache_path, load_cached, save_encoded
 from vaswani.data.corpora import CorpusInfo, ParallelCorpus, load_corpus, wmt17_train_files
 from vaswani.data.download import resolve_file
 from vaswani.data.files import (
@@ -46,17 +47,18 @@ from vaswani.data.files import (
 )
 from vaswani.data.languages import LanguagePair, pair_from_files
 from vaswani.data.languages import parse_direction as parse_pair
-from vaswani.data.cache import EncodedCorpus, cache_path, load_cached, save_encoded
-from vaswani.data.prepared_tokenizer import PREPARED_KIND, TOKENIZER_FILE, TOKENIZER_INFO_FILE, prepared_tokenizer, train_prepared_tokenizer
+from vaswani.data.prepared_tokenizer import (
+    PREPARED_KIND,
+    TOKENIZER_FILE,
+    TOKENIZER_INFO_FILE,
+    prepared_tokenizer,
+    train_prepared_tokenizer,
+)
 from vaswani.data.preprocess import DEFAULT_MAX_LEN, prepare, prepare_files
+from vaswani.data.registry import DEFAULT_DATASET, LOCAL, default_vocab_size, get_dataset, parse_direction
 from vaswani.data.tokenizer import MIN_VOCAB_SIZE, Tokenizer
 from vaswani.errors import ConfigError, DataError
-from vaswani.io import (
-    MANIFEST_FILE,
-    check_output,
-    file_sha256,
-    read_manifest,
-)
+from vaswani.io import MANIFEST_FILE, check_output, file_sha256, read_manifest
 
 logger = logging.getLogger(__name__)
 
@@ -95,9 +97,9 @@ class PreparedData:
     files: dict[str, SplitFingerprint] = field(default_factory=dict)  # each split's files, when it is files
     held_out: HeldOut | None = None
     phases: dict[str, float] = field(default_factory=dict)  # seconds of reading, checking, tokenizer, encoding
-
-
-PREPARED_ROOT = Path("runs") / "data"  # prepared data when no folder is named, below the current one
+    # CPU seconds of each phase (user + system, of this process and the workers it waited for): over its wall
+    # seconds, how many cores the phase kept busy
+    phase_cpu_seconds: dict[str, float] = field(default_factory=dict)
 
 
 def default_out_dir(dataset: str, direction: str, vocab_size: int) -> Path:
@@ -112,6 +114,7 @@ def prepared_out_dir(out_dir: str | Path | None, dataset: str, direction: str, v
     return default_out_dir(dataset, direction, vocab_size if vocab_size is not None else default_vocab_size(dataset))
 
 
+PREPARED_ROOT = Path("runs") / "data"  # prepared data when no folder is named, below the current one
 PREPARED_FILES = (TOKENIZER_FILE, TOKENIZER_INFO_FILE, MANIFEST_FILE, "cache")  # what prepare writes into its folder
 
 
@@ -276,16 +279,13 @@ class _Settings:
 
 
 def _out_directory(out: Path, inputs: Sequence[Path] = ()) -> Path:
-    """``out``, checked where the data is prepared, whoever chose it (an option, the default below the current
-    folder, a run's record) by the rule every output follows (io's ``check_output``): nothing is written
-    inside another output of vaswani (a run, a checkpoint) or over one of the corpus files."""
+    """``out`` under the output rule (io's check_output), whoever chose it: an option, a default, a record."""
     kind = read_manifest(out).kind if (out / MANIFEST_FILE).is_file() else PREPARED_KIND
     if kind != PREPARED_KIND:  # a checkpoint's tokenizer.json is not prepared data, and its folder is no cache
         raise ConfigError(f"{out} is a {kind} (see its {MANIFEST_FILE}), not a prepared-data directory; pick another "
                           "output directory")
-    # the folder is made when the first file is written: a refusal leaves none
     check_output(out, command="prepare", writes="files", kind=PREPARED_KIND, names=PREPARED_FILES,
-                 inputs=inputs, option="prepared data in")
+                 inputs=inputs, option="prepared data in")  # made by the first file: a refusal leaves none
     return out
 
 
@@ -313,7 +313,7 @@ def _held_out(pairs: int, holdout: int, seed: int) -> np.ndarray:
 
 def _prepare_files(corpus: FileCorpus, out_dir: str | Path | None, tokenizer_path: str | Path | None,
                    settings: _Settings) -> PreparedData:
-    clock = _Phases()
+    clock = PhaseClock()
     with clock("reading"):
         records = {split.name: fingerprint(split, settings.progress) for split in corpus.splits()}
     train = records[TRAIN]
@@ -393,22 +393,32 @@ def _prepare_files(corpus: FileCorpus, out_dir: str | Path | None, tokenizer_pat
     ordered = {name: result[name] for name in (TRAIN, valid_name, *(split.name for split in corpus.tests))}
     tok_path = Path(tokenizer_path) if tokenizer_path is not None else out / TOKENIZER_FILE
     return PreparedData(tokenizer, ordered, out, tok_path, trained, seconds, corpora, records, held_out,
-                        clock.seconds)
+                        clock.seconds, clock.cpu_seconds)
 
 
-class _Phases:
-    """Seconds spent in each phase of preparing files, in the order they first ran (a phase may run twice)."""
+class PhaseClock:
+    """Wall and CPU seconds spent in each phase of preparing files, in the order they first ran (a phase may
+    run twice). The CPU seconds count this process's threads and the worker processes that ended within the
+    phase (the encoding's pool is shut down inside it)."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
+        self.cpu_seconds: dict[str, float] = {}
 
     @contextlib.contextmanager
     def __call__(self, phase: str) -> Iterator[None]:
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), _cpu_seconds()
         try:
             yield
         finally:
             self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
+            self.cpu_seconds[phase] = self.cpu_seconds.get(phase, 0.0) + _cpu_seconds() - cpu_start
+
+
+def _cpu_seconds() -> float:
+    """User and system seconds of this process and of its children that have ended."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
 
 
 def _read_all(split: FileSplit, record: SplitFingerprint, progress: bool) -> tuple[list[str], list[str]]:

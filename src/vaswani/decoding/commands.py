@@ -152,8 +152,8 @@ def translate_command(args: argparse.Namespace) -> int:
 
         languages = recorded_languages(args.checkpoint)
         return _interactive(translator, args.nbest, language_name(languages.source) if languages else None)
-    # A progress bar for a file being translated, when someone watches the terminal.
-    nbest = translator.translate_nbest(lines, progress=args.input is not None and sys.stderr.isatty())
+    # The progress of a file being translated: a bar on a terminal, a line now and then in a log.
+    nbest = translator.translate_nbest(lines, progress=args.input is not None)
     if args.output is None:
         _write(sys.stdout, nbest, args.nbest)
     else:

@@ -13,7 +13,7 @@ from vaswani.errors import ConfigError, VaswaniError
 from vaswani.io import atomic_write_json, read_json, read_manifest, verify_files
 
 LengthNorm = Literal["gnmt", "power", "average", "none"]
-# Which implementation runs a search (decoding/engines.py) and, for CTranslate2, the type of its weights and
+# Which implementation runs a search (decoding/engine.py) and, for CTranslate2, the type of its weights and
 # arithmetic. Both belong to the machine that decodes, like precision, but a checkpoint may store a choice.
 EngineName = Literal["auto", "torch", "ctranslate2"]
 ENGINES: tuple[str, ...] = get_args(EngineName)

@@ -52,6 +52,7 @@ from vaswani.io import (
     write_manifest,
     writing,
 )
+from vaswani.model.safetensors_header import read_header
 
 if TYPE_CHECKING:
     import numpy as np
@@ -338,12 +339,9 @@ def _ctranslate2_version() -> str:
 def weight_parameters(checkpoint: Path) -> int:
     """The number of parameters in the checkpoint's safetensors file, from its header alone (tied matrices are
     stored once, so this is the model's count of distinct parameters)."""
-    from safetensors import safe_open
-
     path = checkpoint / CHECKPOINT_FILES[0]
     try:
-        with safe_open(str(path), framework="numpy") as handle:  # the header only, bounded by safetensors
-            return sum(math.prod(handle.get_slice(name).get_shape()) for name in handle.keys())
-    except Exception as error:  # safetensors' own error type: truncated or not a safetensors file
+        return sum(math.prod(shape) for shape in read_header(path).shapes.values())
+    except (OSError, ValueError) as error:  # truncated, not a safetensors file, or no file at all
         raise VaswaniError(f"{path}: cannot be read as safetensors weights ({error}); the file is truncated or "
                            "corrupt") from None

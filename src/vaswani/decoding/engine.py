@@ -17,6 +17,7 @@ CTranslate2: a translation on CTranslate2 never pays for importing torch.
 
 from __future__ import annotations
 
+import struct
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,14 +104,18 @@ def output_limits(source_lengths: Sequence[int], config: SearchConfig,
     computes it on its tensors, so both engines cut every sentence at the same length. Learned position tables
     end at ``max_len``, so with learned positions no output is longer; sinusoidal and rotary ones extrapolate.
     """
-    import numpy as np  # the arithmetic of the torch search's float32 tensors, without torch
+    a, b = _float32(config.max_len_a), _float32(config.max_len_b)
+    learned = model_config is not None and model_config.positions == "learned"
+    longest = model_config.max_len if learned else None
+    limits = [max(int(_float32(_float32(a * _float32(length)) + b)), 1) for length in source_lengths]
+    return limits if longest is None else [min(limit, longest) for limit in limits]
 
-    lengths = np.asarray(source_lengths, dtype=np.float32)
-    limits = (np.float32(config.max_len_a) * lengths + np.float32(config.max_len_b)).astype(np.int64)
-    limits = np.maximum(limits, 1)
-    if model_config is not None and model_config.positions == "learned":
-        limits = np.minimum(limits, model_config.max_len)
-    return limits.tolist()
+
+def _float32(value: float) -> float:
+    """``value`` rounded to the nearest float32, as a tensor of float32 holds it. A product or a sum of two
+    float32 values is exact in Python's float64 here (lengths and limits are small), so rounding it once gives
+    the float32 arithmetic of the torch search without importing numpy or torch."""
+    return struct.unpack("f", struct.pack("f", value))[0]
 
 
 def open_engine(checkpoint: Path, model_config: ModelConfig, tokenizer: Any, config: SearchConfig,

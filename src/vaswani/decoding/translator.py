@@ -24,6 +24,7 @@ from vaswani.decoding.config import EngineOptions, SearchConfig
 from vaswani.decoding.engine import TORCH, Engine, is_engine, open_engine
 from vaswani.errors import ConfigError, VaswaniError
 from vaswani.model.serialization import CONFIG_FILE, read_model_config, resolve_checkpoint
+from vaswani.progress import progress_reporter
 
 if TYPE_CHECKING:
     from vaswani.model.transformer import Transformer
@@ -142,14 +143,12 @@ class Translator:
         Padding ids inside a source are masked like trailing padding by the torch engine: the robustness
         experiment's "dropped" tokens."""
         results: list[list[Translation] | None] = [None] * len(sources)
-        bar = _progress_bar(len(sources)) if progress else None
-        for batch in self.batches(sources):
-            for index, hypotheses in zip(batch, self._translate_batch([sources[i] for i in batch])):
-                results[index] = hypotheses
-            if bar is not None:
+        with progress_reporter(len(sources), "translating", "sentences", enabled=progress,
+                               leave=False) as bar:
+            for batch in self.batches(sources):
+                for index, hypotheses in zip(batch, self._translate_batch([sources[i] for i in batch])):
+                    results[index] = hypotheses
                 bar.update(len(batch))
-        if bar is not None:
-            bar.close()
         return results  # type: ignore[return-value]
 
     # ---- steps -------------------------------------------------------------------------------------------------
@@ -211,9 +210,3 @@ class Translator:
             texts = [" ".join(t.splitlines()) for t in self.tokenizer.decode_batch([h.tokens for h in nbest])]
             out[i] = [Translation(t, h.score, h.log_prob, len(h.tokens) + 1) for t, h in zip(texts, nbest)]
         return out
-
-
-def _progress_bar(total: int) -> Any:
-    from tqdm import tqdm  # imported only when a bar is shown: a tenth of a second of every start-up otherwise
-
-    return tqdm(total=total, unit="sent", file=sys.stderr, leave=False)

@@ -77,6 +77,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def evaluate_command(args: argparse.Namespace) -> int:
     from vaswani.evaluation.evaluate import EVALUATION_KIND, EVALUATIONS_FOLDER, evaluate, load_test_set
+    from vaswani.records import to_json
 
     given = [args.dataset is not None, args.src is not None or args.ref is not None, args.tsv is not None]
     if sum(given) != 1:
@@ -97,20 +98,17 @@ def evaluate_command(args: argparse.Namespace) -> int:
     out = args.out or Path(args.checkpoint) / EVALUATIONS_FOLDER / f"{test_set.name}-beam{translator.config.beam_size}"
     if args.out is None:
         check(out, explicit=False)
-    results, examples = evaluate(
-        translator, test_set, out, checkpoint=args.checkpoint, seed=args.seed,
-        progress=not args.json,
-    )
+    result, examples = evaluate(translator, test_set, out, checkpoint=args.checkpoint, seed=args.seed,
+                                progress=not args.json)
     if args.json:
-        print(json.dumps(results, indent=2, ensure_ascii=False))
+        print(json.dumps(to_json(result), indent=2, ensure_ascii=False))
         return 0
-    speed = results["speed"]
     pair = f" ({test_set.languages.name})" if test_set.languages else ""
-    print(f"{test_set.name}{pair}: BLEU {results['bleu']:.2f}  chrF {results['chrf']:.2f}  "
-          f"length ratio {results['length_ratio']:.3f}  ({results['sentences']} sentences)")
-    print(f"  {results['signature']}")
-    print(f"  {speed['sentences_per_second']:.1f} sentences/s, {speed['target_tokens_per_second']:.0f} target "
-          f"tokens/s on {speed['device']}")
+    print(f"{test_set.name}{pair}: BLEU {result.bleu:.2f}  chrF {result.chrf:.2f}  "
+          f"length ratio {result.length_ratio:.3f}  ({result.sentences} sentences)")
+    print(f"  {result.signature}")
+    print(f"  {result.speed.sentences_per_second:.1f} sentences/s, {result.speed.target_tokens_per_second:.0f} "
+          f"target tokens/s on {result.speed.device}")
     print(examples)
     print(f"wrote {out}/results.json, hypotheses.txt, report.md")
     return 0

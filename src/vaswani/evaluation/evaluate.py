@@ -23,11 +23,11 @@ from vaswani.data.languages import LanguagePair, pair_from_files, parse_directio
 from vaswani.decoding.engine import output_limits
 from vaswani.decoding.translator import Translator
 from vaswani.errors import DataError, VaswaniError
+from vaswani.evaluation.metrics import corpus_scores
+from vaswani.evaluation.report import SAMPLE_SIZE, Example, render_markdown, render_text, sample_examples
 from vaswani.io import atomic_write_text, directory_written_whole
 from vaswani.provenance import provenance
-from vaswani.evaluation.metrics import corpus_scores
-from vaswani.evaluation.report import SAMPLE_SIZE, render_markdown, render_text, sample_examples
-
+from vaswani.records import read_record, to_json
 
 EVALUATION_KIND = "evaluation"
 EVALUATIONS_FOLDER = "eval"  # inside a run or a checkpoint: where its evaluations go by default
@@ -66,6 +66,55 @@ def load_test_set(
     return TestSet(Path(src).name.split(".")[0], corpus.source, corpus.target, pair_from_files(src, ref))
 
 
+@dataclass
+class EvaluationSpeed:
+    seconds: float
+    sentences_per_second: float
+    target_tokens: int  # BPE tokens generated, </s> included
+    target_tokens_per_second: float
+    device: str
+    batch_size: int | None
+    max_tokens: int | None
+
+
+@dataclass
+class EvaluationResult:
+    """One test set translated and scored: what ``results.json`` holds (its provenance beside these fields) and
+    what ``evaluate``, ``compare`` and ``finalize`` hand each other."""
+
+    test_set: str
+    checkpoint: str
+    sentences: int
+    bleu: float
+    chrf: float
+    signature: str  # sacreBLEU's BLEU signature
+    chrf_signature: str
+    length_ratio: float
+    brevity_penalty: float
+    precisions: list[float]
+    hyp_len: int
+    ref_len: int
+    speed: EvaluationSpeed
+    search: dict[str, Any]  # the SearchConfig's fields, as search.json stores them
+    engine: dict[str, Any]  # what ran the search: engine, device, quantization or precision
+    report_seed: int
+    sentence_bleu_sample: list[Example]
+    languages: dict[str, str] | None = None
+    command: str = ""  # the provenance of the run that wrote it (vaswani.provenance)
+    git: dict[str, Any] | None = None
+    hardware: dict[str, Any] | None = None
+    versions: dict[str, Any] | None = None
+
+    @classmethod
+    def read(cls, path: str | Path) -> EvaluationResult:
+        """The results.json of an evaluation folder (or the file itself), every field checked."""
+        path = Path(path)
+        return read_record(cls, path / RESULTS_FILE if path.is_dir() else path)
+
+
+RESULTS_FILE = "results.json"
+
+
 def longest_hypothesis_chars(translator: Translator) -> int:
     """A length in characters no translation of ``translator`` reaches: the most tokens its search may output
     (for the longest source it takes) as :meth:`Tokenizer.chars_for` bounds their text."""
@@ -93,9 +142,9 @@ def evaluate(
     seed: int = 0,
     sample_size: int = SAMPLE_SIZE,
     progress: bool = False,
-) -> tuple[dict[str, Any], str]:
-    """Translate, score and write ``results.json``, ``hypotheses.txt``, ``report.md``; return (results, report
-    text for the terminal)."""
+) -> tuple[EvaluationResult, str]:
+    """Translate, score and write ``results.json``, ``hypotheses.txt``, ``report.md``; return the result and the
+    report's text for the terminal."""
     if not test_set.sources:
         raise DataError(f"{test_set.name}: the test set is empty")
     start = time.perf_counter()
@@ -108,30 +157,19 @@ def evaluate(
     references = cut_references(test_set.references, longest_hypothesis_chars(translator))
     scores = corpus_scores(hypotheses, references)
     examples = sample_examples(test_set.sources, hypotheses, references, sample_size, seed)
-    results = {
-        "test_set": test_set.name,
-        "languages": test_set.languages.to_dict() if test_set.languages else None,
-        "checkpoint": str(checkpoint),
-        "sentences": len(hypotheses),
-        **scores.to_dict(),
-        "speed": {
-            "seconds": seconds,
-            "sentences_per_second": len(hypotheses) / seconds,
-            "target_tokens": target_tokens,  # BPE tokens generated, </s> included
-            "target_tokens_per_second": target_tokens / seconds,
-            "device": str(translator.device),
-            "batch_size": translator.batch_size,
-            "max_tokens": translator.max_tokens,
-        },
-        "search": dataclasses.asdict(translator.config),
-        "engine": translator.engine.describe(),
-        "report_seed": seed,
-        "sentence_bleu_sample": [dataclasses.asdict(e) for e in examples],
-        **provenance(translator.device),
-    }
+    recorded = provenance(translator.device)
+    speed = EvaluationSpeed(seconds, len(hypotheses) / seconds, target_tokens, target_tokens / seconds,
+                            str(translator.device), translator.batch_size, translator.max_tokens)
+    result = EvaluationResult(
+        test_set=test_set.name, checkpoint=str(checkpoint), sentences=len(hypotheses), **scores.to_dict(),
+        speed=speed, search=dataclasses.asdict(translator.config), engine=translator.engine.describe(),
+        report_seed=seed, sentence_bleu_sample=examples,
+        languages=test_set.languages.to_dict() if test_set.languages else None, command=recorded["command"],
+        git=recorded["git"], hardware=recorded["hardware"], versions=recorded["versions"])
+    payload = to_json(result)
 
     with directory_written_whole(out_dir, kind=EVALUATION_KIND, writer="evaluate") as staging:
-        atomic_write_text(staging / "results.json", json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+        atomic_write_text(staging / RESULTS_FILE, json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
         atomic_write_text(staging / "hypotheses.txt", "".join(h + "\n" for h in hypotheses))
-        atomic_write_text(staging / "report.md", render_markdown(results, examples) + "\n")
-    return results, render_text(examples)
+        atomic_write_text(staging / "report.md", render_markdown(result, examples) + "\n")
+    return result, render_text(examples)

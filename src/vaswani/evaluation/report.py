@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from vaswani.evaluation.metrics import sentence_bleu
+
+if TYPE_CHECKING:  # evaluate.py builds the result from this module's examples
+    from vaswani.evaluation.evaluate import EvaluationResult
 
 SAMPLE_SIZE = 32
 SHOWN = 3  # examples shown from each end of the ranking
@@ -48,22 +51,23 @@ def best_and_worst(examples: list[Example], shown: int = SHOWN) -> tuple[list[Ex
     return best, worst
 
 
-def render_markdown(results: dict[str, Any], examples: list[Example], shown: int = SHOWN) -> str:
+def render_markdown(result: EvaluationResult, examples: list[Example], shown: int = SHOWN) -> str:
     """``report.md``: the scores, then the best and worst examples with source, hypothesis and reference."""
     best, worst = best_and_worst(examples, shown)
     mean = sum(e.bleu for e in examples) / len(examples) if examples else 0.0
+    speed = result.speed
     lines = [
-        f"# Evaluation: {results['test_set']}",
+        f"# Evaluation: {result.test_set}",
         "",
-        *([f"- languages: {results['languages']['name']}"] if results.get("languages") else []),
-        f"- checkpoint: `{results['checkpoint']}`",
-        f"- BLEU **{results['bleu']:.2f}**, chrF **{results['chrf']:.2f}**, length ratio {results['length_ratio']:.3f}",
-        f"- sacreBLEU signature: `{results['signature']}`",
-        f"- search: {_search_summary(results['search'])}",
-        f"- speed: {results['speed']['sentences_per_second']:.1f} sentences/s, "
-        f"{results['speed']['target_tokens_per_second']:.0f} target tokens/s on {results['speed']['device']}",
+        *([f"- languages: {result.languages['name']}"] if result.languages else []),
+        f"- checkpoint: `{result.checkpoint}`",
+        f"- BLEU **{result.bleu:.2f}**, chrF **{result.chrf:.2f}**, length ratio {result.length_ratio:.3f}",
+        f"- sacreBLEU signature: `{result.signature}`",
+        f"- search: {_search_summary(result.search)}",
+        f"- speed: {speed.sentences_per_second:.1f} sentences/s, "
+        f"{speed.target_tokens_per_second:.0f} target tokens/s on {speed.device}",
         "",
-        f"Sentence-BLEU over a random sample of {len(examples)} sentences (seed {results['report_seed']}): "
+        f"Sentence-BLEU over a random sample of {len(examples)} sentences (seed {result.report_seed}): "
         f"mean {mean:.1f}.",
         "",
     ]

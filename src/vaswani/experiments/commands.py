@@ -26,6 +26,9 @@ EXPERIMENTS = {
                    "sinusoidal vs learned vs rotary positions under shuffled, dropped and repeated source tokens"),
     "recipe": ("vaswani.experiments.recipe",
                "what buys BLEU per CPU-minute: proxy runs of multi30k-cpu changing one thing each, seed noise shown"),
+    "regularization": ("vaswani.experiments.regularization",
+                       "which dropout, label smoothing and vocabulary let each width of multi30k-cpu improve with its "
+                       "epochs: whole schedules, curves per epoch, seeds"),
     "final-models": ("vaswani.experiments.final_models",
                      "one table of finished runs' final models: wall time, what the end of the run chose, test BLEU"),
 }

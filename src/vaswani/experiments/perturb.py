@@ -1,4 +1,5 @@
-"""Source-side perturbations of the robustness experiment (shuffled, dropped and repeated tokens, as the robustness claim is framed), on BPE ids.
+"""Source-side perturbations of the robustness experiment (shuffled, dropped and repeated tokens, as the robustness
+claim is framed), on BPE ids.
 
 Each takes the ids of one source sentence (without ``</s>``, which the collate step appends) and a numpy
 Generator, and returns new ids; the input is never modified. The counts are ``round(fraction · n)``, so very short

@@ -164,7 +164,8 @@ def _score(trained: TrainedRun, sources: list[str], references: list[str], devic
     row = {"variant": trained.variant.name, "label": trained.variant.label,
            "settings": list(trained.variant.settings), "updates": last["step"], "epochs": last["epoch"],
            "minutes": minutes_at(last["step"]), "tokens_per_s": float(np.median(speeds)) if speeds else None,
-           "parameters": model.num_parameters(), "warmup_steps": _warmup(trained.run_dir), "val_nll": last["nll"], "val_bleu": scores.bleu,
+           "parameters": model.num_parameters(), "warmup_steps": _warmup(trained.run_dir), "val_nll": last["nll"],
+           "val_bleu": scores.bleu,
            "val_chrf": scores.chrf, "length_ratio": scores.length_ratio, "reused": trained.reused}
     return row, curve
 

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import torch
 
-from vaswani.io import atomic_write_text
+from vaswani.io import atomic_write_figure, atomic_write_text
 from vaswani.provenance import git_state, hardware, provenance
 
 
@@ -62,7 +62,7 @@ def write_results(
         atomic_write_text(paths[-1], readme.rstrip() + "\n")
     for stem, figure in figures.items():
         path = out_dir / f"{stem}.png"
-        figure.savefig(path, dpi=120, bbox_inches="tight")
+        atomic_write_figure(path, figure)
         plt.close(figure)
         paths.append(path)
     return paths

@@ -72,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
             log(f"  {run_.variant.name:>10} {condition:>8}: nll {scores.nll:.3f} acc {scores.accuracy:.3f}"
                 + ("" if bleu is None else f" BLEU {bleu:.2f}"))
             rows.append({"variant": run_.variant.name, "label": POSITION_LABELS[run_.variant.name],
-                         "condition": condition, **dataclasses.asdict(scores), "bleu": bleu, "first_hypothesis": hypotheses[0] if hypotheses else None,
+                         "condition": condition, **dataclasses.asdict(scores), "bleu": bleu,
+                         "first_hypothesis": hypotheses[0] if hypotheses else None,
                          "training_val_nll": trained["nll"], "training_val_accuracy": trained["accuracy"],
                          "steps": trained["step"]})
     _add_deltas(rows)

@@ -62,7 +62,8 @@ def variant_config(recipe: str, variant: RunVariant, extra: Sequence[str] = ()) 
 def _comparable(config: dict[str, Any]) -> dict[str, Any]:
     """Settings that change what is trained; where the corpus files live and whether a bar is drawn do not.
     model.vocab_size is derived: the trainer replaces it with the size of the tokenizer data.vocab_size built."""
-    config = json.loads(json.dumps(config))
+    # through the config classes, so a setting added since the run was written reads as its default
+    config = json.loads(json.dumps(RunConfig.from_dict(config).to_dict()))
     config["model"].pop("vocab_size", None)
     config["data"].pop("data_dir", None)
     config["train"].pop("progress", None)

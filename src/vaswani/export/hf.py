@@ -78,7 +78,8 @@ def marian_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
         out[f"{dst}.out_proj.weight"], out[f"{dst}.out_proj.bias"] = writes(o[0]), writes(o[1])
 
     def feed_forward(dst: str, src: str) -> None:
-        out[f"{dst}.fc1.weight"], out[f"{dst}.fc1.bias"] = reads(ours[f"{src}.ffn.up.weight"]), ours[f"{src}.ffn.up.bias"]
+        out[f"{dst}.fc1.weight"] = reads(ours[f"{src}.ffn.up.weight"])
+        out[f"{dst}.fc1.bias"] = ours[f"{src}.ffn.up.bias"]
         out[f"{dst}.fc2.weight"] = writes(ours[f"{src}.ffn.down.weight"])
         out[f"{dst}.fc2.bias"] = writes(ours[f"{src}.ffn.down.bias"])
 

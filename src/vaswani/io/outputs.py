@@ -10,8 +10,6 @@ from vaswani.errors import VaswaniError
 from vaswani.io.manifests import MANIFEST_FILE, Manifest, read_manifest
 from vaswani.io.writing import default_cache_dir, probe_writable
 
-
-
 SHARED_KINDS = {"checkpoint"}
 
 

@@ -140,6 +140,12 @@ def atomic_write_json(path: str | Path, payload: Any) -> None:
     atomic_write_text(path, json.dumps(payload, indent=2, default=str) + "\n")
 
 
+def atomic_write_figure(path: str | Path, figure: Any, dpi: int = 120, tight: bool = True) -> None:
+    """Replace ``path`` with a matplotlib ``figure`` as PNG atomically (the figure is left open)."""
+    atomic_write(path, lambda tmp: figure.savefig(tmp, format="png", dpi=dpi,
+                                                  bbox_inches="tight" if tight else None))
+
+
 def atomic_copy(source: str | Path, destination: str | Path) -> None:
     """Replace ``destination`` with a copy of ``source`` atomically (a crash leaves the old file or the new one)."""
     atomic_write(destination, lambda tmp: shutil.copyfile(source, tmp))

@@ -16,7 +16,8 @@ silently translates differently. The manifest then proves that no file changed s
 A *run directory* holds ``checkpoints/best`` and ``checkpoints/last``; :func:`resolve_checkpoint` accepts either.
 
 Finding a checkpoint and reading its ``model.json`` import no torch (the CTranslate2 engine reads them without it);
-torch and safetensors are imported by the functions that save or load weights.
+torch and safetensors are imported by the functions that save or load weights; the weights' fingerprint is
+read from their header alone (safetensors_header.py).
 """
 
 from __future__ import annotations
@@ -25,8 +26,6 @@ import dataclasses
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-from safetensors import safe_open
 
 from vaswani.config import ModelConfig
 from vaswani.errors import VaswaniError
@@ -40,6 +39,7 @@ from vaswani.io import (
     read_manifest,
     verify_files,
 )
+from vaswani.model.safetensors_header import read_header
 
 if TYPE_CHECKING:
     import torch
@@ -143,14 +143,13 @@ def check_checkpoint(directory: str | Path, files: tuple[str, ...] = INFERENCE_F
 
 
 def weights_metadata(file: Path) -> dict[str, str]:
-    """The safetensors metadata of ``file`` (its header only: cheap for any size); a file that is not safetensors
-    is a VaswaniError naming it."""
+    """The safetensors metadata of ``file`` (its header only: cheap for any size, and no numpy or torch); a
+    file that is not safetensors is a VaswaniError naming it."""
     try:
-        with safe_open(str(file), framework="numpy") as handle:  # the header only; "pt" would import torch
-            return dict(handle.metadata() or {})
+        return read_header(file).metadata
     except FileNotFoundError:
         raise VaswaniError(f"{file}: not found; the checkpoint is incomplete") from None
-    except Exception as error:  # safetensors' own error type: truncated or not a safetensors file
+    except (OSError, ValueError) as error:  # truncated, not a safetensors file, or no file at all
         raise VaswaniError(f"{file}: cannot be read as safetensors weights; the file is truncated or corrupt "
                            f"({_first_line(error)})") from None
 

@@ -42,11 +42,13 @@ from vaswani.errors import VaswaniError
 from vaswani.io import (
     absolute_path,
     atomic_write,
+    atomic_write_figure,
     atomic_write_json,
     atomic_write_text,
     check_output,
     read_json,
 )
+from vaswani.progress import progress_reporter
 from vaswani.provenance import provenance
 
 WRITE_CHUNK = 100_000  # lines generated and written at a time
@@ -113,11 +115,14 @@ def write_synthetic_corpus(work: Path, pairs: int, seed: int = 0,
     for path, side in zip(paths, sides):
         rng = np.random.default_rng(seed)  # the same draws for both sides: the lines stay aligned
 
-        def write(tmp: str, side: list[str] = side, rng: np.random.Generator = rng) -> None:
-            with open(tmp, "w", encoding="utf-8") as handle:
+        def write(tmp: str, side: list[str] = side, rng: np.random.Generator = rng,
+                  path: Path = path) -> None:
+            with open(tmp, "w", encoding="utf-8") as handle, \
+                    progress_reporter(pairs, f"writing {path.name}", "lines", leave=False) as bar:
                 for start in range(0, pairs, WRITE_CHUNK):
                     drawn = rng.integers(0, len(side), size=(min(WRITE_CHUNK, pairs - start), 2))
                     handle.write("".join(f"{side[a]} {side[b]}\n" for a, b in drawn.tolist()))
+                    bar.update(len(drawn))
 
         work.mkdir(parents=True, exist_ok=True)
         atomic_write(path, write)
@@ -136,14 +141,10 @@ def measure(src: Path, tgt: Path, pairs: int, work: Path, vocab_size: int, max_l
     """Prepare the corpus from nothing, then train on it until the first update: times, peak memory, load before and
     after. Both commands run in ``work/size-PAIRS/``, which the prepared data goes to (``runs/data``, as a user's
     would): what an earlier measurement prepared there is deleted first, so the prepare is never a cache's."""
+    src, tgt = src.absolute(), tgt.absolute()  # the commands run in another folder
     files = ["--src", str(src), "--tgt", str(tgt)]
     here = work / f"size-{pairs}"
-    shutil.rmtree(here / "runs", ignore_errors=True)
-    here.mkdir(parents=True, exist_ok=True)
-    prepared = timed_command(["prepare", *files, "--vocab-size", str(vocab_size), "--max-len", str(max_len)], here)
-    phases = dict(re.findall(r"(\w+) ([\d.]+) s", (re.findall(r"^phases: (.*)$", prepared.stdout, re.M) or [""])[0]))
-    if "encoding" not in phases:
-        raise VaswaniError(f"vaswani prepare in {here} encoded nothing: it found the data prepared already")
+    prepared = measure_prepare(src, tgt, here, vocab_size, max_len)
     run_dir = here / "run"
     metrics = run_dir / "metrics.jsonl"
     trained = timed_command(["train", "--preset", "smoke", *files, "--run-dir", str(run_dir), "--start-over",
@@ -153,16 +154,44 @@ def measure(src: Path, tgt: Path, pairs: int, work: Path, vocab_size: int, max_l
                             event=lambda: _first_update_logged(metrics))
     return {
         "pairs": pairs,
-        "prepare": {"seconds": round(prepared.seconds, 1), "cpu_seconds": round(prepared.cpu_seconds, 1),
-                    "peak_gb": round(prepared.peak_bytes / 1e9, 3),
-                    "phases": {name: float(value) for name, value in phases.items()},
-                    "load_before": prepared.load_before, "load_after": prepared.load_after},
+        "prepare": prepared,
         "train": {"first_update_seconds": round(trained.event_seconds, 1) if trained.event_seconds else None,
                   "peak_gb_until_first_update": round(trained.peak_at_event / 1e9, 3),
                   "seconds": round(trained.seconds, 1), "cpu_seconds": round(trained.cpu_seconds, 1),
                   "peak_gb": round(trained.peak_bytes / 1e9, 3),
                   "load_before": trained.load_before, "load_after": trained.load_after},
     }
+
+
+def measure_prepare(src: Path, tgt: Path, here: Path, vocab_size: int, max_len: int) -> dict[str, Any]:
+    """``vaswani prepare`` of the two files from nothing, in ``here``: wall and CPU seconds, peak memory,
+    load, and per phase its wall seconds, CPU seconds and CPU over wall seconds (the cores it kept busy)."""
+    shutil.rmtree(here / "runs", ignore_errors=True)
+    here.mkdir(parents=True, exist_ok=True)
+    prepared = timed_command(["prepare", "--src", str(src.absolute()), "--tgt", str(tgt.absolute()),
+                              "--vocab-size", str(vocab_size), "--max-len", str(max_len)], here)
+    phases, phase_cpu = (_seconds_by_phase(prepared.stdout, line) for line in ("phases", "phases CPU"))
+    if "encoding" not in phases:
+        raise VaswaniError(f"vaswani prepare in {here} encoded nothing: it found the data prepared already")
+    return {"seconds": round(prepared.seconds, 1), "cpu_seconds": round(prepared.cpu_seconds, 1),
+            "peak_gb": round(prepared.peak_bytes / 1e9, 3), "phases": phases, "phase_cpu_seconds": phase_cpu,
+            "phase_cpu_over_wall": _cpu_over_wall(prepared.stdout),
+            "load_before": prepared.load_before, "load_after": prepared.load_after}
+
+
+def _seconds_by_phase(report: str, line: str) -> dict[str, float]:
+    """The seconds of each phase that ``vaswani prepare``'s report gives on its line ``line: reading 1.2 s,
+    …``."""
+    found = re.findall(rf"^{line}: (.*)$", report, re.M)
+    return {name: float(value) for name, value in re.findall(r"(\w+) ([\d.]+) s", found[0] if found else "")}
+
+
+def _cpu_over_wall(report: str) -> dict[str, float]:
+    """Each phase's CPU seconds over its wall seconds, the cores it kept busy, as ``vaswani prepare`` reports
+    them (``phases CPU: encoding 80.1 s (1.93 cores)``; a phase too short to say has none)."""
+    found = re.findall(r"^phases CPU: (.*)$", report, re.M)
+    return {name: float(value) for name, value in re.findall(r"(\w+) [\d.]+ s \(([\d.]+) cores\)",
+                                                             found[0] if found else "")}
 
 
 def _first_update_logged(metrics: Path) -> bool:
@@ -189,6 +218,7 @@ class Timed:
 def timed_command(argv: Sequence[str], cwd: Path, event=None) -> Timed:
     """Run ``vaswani ARGV`` in ``cwd``: its wall time, the peak summed RSS of it and its descendants, and when
     ``event()`` first held (with the peak until then). A failure is a VaswaniError with its last error line."""
+    print(f"vaswani {' '.join(argv)}", file=sys.stderr, flush=True)
     timed = Timed()
     timed.load_before = _load_average()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -205,9 +235,21 @@ def timed_command(argv: Sequence[str], cwd: Path, event=None) -> Timed:
                 timed.peak_at_event = timed.peak_bytes
             done.wait(SAMPLE_SECONDS)
 
+    errors: list[str] = []
+
+    def relay() -> None:  # the command's progress and messages, shown as they come (its report is on stdout)
+        for line in process.stderr:
+            errors.append(line)
+            print(f"  {line}", end="", file=sys.stderr, flush=True)
+
     sampler = threading.Thread(target=sample, daemon=True)
+    relayed = threading.Thread(target=relay, daemon=True)
     sampler.start()
-    timed.stdout, stderr = process.communicate()
+    relayed.start()
+    timed.stdout = process.stdout.read()
+    process.wait()
+    relayed.join()
+    stderr = "".join(errors)
     timed.seconds = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     timed.cpu_seconds = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -259,8 +301,8 @@ def _load_average() -> list[float]:
 def format_row(row: dict[str, Any]) -> str:
     prepare, train = row["prepare"], row["train"]
     return (f"{row['pairs']:>10,} pairs: prepare {prepare['seconds']:7.1f} s, peak {prepare['peak_gb']:.2f} GB; "
-            f"train: first update after {train['first_update_seconds']} s, peak {train['peak_gb_until_first_update']:.2f}"
-            f" GB; load {prepare['load_before']} -> {train['load_after']}")
+            f"train: first update after {train['first_update_seconds']} s, peak "
+            f"{train['peak_gb_until_first_update']:.2f} GB; load {prepare['load_before']} -> {train['load_after']}")
 
 
 def write_results(out: Path, rows: list[dict[str, Any]], settings: dict[str, Any] | None) -> None:
@@ -289,12 +331,14 @@ def render_table(results: dict[str, Any]) -> str:
         f"{hardware.get('processor', '?')}, {hardware.get('cpu_count', '?')} cores. Peak memory: the largest sum "
         "of the resident set sizes of the command and its workers. CPU: the user and system seconds of `vaswani "
         "prepare` and its workers, which the load of other users does not inflate as it does the wall time (on 2 "
-        "idle cores the prepare takes at least half of them). Load average (1, 5, 15 min) before the prepare and "
-        "after the train command: the machine is shared, so a high load slows every figure in its row.",
+        "idle cores the prepare takes at least half of them). CPU/wall by phase: each phase's CPU seconds "
+        "over its wall seconds, the cores it kept busy (2.00 is both of 2). Load average (1, 5, 15 min) "
+        "before the prepare and after the train command: the machine is shared, so a high load slows every "
+        "figure in its row.",
         "",
-        "| pairs | prepare | CPU | peak memory | reading | checking | tokenizer | encoding | first update | peak memory "
-        "| load before → after | commit |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        "| pairs | prepare | CPU | peak memory | reading | checking | tokenizer | encoding "
+        "| CPU/wall by phase | first update | peak memory | load before → after | commit |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---|",
     ]
     for row in results["rows"]:
         prepare, train, phases = row["prepare"], row["train"], row["prepare"].get("phases", {})
@@ -304,11 +348,16 @@ def render_table(results: dict[str, Any]) -> str:
             + f" | {prepare['peak_gb']:.2f} GB | "
             + " | ".join(f"{phases[p]:.1f} s" if p in phases else "–" for p in ("reading", "checking", "tokenizer",
                                                                                "encoding"))
+            + f" | {_busy(prepare.get('phase_cpu_over_wall', {}))}"
             + f" | {train['first_update_seconds']} s | {train['peak_gb_until_first_update']:.2f} GB | "
             f"{_load(prepare['load_before'])} → {_load(train['load_after'])} | `{(row.get('commit') or '?')[:10]}`"
             f"{' + changes' if row.get('dirty') else ''} |")
     lines += ["", f"Command: `{results['command']}` (each row names its own in results.json)."]
     return "\n".join(lines) + "\n"
+
+
+def _busy(ratios: dict[str, float]) -> str:
+    return ", ".join(f"{phase} {ratio:.2f}" for phase, ratio in ratios.items()) or "–"
 
 
 def _load(values: list[float]) -> str:
@@ -336,5 +385,5 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         axes.grid(alpha=0.3)
         axes.legend()
     figure.tight_layout()
-    atomic_write(path, lambda tmp: figure.savefig(tmp, format="png", dpi=110))
+    atomic_write_figure(path, figure, dpi=110, tight=False)
     plt.close(figure)

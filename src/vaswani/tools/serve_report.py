@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vaswani.io import atomic_write_json, atomic_write_text
+from vaswani.io import atomic_write_figure, atomic_write_json, atomic_write_text
 
 if TYPE_CHECKING:
     from vaswani.tools.serve_load import LoadTest, Run
@@ -203,7 +203,9 @@ def table(test: LoadTest, summary: Summary) -> str:
                   "translates the same sentences in batches of that size on the same threads, start-up excluded: in "
                   "arrival order (what a server gets from that many clients; the ratio column is over its best) "
                   "and sorted by length (what a batch job may do).",
-                  "", "| layout | clients | sentences/s | over the bare script in arrival order | p50 ms | p95 ms | errors |",
+                  "",
+                  "| layout | clients | sentences/s | over the bare script in arrival order | p50 ms | p95 ms "
+                  "| errors |",
                   "|---|---:|---:|---:|---:|---:|---:|"]
         for r in summary.layout_rows:
             ratio = "" if r.ratio is None else f"{r.ratio:.2f}× ({r.ratio_range[0]:.2f}–{r.ratio_range[1]:.2f})"
@@ -294,7 +296,7 @@ def plot(rows: list[Row], path: Path) -> None:
     left.legend()
     fig.suptitle("vaswani serve on loopback (server and clients share the cores)", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    atomic_write_figure(path, fig, tight=False)
     plt.close(fig)
 
 

@@ -15,9 +15,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from tqdm import tqdm
-
 from vaswani.evaluation.checkpoint_info import ValidationResult
+from vaswani.progress import progress_reporter
 from vaswani.records import to_json
 from vaswani.training.flops import peak_flops, training_flops
 from vaswani.training.metrics import MetricsLog, plot_run
@@ -147,15 +146,16 @@ class Throughput(Callback):
 
 
 class ProgressBar(Callback):
-    """A bar of updates with the newest loss, learning rate, tokens/s and MFU. A run on the clock
-    (``train.max_minutes``) sizes the bar to the updates its time left allows at this session's average pace, so
-    its ETA is the run's (and the bar's own ETA uses that pace: no smoothing)."""
+    """A bar of updates with the newest loss, learning rate, tokens/s and MFU on a terminal; in a log, a line
+    of the same every ``VASWANI_PROGRESS_SECONDS`` (vaswani.progress). A run on the clock
+    (``train.max_minutes``) sizes the bar to the updates its time left allows at this session's average pace,
+    so its ETA is the run's (and the bar's own ETA uses that pace: no smoothing)."""
 
     def on_fit_start(self, trainer: Trainer) -> None:
         self.on_the_clock = trainer.config.train.max_minutes is not None
         self.session_start = (trainer.progress.step, trainer.progress.elapsed_seconds)
-        self.bar = tqdm(total=trainer.total_steps, initial=trainer.progress.step, unit="step", dynamic_ncols=True,
-                        smoothing=0 if self.on_the_clock else 0.3, file=sys.stderr)
+        self.bar = progress_reporter(trainer.total_steps, "training", "steps", initial=trainer.progress.step,
+                                     smoothing=0 if self.on_the_clock else 0.3)
 
     def on_update_end(self, trainer: Trainer, result: StepResult | DeferredStepResult) -> None:
         self.bar.update(trainer.progress.step - self.bar.n)  # a skipped update (read at once) is not counted

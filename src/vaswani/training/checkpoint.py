@@ -73,15 +73,32 @@ def move_link(checkpoints_dir: Path, link: str, target: Path) -> None:
     atomic_symlink(checkpoints_dir / link, target.name)
 
 
-def prune(checkpoints_dir: Path, keep: int) -> None:
-    """Delete the oldest ``step_*`` directories beyond ``keep``, never the ones ``best``/``last`` point to."""
+def prune(checkpoints_dir: Path, keep: int, around_best: int = 0) -> None:
+    """Delete the oldest ``step_*`` directories beyond ``keep``, never the ones ``best``/``last`` point to, nor the
+    ``around_best`` step checkpoints nearest the best (the best among them): where the validation loss is lowest
+    early and rises after, the run's final model can then be an average of the region around its best, which the
+    last ``keep`` have long left (training/finalize.py)."""
     protected = {(checkpoints_dir / link).resolve() for link in ("best", "last") if (checkpoints_dir / link).exists()}
     steps = sorted(p for p in checkpoints_dir.glob("step_*") if p.is_dir())
+    best = checkpoints_dir / "best"
+    if around_best and best.exists():
+        protected.update(p.resolve() for p in nearest(steps, best.resolve(), around_best))
     for old in steps[: max(len(steps) - keep, 0)]:
         if old.resolve() not in protected:
             shutil.rmtree(old, ignore_errors=True)
     for stale in [*checkpoints_dir.glob(".tmp-*"), *checkpoints_dir.glob(".replaced-*")]:  # a kill mid-save
         shutil.rmtree(stale, ignore_errors=True)
+
+
+def nearest(steps: list[Path], center: Path, n: int) -> list[Path]:
+    """The ``n`` of ``steps`` (step order) nearest ``center`` in that order, ``center`` among them, in step order;
+    ties go to the later one."""
+    resolved = [p.resolve() for p in steps]
+    if center not in resolved:
+        return []
+    index = resolved.index(center)
+    order = sorted(range(len(steps)), key=lambda i: (abs(i - index), -i))
+    return [steps[i] for i in sorted(order[:n])]
 
 
 def is_complete(directory: Path) -> bool:

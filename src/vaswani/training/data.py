@@ -21,13 +21,13 @@ import torch
 
 from vaswani.data.batching import Batch, TokenBudgetSampler, collate
 from vaswani.data.buckets import BucketSampler, bucket_lengths, pad_to_shape
-from vaswani.data.registry import LOCAL
+from vaswani.data.cache import EncodedCorpus
 from vaswani.data.corpora import ParallelCorpus, load_corpus
 from vaswani.data.files import VALID, FileCorpus, fingerprint
 from vaswani.data.languages import CORPUS_RECORD, parse_direction
 from vaswani.data.pipeline import PreparedData, default_out_dir, prepare_dataset
 from vaswani.data.prepared_tokenizer import PREPARED_KIND
-from vaswani.data.cache import EncodedCorpus
+from vaswani.data.registry import LOCAL
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.errors import VaswaniError
 from vaswani.io import atomic_copy, atomic_write_json, directory_kind, file_sha256, read_json

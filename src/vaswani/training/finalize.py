@@ -7,8 +7,9 @@ the best translator: BLEU keeps moving after the loss flattens, and the mean of 
 short translations come out, and BLEU's brevity penalty punishes short ones. So at the end of a run with
 ``train.final_model`` this module
 
-1. scores each candidate — ``best``, ``last``, and the average of the last k step checkpoints for
-   k = 2 … ``average_last`` — by greedy BLEU on the whole validation split (or its first
+1. scores each candidate — ``best``, ``last``, the average of the last k step checkpoints for
+   k = 2 … ``average_last``, and the average of the ``average_last`` checkpoints around ``best`` where the loss rose
+   after it — by greedy BLEU on the whole validation split (or its first
    ``final_valid_sentences``), and keeps the highest;
 2. tunes the search on the same split: greedy, and beam ``final_beam`` ranked by log P / |Y|^α with each α in
    ``final_alphas`` (the length penalty both engines compute, so the chosen search runs on CTranslate2 too);
@@ -30,6 +31,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+
 import torch
 
 from vaswani.data.languages import parse_direction
@@ -42,7 +44,7 @@ from vaswani.evaluation.metrics import CorpusScores, corpus_scores
 from vaswani.evaluation.selection import Candidate, Quantization, SearchTried, Selection, TestSetScores
 from vaswani.io import check_name, install_directory, staging_directory, write_manifest, writing
 from vaswani.model.serialization import CHECKPOINT_KIND
-from vaswani.training.checkpoint import STEP_NAME
+from vaswani.training.checkpoint import STEP_NAME, nearest
 from vaswani.training.config import RunConfig
 from vaswani.training.data import split_texts, valid_split_name
 from vaswani.training.device_choices import decoding_batches
@@ -120,9 +122,9 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
         corpus = texts[split]
         test_set = TestSet(f"{dc.dataset}-{split}", corpus.source, corpus.target)
         folder = final / EVALUATIONS_FOLDER / check_name(test_set.name, "train.final_test_splits")
-        results, _ = evaluate(translator, test_set, folder, checkpoint=str(final))
-        tests[test_set.name] = TestSetScores(**{field.name: results[field.name]
-                                             for field in dataclasses.fields(TestSetScores)})
+        result, _ = evaluate(translator, test_set, folder, checkpoint=str(final))
+        tests[test_set.name] = TestSetScores(result.bleu, result.chrf, result.length_ratio, result.signature,
+                                             result.chrf_signature, result.sentences)
     selection = Selection(weights=chosen.weights, search=best_search.search, search_settings=best_search.settings,
                           valid_split=valid_split, valid_sentences=len(sources), valid=best_search.valid,
                           quantization=quantization, test=tests, candidates=weights, searches=tried,
@@ -170,16 +172,21 @@ def _candidates(checkpoints: Path, average_last: int, staging: Path) -> dict[str
             found[link] = (target, [target.name])
     if not found:
         raise VaswaniError(f"{checkpoints}: no best or last checkpoint; train the run first")
-    steps = [p for p in checkpoints.glob("step_*") if p.is_dir() and STEP_NAME.match(p.name)]
+    steps = sorted(p for p in checkpoints.glob("step_*") if p.is_dir() and STEP_NAME.match(p.name))
     for k in range(2, min(average_last, len(steps)) + 1):
         averaged = last_checkpoints(checkpoints.parent, k)
         found[f"average of last {k}"] = (average_checkpoints(averaged, staging / f"average-{k}"),
                                          [p.name for p in averaged])
+    # the region around the lowest validation loss, where the loss rose after it (the trainer keeps that region)
+    around = nearest(steps, (checkpoints / "best").resolve(), average_last) if "best" in found else []
+    if len(around) >= 2 and around != steps[-len(around):]:
+        found[f"average of {len(around)} around best"] = (
+            average_checkpoints(around, staging / "average-around-best"), [p.name for p in around])
     return found
 
 
 def _score(translator: Translator, sources: list[str], references: list[str]) -> CorpusScores:
-    return corpus_scores(translator.translate(sources), references)
+    return corpus_scores(translator.translate(sources, progress=True), references)
 
 
 def _describe(search: SearchConfig) -> str:

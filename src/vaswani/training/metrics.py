@@ -8,14 +8,13 @@ write in the main thread instead.
 
 from __future__ import annotations
 
-import io
 import json
 import threading
 from pathlib import Path
 from typing import Any
 
 from vaswani.errors import VaswaniError
-from vaswani.io import atomic_write_bytes, atomic_write_text, writing
+from vaswani.io import atomic_write_figure, atomic_write_text, writing
 
 METRICS_FILE = "metrics.jsonl"
 RECORD_START = '{"kind": '  # how every record MetricsLog writes begins (json.dumps, "kind" first)
@@ -215,8 +214,6 @@ def _save(fig: Any, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
+    atomic_write_figure(path, fig, dpi=110, tight=False)  # replaced whole, never left half-drawn on a full disk
     plt.close(fig)
-    atomic_write_bytes(path, buffer.getvalue())  # a plot is replaced whole, never left half-drawn on a full disk
     return path

@@ -55,9 +55,30 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False, start_ov
             summary.final = finalize(run_dir, config, trainer.device, trainer.precision).headline()
             summary.final_minutes = round((time.perf_counter() - finalizing) / 60, 2)
         summary.scale_up = plan
+        summary.unused_minutes, summary.unused_because = unused_budget(config, summary)
+        if summary.unused_minutes:
+            print(f"the run ended {summary.unused_minutes:.1f} of its train.max_minutes={config.train.max_minutes:g} "
+                  f"early: {summary.unused_because}", flush=True)
         summary.wall_minutes = round((time.perf_counter() - started) / 60, 2)
         summary.write(run_dir)
         return summary
+
+
+def unused_budget(config: RunConfig, summary: RunSummary) -> tuple[float | None, str | None]:
+    """The minutes of ``train.max_minutes`` a run left unused, and why: the clock fit chooses the largest model
+    that completes its epochs in the budget, so a fast machine may finish them, or stop early, with time to spare."""
+    tc = config.train
+    if tc.max_minutes is None or summary.stop_reason not in (Stop.MAX_EPOCHS, Stop.EARLY_STOP):
+        return None, None
+    unused = round(tc.max_minutes - summary.minutes, 1)
+    if unused < 1:
+        return None, None
+    if summary.stop_reason is Stop.EARLY_STOP:
+        return unused, (f"early stopping: the validation loss did not improve for {tc.patience} evaluations once "
+                        "the learning rate was low")
+    larger = (", and no larger model of train.scale_up_models completes them in the time" if tc.scale_up_models
+              else "")
+    return unused, f"its {tc.max_epochs} epochs (train.max_epochs) were done{larger}"
 
 
 def fits_to_budget(config: RunConfig) -> bool:

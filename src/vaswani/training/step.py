@@ -6,7 +6,9 @@
     → every rank agrees the loss (and gradient norm) are finite → unscale, clip → optimizer (+ scaler, schedule)
     → gradients set to None
 
-A non-finite update changes no weight: it is reported (``finite=False``) and the caller decides what to do.
+A non-finite update changes no weight: it is reported (``finite=False``) and the caller decides what to do. The
+learning-rate schedule advances on it as on any update, so a skipped update means the same whether the host read
+the loss at once or the device decided (``defer_reads``).
 
 ``train_step(..., defer_reads=True)`` is the same update for a GPU, where reading the loss on the host after each
 update would make the host wait for the device: its values stay on the device until :func:`read_results`.
@@ -97,6 +99,22 @@ def train_step(
     if defer_reads and not optimizer.defaults.get("fused"):
         raise ValueError("deferred reads need a fused optimizer: only its kernel skips an update on the device")
     world = world or World()
+    rank_sums = _accumulate(loss_model, micro_batches, tokens, precision, scaler, weights, world, on_phase)
+    apply = _apply_deferred if defer_reads else _apply_read
+    result = apply(loss_model, optimizer, rank_sums, tokens, clip_grad_norm, scaler, world)
+    # One rule for a skipped update, whichever way it was decided: it changes no weight, and the schedule advances
+    # as for any update (the schedule counts updates tried, which the host knows without reading the device).
+    if scheduler is not None:
+        scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    _notify(on_phase, "optimizer")
+    return result
+
+
+def _accumulate(loss_model: torch.nn.Module, micro_batches: Iterable[TeacherForcedBatch], tokens: int,
+                precision: str, scaler: torch.amp.GradScaler | None, weights: Sequence[float] | None, world: World,
+                on_phase: Callable[[str], None] | None) -> torch.Tensor:
+    """Forward and backward of every micro-batch, gradients summed; this rank's (loss, nll, correct) sums."""
     batches = list(micro_batches)
     weights = list(weights) if weights is not None else [1.0] * len(batches)
     distributed = isinstance(loss_model, DistributedDataParallel)
@@ -114,57 +132,55 @@ def train_step(
             (scaler.scale(scaled) if scaler is not None else scaled).backward()
             _notify(on_phase, "backward")
         sums.append(torch.stack([batch_loss.detach().float(), batch_nll.float(), batch_correct.float()]) * weight)
-    rank_sums = torch.stack(sums).sum(0)
+    return torch.stack(sums).sum(0)
 
-    # Every rank takes the same decision on whether the update is finite, or their weights would drift apart.
-    if defer_reads:
-        # No host read: the skip flag (loss or gradient norm not finite, on any rank) goes to the fused optimizer as
-        # ``found_inf``, the mechanism GradScaler uses, and its kernel then changes no weight, moment or step count.
-        # Unlike a host read, the schedule advances on a skipped update too (the host does not know it was skipped)
-        # and the gradient norm is measured even without clipping (the skip reads it).
-        if world.distributed:
-            dist.all_reduce(rank_sums)
+
+def _apply_read(loss_model: torch.nn.Module, optimizer: torch.optim.Optimizer, rank_sums: torch.Tensor, tokens: int,
+                clip_grad_norm: float | None, scaler: torch.amp.GradScaler | None, world: World) -> StepResult:
+    """The update decided on the host: the sums and the gradient norm are read, and a non-finite one (on any rank:
+    every rank takes the same decision, or their weights would drift apart) is not applied."""
+    loss_sum, nll_sum, correct = (world.sum(v) for v in rank_sums.tolist())
+    finite, grad_norm = math.isfinite(loss_sum), float("nan")
+    if finite and scaler is not None:
+        scaler.unscale_(optimizer)
+    if finite and clip_grad_norm:
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(loss_model.parameters(), clip_grad_norm))
+        finite = world.sum(0.0 if math.isfinite(grad_norm) else 1.0) == 0
+    if finite:
         if scaler is not None:
-            scaler.unscale_(optimizer)
-        parameters = list(loss_model.parameters())
-        norm = (torch.nn.utils.clip_grad_norm_(parameters, clip_grad_norm) if clip_grad_norm else
-                torch.nn.utils.get_total_norm([p.grad for p in parameters if p.grad is not None]))
-        skipped = (~(torch.isfinite(rank_sums[0]) & torch.isfinite(norm))).float()
-        if world.distributed:
-            dist.all_reduce(skipped, op=dist.ReduceOp.MAX)
-        optimizer.found_inf = skipped  # the fused kernel skips the update when it is 1
-        try:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
             optimizer.step()
-        finally:
-            del optimizer.found_inf
-        if scaler is not None:
-            scaler.update()  # an fp16 overflow lowers the scale for the next update (disabled scaler: nothing)
-        if scheduler is not None:
-            scheduler.step()
-        result: StepResult | DeferredStepResult = DeferredStepResult(
-            torch.cat([rank_sums, norm.reshape(1).float(), skipped.reshape(1)]), tokens)
-    else:
-        loss_sum, nll_sum, correct = (world.sum(v) for v in rank_sums.tolist())
-        finite, grad_norm = math.isfinite(loss_sum), float("nan")
-        if finite and scaler is not None:
-            scaler.unscale_(optimizer)
-        if finite and clip_grad_norm:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(loss_model.parameters(), clip_grad_norm))
-            finite = world.sum(0.0 if math.isfinite(grad_norm) else 1.0) == 0
-        if finite:
-            if scaler is not None:
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                optimizer.step()
-            if scheduler is not None:
-                scheduler.step()
-        elif scaler is not None and scaler.is_enabled():
-            scaler.update()  # an fp16 overflow: let the scaler lower its scale for the next try
-        result = StepResult(finite, loss_sum, nll_sum, correct, tokens, grad_norm)
-    optimizer.zero_grad(set_to_none=True)
-    _notify(on_phase, "optimizer")
-    return result
+    elif scaler is not None and scaler.is_enabled():
+        scaler.update()  # an fp16 overflow: let the scaler lower its scale for the next try
+    return StepResult(finite, loss_sum, nll_sum, correct, tokens, grad_norm)
+
+
+def _apply_deferred(loss_model: torch.nn.Module, optimizer: torch.optim.Optimizer, rank_sums: torch.Tensor,
+                    tokens: int, clip_grad_norm: float | None, scaler: torch.amp.GradScaler | None,
+                    world: World) -> DeferredStepResult:
+    """The update decided on the device: the skip flag (loss or gradient norm not finite, on any rank) goes to the
+    fused optimizer as ``found_inf``, the mechanism GradScaler uses, and its kernel then changes no weight, moment or
+    step count. The gradient norm is measured even without clipping (the skip reads it)."""
+    if world.distributed:
+        dist.all_reduce(rank_sums)
+    if scaler is not None:
+        scaler.unscale_(optimizer)
+    parameters = list(loss_model.parameters())
+    norm = (torch.nn.utils.clip_grad_norm_(parameters, clip_grad_norm) if clip_grad_norm else
+            torch.nn.utils.get_total_norm([p.grad for p in parameters if p.grad is not None]))
+    skipped = (~(torch.isfinite(rank_sums[0]) & torch.isfinite(norm))).float()
+    if world.distributed:
+        dist.all_reduce(skipped, op=dist.ReduceOp.MAX)
+    optimizer.found_inf = skipped  # the fused kernel skips the update when it is 1
+    try:
+        optimizer.step()
+    finally:
+        del optimizer.found_inf
+    if scaler is not None:
+        scaler.update()  # an fp16 overflow lowers the scale for the next update (disabled scaler: nothing)
+    return DeferredStepResult(torch.cat([rank_sums, norm.reshape(1).float(), skipped.reshape(1)]), tokens)
 
 
 def read_results(results: Sequence[DeferredStepResult]) -> list[StepResult]:

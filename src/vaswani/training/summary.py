@@ -43,6 +43,9 @@ class RunSummary:
     final: FinalChoice | None = None
     final_minutes: float | None = None
     wall_minutes: float | None = None
+    # of train.max_minutes, what the run left unused when its epochs or early stopping ended it first, and why
+    unused_minutes: float | None = None
+    unused_because: str | None = None
 
     @classmethod
     def read(cls, run_dir: str | Path) -> RunSummary:

@@ -72,8 +72,9 @@ class Trainer:
         self.resumed_from = saved[0] if saved is not None else None
         self.changed_settings = check_resumable(config, *saved, announce=self.world.is_main) if saved else {}
         self.data = training_data.load(config, self.run_dir, self.world)
-        config.model = dataclasses.replace(config.model, vocab_size=self.data.tokenizer.vocab_size,
-                                           pad_id=self.data.tokenizer.pad_id)
+        # the model reads the tokenizer's vocabulary: this Trainer's own config says so, its caller's is left as given
+        self.config = config = dataclasses.replace(config, model=dataclasses.replace(
+            config.model, vocab_size=self.data.tokenizer.vocab_size, pad_id=self.data.tokenizer.pad_id))
         torch.manual_seed(tc.seed)  # identical initial weights on every rank
         random.seed(tc.seed)
         self.progress = Progress()
@@ -288,7 +289,7 @@ class Trainer:
                 move_link(checkpoints, "last", directory)
                 if reason == "best":
                     move_link(checkpoints, "best", directory)
-                prune(checkpoints, self.config.train.keep_checkpoints)
+                prune(checkpoints, self.config.train.keep_checkpoints, around_best=self.config.train.average_last)
             self.world.barrier()
             self.checkpointed_step = self.progress.step
             self._notify("on_checkpoint_end", reason)
