@@ -29,7 +29,7 @@ from vaswani.errors import ConfigError, VaswaniError, VaswaniWarning, is_out_of_
 # one command imports only its own area: some areas import torch to describe their options, which a translation
 # on the CTranslate2 engine must not pay for (tests/test_cli_areas.py checks this table against the areas).
 CORE_COMMANDS = {
-    "vaswani.data.commands": ("prepare",),
+    "vaswani.data.commands": ("prepare", "clean"),
     "vaswani.training.commands": ("train", "finalize"),
     "vaswani.decoding.commands": ("translate",),
     "vaswani.evaluation.commands": ("evaluate", "compare", "average"),
@@ -65,6 +65,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 FLAGS = {
     **{name: f"--{name}" for name in ("engine", "quantization", "device", "threads", "compile", "resume")},
     "settings": "--set",
+    "train.init_from": "--init-from",
     "search.beam_size": "--beam",
     **{f"search.{name}": f"--{name.replace('_', '-')}" for name in (
         "nbest", "alpha", "length_norm", "max_len_a", "max_len_b", "repetition_penalty", "no_repeat_ngram",

@@ -45,8 +45,8 @@ def test_marian_peers_use_the_attention_implementation_they_name() -> None:
         torch.manual_seed(0)
         peer = PEERS[peer_name][1](config, 0.1)
         profile = profile_by_kind(lambda: peer(batch.src[:2], batch.tgt_in[:2], batch.tgt_out[:2]))
-        operators = {o["name"] for o in profile["top_operators"]}
-        assert ("attention kernel" in profile["kinds_ms"]) == fused and ("aten::bmm" in operators) != fused
+        operators = {o.name for o in profile.top_operators}
+        assert ("attention kernel" in profile.kinds_ms) == fused and ("aten::bmm" in operators) != fused
 
 
 def test_batches_respect_the_budget_and_shift_the_target() -> None:

@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import torch
 
-from vaswani.benchmarks.profiling import (OTHER, ceiling_line, kind_table, largest_operators, matmul_lines,
-                                          matmul_peak, matmul_rate, operator_kind, profile_by_kind)
+from vaswani.benchmarks.profiling import (
+    OTHER,
+    OperatorProfile,
+    ceiling_line,
+    kind_table,
+    largest_operators,
+    matmul_lines,
+    matmul_peak,
+    matmul_rate,
+    operator_kind,
+    profile_by_kind,
+)
 
 
 def test_operators_are_sorted_into_kinds() -> None:
@@ -29,16 +39,16 @@ def test_a_profile_counts_calls_and_puts_the_matrix_products_first() -> None:
             a.add(1.0)
 
     profile = profile_by_kind(workload)
-    top = profile["top_operators"][0]
-    assert top["name"] == "aten::mm" and top["calls"] == 20
-    assert next(iter(profile["kinds_ms"])) == "matrix products"  # the largest kind comes first
-    assert {o["name"]: o["calls"] for o in profile["top_operators"]}["aten::add"] == 3
-    assert 0 < sum(profile["kinds_ms"].values()) <= 1.01 * profile["wall_ms"]
+    top = profile.top_operators[0]
+    assert top.name == "aten::mm" and top.calls == 20
+    assert next(iter(profile.kinds_ms)) == "matrix products"  # the largest kind comes first
+    assert {o.name: o.calls for o in profile.top_operators}["aten::add"] == 3
+    assert 0 < sum(profile.kinds_ms.values()) <= 1.01 * profile.wall_ms
 
     lines = kind_table([("x", profile), ("y", profile)])
     assert lines[0] == "| kind | x ms | share | y ms | share |"
     row = next(line for line in lines if line.startswith("| matrix products |"))
-    share = 100 * profile["kinds_ms"]["matrix products"] / sum(profile["kinds_ms"].values())
+    share = 100 * profile.kinds_ms["matrix products"] / sum(profile.kinds_ms.values())
     assert f"{share:.0f} %" in row
     assert largest_operators("x", profile).startswith("- x's largest operators: `mm`")
 
@@ -53,17 +63,17 @@ def test_a_profile_counts_the_matrix_products_floating_point_operations() -> Non
         x.add(1.0)  # counts no FLOP
 
     profile = profile_by_kind(workload)
-    assert profile["matmul_gflop"] == round((2 * 2 * 64 * 256 * 768 + 2 * 8 * 16 * 16 * 32) / 1e9, 3)
+    assert profile.matmul_gflop == round((2 * 2 * 64 * 256 * 768 + 2 * 8 * 16 * 16 * 32) / 1e9, 3)
     rate = matmul_rate(profile)
-    assert rate == profile["matmul_gflop"] / (profile["kinds_ms"]["matrix products"] / 1e3)
-    assert matmul_rate({"kinds_ms": {"element-wise": 1.0}, "matmul_gflop": 0.0}) is None
+    assert rate == profile.matmul_gflop / (profile.kinds_ms["matrix products"] / 1e3)
+    assert matmul_rate(OperatorProfile(1.0, {"element-wise": 1.0}, 0.0, 1, [])) is None
 
 
 def test_the_peak_and_the_ceiling_are_stated_from_the_numbers() -> None:
     assert matmul_peak(threads=1, size=128, repeats=2) > 0
     assert torch.get_num_threads() >= 1
-    profile = {"kinds_ms": {"matrix products": 400.0, "attention kernel": 50.0, "element-wise": 100.0},
-               "matmul_gflop": 20.0}
+    kinds = {"matrix products": 400.0, "attention kernel": 50.0, "element-wise": 100.0}
+    profile = OperatorProfile(600.0, kinds, matmul_gflop=20.0, passes=1, top_operators=[])
     assert matmul_lines("ours", profile, peak=100.0, threads=2) == [
         "- ours' matrix products ran at 50 GFLOP/s: 50 % of what torch.mm reached on a 1024 × 1024 × 1024 product "
         "in the same run (100 GFLOP/s, 2 threads)."]
@@ -84,9 +94,9 @@ def test_several_passes_keep_each_kinds_least_time() -> None:
             torch.mm(a, a)
 
     profile = profile_by_kind(workload, passes=3)
-    assert profile["passes"] == 3
-    assert {o["name"]: o["calls"] for o in profile["top_operators"]}["aten::mm"] == 10  # the fastest pass's
-    assert profile["matmul_gflop"] == round(10 * 2 * 256**3 / 1e9, 3)
+    assert profile.passes == 3
+    assert {o.name: o.calls for o in profile.top_operators}["aten::mm"] == 10  # the fastest pass's
+    assert profile.matmul_gflop == round(10 * 2 * 256**3 / 1e9, 3)
 
 
 def test_every_phase_the_engine_profile_looks_for_names_a_function_of_that_file() -> None:

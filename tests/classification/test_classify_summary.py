@@ -3,12 +3,14 @@ states the folders' own numbers, and words each comparison from them."""
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
 import pytest
 
-from vaswani.classification.summary import findings, load_experiment
+from vaswani.classification.results import read_results, results_json
+from vaswani.classification.summary import Experiment, findings, load_experiment
 from vaswani.cli import main
 
 FAST = ["--preset", "tiny", "--epochs", "3", "--batch-size", "16", "--lr", "2e-3", "--warmup", "10",
@@ -42,18 +44,37 @@ def test_summary_states_each_folders_numbers(experiments: tuple[Path, Path]):
     assert "vaswani classify summary" in readme
 
 
+def test_results_read_back_as_the_record_they_were_written_from(experiments: tuple[Path, Path]):
+    for folder in experiments:
+        written = json.loads((folder / "results.json").read_text())
+        results = read_results(folder / "results.json")
+        assert results_json(results) == written
+        assert "seed" not in written["settings"] and [s.seed for s in results.seeds] == [0, 1]
+        f1 = written["summary"]["transformer"]["macro_f1"]
+        assert results.summary.transformer.macro_f1.mean == f1["mean"]
+
+
+@pytest.mark.parametrize("name", ["results.json", "bpe/results.json", "keyword/results.json"])
+def test_the_published_results_read_back_unchanged(name: str):
+    path = Path(__file__).parents[2] / "results" / "classifier" / name
+    assert results_json(read_results(path)) == json.loads(path.read_text())
+
+
 def test_findings_are_worded_from_the_numbers(experiments: tuple[Path, Path]):
     reference, cls = (load_experiment(folder) for folder in experiments)
 
-    def with_f1(experiment: dict, mean: float, std: float, baseline: float) -> dict:
-        summary = json.loads(json.dumps(experiment["summary"]))
-        summary["transformer"]["macro_f1"].update(mean=mean, std=std)
-        summary["baseline"]["macro_f1"].update(mean=baseline, std=0.0)
-        return {**experiment, "summary": summary}
+    def with_f1(experiment: Experiment, mean: float, std: float, baseline: float) -> Experiment:
+        changed = copy.deepcopy(experiment)
+        summary = changed.results.summary
+        summary.transformer.macro_f1.mean, summary.transformer.macro_f1.std = mean, std
+        summary.baseline.macro_f1.mean, summary.baseline.macro_f1.std = baseline, 0.0
+        return changed
 
     lines = findings([with_f1(reference, 0.80, 0.01, 0.78), with_f1(cls, 0.75, 0.02, 0.78)])
-    assert lines[0].startswith("reference:") and "+2.0 points" in lines[0] and ": ahead by 2.0 seed standard deviations." in lines[0]
-    assert lines[1].startswith("`pooling: cls`:") and "-3.0 points" in lines[1] and lines[1].endswith(": behind by 1.5 seed standard deviations.")
+    assert lines[0].startswith("reference:") and "+2.0 points" in lines[0]
+    assert ": ahead by 2.0 seed standard deviations." in lines[0]
+    assert lines[1].startswith("`pooling: cls`:") and "-3.0 points" in lines[1]
+    assert lines[1].endswith(": behind by 1.5 seed standard deviations.")
     # Against the reference the noise is the larger spread, 2 points: 5 points is 2.5 of them.
     assert "-5.0 points" in lines[2] and "behind by 2.5 seed standard deviations" in lines[2]
     assert "the baseline does not move" in lines[2]
@@ -76,11 +97,11 @@ def test_summary_refuses_other_splits_and_foreign_folders(experiments: tuple[Pat
     assert "missing/results.json: not found" in error and "\n" not in error
     (other / "results.json").write_text("{}")
     assert main(["classify", "summary", str(other)]) == 2
-    assert "not what `vaswani classify experiment` writes (no 'command')" in capsys.readouterr().err
+    assert 'other/results.json: no field "task"' in capsys.readouterr().err
     results["summary"]["transformer"]["macro_f1"] = {"mean": "0.9", "std": 0.1}  # read as a number by the summary
     (other / "results.json").write_text(json.dumps(results))
     assert main(["classify", "summary", str(other)]) == 2
-    assert 'summary.transformer.macro_f1.mean is "0.9", not a number' in capsys.readouterr().err
+    assert 'field "summary.transformer.macro_f1.mean" is "0.9", not a number' in capsys.readouterr().err
     assert not (tmp_path / "R.md").exists()
 
 

@@ -1,10 +1,11 @@
-"""`vaswani experiment attention`: the smoke run writes its results, the FLOP count is what PyTorch's FLOP counter
-counts less the scores a mask discards, the two exact backends compute the same function, and memory falls with
-the window."""
+"""`vaswani experiment attention`: the smoke run writes its results, which read back as the records they were
+written from, the FLOP count is what PyTorch's FLOP counter counts less the scores a mask discards, the two
+exact backends compute the same function, and memory falls with the window."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from pathlib import Path
 
@@ -13,7 +14,11 @@ import torch
 
 from vaswani.experiments.attention.measure import backend_agreement, counted_flops, layer_training_flops
 from vaswani.experiments.attention.report import findings
+from vaswani.experiments.attention.results import AttentionResults, BackendAgreement, LayerPoint, results_json
 from vaswani.experiments.attention.settings import SMOKE, AttentionSettings
+from vaswani.records import from_json
+
+RESULTS = Path(__file__).parents[2] / "results" / "attention" / "results.json"
 
 
 def _settings(**changes) -> AttentionSettings:
@@ -44,6 +49,20 @@ def test_smoke_run_writes_results(tmp_path: Path, device, experiment) -> None:
     assert memory["standard", 8] < 0.8 * memory["standard", 32] < 0.5 * memory["standard", None], memory
     assert memory["sdpa", 8] < memory["sdpa", 32], memory
     assert "`standard` with a window at T = 256" in (tmp_path / "attention" / "README.md").read_text()
+    # The file reads back as the records it was written from, and writes the same JSON again.
+    records = from_json(AttentionResults, results, "results.json")
+    assert results_json(records) == results
+    skipped = [p for p in results["microbenchmark"] + results["window_sweep"] if p["status"] != "ok"]
+    assert all("seconds" not in p for p in skipped)  # a point not measured has no numbers, not nulls
+    assert "val_loss_gap_seed" not in results and records.val_loss_gap_seed is None  # no training comparison
+
+
+def test_the_published_results_read_as_records() -> None:
+    results = json.loads(RESULTS.read_text())["results"]
+    records = from_json(AttentionResults, results, str(RESULTS))
+    assert results_json(records) == results
+    assert records.training[0].variant == "standard" and records.val_loss_gap_seed is not None
+    assert records.agreement[0].max_abs_diff_band_mask is None and records.agreement[-1].windowed
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -51,11 +70,11 @@ def test_smoke_run_writes_results(tmp_path: Path, device, experiment) -> None:
 def test_the_flop_count_is_the_flop_counters_less_the_masked_scores(batch: int, length: int, causal: bool) -> None:
     settings = _settings(d_model=32, n_heads=4, causal=causal)
     check = counted_flops(settings, batch, length, torch.device("cpu"))
-    assert check["counted"] == check["rule"] + check["masked"]
+    assert check.counted == check.rule + check.masked
     d = settings.d_model
     pairs = length * (length + 1) // 2 if causal else length * length
-    assert check["rule"] == 3 * (8 * batch * length * d * d + 4 * batch * pairs * d)
-    assert (check["masked"] == 0) == (not causal)
+    assert check.rule == 3 * (8 * batch * length * d * d + 4 * batch * pairs * d)
+    assert (check.masked == 0) == (not causal)
 
 
 def test_the_window_lowers_the_count_to_the_keys_it_allows() -> None:
@@ -71,11 +90,11 @@ def test_standard_and_sdpa_agree_within_1e_5(windowed: bool, causal: bool, devic
     settings = _settings(d_model=64, n_heads=4, causal=causal)
     for length in (16, 64):
         result = backend_agreement(settings, 3, length, windowed, device)
-        assert result["max_abs_diff_output"] < 1e-5
-        assert result["max_abs_diff_input_grad"] < 1e-5
-        assert result["output_scale"] > 1e-2  # not trivially zero
+        assert result.max_abs_diff_output < 1e-5
+        assert result.max_abs_diff_input_grad < 1e-5
+        assert result.output_scale > 1e-2  # not trivially zero
         if windowed:  # the window in blocks against the same layer given the full band mask
-            assert result["max_abs_diff_band_mask"] < 1e-5
+            assert result.max_abs_diff_band_mask < 1e-5
 
 
 @pytest.mark.slow
@@ -98,12 +117,16 @@ def test_training_comparison_smoke(tmp_path: Path, data_dir: Path, device, exper
 
 
 def test_findings_are_worded_by_the_numbers() -> None:
-    def results(difference: float, sdpa_memory: int, sdpa_seconds: float, gap: float, seed_gap: float) -> dict:
-        point = lambda variant, memory, seconds: {"variant": variant, "batch_size": 1, "length": 1024,  # noqa: E731
-                                                  "status": "ok", "extra_memory": memory, "seconds": seconds}
-        return {"agreement": [{"output_scale": 0.3}], "max_abs_diff_output": difference,
-                "microbenchmark": [point("standard", 100, 1.0), point("sdpa", sdpa_memory, sdpa_seconds)],
-                "val_loss_gap_standard_vs_sdpa": gap, "val_loss_gap_seed": seed_gap, "window_sweep": []}
+    def results(difference: float, sdpa_memory: int, sdpa_seconds: float, gap: float,
+                seed_gap: float) -> AttentionResults:
+        def point(variant: str, memory: int, seconds: float) -> LayerPoint:
+            return LayerPoint(variant, variant, 1, 1024, None, "ok", seconds=seconds, extra_memory=memory)
+
+        agreement = [BackendAgreement(1, 1024, False, difference, difference, output_scale=0.3)]
+        points = [point("standard", 100, 1.0), point("sdpa", sdpa_memory, sdpa_seconds)]
+        return AttentionResults("cpu", "fp32", points, [], agreement, difference, difference, difference,
+                                None, [], [], "", val_loss_gap_standard_vs_sdpa=gap,
+                                val_loss_gap_seed=seed_gap)
 
     settings = AttentionSettings(**{f.name: None for f in dataclasses.fields(AttentionSettings)})
     settings.window, settings.windows, settings.batch_sizes, settings.window_length = 50, [16, 64], [1], 1024

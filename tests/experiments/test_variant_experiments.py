@@ -14,13 +14,21 @@ import torch
 
 from vaswani.config import ModelConfig
 from vaswani.errors import VaswaniError
-from vaswani.experiments.ablation import ABLATION_VARIANTS, findings, join_groups
+from vaswani.experiments.ablation import (
+    ABLATION_VARIANTS,
+    AblationResults,
+    AblationRow,
+    AblationSettings,
+    findings,
+    join_groups,
+)
 from vaswani.experiments.perturb import CONDITIONS, drop_tokens, perturb_all, repeat_tokens, shuffle_middle
-from vaswani.training.scoring import id_batches, teacher_forced_scores
 from vaswani.experiments.variants import RunVariant, train_variants
-from vaswani.training.metrics import training_speed
 from vaswani.model import Transformer
+from vaswani.records import from_json, to_json
 from vaswani.training.loss import translation_loss
+from vaswani.training.metrics import training_speed
+from vaswani.training.scoring import id_batches, teacher_forced_scores
 
 PAD = 0
 
@@ -111,17 +119,27 @@ def test_join_groups_keeps_only_full_groups() -> None:
 def test_claims_are_read_against_the_seed_noise() -> None:
     nll = {"sinusoidal": 3.00, "sinusoidal-seed1": 3.05, "pre-ln": 2.80, "post-ln-no-warmup": 3.08,
            "pre-ln-no-warmup": 2.75, "gelu": 3.20, "rope": 2.95, "learned": 3.01}
-    rows = [{"variant": v, "val_nll": x, "test_bleu": 20.0} for v, x in nll.items()]
-    verdicts = {f["variant"]: f for f in findings(rows)}
-    assert verdicts["pre-ln"]["verdict"] == "agrees (beyond noise)"  # 0.20 > 2 × 0.05
-    assert verdicts["pre-ln"]["noise_multiple"] == pytest.approx(4.0)
-    assert verdicts["sinusoidal"]["verdict"] == "within noise: not shown"  # warmup: 0.08 ≤ 0.10
-    assert verdicts["pre-ln-no-warmup"]["verdict"] == "agrees (within noise)"  # "does not need": no difference
-    assert verdicts["gelu"]["verdict"] == "disagrees (beyond noise)"  # worse by 0.20
-    assert verdicts["rope"]["verdict"] == "within noise: not shown"
-    assert verdicts["learned"]["verdict"] == "agrees (within noise)"
-    rows[3]["val_nll"] = float("nan")  # a diverged run
-    assert {f["variant"]: f for f in findings(rows)}["sinusoidal"]["verdict"] == "diverged"
+    rows = [AblationRow(v, v, [], 100, x, x, 0.5, None, 0, "max_steps", None, None, test_bleu=20.0)
+            for v, x in nll.items()]
+    verdicts = {f.variant: f for f in findings(rows)}
+    assert verdicts["pre-ln"].verdict == "agrees (beyond noise)"  # 0.20 > 2 × 0.05
+    assert verdicts["pre-ln"].noise_multiple == pytest.approx(4.0)
+    assert verdicts["sinusoidal"].verdict == "within noise: not shown"  # warmup: 0.08 ≤ 0.10
+    assert verdicts["pre-ln-no-warmup"].verdict == "agrees (within noise)"  # "does not need": no difference
+    assert verdicts["gelu"].verdict == "disagrees (beyond noise)"  # worse by 0.20
+    assert verdicts["rope"].verdict == "within noise: not shown"
+    assert verdicts["learned"].verdict == "agrees (within noise)"
+    rows[3].val_nll = float("nan")  # a diverged run
+    assert {f.variant: f for f in findings(rows)}["sinusoidal"].verdict == "diverged"
+
+
+def test_the_published_ablation_reads_back_as_its_records() -> None:
+    path = Path(__file__).parents[2] / "results" / "ablation" / "results.json"
+    payload = json.loads(path.read_text())
+    settings = from_json(AblationSettings, payload["settings"], str(path))
+    results = from_json(AblationResults, payload["results"], str(path))
+    assert to_json(settings) == payload["settings"] and to_json(results) == payload["results"]
+    assert results.findings[0].claim.startswith("pre-LN") and settings.runs["rope"].settings
 
 
 def test_step_time_leaves_out_the_windows_with_an_evaluation() -> None:

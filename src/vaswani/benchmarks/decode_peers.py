@@ -45,8 +45,15 @@ from typing import Any, Callable
 import torch
 
 from vaswani.benchmarks.decode import batches as padded_batches
-from vaswani.benchmarks.decode_peers_report import (OURS, OURS_COMPILED, is_ours, print_report, render_profile,
-                                                    render_table)
+from vaswani.benchmarks.decode_peers_report import (
+    OURS,
+    OURS_COMPILED,
+    EngineProfile,
+    is_ours,
+    print_report,
+    render_profile,
+    render_table,
+)
 from vaswani.benchmarks.profiling import PROFILE_PASSES, matmul_peak, profile_by_kind
 from vaswani.config import ModelConfig
 from vaswani.decoding.compiled import CompiledDecoder
@@ -245,7 +252,7 @@ def run_peers(args: argparse.Namespace) -> int:
         atomic_write_json(out / "results.json", report)
         atomic_write_text(out / "table.md", render_table(report))
         if profiles:
-            atomic_write_text(out / "profile.md", render_profile(report))
+            atomic_write_text(out / "profile.md", render_profile(report, profiles))
         print(f"wrote {out / 'results.json'} and {out / 'table.md'}" + (" and profile.md" if profiles else ""))
     return 0
 
@@ -302,7 +309,7 @@ def _bleu(tokenizer: Any, outputs: list[list[int]], ordered_sources: list[list[i
 
 
 def _report(args: argparse.Namespace, model_info: dict, rows: list[Row], fixed: bool, thread_counts: list[int],
-            profiles: list[dict[str, Any]], peaks: dict[str, float]) -> dict[str, Any]:
+            profiles: list[EngineProfile], peaks: dict[str, float]) -> dict[str, Any]:
     by = {(r.engine, r.search, r.threads): r for r in rows}
     # > 1: ours is faster (sentences/s of ours ÷ the peer's, same search and threads), for each of our engines
     ratios = [{"ours": own, "engine": engine, "search": search, "threads": threads,
@@ -324,7 +331,8 @@ def _report(args: argparse.Namespace, model_info: dict, rows: list[Row], fixed: 
         "results": [r.to_dict() for r in rows],
         "speed_ratios": ratios,
         "thread_scaling": scaling,  # sentences/s at n threads ÷ at 1 thread, per engine
-        "profile": profiles,
+        "profile": [{"engine": p.engine, "search": p.search, "threads": p.threads, **to_json(p.profile)}
+                    for p in profiles],
         "matmul_peak_gflops": peaks,
         "profile_passes": args.profile_passes,
     }
@@ -332,8 +340,8 @@ def _report(args: argparse.Namespace, model_info: dict, rows: list[Row], fixed: 
 
 # ---- where the time goes ----------------------------------------------------------------------------------------
 def profile_engine(engine: Engine, search: str, beam: int, threads: int, n_batches: int,
-                   passes: int = PROFILE_PASSES) -> dict[str, Any]:
+                   passes: int = PROFILE_PASSES) -> EngineProfile:
     """Untimed passes of ``engine`` over every batch under torch.profiler: self CPU ms by operator kind."""
     torch.set_num_threads(threads)
     profile = profile_by_kind(lambda: [engine.decode(i, beam, threads) for i in range(n_batches)], passes=passes)
-    return {"engine": engine.name, "search": search, "threads": threads, **profile}
+    return EngineProfile(engine.name, search, threads, profile)

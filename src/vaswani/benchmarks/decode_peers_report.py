@@ -3,9 +3,16 @@ sentences/s with the ratios of ours to each engine, the findings read off its nu
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from vaswani.benchmarks.profiling import ceiling_line, kind_table, largest_operators, matmul_lines
+from vaswani.benchmarks.profiling import (
+    OperatorProfile,
+    ceiling_line,
+    kind_table,
+    largest_operators,
+    matmul_lines,
+)
 from vaswani.provenance import provenance_lines
 
 OURS, OURS_COMPILED = "ours", "ours, compiled step"
@@ -77,8 +84,17 @@ def findings(report: dict[str, Any]) -> list[str]:
     return out
 
 
-def render_profile(report: dict[str, Any]) -> str:
-    profiles = report["profile"]
+@dataclass
+class EngineProfile:
+    """One torch engine's untimed passes of one search at ``threads`` threads, by operator kind."""
+
+    engine: str
+    search: str
+    threads: int
+    profile: OperatorProfile
+
+
+def render_profile(report: dict[str, Any], profiles: list[EngineProfile]) -> str:
     medians = {(r["engine"], r["search"], r["threads"]): r["median_s"] * 1e3 for r in report["results"]}
     lines = ["# Where decoding time goes: torch operators by kind", "",
              f"{report['profile_passes']} more passes over the same batches per torch engine under `torch.profiler`: "
@@ -86,16 +102,16 @@ def render_profile(report: dict[str, Any]) -> str:
              "time. The profiler slows a pass (the fastest one's wall clock is given beside the unprofiled median of "
              "the timed repeats); long operators such as the matrix products are measured almost unchanged. "
              "CTranslate2 runs compiled code the profiler cannot see into: only its unprofiled total is known.", ""]
-    for search, threads in dict.fromkeys((p["search"], p["threads"]) for p in profiles):
-        group = [p for p in profiles if p["search"] == search and p["threads"] == threads]
+    for search, threads in dict.fromkeys((p.search, p.threads) for p in profiles):
+        group = [p for p in profiles if p.search == search and p.threads == threads]
         lines += [f"## {search}, {threads} thread{'s' if threads > 1 else ''}", "",
-                  *kind_table([(p["engine"], p) for p in group]),
+                  *kind_table([(p.engine, p.profile) for p in group]),
                   "| unprofiled pass (median) | "
-                  + " | ".join(f"{medians[p['engine'], search, threads]:.0f} | " for p in group) + " |", ""]
-        lines += [largest_operators(p["engine"], p) for p in group]
+                  + " | ".join(f"{medians[p.engine, search, threads]:.0f} | " for p in group) + " |", ""]
+        lines += [largest_operators(p.engine, p.profile) for p in group]
         peak = report.get("matmul_peak_gflops", {}).get(str(threads))
-        lines += [line for p in group for line in matmul_lines(p["engine"], p, peak, threads)]
-        ours = next((p for p in group if p["engine"] == OURS), None)
+        lines += [line for p in group for line in matmul_lines(p.engine, p.profile, peak, threads)]
+        ours = next((p.profile for p in group if p.engine == OURS), None)
         if ours is not None:  # every other engine, CTranslate2 included (the profiler cannot see into it)
             lines += [ceiling_line(OURS, ours, engine, medians[engine, search, threads], "unprofiled median")
                       for engine, s, t in medians if (s, t) == (search, threads) and not is_ours(engine)]

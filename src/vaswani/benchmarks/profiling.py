@@ -4,7 +4,7 @@ An operator's *self* time excludes the operators it calls, so the kinds add up t
 counting anything twice. The profiler slows short operators (it records each call), long ones such as the matrix
 products hardly at all: shares and the long operators are what a profile says, not its total.
 
-    profile = profile_by_kind(lambda: model_step(batch))    # {"wall_ms", "kinds_ms", "matmul_gflop", ...}
+    profile = profile_by_kind(lambda: model_step(batch))    # an OperatorProfile: wall_ms, kinds_ms, ...
     lines = kind_table([("ours", profile), ("marian", other)])
     peak = matmul_peak(threads=2)                             # GFLOP/s of a large torch.mm, the rate to compare to
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from vaswani.arguments import ranged
@@ -56,6 +57,25 @@ OPERATOR_KINDS: list[tuple[str, Callable[[str], bool]]] = [
 ]
 
 
+@dataclass
+class OperatorTime:
+    name: str  # the aten operator
+    self_ms: float
+    calls: int
+
+
+@dataclass
+class OperatorProfile:
+    """A workload under torch.profiler: its wall clock, self CPU ms per kind (largest first), the matrix
+    products' GFLOP (of one pass), and its largest operators by self time."""
+
+    wall_ms: float
+    kinds_ms: dict[str, float]
+    matmul_gflop: float
+    passes: int
+    top_operators: list[OperatorTime]
+
+
 def possessive(name: str) -> str:
     """The possessive of an engine's name: vaswani's, MarianMT's, ours'."""
     return f"{name}'" if name.endswith("s") else f"{name}'s"
@@ -75,22 +95,22 @@ def add_passes_argument(parser: argparse.ArgumentParser) -> None:
                         help=f"profiled passes per engine; each kind's least time over them (default {PROFILE_PASSES})")
 
 
-def profile_by_kind(run: Callable[[], Any], top: int = 15, passes: int = PROFILE_PASSES) -> dict[str, Any]:
+def profile_by_kind(run: Callable[[], Any], top: int = 15, passes: int = PROFILE_PASSES) -> OperatorProfile:
     """Run ``run()`` ``passes`` times under torch.profiler: wall ms, self CPU ms per kind (largest first), the
     matrix products' GFLOP (of one pass), top operators (of the fastest pass).
 
     With several passes every figure is its least over the passes: on a shared machine one pass can land in a slow
     moment, and a kind's least time is its least disturbed one (the work is the same in every pass)."""
     one = [_profile_pass(run) for _ in range(passes)]
-    kinds = {kind: min(p["kinds_ms"].get(kind, 0.0) for p in one) for kind in {k for p in one for k in p["kinds_ms"]}}
-    fastest = min(one, key=lambda p: p["wall_ms"])
-    return {"wall_ms": fastest["wall_ms"],
-            "kinds_ms": {k: round(v, 2) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])},
-            "matmul_gflop": fastest["matmul_gflop"], "passes": passes,
-            "top_operators": fastest["top_operators"][:top]}
+    kinds = {kind: min(p.kinds_ms.get(kind, 0.0) for p in one)
+             for kind in {k for p in one for k in p.kinds_ms}}
+    fastest = min(one, key=lambda p: p.wall_ms)
+    return OperatorProfile(fastest.wall_ms,
+                           {k: round(v, 2) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])},
+                           fastest.matmul_gflop, passes, fastest.top_operators[:top])
 
 
-def _profile_pass(run: Callable[[], Any]) -> dict[str, Any]:
+def _profile_pass(run: Callable[[], Any]) -> OperatorProfile:
     from torch.profiler import ProfilerActivity, profile
 
     start = time.perf_counter()
@@ -108,16 +128,15 @@ def _profile_pass(run: Callable[[], Any]) -> dict[str, Any]:
         kinds[kind] = kinds.get(kind, 0.0) + ms
         if kind == MATRIX_PRODUCTS:
             matmul_flops += event.flops
-        operators.append({"name": event.key, "self_ms": round(ms, 2), "calls": event.count})
-    operators.sort(key=lambda o: -o["self_ms"])
-    return {"wall_ms": round(wall_ms, 1), "kinds_ms": kinds, "matmul_gflop": round(matmul_flops / 1e9, 3),
-            "top_operators": operators}
+        operators.append(OperatorTime(event.key, round(ms, 2), event.count))
+    operators.sort(key=lambda o: -o.self_ms)
+    return OperatorProfile(round(wall_ms, 1), kinds, round(matmul_flops / 1e9, 3), 1, operators)
 
 
-def matmul_rate(profile: dict[str, Any]) -> float | None:
+def matmul_rate(profile: OperatorProfile) -> float | None:
     """GFLOP/s of a profile's matrix products (None when it has none, or no FLOP count)."""
-    ms = profile["kinds_ms"].get(MATRIX_PRODUCTS, 0.0)
-    gflop = profile.get("matmul_gflop", 0.0)
+    ms = profile.kinds_ms.get(MATRIX_PRODUCTS, 0.0)
+    gflop = profile.matmul_gflop
     return gflop / (ms / 1e3) if ms and gflop else None
 
 
@@ -138,17 +157,17 @@ def matmul_peak(threads: int, size: int = 1024, repeats: int = 25) -> float:
         torch.set_num_threads(before)
 
 
-def ceiling_line(name: str, profile: dict[str, Any], peer: str, peer_ms: float, measure: str) -> str:
+def ceiling_line(name: str, profile: OperatorProfile, peer: str, peer_ms: float, measure: str) -> str:
     """A markdown line: the most ``name`` could run at, as a multiple of ``peer``'s speed, if everything but its
     arithmetic (matrix products and the attention kernel, at the rate they ran) took no time: ``peer_ms`` (the
     peer's ``measure``) ÷ the time of ``name``'s arithmetic."""
-    arithmetic = sum(profile["kinds_ms"].get(kind, 0.0) for kind in ARITHMETIC)
+    arithmetic = sum(profile.kinds_ms.get(kind, 0.0) for kind in ARITHMETIC)
     return (f"- If every operator but its matrix products and attention kernel took no time, {name} would run at "
             f"most at {peer_ms / arithmetic:.2f}× {possessive(peer)} speed ({possessive(peer)} {measure} "
             f"{peer_ms:.0f} ms ÷ {arithmetic:.0f} ms).")
 
 
-def matmul_lines(name: str, profile: dict[str, Any], peak: float | None, threads: int) -> list[str]:
+def matmul_lines(name: str, profile: OperatorProfile, peak: float | None, threads: int) -> list[str]:
     """A markdown line on the rate of ``name``'s matrix products against the machine's measured peak."""
     rate = matmul_rate(profile)
     if rate is None or not peak:
@@ -158,23 +177,24 @@ def matmul_lines(name: str, profile: dict[str, Any], peak: float | None, threads
             f"thread{'s' if threads > 1 else ''})."]
 
 
-def kind_table(profiles: list[tuple[str, dict[str, Any]]]) -> list[str]:
+def kind_table(profiles: list[tuple[str, OperatorProfile]]) -> list[str]:
     """Markdown lines: one row per kind, an ``ms | share`` column pair per named profile, then their totals."""
-    totals = [sum(p["kinds_ms"].values()) for _, p in profiles]
-    kinds = list(dict.fromkeys(k for _, p in profiles for k in p["kinds_ms"]))
+    totals = [sum(p.kinds_ms.values()) for _, p in profiles]
+    kinds = list(dict.fromkeys(k for _, p in profiles for k in p.kinds_ms))
     lines = ["| kind | " + " | ".join(f"{name} ms | share" for name, _ in profiles) + " |",
              "|---|" + "---:|---:|" * len(profiles)]
     for kind in kinds:
-        spent = [p["kinds_ms"].get(kind, 0.0) for _, p in profiles]
+        spent = [p.kinds_ms.get(kind, 0.0) for _, p in profiles]
         lines.append(f"| {kind} | " + " | ".join(f"{ms:.0f} | {100 * ms / total:.0f} %"
                                                  for ms, total in zip(spent, totals)) + " |")
     lines.append("| **all operators** | " + " | ".join(f"**{total:.0f}** | 100 %" for total in totals) + " |")
-    lines.append("| profiled run, wall clock | " + " | ".join(f"{p['wall_ms']:.0f} | " for _, p in profiles) + " |")
+    lines.append("| profiled run, wall clock | " + " | ".join(f"{p.wall_ms:.0f} | " for _, p in profiles)
+                 + " |")
     return lines
 
 
-def largest_operators(name: str, profile: dict[str, Any], count: int = 6) -> str:
+def largest_operators(name: str, profile: OperatorProfile, count: int = 6) -> str:
     """One markdown line naming a profile's ``count`` largest operators by self time."""
-    top = ", ".join(f"`{o['name'].removeprefix('aten::')}` {o['self_ms']:.0f} ms ({o['calls']} calls)"
-                    for o in profile["top_operators"][:count])
+    top = ", ".join(f"`{o.name.removeprefix('aten::')}` {o.self_ms:.0f} ms ({o.calls} calls)"
+                    for o in profile.top_operators[:count])
     return f"- {possessive(name)} largest operators: {top}."

@@ -17,18 +17,19 @@ from pathlib import Path
 
 import torch
 
+from vaswani.arguments import add_settings_argument, parse_variant, ranged
 from vaswani.benchmarks.profiling import add_passes_argument, matmul_peak
 from vaswani.benchmarks.train_batches import BATCH_KINDS
 from vaswani.benchmarks.train_peers import PEERS
-from vaswani.benchmarks.train_race import TrainBenchSettings, measure
+from vaswani.benchmarks.train_race import ContenderProfile, TrainBenchSettings, measure
 from vaswani.benchmarks.train_report import print_row, profile_markdown, speed_table
-from vaswani.arguments import add_settings_argument, parse_variant, ranged
-from vaswani.config import MAX_BATCH, MAX_COUNT, MAX_LENGTH, MAX_THREADS, ModelConfig, PRECISIONS, apply_model_settings
+from vaswani.config import MAX_BATCH, MAX_COUNT, MAX_LENGTH, MAX_THREADS, PRECISIONS, ModelConfig, apply_model_settings
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.devices import resolve_device, reuse_freed_memory
-from vaswani.io import atomic_write_json, atomic_write_text, check_output
 from vaswani.errors import VaswaniError
+from vaswani.io import atomic_write_json, atomic_write_text, check_output
 from vaswani.provenance import provenance
+from vaswani.records import to_json
 from vaswani.training.device_choices import defers_host_reads
 
 
@@ -122,7 +123,7 @@ def settings_from_args(args: argparse.Namespace) -> TrainBenchSettings:
 
 
 def _report(args: argparse.Namespace, settings: TrainBenchSettings, device: torch.device, allocator: str,
-            results: list[dict], profiles: dict[str, list]) -> dict:
+            results: list[dict], profiles: dict[str, list[tuple[str, ContenderProfile]]]) -> dict:
     """The JSON written to ``--out``: provenance, what was measured, and the results."""
     return {**provenance(device), "preset": args.preset, "settings": args.settings,
             "model": settings.config.to_dict(), "variants": {label: c.to_dict() for label, c in settings.variants},
@@ -133,7 +134,8 @@ def _report(args: argparse.Namespace, settings: TrainBenchSettings, device: torc
             "optimizer": f"AdamW(lr=1e-4, betas=(0.9, 0.98), {'for-each' if args.foreach else 'fused'})",
             "allocator": allocator,
             "results": results,
-            "profile": {key: dict(group) for key, group in profiles.items()},
+            "profile": {key: {name: {"threads": p.threads, **to_json(p.profile), "timed_ms": p.timed_ms}
+                              for name, p in group} for key, group in profiles.items()},
             # The rate the profiled matrix products are compared with, measured in this run (see matmul_peak).
             "matmul_peak_gflops": {str(t): matmul_peak(t) for t in settings.profile_threads},
             "profile_passes": args.profile_passes}

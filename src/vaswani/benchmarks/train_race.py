@@ -10,6 +10,7 @@ repeats is reported with the spread.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -18,15 +19,14 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
-from vaswani.benchmarks.profiling import PROFILE_PASSES, profile_by_kind
+from vaswani.benchmarks.profiling import PROFILE_PASSES, OperatorProfile, profile_by_kind
 from vaswani.benchmarks.train_batches import TrainBatch, benchmark_batches
 from vaswani.benchmarks.train_peers import PEERS, SPEEDUPS, TwoCrossEntropiesLoss, with_torch_dropout
 from vaswani.config import ModelConfig
 from vaswani.devices import synchronize
 from vaswani.model import Transformer
+from vaswani.training.device_choices import compile_options, defers_host_reads, loss_over_all_positions, recompile_limit
 from vaswani.training.flops import peak_flops
-from vaswani.training.device_choices import (compile_options, defers_host_reads, loss_over_all_positions,
-                                             recompile_limit)
 from vaswani.training.loss import TranslationLoss
 from vaswani.training.step import train_step
 
@@ -105,24 +105,35 @@ def race(contenders: list[Contender], batches: list[TrainBatch], device: torch.d
             contender.rates.append(tokens / seconds)
 
 
+@dataclass
+class ContenderProfile:
+    """One model's profiled steps at ``threads`` intra-op threads, and the time the same batches took it in
+    the timed steps (None when those ran at another thread count): what the ceiling is taken against."""
+
+    threads: int
+    profile: OperatorProfile
+    timed_ms: float | None = None
+
+
 def profile_steps(contender: Contender, batches: list[TrainBatch], threads: int,
-                  passes: int = PROFILE_PASSES) -> dict:
+                  passes: int = PROFILE_PASSES) -> ContenderProfile:
     """A few steps of ``contender`` under torch.profiler at ``threads`` intra-op threads, by operator kind."""
     threads_outside = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        return {"threads": threads,
-                **profile_by_kind(lambda: [contender.step(batch) for batch in batches], passes=passes)}
+        return ContenderProfile(threads, profile_by_kind(lambda: [contender.step(batch) for batch in batches],
+                                                         passes=passes))
     finally:
         torch.set_num_threads(threads_outside)
 
 
 def measure(settings: TrainBenchSettings, device: torch.device,
-            on_row: Callable[[dict], None] = lambda row: None) -> tuple[list[dict], dict[str, list]]:
+            on_row: Callable[[dict], None] = lambda row: None
+            ) -> tuple[list[dict], dict[str, list[tuple[str, ContenderProfile]]]]:
     """One result row per (batch kind, loss, precision), each handed to ``on_row`` as it is measured, and the
     profiles by setting (empty without ``profile_threads``)."""
     rows: list[dict] = []
-    profiles: dict[str, list] = {}
+    profiles: dict[str, list[tuple[str, ContenderProfile]]] = {}
     peaks: dict[str, tuple[float, str]] = {}
     for kind in settings.batch_kinds:
         batches = benchmark_batches(kind, settings.config, settings.max_tokens, settings.warmup + settings.steps,
@@ -244,17 +255,18 @@ def _add_ratios(row: dict, settings: TrainBenchSettings, contenders: list[Conten
 
 
 def profile_contenders(contenders: list[Contender], batches: list[TrainBatch], threads: int,
-                       passes: int) -> list[tuple[str, dict]]:
+                       passes: int) -> list[tuple[str, ContenderProfile]]:
     """Each model's first :data:`PROFILED_BATCHES` steps under torch.profiler, with the time those batches took it
     at its median speed in the timed (unprofiled) steps when those ran at the profile's thread count: the time
     the ceiling is taken against."""
     first = batches[:PROFILED_BATCHES]
     tokens = sum(b.tokens for b in first)
-    return [(c.name, {**profile_steps(c, first, threads, passes),
-                      "timed_ms": 1e3 * tokens / statistics.median(c.rates)
-                      if threads == torch.get_num_threads() else None})
+    timed = threads == torch.get_num_threads()
+    return [(c.name, dataclasses.replace(
+                profile_steps(c, first, threads, passes),
+                timed_ms=1e3 * tokens / statistics.median(c.rates) if timed else None))
             for c in contenders]
 
 
-__all__ = ["Contender", "OURS", "TrainBenchSettings", "build_contenders", "measure", "profile_contenders",
-           "profile_steps", "race", "result_row", "speedup_contenders"]
+__all__ = ["Contender", "ContenderProfile", "OURS", "TrainBenchSettings", "build_contenders", "measure",
+           "profile_contenders", "profile_steps", "race", "result_row", "speedup_contenders"]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from vaswani.benchmarks.profiling import ceiling_line, kind_table, largest_operators, matmul_lines
+from vaswani.benchmarks.train_race import ContenderProfile
 from vaswani.provenance import provenance_lines
 
 
@@ -20,7 +21,7 @@ _ALLOCATORS = {"reuse": "kept for reuse by every model (`--allocator reuse`, as 
                "system": "returned to the system (`--allocator system`)"}
 
 
-def profile_markdown(report: dict, profiles: dict[str, list[tuple[str, dict]]]) -> str:
+def profile_markdown(report: dict, profiles: dict[str, list[tuple[str, ContenderProfile]]]) -> str:
     """Each model's training step by operator kind, side by side, with the provenance the numbers need."""
     lines = ["# Where a training step's time goes: torch operators by kind", "",
              f"The first three batches of each setting, {report['profile_passes']} times per model under "
@@ -29,11 +30,14 @@ def profile_markdown(report: dict, profiles: dict[str, list[tuple[str, dict]]]) 
     peaks = report.get("matmul_peak_gflops", {})
     for key, group in profiles.items():
         (ours, ours_profile), others = group[0], group[1:]
-        threads = ours_profile["threads"]
-        lines += [f"## {key}", "", *kind_table(group), "", *(largest_operators(name, p) for name, p in group),
-                  *(line for name, p in group for line in matmul_lines(name, p, peaks.get(str(threads)), threads)),
-                  *(ceiling_line(ours, ours_profile, name, p["timed_ms"], "time in the timed steps")
-                    for name, p in others if p.get("timed_ms")), ""]
+        threads = ours_profile.threads
+        operators = [(name, p.profile) for name, p in group]
+        lines += [f"## {key}", "", *kind_table(operators), "",
+                  *(largest_operators(name, p) for name, p in operators),
+                  *(line for name, p in operators
+                    for line in matmul_lines(name, p, peaks.get(str(threads)), threads)),
+                  *(ceiling_line(ours, ours_profile.profile, name, p.timed_ms, "time in the timed steps")
+                    for name, p in others if p.timed_ms), ""]
     lines += [*provenance_lines(report), ""]
     return "\n".join(lines)
 

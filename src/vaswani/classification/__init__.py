@@ -11,6 +11,7 @@
     baseline.py        TF-IDF + logistic regression on the same split
     report.py          markdown tables, PNG figures, provenance (command, commit, hardware)
     experiment.py      several seeds, Transformer vs baseline -> results/classifier/
+    results.py         ExperimentResults: an experiment's record, written to results.json, read back checked
     summary.py         one README over several experiments, worded from their numbers
     commands.py        `vaswani classify train | predict | experiment | summary`
 

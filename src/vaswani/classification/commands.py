@@ -7,8 +7,8 @@ import random
 import sys
 from pathlib import Path
 
-from vaswani.classification.settings import TrainSettings
 from vaswani.arguments import add_settings_argument, ranged
+from vaswani.classification.settings import TrainSettings
 from vaswani.config import MAX_BATCH, MAX_COUNT, MAX_LENGTH, MAX_THREADS, parse_settings
 from vaswani.errors import ConfigError
 from vaswani.io import check_output, directory_written_whole
@@ -149,10 +149,10 @@ def _set_threads(threads: int) -> None:
 def train_command(args: argparse.Namespace) -> int:
     from vaswani.classification.baseline import baseline_metrics
     from vaswani.classification.checkpoint import CLASSIFIER_KIND
-    from vaswani.classification.report import write_run_report
-    from vaswani.provenance import command_line, git_state, hardware
     from vaswani.classification.data import load_dataset
+    from vaswani.classification.report import write_run_report
     from vaswani.classification.train import train_classifier
+    from vaswani.provenance import command_line, git_state, hardware
 
     settings = settings_from_args(args)
     _set_threads(args.threads)
@@ -252,10 +252,10 @@ def experiment_command(args: argparse.Namespace) -> int:
     _set_threads(args.threads)
     results = run_experiment(args.csv, args.seeds, args.out, settings, args.runs_dir, args.split_seed,
                              progress=args.progress)
-    s = results["summary"]
-    for model in ("transformer", "baseline"):
-        print(f"{model:12s} accuracy {s[model]['accuracy']['mean']:.4f} ± {s[model]['accuracy']['std']:.4f}   "
-              f"macro-F1 {s[model]['macro_f1']['mean']:.4f} ± {s[model]['macro_f1']['std']:.4f}")
+    summary = results.summary
+    for model, scores in (("transformer", summary.transformer), ("baseline", summary.baseline)):
+        print(f"{model:12s} accuracy {scores.accuracy.mean:.4f} ± {scores.accuracy.std:.4f}   "
+              f"macro-F1 {scores.macro_f1.mean:.4f} ± {scores.macro_f1.std:.4f}")
     print(f"wrote {args.out}/results.json, table.md, confusion.png, learning_curve.png")
     return 0
 

@@ -11,21 +11,17 @@ seeds that is a rough yardstick, and the README says so.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 from vaswani.classification.experiment import configuration_line
+from vaswani.classification.results import ExperimentResults, MeanStd, read_results
 from vaswani.classification.settings import TrainSettings
 from vaswani.errors import VaswaniError
-from vaswani.io import (
-    MANIFEST_FILE,
-    atomic_write_text,
-    json_shape_problem,
-    read_json,
-    read_manifest,
-    verify_files,
-)
+from vaswani.io import MANIFEST_FILE, atomic_write_text, read_manifest, verify_files
 from vaswani.provenance import command_line, git_state
 
 # Settings that vary per run by design, not per configuration.
@@ -34,10 +30,18 @@ _PER_RUN = ("seed", "split_seed")
 _SPLIT_KEYS = ("sha256", "split_seed", "val_fraction", "val_rows", "labels")
 
 
-def load_experiment(folder: str | Path) -> dict[str, Any]:
-    """The results.json of a ``classify experiment`` folder, with the folder it came from under ``"folder"``: checked
-    against the folder's manifest, and every field this summary reads against what the experiment writes."""
-    from vaswani.classification.experiment import EXPERIMENT_KIND, RESULTS_SHAPE
+@dataclass
+class Experiment:
+    """The results of one ``classify experiment`` and the folder they were read from."""
+
+    folder: Path
+    results: ExperimentResults
+
+
+def load_experiment(folder: str | Path) -> Experiment:
+    """The results.json of a ``classify experiment`` folder: checked against the folder's manifest, and every
+    field against what the experiment writes."""
+    from vaswani.classification.experiment import EXPERIMENT_KIND
 
     path = Path(folder) / "results.json"
     manifest = read_manifest(folder) if Path(folder).is_dir() else None
@@ -48,39 +52,32 @@ def load_experiment(folder: str | Path) -> dict[str, Any]:
         verify_files(folder, manifest)  # the experiment's files as they were written, the table it links too
     if not path.is_file():
         raise VaswaniError(f"{path}: not found; pass folders written by `vaswani classify experiment`")
-    results = read_json(path, "experiment results")
-    problem = json_shape_problem(results, RESULTS_SHAPE)
-    if problem:
-        raise VaswaniError(f"{path}: not what `vaswani classify experiment` writes ({problem})")
-    if any(len(seed[model]["confusion"]) != len(results["data"]["labels"])
-           for seed in results["seeds"] for model in ("transformer", "baseline")):
-        raise VaswaniError(f"{path}: a confusion matrix does not have one row per label")
-    return {**results, "folder": Path(folder)}
+    return Experiment(Path(folder), read_results(path))
 
 
-def check_same_split(experiments: Sequence[dict[str, Any]]) -> None:
+def check_same_split(experiments: Sequence[Experiment]) -> None:
     """Refuse to compare experiments that were not scored on the same held-out texts."""
     reference = experiments[0]
     for other in experiments[1:]:
         for key in _SPLIT_KEYS:
-            if other["data"].get(key) != reference["data"].get(key):
+            ours, theirs = getattr(other.results.data, key), getattr(reference.results.data, key)
+            if ours != theirs:
                 raise VaswaniError(
-                    f"{other['folder']}/results.json: data.{key} is {other['data'].get(key)!r}, "
-                    f"{reference['folder']}/results.json has {reference['data'].get(key)!r}; only experiments on "
-                    "the same CSV and held-out split can be compared")
+                    f"{other.folder}/results.json: data.{key} is {ours!r}, {reference.folder}/results.json "
+                    f"has {theirs!r}; only experiments on the same CSV and held-out split can be compared")
 
 
-def setting_differences(settings: dict[str, Any], reference: dict[str, Any]) -> list[str]:
+def setting_differences(settings: TrainSettings, reference: TrainSettings) -> list[str]:
     """``key: value`` for every setting of a configuration that differs from the reference's."""
-    return [f"{key}: {_show(value)}" for key, value in settings.items()
-            if key not in _PER_RUN and value != reference.get(key)]
+    return [f"{field.name}: {_show(getattr(settings, field.name))}" for field in dataclasses.fields(settings)
+            if field.name not in _PER_RUN and getattr(settings, field.name) != getattr(reference, field.name)]
 
 
-def configuration_name(experiment: dict[str, Any], reference: dict[str, Any]) -> str:
+def configuration_name(experiment: Experiment, reference: Experiment) -> str:
+    settings = experiment.results.settings
     if experiment is reference:
-        defaults = TrainSettings().to_dict()
-        return "defaults" if not setting_differences(experiment["settings"], defaults) else "reference"
-    return ", ".join(f"`{d}`" for d in setting_differences(experiment["settings"], reference["settings"])) or (
+        return "defaults" if not setting_differences(settings, TrainSettings()) else "reference"
+    return ", ".join(f"`{d}`" for d in setting_differences(settings, reference.results.settings)) or (
         "same settings as the reference")
 
 
@@ -92,9 +89,9 @@ def _show(value: Any) -> str:
     return str(value)
 
 
-def _stat(experiment: dict[str, Any], model: str, metric: str = "macro_f1") -> tuple[float, float]:
-    s = experiment["summary"][model][metric]
-    return s["mean"], s["std"]
+def _stat(experiment: Experiment, model: str, metric: str = "macro_f1") -> tuple[float, float]:
+    scores: MeanStd = getattr(getattr(experiment.results.summary, model), metric)
+    return scores.mean, scores.std
 
 
 def _points(difference: float) -> str:
@@ -109,7 +106,7 @@ def _noise_verdict(difference: float, noise: float) -> str:
     return f"{'ahead' if difference > 0 else 'behind'} by {abs(difference) / noise:.1f} seed standard deviations"
 
 
-def findings(experiments: Sequence[dict[str, Any]]) -> list[str]:
+def findings(experiments: Sequence[Experiment]) -> list[str]:
     """The README's bullet points, each worded from the numbers it states."""
     reference = experiments[0]
     names = [configuration_name(e, reference) for e in experiments]
@@ -136,22 +133,22 @@ def findings(experiments: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _errors_line(names: Sequence[str], experiments: Sequence[dict[str, Any]]) -> str:
+def _errors_line(names: Sequence[str], experiments: Sequence[Experiment]) -> str:
     """Misclassified validation texts per true class, first seed of each configuration, both models."""
-    labels = experiments[0]["data"]["labels"]
+    labels = experiments[0].results.data.labels
     parts = []
     for name, e in zip(names, experiments):
-        first = e["seeds"][0]
-        counts = {model: [sum(row) - row[i] for i, row in enumerate(first[model]["confusion"])]
+        first = e.results.seeds[0]
+        counts = {model: [sum(row) - row[i] for i, row in enumerate(getattr(first, model).confusion)]
                   for model in ("transformer", "baseline")}
         per_class = "; ".join(f"true `{label}` {counts['transformer'][i]} vs {counts['baseline'][i]}"
                               for i, label in enumerate(labels))
-        parts.append(f"{name} (seed {first['seed']}): {per_class}")
+        parts.append(f"{name} (seed {first.seed}): {per_class}")
     return ("Misclassified validation texts per true class, Transformer vs baseline: " + " · ".join(parts)
             + " (the confusion matrices are in each folder's `table.md`).")
 
 
-def _early_stopping_line(names: Sequence[str], experiments: Sequence[dict[str, Any]]) -> str:
+def _early_stopping_line(names: Sequence[str], experiments: Sequence[Experiment]) -> str:
     """Early stopping picks the epoch on the split it is scored on; the last epoch involves no choice."""
     parts, largest_gap = [], 0.0
     for name, e in zip(names, experiments):
@@ -167,20 +164,20 @@ def _early_stopping_line(names: Sequence[str], experiments: Sequence[dict[str, A
             f"choice, scores {', '.join(parts)}: {verdict}.")
 
 
-def summary_markdown(experiments: Sequence[dict[str, Any]], out: Path) -> str:
+def summary_markdown(experiments: Sequence[Experiment], out: Path) -> str:
     reference = experiments[0]
-    data = reference["data"]
-    seeds = sorted({s["seed"] for e in experiments for s in e["seeds"]})
+    data = reference.results.data
+    seeds = sorted({s.seed for e in experiments for s in e.results.seeds})
     names = [configuration_name(e, reference) for e in experiments]
     git = git_state()
     commit = git["commit"] + (" (with uncommitted changes)" if git["dirty"] else "") if git["commit"] else "unknown"
 
-    def cell(e: dict[str, Any], model: str, metric: str) -> str:
+    def cell(e: Experiment, model: str, metric: str) -> str:
         mean, std = _stat(e, model, metric)
         return f"{mean:.4f} ± {std:.4f}" if model == "transformer" else f"{mean:.4f}"
 
-    def link(e: dict[str, Any]) -> str:
-        folder = Path(os.path.relpath(e["folder"], out.parent)).as_posix()
+    def link(e: Experiment) -> str:
+        folder = Path(os.path.relpath(e.folder, out.parent)).as_posix()
         return f"[`{folder}/`]({folder}/table.md)"
 
     table = [
@@ -190,30 +187,32 @@ def summary_markdown(experiments: Sequence[dict[str, Any]], out: Path) -> str:
     ] + [
         f"| {name} | {cell(e, 'transformer', 'macro_f1')} | {cell(e, 'transformer', 'accuracy')} | "
         f"{cell(e, 'baseline', 'macro_f1')} | {cell(e, 'baseline', 'accuracy')} | "
-        f"{', '.join(str(s['seed']) for s in e['seeds'])} | {link(e)} |"
+        f"{', '.join(str(s.seed) for s in e.results.seeds)} | {link(e)} |"
         for name, e in zip(names, experiments)
     ]
-    label_counts = reference["seeds"][0]["baseline"]["confusion"]
-    class_sizes = ", ".join(f"`{label}` {sum(row)}" for label, row in zip(data["labels"], label_counts))
-    minutes = ", ".join(f"{e['seconds'] / 60:.1f} min ({name})" for name, e in zip(names, experiments))
+    label_counts = reference.results.seeds[0].baseline.confusion
+    class_sizes = ", ".join(f"`{label}` {sum(row)}" for label, row in zip(data.labels, label_counts))
+    minutes = ", ".join(f"{e.results.seconds / 60:.1f} min ({name})" for name, e in zip(names, experiments))
     sections = [
         "# Text classifier: Transformer vs TF-IDF + logistic regression",
         f"Written by `{command_line()}` at commit `{commit}` from the folders in the table; each folder's "
         "`results.json` holds its own command, commit and hardware, the results per seed and per epoch, and its "
         "`table.md` the confusion matrices (`confusion.png`, first seed) and learning curves (`learning_curve.png`).",
-        f"Data: `{data['csv']}` ({data['rows_used']:,} labelled rows). Held-out split: {data['val_rows']:,} rows "
-        f"({data['val_fraction']:.0%}, stratified, split seed {data['split_seed']}; by true class {class_sizes}), "
+        f"Data: `{data.csv}` ({data.rows_used:,} labelled rows). Held-out split: {data.val_rows:,} rows "
+        f"({data.val_fraction:.0%}, stratified, split seed {data.split_seed}; by true class {class_sizes}), "
         "the same texts for every configuration, seed and model. Mean ± sample standard deviation over the training "
         f"seeds; the baseline is deterministic, so it has one value per configuration.",
         "\n".join(table),
         "## What this shows\n\n" + "\n".join(f"- {line}" for line in findings(experiments)),
         "A seed standard deviation from so few seeds is itself uncertain: a difference a little beyond it is a "
         "lead, not a proof.",
-        f"## The {names[0]} configuration\n\n" + configuration_line(reference)
-        + f" {reference['model']['parameters']:,} parameters.",
-        "## Reproduce\n\n```bash\n" + "\n".join(e["command"] for e in experiments) + f"\n{command_line()}\n```\n\n"
+        f"## The {names[0]} configuration\n\n" + configuration_line(reference.results)
+        + f" {reference.results.model.parameters:,} parameters.",
+        "## Reproduce\n\n```bash\n" + "\n".join(e.results.command for e in experiments)
+        + f"\n{command_line()}\n```\n\n"
         f"Wall time of each experiment: {minutes}.",
-        f"## Not measured\n\nOne held-out split (split seed {data['split_seed']}) and {len(seeds)} training seed{'s' if len(seeds) > 1 else ''}; "
+        f"## Not measured\n\nOne held-out split (split seed {data.split_seed}) and {len(seeds)} training "
+        f"seed{'s' if len(seeds) > 1 else ''}; "
         "no cross-validation, no held-out test set. The baseline keeps its fixed settings in every configuration.",
     ]
     return "\n\n".join(sections) + "\n"
@@ -228,5 +227,5 @@ def write_summary(folders: Sequence[str | Path], out: str | Path | None = None) 
     return out
 
 
-__all__ = ["check_same_split", "configuration_name", "findings", "load_experiment", "setting_differences",
-           "summary_markdown", "write_summary"]
+__all__ = ["Experiment", "check_same_split", "configuration_name", "findings", "load_experiment",
+           "setting_differences", "summary_markdown", "write_summary"]

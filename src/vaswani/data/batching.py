@@ -166,6 +166,34 @@ class TokenBudgetSampler(EpochSampler):
         return batches
 
 
+class WeightedSampler(EpochSampler):
+    """Token-budget batches of a corpus whose pairs are taken at different rates. Each epoch a pair of
+    weight w appears floor(w) times, and once more with probability w - floor(w), drawn from (seed, epoch);
+    the copies are then batched as :class:`TokenBudgetSampler` batches them. A weight of 3 upsamples a small
+    corpus three times; 0.5 takes half of a large one, another half each epoch."""
+
+    def __init__(self, src_lengths: np.ndarray, tgt_lengths: np.ndarray, weights: np.ndarray, max_tokens: int,
+                 seed: int = 0) -> None:
+        self.src_lengths = np.asarray(src_lengths, dtype=np.int64)
+        self.tgt_lengths = np.asarray(tgt_lengths, dtype=np.int64)
+        self.weights = np.asarray(weights, dtype=np.float64)
+        if self.weights.shape != self.src_lengths.shape or not (self.weights > 0).all():
+            raise ConfigError("a weighted sampler needs one positive weight per pair")
+        TokenBudgetSampler(self.src_lengths, self.tgt_lengths, max_tokens)  # refuses a pair past the budget
+        self.max_tokens, self.seed = max_tokens, seed
+
+    def _make(self, epoch: int) -> list[np.ndarray]:
+        rng = np.random.default_rng([self.seed, epoch, 1])  # another stream than the batches' shuffle
+        whole = np.floor(self.weights)
+        copies = whole.astype(np.int64) + (rng.random(len(self.weights)) < self.weights - whole)
+        taken = np.repeat(np.arange(len(copies)), copies)
+        if len(taken) == 0:  # every weight below 1 and none drawn: an epoch still trains on something
+            taken = np.arange(1)
+        batches = TokenBudgetSampler(self.src_lengths[taken], self.tgt_lengths[taken], self.max_tokens,
+                                     seed=self.seed)
+        return [taken[batch] for batch in batches.index_arrays(epoch)]
+
+
 def pack(indices: np.ndarray, sizes: np.ndarray, max_tokens: int,
          max_sentences: int | None = None) -> list[np.ndarray]:
     """Greedy batches over ``indices`` sorted by ascending ``sizes``: each takes as many as fit the budget (and,

@@ -157,6 +157,7 @@ def register(subparsers) -> None:
     parser.add_argument("--min-frequency", type=ranged(int, le=MAX_COUNT), default=2, metavar="N",
                         help="BPE merges need a pair seen at least N times (default 2)")
     parser.set_defaults(handler=run_prepare)
+    register_clean(subparsers)
 
 
 def run_prepare(args: argparse.Namespace) -> int:
@@ -273,3 +274,86 @@ class _StandardError(logging.StreamHandler):
     def emit(self, record: logging.LogRecord) -> None:
         self.stream = sys.stderr
         super().emit(record)
+
+
+def register_clean(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "clean",
+        help="drop noisy pairs from a parallel corpus (duplicates, copies, empty sides, lengths, scripts)",
+        description="Stream a parallel corpus (two aligned files or one TSV file, plain or gzip) through "
+        "cleaning rules and write the pairs that pass into OUT under the input files' names, with "
+        "report.json and report.txt: how many pairs each rule dropped, with examples. Empty sides, exact "
+        "duplicate pairs and pairs whose source equals their target are dropped by default.",
+    )
+    from vaswani.data.download import absolute_path
+
+    parser.add_argument("--src", type=absolute_path, metavar="FILE", help="source file, with --tgt")
+    parser.add_argument("--tgt", type=absolute_path, metavar="FILE", help="target file, aligned with --src")
+    parser.add_argument("--tsv", type=absolute_path, metavar="FILE",
+                        help="or one file of source<TAB>target lines")
+    parser.add_argument("--src-lang", metavar="CODE", help="source language (default: the file's suffix)")
+    parser.add_argument("--tgt-lang", metavar="CODE", help="target language (default: the file's suffix)")
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR",
+                        help="folder for the kept pairs and the report (written whole, or not at all)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace an earlier `vaswani clean` output in DIR")
+    parser.add_argument("--keep-duplicates", action="store_true", help="keep pairs that occurred before")
+    parser.add_argument("--keep-copies", action="store_true",
+                        help="keep pairs whose source equals their target")
+    parser.add_argument("--duplicate-sources", action="store_true",
+                        help="also drop a pair whose source occurred before with another target")
+    parser.add_argument("--max-chars", type=ranged(int, ge=1, le=MAX_COUNT), metavar="N",
+                        help="drop a pair with a side longer than N characters")
+    parser.add_argument("--max-ratio", type=ranged(float, ge=1, le=MAX_COUNT), metavar="R",
+                        help="drop a pair whose longer side has more than R times the characters of the "
+                        "shorter")
+    parser.add_argument("--scripts", action="store_true",
+                        help="drop a pair where fewer than --min-script-share of a side's letters are in the "
+                        "scripts of its language (Latin for fr, Cyrillic for ru, Han for zh, ...)")
+    parser.add_argument("--min-script-share", type=ranged(float, gt=0, le=1), default=0.5, metavar="F",
+                        help="with --scripts: the least share of a side's letters in its language's scripts")
+    parser.add_argument("--examples", type=ranged(int, ge=0, le=1000), default=3, metavar="N",
+                        help="dropped pairs shown in the report for each rule")
+    parser.set_defaults(handler=run_clean)
+
+
+def run_clean(args: argparse.Namespace) -> int:
+    import dataclasses
+    import json
+
+    from vaswani.data.cleaning import CleaningRules, clean_corpus, output_names, write_kept
+    from vaswani.data.files import FileSplit, file_part
+    from vaswani.data.languages import pair_from_files
+    from vaswani.data.pipeline import corpus_languages
+    from vaswani.errors import ConfigError
+    from vaswani.io import atomic_write_text, check_output, directory_written_whole
+
+    if args.tsv is not None and (args.src is not None or args.tgt is not None):
+        raise ConfigError("give either --tsv or --src with --tgt, not both")
+    if args.tsv is None and (args.src is None or args.tgt is None):
+        raise ConfigError("a corpus to clean is --src and --tgt (two aligned files) or --tsv (one file)")
+    paths = (args.tsv,) if args.tsv is not None else (args.src, args.tgt)
+    split = FileSplit("corpus", (file_part(paths, "corpus"),))
+    rules = CleaningRules(duplicates=not args.keep_duplicates, duplicate_sources=args.duplicate_sources,
+                          copies=not args.keep_copies, max_chars=args.max_chars, max_ratio=args.max_ratio,
+                          scripts=args.scripts, min_script_share=args.min_script_share,
+                          examples=args.examples)
+    if args.scripts or args.src_lang or args.tgt_lang:
+        languages = corpus_languages(() if args.tsv else paths, args.src_lang, args.tgt_lang)
+    else:
+        languages = None if args.tsv else pair_from_files(*paths)
+    names = output_names(split)
+    check_output(args.out, command="clean", writes="folder", inputs=paths, kind=CLEANED_KIND,
+                 force=args.force)
+    codes, report = clean_corpus(split, languages, rules, progress=True)
+    with directory_written_whole(args.out, kind=CLEANED_KIND, writer="clean") as staging:
+        write_kept(split, codes, report, rules, staging, progress=True)
+        report.outputs = [str(args.out / name) for name in names]
+        record = json.dumps(dataclasses.asdict(report), indent=2, ensure_ascii=False)
+        atomic_write_text(staging / "report.json", record)
+        atomic_write_text(staging / "report.txt", report.text())
+    print(report.text(), end="")
+    return 0
+
+
+CLEANED_KIND = "cleaned corpus"  # the manifest's kind of a folder `vaswani clean` wrote

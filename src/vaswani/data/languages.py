@@ -50,6 +50,26 @@ class LanguagePair:
         return {"source": self.source, "target": self.target, "name": self.name}
 
 
+# The scripts each language is written in, as the first word of its letters' Unicode names (``LATIN SMALL
+# LETTER A``; ``CJK`` for the Han ideographs), for the codes of NAMES: what cleaning checks a side's letters
+# against.
+SCRIPTS = {
+    **{code: ("LATIN",) for code in ("cs", "da", "de", "en", "es", "et", "fi", "fr", "hu", "id", "it", "lt",
+                                     "lv", "nl", "no", "pl", "pt", "ro", "sv", "tr", "vi")},
+    **{code: ("CYRILLIC",) for code in ("bg", "kk", "ru", "uk")},
+    **{code: ("ARABIC",) for code in ("ar", "fa", "ps", "ur")},
+    "el": ("GREEK",), "he": ("HEBREW",), "hi": ("DEVANAGARI",), "bn": ("BENGALI",), "gu": ("GUJARATI",),
+    "ta": ("TAMIL",), "th": ("THAI",), "km": ("KHMER",), "ko": ("HANGUL", "CJK"), "zh": ("CJK",),
+    "ja": ("CJK", "HIRAGANA", "KATAKANA"),
+}
+
+
+def language_scripts(code: str) -> tuple[str, ...] | None:
+    """The scripts ``code``'s base language is written in (see SCRIPTS), or None when vaswani does not
+    know."""
+    return SCRIPTS.get(code.split("_")[0])
+
+
 def language_name(code: str) -> str:
     """The English name of ``code`` (its base language, so ``pt_BR`` is Portuguese), or the code itself."""
     return NAMES.get(code.split("_")[0], code)

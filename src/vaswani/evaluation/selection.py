@@ -79,6 +79,18 @@ class FinalChoice:
 
 
 @dataclass
+class ParentValidation:
+    """A fine-tuned model and the model it started from, with the same search on the first ``sentences`` of
+    the parent's validation split: what fine-tuning cost on the parent's data (forgetting)."""
+
+    checkpoint: str  # the parent
+    split: str
+    sentences: int
+    parent: CorpusScores
+    fine_tuned: CorpusScores
+
+
+@dataclass
 class Selection:
     """The final model's weights and search, chosen on ``valid_sentences`` sentences of ``valid_split``, with
     every candidate's and search's scores and the test scores of the choice."""
@@ -96,6 +108,7 @@ class Selection:
     cut_short_by_time: bool  # train.final_max_minutes ran out before every candidate and search was scored
     seconds: float
     languages: dict[str, str] | None = None  # the pair the model translates: source, target and their name
+    parent_validation: ParentValidation | None = None  # a fine-tuned run's, where its parent's run is there
 
     @classmethod
     def read(cls, final_dir: str | Path) -> Selection:
@@ -112,5 +125,5 @@ class Selection:
                             for name, scores in self.test.items()})
 
 
-__all__ = ["SELECTION_FILE", "Candidate", "FinalChoice", "HeadlineScores", "Quantization", "SearchTried",
-           "Selection", "TestSetScores"]
+__all__ = ["SELECTION_FILE", "Candidate", "FinalChoice", "HeadlineScores", "ParentValidation", "Quantization",
+           "SearchTried", "Selection", "TestSetScores"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -21,17 +22,103 @@ from vaswani.arguments import ranged
 from vaswani.config import MAX_COUNT
 from vaswani.experiments.reporting import device_label, log, markdown_table, provenance_line, pyplot, write_results
 from vaswani.experiments.variants import (
-    POSITION_LABELS, TrainedRun, add_variant_arguments, final_validation, load_final_model, load_splits, metrics,
+    POSITION_LABELS,
+    TrainedRun,
+    add_variant_arguments,
+    final_validation,
+    load_final_model,
+    load_splits,
+    metrics,
     setup,
 )
-from vaswani.training.scoring import greedy_scores, id_batches, teacher_forced_scores
+from vaswani.records import to_json
 from vaswani.training.metrics import training_speed
+from vaswani.training.scoring import greedy_scores, id_batches, teacher_forced_scores
 from vaswani.training.summary import RunSummary
 
 ABLATION_VARIANTS = ("sinusoidal", "pre-ln", "post-ln-no-warmup", "pre-ln-no-warmup", "gelu", "rope", "learned",
                      "sinusoidal-seed1")
 LENGTH_VARIANTS = ("sinusoidal", "rope", "learned")
 DEFAULT_GROUP_SIZES = (1, 2, 4, 6)
+
+
+# ---- the records: results.json's "settings" and "results" --------------------------------------------------
+@dataclass
+class VariantRun:
+    run_dir: str
+    reused: bool  # a finished run of the same config found in --runs-dir
+    settings: list[str]
+
+
+@dataclass
+class AblationSettings:
+    recipe: str
+    test_split: str
+    test_sentences: int
+    group_sizes: list[int]
+    longest_training_source_tokens: int
+    precision: str
+    extra_settings: list[str]
+    runs: dict[str, VariantRun]
+
+
+@dataclass
+class AblationRow:
+    """One variant's run: its last validation, its training speed, the greedy test BLEU of its final model.
+    A number that is not finite (a diverged run) is null in the file."""
+
+    variant: str
+    label: str
+    settings: list[str]
+    steps: int
+    val_loss: float | None
+    val_nll: float | None
+    val_accuracy: float | None
+    final_train_loss: float | None
+    skipped_updates: int
+    stop_reason: str
+    seconds_per_step: float | None
+    tokens_per_s: float | None
+    test_bleu: float | None = None
+
+
+@dataclass
+class LengthRow:
+    """One position variant on inputs of ``group_size`` test sentences joined."""
+
+    variant: str
+    label: str
+    group_size: int
+    inputs: int
+    mean_source_tokens: float
+    max_source_tokens: int
+    share_longer_than_training: float
+    bleu: float | None
+    length_ratio: float | None
+    teacher_forced_nll: float | None
+    teacher_forced_accuracy: float | None
+
+
+@dataclass
+class Finding:
+    """One claim as the difference of two rows, read against the seed-to-seed difference."""
+
+    claim: str
+    variant: str
+    against: str
+    delta_val_nll: float | None
+    delta_test_bleu: float | None
+    noise_multiple: float | None
+    verdict: str
+
+
+@dataclass
+class AblationResults:
+    device: str
+    rows: list[AblationRow]
+    length_generalisation: list[LengthRow]
+    findings: list[Finding]
+    curves: dict[str, dict[str, list[list[float]]]]  # variant → train/valid → [update, NLL] pairs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,41 +146,43 @@ def run(args: argparse.Namespace) -> int:
         curves[run_.variant.name] = records
         row = _summary_row(run_, records)
         model, tokenizer = load_final_model(run_.run_dir, device)
-        row["test_bleu"] = greedy_scores(model, tokenizer, sources, references, device, precision)[0].bleu
-        log(f"  {run_.variant.name:>18}: val NLL {row['val_nll']:.3f}, test BLEU {row['test_bleu']:.2f}")
+        row.test_bleu = greedy_scores(model, tokenizer, sources, references, device, precision)[0].bleu
+        log(f"  {run_.variant.name:>18}: val NLL {row.val_nll:.3f}, test BLEU {row.test_bleu:.2f}")
         rows.append(row)
         if run_.variant.name in LENGTH_VARIANTS:
             length_rows += _length_test(run_, model, tokenizer, sources, references, group_sizes,
                                         longest_training_source, device, precision)
 
-    settings = {"recipe": recipe, "test_split": test_split, "test_sentences": len(sources),
-                "group_sizes": group_sizes, "longest_training_source_tokens": longest_training_source,
-                "precision": precision, "extra_settings": list(args.settings),
-                "runs": {r.variant.name: {"run_dir": str(r.run_dir), "reused": r.reused,
-                                          "settings": list(r.variant.settings)} for r in runs}}
-    results = {"device": device_label(device), "rows": rows, "length_generalisation": length_rows,
-               "findings": findings(rows), "curves": {name: _curve(records) for name, records in curves.items()}}
-    table = _table(rows, length_rows, settings, results["findings"], device, args.command_line)
+    settings = AblationSettings(
+        recipe, test_split, len(sources), group_sizes, longest_training_source, precision,
+        list(args.settings),
+        runs={r.variant.name: VariantRun(str(r.run_dir), r.reused, list(r.variant.settings)) for r in runs})
+    results = AblationResults(device_label(device), rows, length_rows, findings(rows),
+                              curves={name: _curve(records) for name, records in curves.items()})
+    table = _table(rows, length_rows, settings, results.findings, device, args.command_line)
     figures = {"learning_curves": _plot_curves(curves, runs)}
     if length_rows:
         figures["length_generalisation"] = _plot_lengths(length_rows, longest_training_source)
-    write_results(args.out, "ablation", args.command_line, device, settings, results, table, figures)
+    write_results(args.out, "ablation", args.command_line, device, to_json(settings), to_json(results), table,
+                  figures)
     log(f"ablation: wrote {args.out}/results.json, table.md, learning_curves.png")
     return 0
 
 
-def _summary_row(run_: TrainedRun, records: list[dict[str, Any]]) -> dict[str, Any]:
+def _summary_row(run_: TrainedRun, records: list[dict[str, Any]]) -> AblationRow:
     valid = final_validation(records)
     train = [r for r in records if r["kind"] == "train"]
     summary = RunSummary.read(run_.run_dir)
-    return {"variant": run_.variant.name, "label": run_.variant.label, "settings": list(run_.variant.settings),
-            "steps": valid["step"], "val_loss": valid["loss"], "val_nll": valid["nll"],
-            "val_accuracy": valid["accuracy"], "final_train_loss": train[-1]["loss"] if train else None,
-            "skipped_updates": summary.skipped_updates, "stop_reason": summary.stop_reason.value,
-            **training_speed(records)}
+    speed = training_speed(records)
+    return AblationRow(run_.variant.name, run_.variant.label, list(run_.variant.settings),
+                       steps=valid["step"], val_loss=valid["loss"], val_nll=valid["nll"],
+                       val_accuracy=valid["accuracy"],
+                       final_train_loss=train[-1]["loss"] if train else None,
+                       skipped_updates=summary.skipped_updates, stop_reason=summary.stop_reason.value,
+                       seconds_per_step=speed["seconds_per_step"], tokens_per_s=speed["tokens_per_s"])
 
 
-def _curve(records: list[dict[str, Any]]) -> dict[str, list]:
+def _curve(records: list[dict[str, Any]]) -> dict[str, list[list[float]]]:
     """The learning curve as (update, NLL) pairs, so the plot can be redrawn from results.json alone."""
     return {kind: [[r["step"], r["nll"]] for r in records if r["kind"] == kind] for kind in ("train", "valid")}
 
@@ -106,7 +195,7 @@ def join_groups(lines: Sequence[str], size: int) -> list[str]:
 
 def _length_test(run_: TrainedRun, model: Any, tokenizer: Any, sources: Sequence[str], references: Sequence[str],
                  group_sizes: Sequence[int], longest_training_source: int, device: torch.device,
-                 precision: str) -> list[dict[str, Any]]:
+                 precision: str) -> list[LengthRow]:
     """BLEU on concatenated inputs mixes two things: positions the model never saw, and a model trained on
     single sentences stopping after the first one (visible as a falling length ratio). The teacher-forced NLL
     of the concatenated reference has no stopping decision, so it isolates how well positions extrapolate."""
@@ -121,12 +210,12 @@ def _length_test(run_: TrainedRun, model: Any, tokenizer: Any, sources: Sequence
         scores, _ = greedy_scores(model, tokenizer, grouped_sources, grouped_references, device, precision)
         forced = teacher_forced_scores(model, id_batches(source_ids, target_ids, tokenizer, device), precision,
                                        label_smoothing=0.1)
-        rows.append({"variant": run_.variant.name, "label": POSITION_LABELS[run_.variant.name], "group_size": size,
-                     "inputs": len(grouped_sources), "mean_source_tokens": float(lengths.mean()),
-                     "max_source_tokens": int(lengths.max()),
-                     "share_longer_than_training": float((lengths > longest_training_source).mean()),
-                     "bleu": scores.bleu, "length_ratio": scores.length_ratio, "teacher_forced_nll": forced.nll,
-                     "teacher_forced_accuracy": forced.accuracy})
+        rows.append(LengthRow(run_.variant.name, POSITION_LABELS[run_.variant.name], size,
+                              len(grouped_sources), mean_source_tokens=float(lengths.mean()),
+                              max_source_tokens=int(lengths.max()),
+                              share_longer_than_training=float((lengths > longest_training_source).mean()),
+                              bleu=scores.bleu, length_ratio=scores.length_ratio,
+                              teacher_forced_nll=forced.nll, teacher_forced_accuracy=forced.accuracy))
         log(f"  {run_.variant.name:>18} × {size} sentences: mean {lengths.mean():.0f} tokens, BLEU {scores.bleu:.2f} "
             f"(length ratio {scores.length_ratio:.2f}), teacher-forced NLL {forced.nll:.3f}")
     return rows
@@ -137,11 +226,11 @@ NOISE = ("sinusoidal-seed1", "sinusoidal")  # the same config from two seeds
 NOISE_MULTIPLE = 2.0  # a difference counts as an effect only beyond twice the seed-to-seed difference
 
 
-def findings(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def findings(rows: list[AblationRow]) -> list[Finding]:
     """Each claim the ablation tests as a comparison of two rows, computed here so the table cannot drift from the
     numbers. The verdict reads the validation-NLL difference against the seed-to-seed difference of the paper
     layout: one pair of seeds is a rough noise scale, so anything within twice it is called "within noise"."""
-    by_name = {r["variant"]: r for r in rows}
+    by_name = {r.variant: r for r in rows}
     # (claim, variant, against, expected sign of variant − against in val NLL: -1 better, 0 no difference)
     claims = [
         ("pre-LN trains better than post-LN at the same budget", "pre-ln", "sinusoidal", -1),
@@ -153,17 +242,16 @@ def findings(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
     noise = None
     if all(name in by_name for name in NOISE):
-        noise = abs(_difference(by_name[NOISE[0]]["val_nll"], by_name[NOISE[1]]["val_nll"]) or 0.0) or None
+        noise = abs(_difference(by_name[NOISE[0]].val_nll, by_name[NOISE[1]].val_nll) or 0.0) or None
     out = []
     for claim, variant, against, expected in claims:
         if variant not in by_name or against not in by_name:
             continue
         a, b = by_name[variant], by_name[against]
-        delta = _difference(a["val_nll"], b["val_nll"])
-        out.append({"claim": claim, "variant": variant, "against": against, "delta_val_nll": delta,
-                    "delta_test_bleu": _difference(a["test_bleu"], b["test_bleu"]),
-                    "noise_multiple": None if delta is None or noise is None else abs(delta) / noise,
-                    "verdict": _verdict(delta, noise, expected)})
+        delta = _difference(a.val_nll, b.val_nll)
+        out.append(Finding(claim, variant, against, delta, _difference(a.test_bleu, b.test_bleu),
+                           noise_multiple=None if delta is None or noise is None else abs(delta) / noise,
+                           verdict=_verdict(delta, noise, expected)))
     return out
 
 
@@ -185,24 +273,24 @@ def _difference(a: float | None, b: float | None) -> float | None:
     return a - b
 
 
-def _table(rows: list[dict[str, Any]], length_rows: list[dict[str, Any]], settings: dict[str, Any],
-           found: list[dict[str, Any]], device: torch.device, command: str) -> str:
-    steps = rows[0]["steps"]
+def _table(rows: list[AblationRow], length_rows: list[LengthRow], settings: AblationSettings,
+           found: list[Finding], device: torch.device, command: str) -> str:
+    steps = rows[0].steps
     lines = [
         "# Ablation: norm placement, warmup, activation, positions",
         "",
         provenance_line(device, command),
         "",
-        f"Every variant is recipe `{settings['recipe']}` with the listed change, trained for {steps} updates from "
-        "the same seed; the runs trained two at a time with one thread each, so time per update is comparable "
-        "between rows but not an idle machine's speed. Validation NLL is per target token (nats) at the last "
-        f"update; BLEU is greedy search on {settings['test_sentences']} sentences of "
-        f"`{settings['test_split']}` (sacreBLEU 13a).",
+        f"Every variant is recipe `{settings.recipe}` with the listed change, trained for {steps} updates "
+        "from the same seed; the runs trained two at a time with one thread each, so time per update is "
+        "comparable between rows but not an idle machine's speed. Validation NLL is per target token (nats) "
+        f"at the last update; BLEU is greedy search on {settings.test_sentences} sentences of "
+        f"`{settings.test_split}` (sacreBLEU 13a).",
         "",
         markdown_table(
             ["variant", "change", "val NLL", "val accuracy", "test BLEU", "s / update", "tokens / s", "skipped"],
-            [[r["label"], ", ".join(r["settings"]) or "–", r["val_nll"], r["val_accuracy"], r["test_bleu"],
-              r["seconds_per_step"], r["tokens_per_s"], r["skipped_updates"]] for r in rows]),
+            [[r.label, ", ".join(r.settings) or "–", r.val_nll, r.val_accuracy, r.test_bleu,
+              r.seconds_per_step, r.tokens_per_s, r.skipped_updates] for r in rows]),
         "",
         "## The claims",
         "",
@@ -211,20 +299,20 @@ def _table(rows: list[dict[str, Any]], length_rows: list[dict[str, Any]], settin
         "is a rough scale: more seeds per variant would sharpen every verdict).",
         "",
         markdown_table(["claim", "comparison", "Δ val NLL", "Δ test BLEU", "Δ NLL ÷ seed noise (abs.)", "verdict"],
-                       [[f["claim"], f"{f['variant']} − {f['against']}", f["delta_val_nll"], f["delta_test_bleu"],
-                         f["noise_multiple"], f["verdict"]] for f in found]),
+                       [[f.claim, f"{f.variant} − {f.against}", f.delta_val_nll, f.delta_test_bleu,
+                         f.noise_multiple, f.verdict] for f in found]),
     ]
     if length_rows:
-        sizes = sorted({r["group_size"] for r in length_rows})
-        labels = list(dict.fromkeys(r["label"] for r in length_rows))
-        cell = {(r["label"], r["group_size"]): r for r in length_rows}
+        sizes = sorted({r.group_size for r in length_rows})
+        labels = list(dict.fromkeys(r.label for r in length_rows))
+        cell = {(r.label, r.group_size): r for r in length_rows}
         first = labels[0]
         lines += [
             "",
             "## Length generalisation",
             "",
             f"Inputs are k consecutive test sentences joined by a space (references joined the same way). The "
-            f"longest training source has {settings['longest_training_source_tokens']} tokens (with </s>). "
+            f"longest training source has {settings.longest_training_source_tokens} tokens (with </s>). "
             "Greedy BLEU also pays for a model trained on single sentences stopping after the first one (the "
             "hypothesis/reference length ratio shows it); the teacher-forced NLL of the joined reference has no "
             "stopping decision and isolates how positions extrapolate.",
@@ -232,10 +320,10 @@ def _table(rows: list[dict[str, Any]], length_rows: list[dict[str, Any]], settin
             markdown_table(
                 ["k", "inputs", "mean source tokens", "longer than any training source",
                  *[f"{label} NLL" for label in labels], *[f"{label} BLEU (length ratio)" for label in labels]],
-                [[k, cell[(first, k)]["inputs"], cell[(first, k)]["mean_source_tokens"],
-                  f"{100 * cell[(first, k)]['share_longer_than_training']:.0f} %",
-                  *[cell[(label, k)]["teacher_forced_nll"] if (label, k) in cell else None for label in labels],
-                  *[f"{cell[(label, k)]['bleu']:.2f} ({cell[(label, k)]['length_ratio']:.2f})"
+                [[k, cell[(first, k)].inputs, cell[(first, k)].mean_source_tokens,
+                  f"{100 * cell[(first, k)].share_longer_than_training:.0f} %",
+                  *[cell[(label, k)].teacher_forced_nll if (label, k) in cell else None for label in labels],
+                  *[f"{cell[(label, k)].bleu:.2f} ({cell[(label, k)].length_ratio:.2f})"
                     if (label, k) in cell else None for label in labels]] for k in sizes]),
         ]
     return "\n".join(lines)
@@ -259,14 +347,14 @@ def _plot_curves(curves: dict[str, list[dict[str, Any]]], runs: list[TrainedRun]
     return figure
 
 
-def _plot_lengths(length_rows: list[dict[str, Any]], longest_training_source: int):
+def _plot_lengths(length_rows: list[LengthRow], longest_training_source: int):
     plt = pyplot()
     figure, (nll_ax, bleu_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for label in dict.fromkeys(r["label"] for r in length_rows):
-        points = [r for r in length_rows if r["label"] == label]
-        x = [r["mean_source_tokens"] for r in points]
-        nll_ax.plot(x, [r["teacher_forced_nll"] for r in points], "o-", label=label)
-        bleu_ax.plot(x, [r["bleu"] for r in points], "o-", label=label)
+    for label in dict.fromkeys(r.label for r in length_rows):
+        points = [r for r in length_rows if r.label == label]
+        x = [r.mean_source_tokens for r in points]
+        nll_ax.plot(x, [r.teacher_forced_nll for r in points], "o-", label=label)
+        bleu_ax.plot(x, [r.bleu for r in points], "o-", label=label)
     for ax in (nll_ax, bleu_ax):
         ax.axvline(longest_training_source, color="grey", linestyle="--", label="longest training source")
         ax.set(xlabel="mean source length (tokens)")

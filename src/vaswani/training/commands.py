@@ -8,12 +8,8 @@ import signal
 import sys
 from pathlib import Path
 
-from vaswani.arguments import add_settings_argument
-from vaswani.data.commands import (
-    add_corpus_arguments,
-    add_data_dir_argument,
-    corpus_arguments,
-)
+from vaswani.arguments import add_settings_argument, ranged
+from vaswani.data.commands import add_corpus_arguments, add_data_dir_argument, corpus_arguments
 from vaswani.errors import VaswaniError
 
 
@@ -37,8 +33,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     start.add_argument("--start-over", action="store_true",
                        help="start a new run in a --run-dir that holds one: the earlier run's files are moved into "
                        "RUN_DIR/superseded-<time>/ (nothing is deleted)")
+    parser.add_argument("--init-from", type=Path, default=None, metavar="CHECKPOINT",
+                        help="fine-tune: start a new run from the weights of a run directory, a checkpoint "
+                        "or a final model, with its model and tokenizer but this run's data, schedule and "
+                        "a fresh optimizer (train.init_from; train.freeze=embeddings|encoder keeps that "
+                        "part as it is)")
     add_data_dir_argument(parser)
     add_corpus_arguments(parser)
+    parser.add_argument("--weight", action="append", type=ranged(float, gt=0, le=1000), metavar="W",
+                        help="how often each training part's pairs are taken per epoch, one --weight per "
+                        "part in the order of --src/--tgt, then --tsv (3: three times; 0.5: half, drawn anew "
+                        "each epoch); data.train_weights")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     parser.set_defaults(handler=run_train)
 
@@ -59,12 +64,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from vaswani.records import to_json
-    from vaswani.training.config import apply_settings, load_preset
+    from vaswani.training.config import RunConfig, apply_settings, load_preset
     from vaswani.training.resume import resumed_config
     from vaswani.training.run import train
 
     run_dir = args.run_dir or Path("runs") / Path(args.preset).stem
+    if args.init_from is not None and args.resume:
+        raise VaswaniError("--init-from starts a new run; a resumed run continues from its own checkpoints: "
+                           "drop --init-from")
     if args.resume:  # the run continues as it was: its saved settings, changed only by the --set given now
         config = resumed_config(run_dir, args.settings)
     else:
@@ -74,6 +84,15 @@ def run_train(args: argparse.Namespace) -> int:
         config = with_files(config, corpus, replace=not args.resume)
     if args.data_dir is not None:
         config.data.data_dir = str(args.data_dir)
+    if args.weight:
+        config = RunConfig(config.model, dataclasses.replace(config.data, train_weights=tuple(args.weight)),
+                           config.train)
+    if not args.resume and (args.init_from is not None or config.train.init_from is not None):
+        from vaswani.training.parent import find_parent, fine_tune_config
+
+        # checked before the run directory is made: a parent refused writes nothing
+        parent = find_parent(args.init_from if args.init_from is not None else config.train.init_from)
+        config = fine_tune_config(config, parent, args.settings)
     if args.print_config:
         print(config.to_yaml())
         return 0

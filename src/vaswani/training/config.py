@@ -51,6 +51,8 @@ class DataConfig:
     data_dir: str | None = None  # default: $VASWANI_DATA, then the download cache
     # dataset=local: the training split's parts, each [source, target] (aligned, plain or gzip) or [pairs.tsv]
     train_files: tuple[tuple[str, ...], ...] = ()
+    # dataset=local: each part's pairs taken this often per epoch (data/batching.py WeightedSampler)
+    train_weights: tuple[float, ...] = ()
     # dataset=local: [source, target] or [pairs.tsv]; none: valid_holdout pairs are held out of the training files
     valid_files: tuple[str, ...] = ()
     valid_holdout: int = 1000  # at most a tenth of the training pairs
@@ -60,7 +62,8 @@ class DataConfig:
 
     # max_len counts <s> or </s>: 2 is the shortest sequence that still holds a token
     LIMITS = {"vocab_size": Limit(ge=MIN_VOCAB_SIZE, le=MAX_VOCAB_SIZE), "max_len": Limit(ge=2, le=MAX_LENGTH),
-              "valid_holdout": Limit(ge=1), "tokenizer_sample": Limit(ge=1), "seed": Limit(ge=0)}
+              "valid_holdout": Limit(ge=1), "tokenizer_sample": Limit(ge=1), "seed": Limit(ge=0),
+              "train_weights": Limit(gt=0, le=1000)}
 
     def __post_init__(self) -> None:
         self.train_files = file_parts(self.train_files, "data.train_files")
@@ -73,6 +76,9 @@ class DataConfig:
             raise ConfigError(f"data.dataset={self.dataset!r} is not a dataset: one of {', '.join(DATASETS)}, or "
                               f"{LOCAL} for your own files (--src/--tgt or --tsv)", field="data.dataset")
         pair = parse_pair(self.direction)
+        if len(self.train_weights) not in (0, len(self.train_files)):
+            counts = f"{len(self.train_weights)} weight(s) for {len(self.train_files)} part(s)"
+            raise ConfigError(f"data.train_weights: {counts} of data.train_files", field="data.train_weights")
         if self.dataset == LOCAL:
             if not self.train_files:
                 raise ConfigError("data.dataset=local needs data.train_files (or --src/--tgt or --tsv)",
@@ -234,6 +240,9 @@ class TrainConfig:
     # the most minutes choosing the final model may take: when they are spent, the candidates and searches not yet
     # scored are left out (the best so far is chosen); the test splits are scored either way
     final_max_minutes: float | None = None
+    # fine-tuning (training/parent.py): the checkpoint a new run starts from, and the part left as it was
+    init_from: str | None = None
+    freeze: Literal["none", "embeddings", "encoder"] = "none"
 
     LIMITS = {
         "seed": Limit(ge=0), "max_tokens": Limit(ge=1), "grad_accum": Limit(ge=1),
@@ -272,7 +281,6 @@ class TrainConfig:
             raise ConfigError("train.cuda_graphs needs train.grad_accum=1: a replay overwrites the gradients of the "
                               "micro-batch before it", field="train.cuda_graphs")
 
-
     def _check_scale_up_models(self) -> None:
         for entry in self.scale_up_models:
             try:
@@ -297,6 +305,8 @@ class RunConfig:
                               "model.max_len or lower data.max_len", field="model.max_len")
         # Every split the run will read, checked before any work: a misspelt test split would otherwise surface
         # only after training, when the final model is scored on it.
+        if self.data.train_weights and self.train.length_buckets:  # whose shapes come from one epoch's pairs
+            raise ConfigError("data.train_weights: not with train.length_buckets", field="data.train_weights")
         if self.data.dataset == LOCAL:  # the user's files: the test sets are the ones named in data.test_files
             for split in self.train.final_test_splits:
                 if split not in self.data.test_files:

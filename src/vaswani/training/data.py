@@ -14,16 +14,16 @@ import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
 
-from vaswani.data.batching import Batch, TokenBudgetSampler, collate
+from vaswani.data.batching import Batch, TokenBudgetSampler, WeightedSampler, collate
 from vaswani.data.buckets import BucketSampler, bucket_lengths, pad_to_shape
 from vaswani.data.cache import EncodedCorpus
 from vaswani.data.corpora import ParallelCorpus, load_corpus
-from vaswani.data.files import VALID, FileCorpus, fingerprint
+from vaswani.data.files import TRAIN, VALID, FileCorpus, FileSplit, SplitFingerprint, fingerprint
 from vaswani.data.languages import CORPUS_RECORD, parse_direction
 from vaswani.data.pipeline import PreparedData, default_out_dir, prepare_dataset
 from vaswani.data.prepared_tokenizer import PREPARED_KIND
@@ -34,6 +34,7 @@ from vaswani.io import atomic_copy, atomic_write_json, directory_kind, file_sha2
 from vaswani.training.checkpoint import latest_checkpoint
 from vaswani.training.config import RunConfig
 from vaswani.training.distributed import World
+from vaswani.training.parent import Parent, parent_of, run_tokenizer
 
 
 @dataclass
@@ -44,9 +45,11 @@ class TrainingData:
     train: EncodedCorpus
     valid: EncodedCorpus
     valid_corpus: ParallelCorpus
-    sampler: TokenBudgetSampler | BucketSampler  # over train: every rank's batches; the trainer gives each its share
+    # over train: every rank's batches; the trainer gives each its share
+    sampler: TokenBudgetSampler | BucketSampler | WeightedSampler
     valid_sampler: TokenBudgetSampler | BucketSampler
     corpus_record: dict[str, Any] | None = None  # corpus.json of the run (on the main rank)
+    parent: Parent | None = None  # a new fine-tuned run's parent: its tokenizer prepared this data
 
     @property
     def batches_per_epoch(self) -> int:
@@ -114,11 +117,14 @@ class TrainingData:
         return self.valid_corpus.source[:n], self.valid_corpus.target[:n]
 
 
-def load(config: RunConfig, run_dir: Path, world: World) -> TrainingData:
-    """The run's data, prepared on rank 0 first (the other ranks then load the same cache). The run directory
-    records the corpus (``corpus.json``: each file's path, line count and sha256); a run that recorded another
-    one is refused."""
+def load(config: RunConfig, run_dir: Path, world: World, resuming: bool = False) -> TrainingData:
+    """The run's data, prepared on rank 0 first (the other ranks then load the same cache). A run fine-tuned
+    from a parent (``train.init_from``, training/parent.py) prepares it with the parent's tokenizer. The run
+    directory records the corpus (``corpus.json``: each file's path, line count and sha256); a run that
+    recorded another one is refused."""
     dc, tc = config.data, config.train
+    parent = parent_of(config, resuming)
+    tokenizer_file = run_tokenizer(config, run_dir, parent)
     files = dc.files()
     valid_split = valid_split_name(config)
 
@@ -126,12 +132,12 @@ def load(config: RunConfig, run_dir: Path, world: World) -> TrainingData:
         if files is not None:
             return prepare_dataset(files=files, out_dir=recorded_out_dir(run_dir), vocab_size=dc.vocab_size,
                                    max_len=dc.max_len, tokenizer_sample=dc.tokenizer_sample, seed=dc.seed,
-                                   progress=progress)
+                                   progress=progress, tokenizer_path=tokenizer_file)
         return prepare_dataset(dc.dataset, splits=("train", dc.valid_split), data_dir=dc.data_dir,
                                out_dir=default_out_dir(dc.dataset, dc.direction, dc.vocab_size),
                                vocab_size=dc.vocab_size, max_len=dc.max_len, direction=dc.direction,
                                train_split=dc.train_split, tokenizer_sample=dc.tokenizer_sample, seed=dc.seed,
-                               progress=progress)
+                               progress=progress, tokenizer_path=tokenizer_file)
 
     if world.is_main:
         if files is not None and (run_dir / CORPUS_RECORD).is_file():  # a run resumed: before anything is prepared
@@ -156,11 +162,27 @@ def load(config: RunConfig, run_dir: Path, world: World) -> TrainingData:
             train.src_lengths, train.tgt_lengths, tc.max_tokens, lengths, seed=tc.seed, shuffle=True)
         valid_sampler: TokenBudgetSampler | BucketSampler = BucketSampler(
             valid.src_lengths, valid.tgt_lengths, tc.max_tokens, lengths, shuffle=False)
+    elif dc.train_weights:
+        weights = pair_weights(files.train, prepared.files[TRAIN], train.line_index, dc.train_weights)
+        sampler = WeightedSampler(train.src_lengths, train.tgt_lengths, weights, tc.max_tokens, seed=tc.seed)
+        valid_sampler = TokenBudgetSampler(valid.src_lengths, valid.tgt_lengths, tc.max_tokens, shuffle=False)
     else:
         sampler = TokenBudgetSampler(train.src_lengths, train.tgt_lengths, tc.max_tokens, seed=tc.seed, shuffle=True)
         valid_sampler = TokenBudgetSampler(valid.src_lengths, valid.tgt_lengths, tc.max_tokens, shuffle=False)
     return TrainingData(prepared.tokenizer, run_dir / "tokenizer.json", prepared.tokenizer_path, train, valid,
-                        prepared.corpora[valid_split], sampler, valid_sampler, corpus)
+                        prepared.corpora[valid_split], sampler, valid_sampler, corpus, parent)
+
+
+def pair_weights(split: FileSplit, record: SplitFingerprint, line_index: np.ndarray,
+                 weights: Sequence[float]) -> np.ndarray:
+    """The weight of each encoded training pair: the one of the part (of ``split``) its line came from."""
+    records, lines = iter(record.files), []
+    for part in split.parts:
+        lines.append(next(records).lines)
+        if not part.is_tsv:
+            next(records)  # the target file: as many lines
+    part_of_pair = np.searchsorted(np.cumsum(lines), line_index, side="right")
+    return np.asarray(weights, dtype=np.float64)[part_of_pair]
 
 
 def valid_split_name(config: RunConfig) -> str:
@@ -176,9 +198,11 @@ def split_texts(config: RunConfig, splits: Iterable[str], run_dir: Path | None =
     files = dc.files()
     if files is None:
         return {split: load_corpus(dc.dataset, split, dc.direction, data_dir=dc.data_dir) for split in splits}
+    # a fine-tuned run's data was prepared with its parent's tokenizer, which the run keeps a copy of
+    own_tokenizer = run_dir / "tokenizer.json" if run_dir and config.train.init_from else None
     prepared = prepare_dataset(files=files, out_dir=recorded_out_dir(run_dir) if run_dir else None,
                                vocab_size=dc.vocab_size, max_len=dc.max_len, tokenizer_sample=dc.tokenizer_sample,
-                               seed=dc.seed)
+                               seed=dc.seed, tokenizer_path=own_tokenizer)
     return {split: prepared.corpora[split] for split in splits}
 
 
@@ -210,6 +234,8 @@ def corpus_record(run_dir: Path, config: RunConfig, prepared: PreparedData) -> d
         record["splits"][name].update(files=[dataclasses.asdict(file) for file in files.files])
     if prepared.held_out is not None:
         record["splits"][VALID]["held_out"] = dataclasses.asdict(prepared.held_out)
+    if dc.train_weights:
+        record["splits"][TRAIN]["weights"] = list(dc.train_weights)
     path = run_dir / CORPUS_RECORD
     if path.is_file():
         earlier = read_json(path, "corpus record")

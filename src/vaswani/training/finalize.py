@@ -18,7 +18,10 @@ short translations come out, and BLEU's brevity penalty punishes short ones. So 
    ``selection.json`` (:class:`vaswani.evaluation.selection.Selection`);
 4. chooses the CTranslate2 quantization: the chosen search on the CPU in float32 and in int8, on the same split;
    int8 becomes the default (``search.json``) only when it scores within ``INT8_TOLERANCE_BLEU`` of float32;
-5. scores it on each of ``final_test_splits``, writing ``checkpoints/final/eval/<test set>/``.
+5. scores it on each of ``final_test_splits``, writing ``checkpoints/final/eval/<test set>/``;
+6. for a fine-tuned run (``train.init_from``) whose parent's run directory still holds its settings, scores
+   the final model and the parent with the chosen search on the parent's validation split, so that what
+   fine-tuning forgot is visible (``selection.json``'s ``parent_validation``).
 
 Nothing is chosen on a test split. ``vaswani finalize --run-dir RUN`` runs the same step on a finished run.
 """
@@ -41,12 +44,19 @@ from vaswani.errors import VaswaniError
 from vaswani.evaluation.average import average_checkpoints, last_checkpoints
 from vaswani.evaluation.evaluate import EVALUATIONS_FOLDER, TestSet, evaluate
 from vaswani.evaluation.metrics import CorpusScores, corpus_scores
-from vaswani.evaluation.selection import Candidate, Quantization, SearchTried, Selection, TestSetScores
+from vaswani.evaluation.selection import (
+    Candidate,
+    ParentValidation,
+    Quantization,
+    SearchTried,
+    Selection,
+    TestSetScores,
+)
 from vaswani.io import check_name, install_directory, staging_directory, write_manifest, writing
 from vaswani.model.serialization import CHECKPOINT_KIND
 from vaswani.training.checkpoint import STEP_NAME, nearest
-from vaswani.training.config import RunConfig
-from vaswani.training.data import split_texts, valid_split_name
+from vaswani.training.config import RunConfig, load_preset
+from vaswani.training.data import recorded_out_dir, split_texts, valid_split_name
 from vaswani.training.device_choices import decoding_batches
 
 FINAL = "final"
@@ -125,11 +135,12 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
         result, _ = evaluate(translator, test_set, folder, checkpoint=str(final))
         tests[test_set.name] = TestSetScores(result.bleu, result.chrf, result.length_ratio, result.signature,
                                              result.chrf_signature, result.sentences)
+    forgetting = parent_validation(config, translator, search, on_device, batches)
     selection = Selection(weights=chosen.weights, search=best_search.search, search_settings=best_search.settings,
                           valid_split=valid_split, valid_sentences=len(sources), valid=best_search.valid,
                           quantization=quantization, test=tests, candidates=weights, searches=tried,
                           cut_short_by_time=cut_short, seconds=round(time.perf_counter() - started, 1),
-                          languages=parse_direction(dc.direction).to_dict())
+                          languages=parse_direction(dc.direction).to_dict(), parent_validation=forgetting)
     selection.write(final)
     if cut_short:
         _say(f"final model: train.final_max_minutes={tc.final_max_minutes:g} ran out; chosen among the "
@@ -140,6 +151,35 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
         _say(f"{name}: BLEU {test.bleu:.2f}  chrF {test.chrf:.2f}  length ratio {test.length_ratio:.3f}  "
              f"({test.sentences} sentences; {test.signature})")
     return selection
+
+
+def parent_validation(config: RunConfig, fine_tuned: Translator, search: SearchConfig, options: EngineOptions,
+                      batches: dict[str, int]) -> ParentValidation | None:
+    """The fine-tuned ``fine_tuned`` and its parent, both with ``search``, on the first
+    ``train.final_valid_sentences`` of the parent's validation split; None for a run trained from scratch, or
+    where the parent's run directory (its ``config.yaml``, and for files its prepared data) is gone."""
+    if config.train.init_from is None:
+        return None
+    checkpoint = Path(config.train.init_from)
+    run_dir = checkpoint.parent.parent  # RUN/checkpoints/NAME
+    if not (run_dir / "config.yaml").is_file() or not checkpoint.is_dir():
+        _say(f"parent validation: left out, {run_dir} holds no run's settings any more")
+        return None
+    parent_config = load_preset(str(run_dir / "config.yaml"))
+    if parent_config.data.files() is not None and recorded_out_dir(run_dir) is None:
+        _say(f"parent validation: left out, the data {run_dir} prepared is gone")
+        return None
+    parent_config.data.data_dir = parent_config.data.data_dir or config.data.data_dir
+    split = valid_split_name(parent_config)
+    corpus = split_texts(parent_config, [split], run_dir)[split]
+    count = config.train.final_valid_sentences
+    sources, references = corpus.source[:count], corpus.target[:count]
+    parent = Translator.load(checkpoint, search, options, **batches)
+    result = ParentValidation(str(checkpoint), split, len(sources), _score(parent, sources, references),
+                              _score(fine_tuned, sources, references))
+    _say(f"parent validation ({split}, {len(sources)} sentences): BLEU {result.parent.bleu:.2f} before "
+         f"fine-tuning, {result.fine_tuned.bleu:.2f} after")
+    return result
 
 
 def choose_quantization(final: Path, search: SearchConfig, sources: list[str], references: list[str]) -> Quantization:

@@ -30,6 +30,7 @@ from vaswani.training.checkpoint import (
     load_trainer_state,
 )
 from vaswani.training.config import DataConfig, RunConfig, apply_settings
+from vaswani.training.parent import Parent
 from vaswani.training.rundir import check_start
 
 # A training setting changed at a resume: {"train.lr_factor": (old, new)}.
@@ -112,12 +113,15 @@ def check_resumable(config: RunConfig, checkpoint_dir: Path, state: dict[str, An
 
 
 def record_start(run_dir: Path, config: RunConfig, device: torch.device, precision: str, world_size: int,
-                 resumed: bool, changes: Changes) -> None:
-    """The resolved config, and one provenance line per start or resume (with the settings it changed)."""
+                 resumed: bool, changes: Changes, parent: Parent | None = None) -> None:
+    """The resolved config, and one provenance line per start or resume (with the settings it changed, and the
+    checkpoint a fine-tuned run started from)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(run_dir / "config.yaml", config.to_yaml())
     record = {**provenance(device), "precision": precision, "world_size": world_size,
               "torch_threads": torch.get_num_threads(), "resumed": resumed}
+    if parent is not None:
+        record["init_from"] = parent.record()
     if changes:
         record["changed_settings"] = {key: [old, new] for key, (old, new) in changes.items()}
     with (run_dir / PROVENANCE_FILE).open("a") as handle:

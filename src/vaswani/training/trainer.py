@@ -30,7 +30,6 @@ from vaswani.data.batching import Batch
 from vaswani.devices import device_type, resolve_device
 from vaswani.errors import VaswaniError
 from vaswani.evaluation.checkpoint_info import CheckpointMeta, ValidationResult
-from vaswani.model import Transformer
 from vaswani.precision import resolve_precision
 from vaswani.records import to_json
 from vaswani.training import data as training_data
@@ -42,6 +41,7 @@ from vaswani.training.device_choices import (CompilationWatch, compile_options, 
                                              training_module)
 from vaswani.training.distributed import World, init_world, rank_batches, ranks_identical, shutdown
 from vaswani.training.optim import build_optimizer
+from vaswani.training.parent import initial_model
 from vaswani.training.resume import (Progress, announce_resume, check_resumable, record_start, restore,
                                      trainer_state)
 from vaswani.training.schedule import build_scheduler
@@ -64,21 +64,20 @@ class Trainer:
         self.device = resolve_device(tc.device, self.world.local_rank)
         set_up_process(tc, self.device)
         self.precision = resolve_precision(tc.precision, self.device)
-        # The choices that depend on the device (training/device_choices.py), made before any work so that a
-        # refused one costs nothing.
+        # Device-dependent choices (training/device_choices.py) come before any work: a refusal then costs nothing
         self.defer_reads = defers_host_reads(tc.host_sync, self.device)
         self.compile_options = compile_options(tc.compile, tc.cuda_graphs, self.device, bool(tc.length_buckets))
         saved = load_trainer_state(self.run_dir) if resume else None
         self.resumed_from = saved[0] if saved is not None else None
         self.changed_settings = check_resumable(config, *saved, announce=self.world.is_main) if saved else {}
-        self.data = training_data.load(config, self.run_dir, self.world)
-        # the model reads the tokenizer's vocabulary: this Trainer's own config says so, its caller's is left as given
+        self.data = training_data.load(config, self.run_dir, self.world, resuming=resume)
+        # the data's vocabulary goes into this Trainer's own config; its caller's is left as given
         self.config = config = dataclasses.replace(config, model=dataclasses.replace(
             config.model, vocab_size=self.data.tokenizer.vocab_size, pad_id=self.data.tokenizer.pad_id))
         torch.manual_seed(tc.seed)  # identical initial weights on every rank
         random.seed(tc.seed)
         self.progress = Progress()
-        self.model = Transformer(config.model).to(self.device)
+        self.model = initial_model(config.model, self.data.parent, tc.freeze, self.device)
         self.optimizer = build_optimizer(self.model, tc, self.device)
         self.total_steps = self._planned_steps()
         self.scheduler = build_scheduler(self.optimizer, tc, config.model.d_model, self.total_steps,
@@ -123,7 +122,8 @@ class Trainer:
         always evaluated and saved (a stopped run only saved). Returns the run's summary."""
         if self.world.is_main:
             record_start(self.run_dir, self.config, self.device, self.precision, self.world.size,
-                         resumed=self.resumed_from is not None, changes=self.changed_settings)
+                         resumed=self.resumed_from is not None, changes=self.changed_settings,
+                         parent=self.data.parent)
             self.data.record_run_files(self.run_dir)
         started = time.perf_counter() - self.progress.elapsed_seconds
         summary = None

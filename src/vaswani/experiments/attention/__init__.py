@@ -12,7 +12,8 @@ Measured per variant, batch size and sequence length: forward+backward time and 
 the project's one count (``training.flops``). Then memory against the window k at one length, a whole-model
 training step per variant, and (``--train-steps N``) the same training run with each variant.
 
-``settings`` says what is measured, ``measure`` measures it, ``report`` writes it down, ``command`` is the CLI.
+``settings`` says what is measured, ``measure`` measures it into the records of ``results``, ``report`` writes
+them down, ``command`` is the CLI.
 """
 
 from vaswani.experiments.attention.command import add_arguments, run

@@ -15,6 +15,7 @@ from vaswani.data.commands import add_data_dir_argument
 from vaswani.errors import ConfigError
 from vaswani.experiments.attention import report
 from vaswani.experiments.attention.measure import measure
+from vaswani.experiments.attention.results import results_json
 from vaswani.experiments.attention.settings import CPU_DEFAULTS, GPU_DEFAULTS, SMOKE, AttentionSettings
 from vaswani.experiments.reporting import device_label, log, write_results
 from vaswani.precision import resolve_precision
@@ -94,18 +95,20 @@ def run(args: argparse.Namespace) -> int:
     precision = settings.precision
     log(f"attention: d_model {settings.d_model}, {settings.n_heads} heads, {precision} on {device_label(device)}")
     results = measure(settings, device)
-    points = results["microbenchmark"]
+    points = results.microbenchmark
     figures = {
         "time_vs_length": report.plot_against_length(points, settings, "seconds", "forward+backward time (s)",
                                                      device, precision),
         "memory_vs_length": report.plot_against_length(points, settings, "extra_memory",
                                                        "peak memory above inputs (MiB)", device, precision),
-        "memory_vs_window": report.plot_memory_against_window(results["window_sweep"], settings, device, precision),
+        "memory_vs_window": report.plot_memory_against_window(results.window_sweep, settings, device,
+                                                              precision),
     }
     readme = "\n".join(["# Attention backends: what this run shows", "",
                         *[f"- {line}" for line in report.findings(results, settings, device)], "",
                         "Numbers and method: [table.md](table.md); raw values: results.json."])
-    write_results(args.out, "attention", args.command_line, device, dataclasses.asdict(settings), results,
-                  report.table(settings, results, device, args.command_line), figures, readme=readme)
+    write_results(args.out, "attention", args.command_line, device, dataclasses.asdict(settings),
+                  results_json(results), report.table(settings, results, device, args.command_line), figures,
+                  readme=readme)
     report.print_summary(results, args.out)
     return 0

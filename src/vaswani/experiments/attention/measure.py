@@ -1,6 +1,7 @@
 """The measurements of `vaswani experiment attention`: one attention layer per variant, batch size and length
 (time, peak memory, FLOPs), the window k against memory, the backends' agreement, a whole-model training step per
-variant, and the same training run with each variant. Everything here computes; ``report`` writes it down."""
+variant, and the same training run with each variant. Everything here computes and hands the records of
+``results`` on; ``report`` writes them down."""
 
 from __future__ import annotations
 
@@ -9,12 +10,19 @@ import dataclasses
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from vaswani.config import ModelConfig
 from vaswani.devices import synchronize as sync
+from vaswani.experiments.attention.results import (
+    AttentionResults,
+    BackendAgreement,
+    FlopCheck,
+    LayerPoint,
+    ModelStep,
+    TrainingRun,
+)
 from vaswani.experiments.attention.settings import (
     SEED_NOISE_VARIANT,
     TRAINING_BLEU_SENTENCES,
@@ -43,9 +51,9 @@ from vaswani.model.attention import MultiHeadAttention
 from vaswani.model.masks import causal_mask, sliding_window_mask
 from vaswani.model.window import window_block
 from vaswani.precision import autocast
+from vaswani.training.callbacks import Callback
 from vaswani.training.flops import self_attention_flops
 from vaswani.training.step import DeferredStepResult, StepResult
-from vaswani.training.callbacks import Callback
 from vaswani.training.trainer import Trainer
 
 
@@ -63,9 +71,10 @@ def _layer(settings: AttentionSettings, backend: str, device: torch.device,
     return layer.to(device).train()
 
 
-def bench_point(settings: AttentionSettings, backend: str, window: int | None, batch: int, length: int,
-                device: torch.device, precision: str) -> dict[str, Any]:
-    """Forward+backward time and peak memory of one attention layer on a (batch, length, d_model) input."""
+def bench_point(settings: AttentionSettings, name: str, backend: str, window: int | None, batch: int,
+                length: int, device: torch.device, precision: str) -> LayerPoint:
+    """Forward+backward time and peak memory of one attention layer on a (batch, length, d_model) input, as
+    the point of the variant ``name``."""
     layer = _layer(settings, backend, device, window)
     generator = torch.Generator().manual_seed(1)
     x = torch.randn(batch, length, settings.d_model, generator=generator).to(device).requires_grad_(True)
@@ -83,14 +92,14 @@ def bench_point(settings: AttentionSettings, backend: str, window: int | None, b
     with track_peak_memory(device, live_at_start=tensor_bytes(x, grad, *layer.parameters())) as peak:
         step()
     flops = layer_training_flops(settings, batch, length, window)
-    return {"batch_size": batch, "length": length, "window": window, "status": "ok", "seconds": timing.median,
-            "all_seconds": timing.seconds, "peak_memory": peak.peak, "extra_memory": peak.above_start,
-            "score_matrix_bytes": batch * settings.n_heads * length**2 * 4, "flops": flops,
-            "tflops_per_s": flops / timing.median / 1e12}
+    return LayerPoint(name, backend, batch, length, window, "ok", seconds=timing.median,
+                      all_seconds=timing.seconds, peak_memory=peak.peak, extra_memory=peak.above_start,
+                      score_matrix_bytes=batch * settings.n_heads * length**2 * 4, flops=flops,
+                      tflops_per_s=flops / timing.median / 1e12)
 
 
 def backend_agreement(settings: AttentionSettings, batch: int, length: int, windowed: bool,
-                      device: torch.device) -> dict[str, Any]:
+                      device: torch.device) -> BackendAgreement:
     """Max |standard − sdpa| of the outputs and of the input gradients: same weights, same input, fp32, no
     dropout (eval mode), so any difference is floating-point rounding. With the window, also how far the blocked
     window is from the same layer given the full (T, T) band mask."""
@@ -108,18 +117,18 @@ def backend_agreement(settings: AttentionSettings, batch: int, length: int, wind
         return out.detach(), xb.grad
 
     (out_a, grad_a), (out_b, grad_b) = output_and_input_grad("standard"), output_and_input_grad("sdpa")
-    row = {"batch_size": batch, "length": length, "windowed": windowed,
-           "max_abs_diff_output": float((out_a - out_b).abs().max()),
-           "max_abs_diff_input_grad": float((grad_a - grad_b).abs().max()), "output_scale": float(out_a.abs().max())}
+    row = BackendAgreement(batch, length, windowed, max_abs_diff_output=float((out_a - out_b).abs().max()),
+                           max_abs_diff_input_grad=float((grad_a - grad_b).abs().max()),
+                           output_scale=float(out_a.abs().max()))
     if windowed:
         layer.window = None
         band = sliding_window_mask(length, length, settings.window, settings.causal, device=device)
         out_band, _ = output_and_input_grad("standard", band)
-        row["max_abs_diff_band_mask"] = float((out_a - out_band).abs().max())
+        row.max_abs_diff_band_mask = float((out_a - out_band).abs().max())
     return row
 
 
-def counted_flops(settings: AttentionSettings, batch: int, length: int, device: torch.device) -> dict[str, float]:
+def counted_flops(settings: AttentionSettings, batch: int, length: int, device: torch.device) -> FlopCheck:
     """FLOPs of a standard-backend forward+backward as torch.utils.flop_counter counts them, beside the rule's.
 
     The written-out backend computes every one of the T² scores and masks those causality forbids: the counter
@@ -135,15 +144,15 @@ def counted_flops(settings: AttentionSettings, batch: int, length: int, device: 
         out.sum().backward()
     allowed = int(causal_mask(length).sum()) if settings.causal else length * length
     masked = 3 * batch * 2 * 2 * settings.d_model * (length * length - allowed)
-    return {"batch_size": batch, "length": length, "counted": float(counter.get_total_flops()),
-            "rule": layer_training_flops(settings, batch, length), "masked": float(masked)}
+    return FlopCheck(batch, length, counted=float(counter.get_total_flops()),
+                     rule=layer_training_flops(settings, batch, length), masked=float(masked))
 
 
 def _window_of(settings: AttentionSettings, chosen: AttentionVariant) -> int | None:
     return settings.window if chosen.windowed else None
 
 
-def run_microbenchmark(settings: AttentionSettings, device: torch.device, precision: str) -> list[dict[str, Any]]:
+def run_microbenchmark(settings: AttentionSettings, device: torch.device, precision: str) -> list[LayerPoint]:
     """Every variant × batch × length, skipping lengths that the time cap or the memory guard rule out."""
     points = []
     for chosen in VARIANTS:
@@ -154,7 +163,7 @@ def run_microbenchmark(settings: AttentionSettings, device: torch.device, precis
     return points
 
 
-def window_sweep(settings: AttentionSettings, device: torch.device, precision: str) -> list[dict[str, Any]]:
+def window_sweep(settings: AttentionSettings, device: torch.device, precision: str) -> list[LayerPoint]:
     """Each backend at one length with every window k, narrowest first, then without a window: memory against k.
     In this order each point costs more than the one before, from which the time cap predicts it."""
     points = []
@@ -167,29 +176,28 @@ def window_sweep(settings: AttentionSettings, device: torch.device, precision: s
 
 def _series(settings: AttentionSettings, name: str, backend: str, window: int | None, batch: int,
             sizes: list[tuple[int, int | None]], device: torch.device, precision: str,
-            sweep: bool = False) -> list[dict[str, Any]]:
+            sweep: bool = False) -> list[LayerPoint]:
     """Measure (length, window) points in order; once one is ruled out (time cap, memory guard, out of memory),
     the later ones, which cost more, are reported with the same reason."""
-    points: list[dict[str, Any]] = []
-    previous: dict[str, Any] | None = None
+    points: list[LayerPoint] = []
+    previous: LayerPoint | None = None
     skip_reason = None
     for length, point_window in sizes:
         window = point_window if sweep else window
-        base = {"variant": name, "backend": backend, "batch_size": batch, "length": length, "window": window}
         skip_reason = skip_reason or _skip(settings, backend, window, batch, length, previous, device)
         if skip_reason:
-            points.append({**base, "status": skip_reason})
+            points.append(LayerPoint(name, backend, batch, length, window, skip_reason))
             continue
         point, out_of_memory = unless_out_of_memory(
-            lambda: bench_point(settings, backend, window, batch, length, device, precision), device)
+            lambda: bench_point(settings, name, backend, window, batch, length, device, precision), device)
         if out_of_memory:
             skip_reason = "out of memory"
-            points.append({**base, "status": skip_reason})
+            points.append(LayerPoint(name, backend, batch, length, window, skip_reason))
             continue
-        points.append({**base, **point})
+        points.append(point)
         previous = point
-        log(f"  {name:>16} B={batch:<3} T={length:<6} k={window or '-':<5} {1000 * point['seconds']:10.2f} ms  "
-            f"{point['extra_memory'] / MiB:10.1f} MiB")
+        log(f"  {name:>16} B={batch:<3} T={length:<6} k={window or '-':<5} {1000 * point.seconds:10.2f} ms  "
+            f"{point.extra_memory / MiB:10.1f} MiB")
     return points
 
 
@@ -202,13 +210,13 @@ def scores_per_query(length: int, window: int | None, causal: bool) -> int:
 
 
 def _skip(settings: AttentionSettings, backend: str, window: int | None, batch: int, length: int,
-          previous: dict | None, device: torch.device) -> str | None:
+          previous: LayerPoint | None, device: torch.device) -> str | None:
     """Why this point is not measured, or None. Time grows at most with the square of the length (or the
     window); the memory guard keeps a CPU run from pushing the machine into swap (CUDA reports OOM by itself)."""
     if previous is not None:
         growth = (length * scores_per_query(length, window, settings.causal)) / (
-            previous["length"] * scores_per_query(previous["length"], previous["window"], settings.causal))
-        predicted = previous["seconds"] * max(growth, length / previous["length"])
+            previous.length * scores_per_query(previous.length, previous.window, settings.causal))
+        predicted = previous.seconds * max(growth, length / previous.length)
         if predicted * (settings.warmup + 1) > settings.max_seconds:
             return f"skipped: predicted {predicted:.1f} s per step exceeds the {settings.max_seconds:g} s cap"
     materialises = backend == "standard" or settings.dropout > 0  # CPU SDPA + dropout: math fallback
@@ -221,7 +229,7 @@ def _skip(settings: AttentionSettings, backend: str, window: int | None, batch: 
 
 
 # ---- the whole model: one training step per variant ---------------------------------------------------------
-def model_steps(settings: AttentionSettings, device: torch.device, precision: str) -> list[dict[str, Any]]:
+def model_steps(settings: AttentionSettings, device: torch.device, precision: str) -> list[ModelStep]:
     rows = []
     for length in settings.model_lengths:
         batch_size = max(1, settings.model_tokens // length)
@@ -229,26 +237,28 @@ def model_steps(settings: AttentionSettings, device: torch.device, precision: st
             base = ModelConfig.preset(settings.model_preset)
             config = dataclasses.replace(base, attention=chosen.backend, max_len=max(base.max_len, length),
                                          sliding_window=_window_of(settings, chosen))
-            row = {"variant": chosen.name, "length": length, "batch_size": batch_size}
-            measured, out_of_memory = unless_out_of_memory(
-                lambda: _model_step(config, batch_size, length, settings, device, precision), device)
-            row.update({"status": "out of memory"} if out_of_memory else measured)
+            row, out_of_memory = unless_out_of_memory(
+                lambda: _model_step(chosen.name, config, batch_size, length, settings, device, precision),
+                device)
+            if out_of_memory:
+                row = ModelStep(chosen.name, length, batch_size, "out of memory")
             free_memory(device)  # the step's model and optimizer are gone now; return their GPU blocks
             rows.append(row)
-            if "seconds" in row:
-                log(f"  model {chosen.name:>16} {batch_size}×{length}: {1000 * row['seconds']:9.1f} ms/step, "
-                    f"peak {row['peak_memory'] / MiB:8.1f} MiB")
+            if row.ok:
+                log(f"  model {chosen.name:>16} {batch_size}×{length}: {1000 * row.seconds:9.1f} ms/step, "
+                    f"peak {row.peak_memory / MiB:8.1f} MiB")
     return rows
 
 
-def _model_step(config: ModelConfig, batch_size: int, length: int, settings: AttentionSettings,
-                device: torch.device, precision: str) -> dict[str, Any]:
+def _model_step(name: str, config: ModelConfig, batch_size: int, length: int, settings: AttentionSettings,
+                device: torch.device, precision: str) -> ModelStep:
     step = TrainingStep(config, device, precision)
     batch = synthetic_batch(config.vocab_size, batch_size, length, length, device)
     timing = time_call(lambda: step(batch), device, max(settings.warmup, 1), settings.repeats, settings.max_seconds)
     peak = step.peak_memory(batch)
-    return {"status": "ok", "seconds": timing.median, "tokens_per_s": batch_size * length / timing.median,
-            "peak_memory": peak.peak, "parameters": sum(p.numel() for p in step.model.parameters())}
+    return ModelStep(name, length, batch_size, "ok", seconds=timing.median,
+                     tokens_per_s=batch_size * length / timing.median, peak_memory=peak.peak,
+                     parameters=sum(p.numel() for p in step.model.parameters()))
 
 
 # ---- the same training run with each variant ----------------------------------------------------------------
@@ -284,7 +294,7 @@ class UpdateTimer(Callback):
         self.updates_seen += 1
 
 
-def training_comparison(settings: AttentionSettings, device: torch.device) -> list[dict[str, Any]]:
+def training_comparison(settings: AttentionSettings, device: torch.device) -> list[TrainingRun]:
     rows = []
     for name in TRAINING_VARIANTS:
         rows.append(_train_variant(settings, name, device))
@@ -292,7 +302,7 @@ def training_comparison(settings: AttentionSettings, device: torch.device) -> li
     return rows
 
 
-def _train_variant(settings: AttentionSettings, name: str, device: torch.device) -> dict[str, Any]:
+def _train_variant(settings: AttentionSettings, name: str, device: torch.device) -> TrainingRun:
     """Train ``settings.train_preset`` for ``train_steps`` updates with one attention variant.
 
     The Trainer runs unchanged; an :class:`UpdateTimer` callback times every update (synchronised) and, on CPU,
@@ -330,21 +340,21 @@ def _train_variant(settings: AttentionSettings, name: str, device: torch.device)
         valid = [r for r in read_metrics(Path(run_dir) / "metrics.jsonl") if r["kind"] == "valid"]
         parameters = trainer.model.num_parameters()
     timed = times[1:] if len(times) > 1 else times  # the first update also warms up kernels and the allocator
-    return {"variant": name, "steps": summary.step, "stop_reason": summary.stop_reason.value,
-            "seconds_per_batch": sum(timed) / len(timed) if timed else None, "update_seconds": times,
-            "total_seconds": total, "peak_memory": peak, "parameters": parameters,
-            "final_val_loss": valid[-1]["loss"] if valid else None,
-            "final_val_nll": valid[-1]["nll"] if valid else None,
-            "final_val_bleu": valid[-1].get("bleu") if valid else None, "bleu_sentences": bleu_sentences,
-            "seed": seed}
+    return TrainingRun(name, summary.step, summary.stop_reason.value,
+                       seconds_per_batch=sum(timed) / len(timed) if timed else None, update_seconds=times,
+                       total_seconds=total, peak_memory=peak, parameters=parameters,
+                       final_val_loss=valid[-1]["loss"] if valid else None,
+                       final_val_nll=valid[-1]["nll"] if valid else None,
+                       final_val_bleu=valid[-1].get("bleu") if valid else None, bleu_sentences=bleu_sentences,
+                       seed=seed)
 
 
-# ---- everything, in one results dict -------------------------------------------------------------------------
+# ---- everything, in one record -----------------------------------------------------------------------------
 def _gap(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else abs(a - b)
 
 
-def measure(settings: AttentionSettings, device: torch.device) -> dict[str, Any]:
+def measure(settings: AttentionSettings, device: torch.device) -> AttentionResults:
     """Every measurement of one run, as written to results.json."""
     precision = settings.precision
     points = run_microbenchmark(settings, device, precision)
@@ -355,16 +365,16 @@ def measure(settings: AttentionSettings, device: torch.device) -> dict[str, Any]
     flop_check = counted_flops(settings, settings.batch_sizes[0], settings.lengths[0], device)
     model_rows = model_steps(settings, device, precision)
     training = training_comparison(settings, device) if settings.train_steps > 0 else []
-    results = {"device": device_label(device), "precision": precision, "microbenchmark": points,
-               "window_sweep": sweep, "agreement": agreement,
-               "max_abs_diff_output": max(a["max_abs_diff_output"] for a in agreement),
-               "max_abs_diff_input_grad": max(a["max_abs_diff_input_grad"] for a in agreement),
-               "max_abs_diff_band_mask": max(a["max_abs_diff_band_mask"] for a in agreement if a["windowed"]),
-               "flop_counter_check": flop_check, "model_step": model_rows, "training": training,
-               "memory_method": memory_method(device)}
+    results = AttentionResults(
+        device_label(device), precision, points, sweep, agreement,
+        max_abs_diff_output=max(a.max_abs_diff_output for a in agreement),
+        max_abs_diff_input_grad=max(a.max_abs_diff_input_grad for a in agreement),
+        max_abs_diff_band_mask=max(a.max_abs_diff_band_mask for a in agreement if a.windowed),
+        flop_counter_check=flop_check, model_step=model_rows, training=training,
+        memory_method=memory_method(device))
     if training:
-        losses = {r["variant"]: r["final_val_loss"] for r in training}
-        results["val_loss_gap_standard_vs_sdpa"] = _gap(losses.get("standard"), losses.get("sdpa"))
-        results["val_loss_gap_window_vs_sdpa"] = _gap(losses.get("sdpa+window"), losses.get("sdpa"))
-        results["val_loss_gap_seed"] = _gap(losses.get(SEED_NOISE_VARIANT), losses.get("sdpa"))
+        losses = {r.variant: r.final_val_loss for r in training}
+        results.val_loss_gap_standard_vs_sdpa = _gap(losses.get("standard"), losses.get("sdpa"))
+        results.val_loss_gap_window_vs_sdpa = _gap(losses.get("sdpa+window"), losses.get("sdpa"))
+        results.val_loss_gap_seed = _gap(losses.get(SEED_NOISE_VARIANT), losses.get("sdpa"))
     return results
