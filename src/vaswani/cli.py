@@ -71,7 +71,8 @@ FLAGS = {
         "nbest", "alpha", "length_norm", "max_len_a", "max_len_b", "repetition_penalty", "no_repeat_ngram",
         "precision", "sample", "top_k", "top_p", "temperature", "seed")},
     **{f"serve.{name}": f"--{name.replace('_', '-')}" for name in (
-        "max_chars", "max_texts", "max_body_bytes", "max_queue", "max_beam", "max_request_tokens", "batch_wait_ms",
+        "max_chars", "max_texts", "max_body_bytes", "max_queue", "max_beam", "max_request_tokens",
+        "max_attention_bytes", "batch_wait_ms",
         "max_batch_sentences", "max_batch_tokens", "workers", "parallel_batches")},
 }
 

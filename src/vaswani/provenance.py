@@ -54,7 +54,7 @@ def first_training_start(run_dir: Path) -> dict[str, Any]:
             continue
         try:
             record = json.loads(line)
-        except json.JSONDecodeError:
+        except ValueError:  # not JSON, or a whole number too long for Python to read
             record = None
         if not isinstance(record, dict):
             raise VaswaniError(f"{path}:{number}: not a provenance record (a JSON object); the file is damaged")

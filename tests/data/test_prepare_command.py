@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 
 from vaswani.cli import main
 from vaswani.data.pipeline import prepare_dataset
+from vaswani.io import write_manifest
 
 
 def test_prepare_multi30k_end_to_end_then_cache(data_dir, tmp_path, capsys):
@@ -60,3 +62,31 @@ def test_prepare_errors_are_one_line(tmp_path, capsys, data_dir):
     assert err.startswith("vaswani prepare: error: dataset 'iwslt' has no 'train' split") and "\n" not in err
     assert main(["prepare", "--src", str(tmp_path / "missing.de"), "--out", str(tmp_path)]) == 2
     assert "needs both a source file and a target file" in capsys.readouterr().err
+
+
+def test_prepare_own_files_without_out_as_documented(write_lines, tmp_path, monkeypatch, capsys):
+    # docs/training.md: `vaswani prepare --src train.fr --tgt train.en --vocab-size 32000`, no --out: the
+    # prepared data goes to runs/data/local-<key>-fr-en-<vocab> below the current folder.
+    write_lines("train.fr", ["Un chien court dans le parc.", "Un chat dort."] * 60)
+    write_lines("train.en", ["A dog runs in the park.", "A cat sleeps."] * 60)
+    monkeypatch.chdir(tmp_path)
+    assert main(["prepare", "--src", "train.fr", "--tgt", "train.en", "--vocab-size", "300"]) == 0
+    out = capsys.readouterr().out
+    (prepared,) = (tmp_path / "runs" / "data").iterdir()
+    assert prepared.name.startswith("local-") and prepared.name.endswith("-fr-en-300")
+    assert (prepared / "tokenizer.json").is_file()
+    assert f"cache: {Path('runs') / 'data' / prepared.name}" in out
+
+
+def test_prepare_own_files_default_folder_is_checked(write_lines, tmp_path, monkeypatch, capsys):
+    # the folder the default lands in must not lie inside something vaswani wrote (here: a checkpoint)
+    write_lines("train.fr", ["Un chien court dans le parc."] * 20)
+    write_lines("train.en", ["A dog runs in the park."] * 20)
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    write_manifest(checkpoint, "checkpoint")
+    monkeypatch.chdir(checkpoint)
+    assert main(["prepare", "--src", str(tmp_path / "train.fr"), "--tgt", str(tmp_path / "train.en")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "the default folder runs/data lies inside" in err and "checkpoint" in err
+    assert sorted(p.name for p in checkpoint.iterdir()) == ["vaswani.json"]

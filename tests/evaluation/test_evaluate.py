@@ -133,3 +133,24 @@ def test_compare_tabulates_evaluations_with_their_commands(tiny_checkpoint, test
     expected = json.loads((greedy / "results.json").read_text())["bleu"]
     assert summary[0]["bleu"] == expected and "vaswani evaluate" in summary[1]["command"]
     assert main(["compare", str(tmp_path / "missing"), "--out", str(tmp_path / "x")]) == 2
+
+
+def test_a_reference_line_longer_than_any_translation_is_cut_like_the_sources(tiny_checkpoint, test_files,
+                                                                             tmp_path, capsys):
+    from vaswani.decoding.translator import Translator
+    from vaswani.evaluation.evaluate import longest_hypothesis_chars
+
+    src, ref = test_files
+    limit = longest_hypothesis_chars(Translator.load(tiny_checkpoint))
+    lines = ref.read_text(encoding="utf-8").splitlines()
+    lines[3] = "a dog " * (limit // 6 + 1000)  # far past any translation of the tiny model
+    huge = tmp_path / "test20.en"
+    huge.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert main(["evaluate", "--checkpoint", str(tiny_checkpoint), "--src", str(src), "--ref", str(huge),
+                 "--out", str(tmp_path / "ev"), "--json", "--device", "cpu"]) == 0
+    captured = capsys.readouterr()
+    assert (f"warning: 1 reference line(s) longer than {limit:,} characters, more than any translation can "
+            "be, were cut there (the first: line 4)") in captured.err
+    hypotheses = (tmp_path / "ev" / "hypotheses.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    cut = lines[:3] + [lines[3][:limit]] + lines[4:]
+    assert json.loads(captured.out)["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hypotheses, [cut]).score)

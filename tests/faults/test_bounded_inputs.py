@@ -86,6 +86,15 @@ def test_a_device_or_an_oversized_file_is_refused_before_it_is_read(run, assert_
     assert list(inputs["out"].iterdir()) == []  # nothing written
 
 
+@pytest.mark.parametrize("reader", READERS)
+def test_a_loop_of_links_as_an_input_is_one_line(run, assert_one_line, inputs, tmp_path, reader: str) -> None:
+    loop = tmp_path / "loop.de"
+    loop.symlink_to(loop.name)
+    code, _, err = run(*READERS[reader](loop, inputs))
+    assert_one_line(code, err, 2, "loop.de")
+    assert list(inputs["out"].iterdir()) == []
+
+
 @pytest.mark.parametrize("kind", ["device", "oversized"])
 def test_standard_input_that_is_a_device_or_too_large_is_refused(run, assert_one_line, inputs, oversized,
                                                                  monkeypatch, kind: str) -> None:

@@ -130,7 +130,8 @@ def test_a_lone_surrogate_is_a_422_naming_the_item(client) -> None:
 
 
 def test_attention_checks_its_input_too(client) -> None:
-    for body, field in (({"text": ""}, "text"), ({"text": "a", "nbest": 2}, "nbest"), ({"text": "a", "texts": ["a"]}, "texts")):
+    for body, field in (({"text": ""}, "text"), ({"text": "a", "nbest": 2}, "nbest"),
+                        ({"text": "a", "texts": ["a"]}, "texts")):
         answer = client.post("/v1/attention", json=body)
         assert answer.status_code == 422 and answer.json()["error"]["field"] == field
 
@@ -316,3 +317,22 @@ def test_sampling_requests_draw_reproducibly_and_bad_settings_name_their_field(c
                        ({"sample": True, "top_p": 0}, "top_p"), ({"sample": True, "nbest": 5}, "nbest")):
         answer = client.post("/v1/translate", json={"text": SENTENCE, **bad})
         assert answer.status_code == 422 and answer.json()["error"]["field"] == field, answer.text
+
+
+def test_an_attention_answer_over_its_byte_bound_is_a_422_naming_the_text(tiny_checkpoint) -> None:
+    from vaswani.serve.attention import attention_bytes
+
+    translator = Translator.load(tiny_checkpoint, options=EngineOptions(device="cpu"))
+    tokens = len(translator.encode([SENTENCE])[0])
+    search = replace(translator.config, max_len_a=0.0, max_len_b=6)
+    most = attention_bytes(translator, tokens, search, "torch")
+    settings = ServeSettings(max_attention_bytes=most, engine_options=ON_CPU)
+    with TestClient(create_app(tiny_checkpoint, settings)) as bounded:
+        fits = bounded.post("/v1/attention", json={"text": SENTENCE, "attention_from": "torch", **SHORT})
+        over = bounded.post("/v1/attention", json={"text": SENTENCE, "attention_from": "torch",
+                                                   "max_len_a": 0.0, "max_len_b": 7})
+    assert fits.status_code == 200 and len(fits.content) <= most, fits.text
+    assert over.status_code == 422 and over.json()["error"]["field"] == "text"
+    assert over.json()["error"]["message"].endswith(
+        f"at most {most:,} (the server's max_attention_bytes): send a shorter text or a lower "
+        "max_len_a/max_len_b")

@@ -1,12 +1,17 @@
 """`vaswani bench data` on a tiny corpus: the prepare it times as a user runs it, each phase's CPU over wall
 seconds (the cores it kept busy) in its results and table, and the progress of the command shown as it
-runs."""
+runs; and the whole command as docs/benchmarks.md shows it, whose documented `vaswani prepare --src … --tgt …`
+(no --out) must work, with relative --work and --out, each checked by the output rule."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
+from pathlib import Path
 
+from vaswani.cli import main
+from vaswani.io import write_manifest
 from vaswani.tools.data_benchmark import measure_prepare, render_table
 
 PHASES = ["reading", "checking", "tokenizer", "encoding"]
@@ -36,3 +41,28 @@ def test_each_phase_of_prepare_reports_its_cpu_over_wall_seconds(tmp_path, capfd
     table = render_table({"settings": settings, "command": "vaswani bench data", "rows": [row]})
     header, _, line = table.splitlines()[4:7]
     assert "| CPU/wall by phase |" in header and "| tokenizer 1.00, encoding 1.93 |" in line
+
+
+def test_bench_data_runs_its_documented_commands(tmp_path: Path, data_dir: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("VASWANI_DATA", str(data_dir))
+    monkeypatch.setenv("VASWANI_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    code = main(["bench", "data", "--pairs", "200", "--vocab-size", "300", "--max-len", "64",
+                 "--work", "work", "--out", "results"])
+    assert code == 0, capsys.readouterr().err
+    (row,) = json.loads((tmp_path / "results" / "results.json").read_text())["rows"]
+    assert row["pairs"] == 200 and row["prepare"]["phases"]["encoding"] >= 0
+    assert row["train"]["first_update_seconds"] is not None
+    (prepared,) = (tmp_path / "work" / "size-200" / "runs" / "data").iterdir()
+    assert (prepared / "tokenizer.json").is_file()
+
+
+def test_bench_data_work_folder_is_checked(tmp_path: Path, data_dir: Path, capsys) -> None:
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    write_manifest(checkpoint, "checkpoint")
+    code = main(["bench", "data", "--pairs", "200", "--work", str(checkpoint / "work"),
+                 "--data-dir", str(data_dir)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err and "--work" in err and "a checkpoint vaswani wrote" in err
+    assert sorted(p.name for p in checkpoint.iterdir()) == ["vaswani.json"]

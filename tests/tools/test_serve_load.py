@@ -64,3 +64,26 @@ def test_the_report_reads_ratios_per_repeat_and_states_each_target_with_its_ceil
     text = table(test, summary)
     assert "| 1x2x1 | 8 | 110.00 (100.00–120.00) | 0.88× (0.80–0.96) |" in text
     assert "load average (1 minute, every job on it) at the end of the runs: 1.0–1.0 on 2 cores" in text
+
+
+def test_layouts_none_skips_the_comparison_and_the_torch_engine_leaves_out_parallel_batches() -> None:
+    from vaswani.tools.serve_load import parse_layouts, runnable_layouts
+
+    assert parse_layouts(None) is None and parse_layouts(["none"]) == parse_layouts([]) == []
+    assert [layout.name for layout in parse_layouts(["1x2x1", "2x1x1"])] == ["1x2x1", "2x1x1"]
+    layouts = layouts_for(2)
+    kept, left_out = runnable_layouts(layouts, "torch")
+    assert [layout.name for layout in kept] == ["1x1x1", "1x1x2", "2x1x1"]
+    assert [layout.name for layout in left_out] == ["1x2x1"]
+    assert runnable_layouts(layouts, "ctranslate2") == (layouts, [])
+
+
+def test_serve_bench_takes_layouts_none(monkeypatch, tmp_path, tiny_checkpoint) -> None:
+    from vaswani.cli import main
+    from vaswani.tools import serve_load
+
+    seen = {}
+    monkeypatch.setattr(serve_load, "run_load_test", lambda *args, **kwargs: seen.update(kwargs))
+    assert main(["serve-bench", "--checkpoint", str(tiny_checkpoint), "--layouts", "none",
+                 "--out", str(tmp_path / "bench")]) == 0
+    assert seen["layouts"] == []

@@ -12,8 +12,15 @@ from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError
 from vaswani.model import Transformer
 from vaswani.training.config import apply_settings, load_preset
-from vaswani.training.device_choices import (CompilationCounts, CompilationWatch, compile_options, decoding_batches,
-                                             defers_host_reads, loss_over_all_positions, recompile_limit)
+from vaswani.training.device_choices import (
+    CompilationCounts,
+    CompilationWatch,
+    compile_options,
+    decoding_batches,
+    defers_host_reads,
+    loss_over_all_positions,
+    recompile_limit,
+)
 from vaswani.training.loss import TranslationLoss
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
@@ -134,3 +141,17 @@ def test_a_compiled_run_records_what_compiling_did_in_its_summary(tmp_path, data
     assert summary.compilation == CompilationCounts(graphs=shapes, recompiles=shapes - 1, graph_breaks=0,
                                                     cuda_graph_replays=0, cuda_graph_skips=0,
                                                     cuda_graph_non_static_inputs=0)
+
+
+def test_more_threads_than_cores_is_refused_before_the_run_directory_is_touched(tmp_path, capsys) -> None:
+    from vaswani.cli import main
+    from vaswani.provenance import usable_cores
+
+    cores = usable_cores()
+    code = main(["train", "--preset", "smoke", "--run-dir", str(tmp_path / "run"),
+                 "--set", f"train.num_threads={cores + 1}"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err == (
+        f"vaswani train: error: train.num_threads={cores + 1}: more than the {cores} core(s) this process "
+        f"may use; give at most {cores}, or leave it unset (one thread per core)")
+    assert not (tmp_path / "run").exists()  # no lock, no manifest

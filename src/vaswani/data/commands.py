@@ -72,6 +72,7 @@ class CorpusArguments:
 def corpus_arguments(args: argparse.Namespace) -> CorpusArguments | None:
     """The files the corpus options name, checked for pairing (one-line errors), or None when none is named."""
     from vaswani.errors import ConfigError
+    from vaswani.io import check_name
 
     src, tgt = getattr(args, "src", []) or [], getattr(args, "tgt", []) or []
     if len(src) != len(tgt):
@@ -88,7 +89,8 @@ def corpus_arguments(args: argparse.Namespace) -> CorpusArguments | None:
     valid = (valid_tsv,) if valid_tsv else (valid_src, valid_tgt) if valid_src else ()
     tests: dict[str, tuple[Path, ...]] = {}
     for part in [*zip(test_src, test_tgt), *((p,) for p in args.test_tsv)]:
-        name = test_set_name(part[0])
+        option = "--test-src" if len(part) == 2 else "--test-tsv"
+        name = check_name(test_set_name(part[0]), f"{option} {part[0]}")
         if name in tests:
             raise ConfigError(f"two test sets are named {name!r} (by their files' names up to the first dot); rename "
                               "one of the files")
@@ -160,18 +162,29 @@ def register(subparsers) -> None:
 
 def run_prepare(args: argparse.Namespace) -> int:
     # lazy: keeps `vaswani --help` fast
-    from vaswani.data.pipeline import PREPARED_FILES, local_corpus, prepare_dataset, prepared_out_dir
+    from vaswani.data.pipeline import (
+        PREPARED_FILES,
+        PREPARED_ROOT,
+        local_corpus,
+        prepare_dataset,
+        prepared_out_dir,
+    )
     from vaswani.data.prepared_tokenizer import PREPARED_KIND
     from vaswani.errors import ConfigError
     from vaswani.io import check_output
 
     corpus = corpus_arguments(args)
-    # a corpus of the user's files goes, by default, to a folder keyed by their content (known once they are read)
-    out = None
+    inputs = [*corpus_files(args), args.tokenizer, args.data_dir]
     if args.out is not None or corpus is None:
         out = prepared_out_dir(args.out, args.dataset, args.direction, args.vocab_size)
         check_output(out, command="prepare", writes="files", kind=PREPARED_KIND, names=PREPARED_FILES,
-                     inputs=[*corpus_files(args), args.tokenizer, args.data_dir], explicit=args.out is not None)
+                     inputs=inputs, explicit=args.out is not None)
+    else:
+        # A corpus of the user's files goes to a folder of PREPARED_ROOT keyed by their content, known only
+        # once they are read: the folder that will hold it is checked now, before any work.
+        out = None
+        check_output(PREPARED_ROOT, command="prepare", writes="files", inputs=inputs, explicit=False,
+                     option="the default folder")
     _log_to_stderr()
     start = time.perf_counter()
     splits = [name.strip() for name in args.splits.split(",") if name.strip()]

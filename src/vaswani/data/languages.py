@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from vaswani.errors import ConfigError
+from vaswani.errors import ConfigError, VaswaniError
 
 CODE = re.compile(r"[a-z]{2,3}(?:_[A-Za-z0-9]{2,8})*")
 CODE_FORMAT = "an ISO 639 code of 2 or 3 lowercase letters, optionally with _SCRIPT or _REGION (fr, yue, zh_Hant)"
@@ -119,15 +119,15 @@ def recorded_languages(path: str | Path) -> LanguagePair | None:
     """The language pair a run recorded, for its run directory or a checkpoint inside it (``RUN/checkpoints/X``):
     from its ``corpus.json``, else from its ``config.yaml`` (``data.direction``); None when neither says (a
     checkpoint copied out of its run)."""
-    import json
+    from vaswani.io import read_json
 
     path = Path(path).resolve()
     for run in (path, path.parent.parent):
         try:
-            record = json.loads((run / CORPUS_RECORD).read_text(encoding="utf-8"))
+            record = read_json(run / CORPUS_RECORD, "corpus record")
             languages = record["languages"]
             return LanguagePair(check_code(languages["source"], "source"), check_code(languages["target"], "target"))
-        except (OSError, ValueError, KeyError, TypeError, ConfigError):
+        except (VaswaniError, KeyError, TypeError):
             pass
         direction = _configured_direction(run / "config.yaml")
         if direction is not None:
@@ -136,10 +136,10 @@ def recorded_languages(path: str | Path) -> LanguagePair | None:
 
 
 def _configured_direction(config_file: Path) -> LanguagePair | None:
-    import yaml
+    from vaswani.io import read_yaml
 
     try:
-        config = yaml.safe_load(config_file.read_text(encoding="utf-8"))
+        config = read_yaml(config_file, "run's settings")
         return parse_direction(config["data"]["direction"])
-    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError, ConfigError):
+    except (VaswaniError, KeyError, TypeError):
         return None

@@ -31,7 +31,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from vaswani.data.registry import DEFAULT_DATASET, LOCAL, default_vocab_size, get_dataset, parse_direction
+from vaswani.data.cache import EncodedCorpus, cache_path, load_cached, save_encoded
 from vaswani.data.corpora import CorpusInfo, ParallelCorpus, load_corpus, wmt17_train_files
 from vaswani.data.download import resolve_file
 from vaswani.data.files import (
@@ -47,17 +47,18 @@ from vaswani.data.files import (
 )
 from vaswani.data.languages import LanguagePair, pair_from_files
 from vaswani.data.languages import parse_direction as parse_pair
-from vaswani.data.cache import EncodedCorpus, cache_path, load_cached, save_encoded
-from vaswani.data.prepared_tokenizer import PREPARED_KIND, TOKENIZER_FILE, TOKENIZER_INFO_FILE, prepared_tokenizer, train_prepared_tokenizer
+from vaswani.data.prepared_tokenizer import (
+    PREPARED_KIND,
+    TOKENIZER_FILE,
+    TOKENIZER_INFO_FILE,
+    prepared_tokenizer,
+    train_prepared_tokenizer,
+)
 from vaswani.data.preprocess import DEFAULT_MAX_LEN, prepare, prepare_files
+from vaswani.data.registry import DEFAULT_DATASET, LOCAL, default_vocab_size, get_dataset, parse_direction
 from vaswani.data.tokenizer import MIN_VOCAB_SIZE, Tokenizer
 from vaswani.errors import ConfigError, DataError
-from vaswani.io import (
-    MANIFEST_FILE,
-    file_sha256,
-    probe_writable,
-    read_manifest,
-)
+from vaswani.io import MANIFEST_FILE, check_output, file_sha256, read_manifest
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +103,7 @@ class PreparedData:
 
 
 def default_out_dir(dataset: str, direction: str, vocab_size: int) -> Path:
-    return Path("runs") / "data" / f"{dataset}-{direction}-{vocab_size}"
+    return PREPARED_ROOT / f"{dataset}-{direction}-{vocab_size}"
 
 
 def prepared_out_dir(out_dir: str | Path | None, dataset: str, direction: str, vocab_size: int | None) -> Path:
@@ -113,6 +114,7 @@ def prepared_out_dir(out_dir: str | Path | None, dataset: str, direction: str, v
     return default_out_dir(dataset, direction, vocab_size if vocab_size is not None else default_vocab_size(dataset))
 
 
+PREPARED_ROOT = Path("runs") / "data"  # prepared data when no folder is named, below the current one
 PREPARED_FILES = (TOKENIZER_FILE, TOKENIZER_INFO_FILE, MANIFEST_FILE, "cache")  # what prepare writes into its folder
 
 
@@ -276,12 +278,14 @@ class _Settings:
     progress: bool
 
 
-def _out_directory(out: Path) -> Path:
+def _out_directory(out: Path, inputs: Sequence[Path] = ()) -> Path:
+    """``out`` under the output rule (io's check_output), whoever chose it: an option, a default, a record."""
     kind = read_manifest(out).kind if (out / MANIFEST_FILE).is_file() else PREPARED_KIND
     if kind != PREPARED_KIND:  # a checkpoint's tokenizer.json is not prepared data, and its folder is no cache
         raise ConfigError(f"{out} is a {kind} (see its {MANIFEST_FILE}), not a prepared-data directory; pick another "
                           "output directory")
-    probe_writable(out, f"output directory {out}")  # made when the first file is written: a refusal leaves none
+    check_output(out, command="prepare", writes="files", kind=PREPARED_KIND, names=PREPARED_FILES,
+                 inputs=inputs, option="prepared data in")  # made by the first file: a refusal leaves none
     return out
 
 
@@ -328,7 +332,8 @@ def _prepare_files(corpus: FileCorpus, out_dir: str | Path | None, tokenizer_pat
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
     direction = corpus.languages.direction
     out = _out_directory(Path(out_dir) if out_dir is not None else
-                         default_out_dir(f"{corpus.name}-{key[:12]}", direction, settings.vocab_size))
+                         default_out_dir(f"{corpus.name}-{key[:12]}", direction, settings.vocab_size),
+                         [path for split in corpus.splits() for part in split.parts for path in part.paths])
     info = {name: _info(corpus.name, name, record.checksum, record, corpus.languages)
             for name, record in records.items()}
     if held_out is not None:  # the training split without its held-out pairs, and those pairs, are splits of their own

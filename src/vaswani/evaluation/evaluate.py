@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 
 from vaswani.data.corpora import load_corpus, load_parallel_files, load_tsv
 from vaswani.data.languages import LanguagePair, pair_from_files, parse_direction
+from vaswani.decoding.engine import output_limits
 from vaswani.decoding.translator import Translator
 from vaswani.errors import DataError, VaswaniError
 from vaswani.evaluation.metrics import corpus_scores
@@ -26,7 +28,6 @@ from vaswani.evaluation.report import SAMPLE_SIZE, Example, render_markdown, ren
 from vaswani.io import atomic_write_text, directory_written_whole
 from vaswani.provenance import provenance
 from vaswani.records import read_record, to_json
-
 
 EVALUATION_KIND = "evaluation"
 EVALUATIONS_FOLDER = "eval"  # inside a run or a checkpoint: where its evaluations go by default
@@ -114,6 +115,25 @@ class EvaluationResult:
 RESULTS_FILE = "results.json"
 
 
+def longest_hypothesis_chars(translator: Translator) -> int:
+    """A length in characters no translation of ``translator`` reaches: the most tokens its search may output
+    (for the longest source it takes) as :meth:`Tokenizer.chars_for` bounds their text."""
+    tokens = output_limits([translator.longest_source()], translator.config, translator.model_config)[0]
+    return translator.tokenizer.chars_for(tokens)
+
+
+def cut_references(references: list[str], limit: int) -> list[str]:
+    """``references`` with each line past ``limit`` characters cut there, as the sources and so the hypotheses
+    are: scoring a line of megabytes against a translation that cannot be that long would cost seconds and
+    gigabytes for a score that says only "too short". Cut lines are named on stderr."""
+    cut = [number for number, line in enumerate(references, start=1) if len(line) > limit]
+    if not cut:
+        return references
+    print(f"warning: {len(cut)} reference line(s) longer than {limit:,} characters, more than any "
+          f"translation can be, were cut there (the first: line {cut[0]})", file=sys.stderr)
+    return [line[:limit] for line in references]
+
+
 def evaluate(
     translator: Translator,
     test_set: TestSet,
@@ -134,8 +154,9 @@ def evaluate(
     hypotheses = [h[0].text for h in nbest]
     target_tokens = sum(h[0].length for h in nbest)
 
-    scores = corpus_scores(hypotheses, test_set.references)
-    examples = sample_examples(test_set.sources, hypotheses, test_set.references, sample_size, seed)
+    references = cut_references(test_set.references, longest_hypothesis_chars(translator))
+    scores = corpus_scores(hypotheses, references)
+    examples = sample_examples(test_set.sources, hypotheses, references, sample_size, seed)
     recorded = provenance(translator.device)
     speed = EvaluationSpeed(seconds, len(hypotheses) / seconds, target_tokens, target_tokens / seconds,
                             str(translator.device), translator.batch_size, translator.max_tokens)

@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import torch
-import yaml
 
 from vaswani.arguments import add_settings_argument, ranged
 from vaswani.config import MAX_COUNT, MAX_THREADS
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.errors import VaswaniError
+from vaswani.io import read_yaml
 from vaswani.training.config import RunConfig, apply_settings, load_preset
 from vaswani.training.metrics import METRICS_FILE, read_metrics
 from vaswani.training.run import train
@@ -75,7 +75,7 @@ def _state(run_dir: Path, expected: dict[str, Any]) -> str:
     config_file = run_dir / "config.yaml"
     if not config_file.is_file():
         return "empty"
-    saved = yaml.safe_load(config_file.read_text())
+    saved = read_yaml(config_file, "run's settings")
     if _comparable(saved) != _comparable(expected):
         return "different"
     if (run_dir / SUMMARY_FILE).is_file() and RunSummary.read(run_dir).stop_reason is not Stop.INTERRUPTED:

@@ -21,6 +21,41 @@ read-only mount) is one :class:`EnvironmentFault` naming the file, whichever lib
 """
 
 
+from vaswani.io.manifests import (
+    HASH_CHUNK,
+    MANIFEST_FILE,
+    MANIFEST_FORMAT,
+    Manifest,
+    bytes_sha256,
+    directory_kind,
+    directory_written_whole,
+    file_sha256,
+    files_sha256,
+    files_written_together,
+    read_manifest,
+    verify_files,
+    write_manifest,
+)
+from vaswani.io.outputs import (
+    DESCENDANTS_SEARCHED,
+    MAX_NAME_CHARS,
+    SHARED_KINDS,
+    check_name,
+    check_output,
+    repository_results,
+)
+from vaswani.io.reading import (
+    MAX_DOCUMENT_BYTES,
+    MAX_NESTING,
+    MAX_VALUES,
+    NUMBER,
+    document_shape_problem,
+    json_shape_problem,
+    parse_yaml,
+    read_document,
+    read_json,
+    read_yaml,
+)
 from vaswani.io.writing import (
     absolute_path,
     atomic_copy,
@@ -44,37 +79,6 @@ from vaswani.io.writing import (
     standard_stream,
     write_fault,
     writing,
-)
-from vaswani.io.manifests import (
-    HASH_CHUNK,
-    MANIFEST_FILE,
-    MANIFEST_FORMAT,
-    Manifest,
-    bytes_sha256,
-    directory_kind,
-    directory_written_whole,
-    file_sha256,
-    files_sha256,
-    files_written_together,
-    read_manifest,
-    verify_files,
-    write_manifest,
-)
-from vaswani.io.reading import (
-    MAX_DOCUMENT_BYTES,
-    MAX_NESTING,
-    MAX_VALUES,
-    NUMBER,
-    document_shape_problem,
-    json_shape_problem,
-    read_document,
-    read_json,
-)
-from vaswani.io.outputs import (
-    DESCENDANTS_SEARCHED,
-    SHARED_KINDS,
-    check_output,
-    repository_results,
 )
 
 __all__ = [
@@ -121,8 +125,12 @@ __all__ = [
     "json_shape_problem",
     "read_document",
     "read_json",
+    "read_yaml",
+    "parse_yaml",
     "DESCENDANTS_SEARCHED",
     "SHARED_KINDS",
     "check_output",
+    "check_name",
+    "MAX_NAME_CHARS",
     "repository_results",
 ]

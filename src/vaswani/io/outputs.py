@@ -10,12 +10,30 @@ from vaswani.errors import VaswaniError
 from vaswani.io.manifests import MANIFEST_FILE, Manifest, read_manifest
 from vaswani.io.writing import default_cache_dir, probe_writable
 
-
-
 SHARED_KINDS = {"checkpoint"}
 
 
 DESCENDANTS_SEARCHED = 10_000  # entries looked at below a folder that would be replaced, for a manifest it holds
+
+
+MAX_NAME_CHARS = 100  # a name that becomes part of a path: a test set's, whose evaluation folder it names
+
+
+def check_name(name: str, what: str) -> str:
+    """``name``, which becomes one part of a path (a folder vaswani writes), when it is a plain name: not
+    empty, no separator, not ``..``, no leading dot (a hidden folder, or one vaswani stages in) and at most
+    MAX_NAME_CHARS characters; anything else is a one-line VaswaniError naming ``what`` (the setting or option
+    it came from)."""
+    problem = ("is empty" if not name else
+               "holds a path separator" if "/" in name or "\\" in name or os.sep in name else
+               "holds a NUL character" if "\0" in name else
+               "starts with a dot" if name.startswith(".") else
+               f"is longer than {MAX_NAME_CHARS} characters" if len(name) > MAX_NAME_CHARS else None)
+    if problem is not None:
+        shown = name[:MAX_NAME_CHARS]
+        raise VaswaniError(f"{what}: the name {shown!r} {problem}; it names a folder, so give a plain name "
+                           f"(letters, digits, '-', '_', at most {MAX_NAME_CHARS} characters)")
+    return name
 
 
 def repository_results() -> Path | None:
@@ -147,7 +165,11 @@ def _guarded(inputs: Sequence[str | Path | None]) -> list[tuple[Path, str]]:
         if given is None:
             continue
         path = Path(given)
-        found.append((path.resolve(), str(path)))
+        try:
+            found.append((path.resolve(), str(path)))
+        except (OSError, RuntimeError) as error:  # RuntimeError: a loop of links
+            raise VaswaniError(f"{path}: cannot be resolved ({error}); name the file itself, not a loop of "
+                               "links") from None
         if path.is_dir():
             for link in _links_within(path, depth=2):
                 found.append((link.resolve(), f"{link} (the {link.resolve().name} it points to)"))

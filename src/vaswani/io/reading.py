@@ -7,12 +7,13 @@ import json
 import math
 import os
 import stat
+import sys
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from vaswani.errors import VaswaniError
-
-
 
 MAX_DOCUMENT_BYTES = 256 << 20
 
@@ -75,6 +76,8 @@ def read_json(path: str | Path, what: str = "JSON file") -> Any:
     except json.JSONDecodeError as error:
         raise VaswaniError(f"{path}: the {what} is not valid JSON ({error}); it is damaged or not what vaswani "
                            "wrote") from None
+    except ValueError:  # Python's bound on the digits of a whole number
+        raise VaswaniError(f"{path}: the {what} {TOO_MANY_DIGITS}; it is not what vaswani wrote") from None
     except RecursionError:
         value, problem = None, f"nested more than {MAX_NESTING} levels deep"
     else:
@@ -82,6 +85,100 @@ def read_json(path: str | Path, what: str = "JSON file") -> Any:
     if problem is not None:
         raise VaswaniError(f"{path}: the {what} is {problem}; it is not what vaswani wrote")
     return value
+
+
+TOO_MANY_DIGITS = f"holds a whole number of more than {sys.get_int_max_str_digits():,} digits"
+
+
+def read_yaml(path: str | Path, what: str = "YAML file") -> Any:
+    """The YAML value in ``path`` (:func:`parse_yaml`), a regular file of at most MAX_DOCUMENT_BYTES."""
+    return parse_yaml(read_document(path, what), str(path), what)
+
+
+def parse_yaml(text: str, source: str, what: str = "YAML file") -> Any:
+    """The value of the YAML document ``text``, read with the bounds of a JSON file and one more: what the
+    document expands to (an alias counts as the whole value it names, every time it is used) holds at most
+    MAX_VALUES values nested at most MAX_NESTING deep, checked on the parsed nodes before any value is built,
+    so a few hundred bytes of nested aliases ("billion laughs") are refused at once. A key given twice in one
+    mapping is an error (a settings file edited by hand easily holds a setting twice, and YAML would keep the
+    last one silently). Anything wrong is one VaswaniError naming ``source`` as ``what``."""
+    try:
+        return yaml.load(text, Loader=_BoundedLoader)
+    except _TooLarge as error:
+        raise VaswaniError(f"{source}: the {what} {error}; it is not what vaswani reads") from None
+    except yaml.YAMLError as error:
+        raise VaswaniError(f"{source}: the {what} is invalid YAML ({' '.join(str(error).split())})") from None
+    except ValueError:  # Python's bound on the digits of a whole number
+        raise VaswaniError(f"{source}: the {what} {TOO_MANY_DIGITS}; it is not what vaswani reads") from None
+    except RecursionError:  # the YAML parser recurses once per level of nesting
+        raise VaswaniError(f"{source}: the {what} is nested more than {MAX_NESTING} levels deep; it is not "
+                           "what vaswani reads") from None
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that measures the node graph before it builds a value and refuses a key given twice."""
+
+    def compose_document(self) -> yaml.Node:
+        node = super().compose_document()
+        problem = _node_graph_problem(node)
+        if problem is not None:
+            raise _TooLarge(problem)
+        return node
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, str):
+                continue  # other keys are left to the reader, which names them
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} is given twice",
+                                                        key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _node_graph_problem(root: yaml.Node, nesting: int = MAX_NESTING, values: int = MAX_VALUES) -> str | None:
+    """Why the YAML node graph under ``root`` expands to too much (None when it does not): the values and the
+    depth of the tree that aliases expand to, computed once per node (so in time linear in the document), and
+    an alias to a value that holds it (an endless tree)."""
+    size: dict[int, int] = {}
+    depth: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        children = _children(node)
+        if children_done:
+            open_nodes.discard(key)
+            size[key] = 1 + sum(size[id(child)] for child in children)
+            depth[key] = 1 + max((depth[id(child)] for child in children), default=0)
+            if size[key] > values:
+                return f"expands to more than {values:,} values (through its aliases)"
+            if depth[key] > nesting:
+                return f"is nested more than {nesting} levels deep"
+            continue
+        if key in size:
+            continue
+        if key in open_nodes:
+            return "holds an alias to a value that contains it (an endless value)"
+        open_nodes.add(key)
+        stack.append((node, True))
+        stack.extend((child, False) for child in children if id(child) not in size)
+    return None
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [item for pair in node.value for item in pair]
+    return []
 
 
 NUMBER = (int, float)

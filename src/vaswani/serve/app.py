@@ -30,9 +30,10 @@ from vaswani.decoding.engine import CTRANSLATE2, TORCH
 from vaswani.errors import ConfigError, VaswaniError
 from vaswani.evaluation.checkpoint_info import CheckpointInfo, checkpoint_info
 from vaswani.model.serialization import resolve_checkpoint
+from vaswani.provenance import usable_cores
+from vaswani.serve.attention import attention_of, attention_size_problem
 from vaswani.serve.batcher import Batcher, QueueFull
 from vaswani.serve.schemas import SAMPLING_FIELDS, AttentionRequest, SearchSettings, TranslateRequest
-from vaswani.provenance import usable_cores
 from vaswani.serve.settings import ServeSettings, ThreadLayout, thread_layout
 
 log = logging.getLogger("vaswani.serve")
@@ -51,52 +52,6 @@ class ApiError(Exception):
 
 def error_response(status: int, field: str | None, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": {"status": status, "field": field, "message": message}}, status, headers=headers)
-
-
-# ---- what the page shows of a translation --------------------------------------------------------------------
-def display_tokens(translator: Translator, ids: list[int]) -> list[str]:
-    """Each subword as text (byte-level BPE: a leading space marks the start of a word)."""
-    return [translator.tokenizer.decode([i]) if i != translator.config.eos_id else "</s>" for i in ids]
-
-
-def attention_of(translator: Translator, text: str, config: SearchConfig, source: str = "engine") -> dict[str, Any]:
-    """On the model thread: translate one sentence, then the decoder's cross-attention while producing it.
-
-    Row t of the weights is the attention while predicting target token t (the decoder reads <s> y1 … y_{t-1}),
-    so rows are the output tokens y1 … yn </s> and columns the source tokens x1 … xm </s>. ``source`` "engine":
-    what the serving engine gives (CTranslate2: the last layer, averaged over its heads; torch: every layer and
-    head); "torch": the torch model's, every layer and head, for the translation the serving engine made.
-    """
-    ids = translator.encode([text])[0]
-    engine = translator.engine
-    if source == "engine" and engine.name == CTRANSLATE2:
-        best, rows = engine.attention(ids, config)
-        weights, mean_over_heads = [[]], [[[round(weight, 4) for weight in row] for row in rows]]
-        layers, came_from = [translator.model_config.n_decoder_layers], CTRANSLATE2  # the last layer, heads averaged
-    else:
-        import torch
-
-        best = engine.search([ids], config)[0][0]
-        model = translator.model
-        device = next(model.parameters()).device
-        src = torch.tensor([ids], device=device)
-        tgt_in = torch.tensor([[config.bos_id, *best.tokens]], device=device)
-        with torch.inference_mode():
-            all_heads = model.cross_attention_weights(src, tgt_in)[:, 0].float().cpu()  # (L, H, T, S)
-        weights = all_heads.round(decimals=4).tolist()
-        mean_over_heads = all_heads.mean(dim=1).round(decimals=4).tolist()
-        layers, came_from = list(range(1, all_heads.size(0) + 1)), TORCH
-    return {
-        "translation": " ".join(translator.tokenizer.decode(best.tokens).splitlines()),
-        "score": best.score,
-        "source_tokens": display_tokens(translator, ids),
-        "target_tokens": display_tokens(translator, [*best.tokens, config.eos_id]),
-        "weights": weights,
-        "mean_over_heads": mean_over_heads,
-        "layer_numbers": layers,  # which decoder layers (1 = the first) the rows of weights are
-        "heads": len(weights[0]),  # per layer; 0: only their average (mean_over_heads) is known
-        "attention_from": came_from,
-    }
 
 
 # ---- the model -------------------------------------------------------------------------------------------------
@@ -285,7 +240,9 @@ async def attention(body: AttentionRequest, request: Request) -> Any:
     check_text(body.text, "text", settings)
     translator: Translator = request.app.state.served.translator
     config = search_config(translator, body, settings)
-    check_work(translator.encode([body.text]), config, "text", settings)
+    ids = translator.encode([body.text])
+    check_work(ids, config, "text", settings)
+    check_attention_bytes(translator, len(ids[0]), config, body.attention_from, settings)
     work = request.app.state.batcher.run_exclusive(
         lambda slot: attention_of(slot, body.text, config, body.attention_from))
     result = await answer_unless_gone(request, work)
@@ -352,6 +309,14 @@ def check_work(sources: list[list[int]], config: SearchConfig, field: str, setti
         raise ApiError(422, field, f"{sum(map(len, sources)):,} source tokens x beam {config.beam_size} = "
                        f"{work:,}; at most {settings.max_request_tokens:,} per request (the server's "
                        "max_request_tokens): send fewer or shorter texts, or ask for a narrower beam")
+
+
+def check_attention_bytes(translator: Translator, source_tokens: int, config: SearchConfig, source: str,
+                          settings: ServeSettings) -> None:
+    """Refuse, before the search, an attention answer that could be larger than max_attention_bytes."""
+    problem = attention_size_problem(translator, source_tokens, config, source, settings.max_attention_bytes)
+    if problem is not None:
+        raise ApiError(422, "text", problem)
 
 
 # A response nobody reads: its client closed the connection before the answer (nginx's code for it).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import signal
 import socket
 
 from vaswani.arguments import ranged
@@ -32,6 +33,10 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
                         help="widest beam a request may ask for")
     limits.add_argument("--max-request-tokens", type=ranged(int, le=MAX_BATCH), default=d.max_request_tokens,
                         help="decode work of one request: source tokens x beam, summed over its texts (422 above)")
+    limits.add_argument("--max-attention-bytes", type=ranged(int, le=MAX_BATCH * 1024),
+                        default=d.max_attention_bytes,
+                        help="the most JSON one /v1/attention answer may hold, judged before the search from "
+                        "its longest translation (422 above)")
     batching = parser.add_argument_group("batching")
     batching.add_argument("--batching", action=argparse.BooleanOptionalAction, default=d.batching,
                           help="gather concurrent requests into one batch (--no-batching: one sentence at a time)")
@@ -80,6 +85,7 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
     return ServeSettings(
         max_chars=args.max_chars, max_texts=args.max_texts, max_body_bytes=args.max_body_bytes,
         max_queue=args.max_queue, max_beam=args.max_beam, max_request_tokens=args.max_request_tokens,
+        max_attention_bytes=args.max_attention_bytes,
         batching=args.batching, batch_wait_ms=args.batch_wait_ms, max_batch_sentences=args.max_batch_sentences,
         max_batch_tokens=args.max_batch_tokens, engine_options=engine_options_from_args(args),
         workers=args.workers, parallel_batches=args.parallel_batches,
@@ -99,6 +105,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
     parser.add_argument("--port", type=ranged(int, ge=1, le=65535), default=8000)
     add_settings_arguments(parser)
+    parser.add_argument("--force-workers", action="store_true",
+                        help="start --workers N even when N is more than the usable cores (each worker "
+                        "holds a model and competes for the same cores)")
     parser.set_defaults(handler=serve_command)
 
 
@@ -109,17 +118,23 @@ def serve_command(args: argparse.Namespace) -> int:
         raise VaswaniError("serving needs FastAPI and uvicorn: pip install -e '.[serve]'") from None
 
     settings = settings_from_args(args)
-    thread_layout(settings, usable_cores())  # a split of the threads that cannot be made is refused before listening
+    cores = usable_cores()
+    if settings.workers > cores and not args.force_workers:
+        raise ConfigError(f"--workers {settings.workers}: more than the {cores} core(s) this process may "
+                          "use; each worker holds a model and they would compete for the same cores, so give "
+                          f"at most {cores} (or --force-workers to start them anyway)")
+    thread_layout(settings, cores)  # a split of the threads that cannot be made is refused before listening
     # Claim the address first (milliseconds, before even torch is imported), then load the model (seconds, minutes
     # with --compile): a port in use is reported at once, and any problem of the checkpoint is the one-line error
     # translate gives, not a failed start-up inside uvicorn.
     listener = listening_socket(args.host, args.port)
     address = f"http://{args.host}:{args.port}/"
+    stopped_by = None
     try:
         if settings.workers > 1:
             from vaswani.serve.workers import serve_workers
 
-            serve_workers(listener, args.checkpoint, settings, address)
+            stopped_by = serve_workers(listener, args.checkpoint, settings, address)
             return 0
         from vaswani.serve.app import create_app, load_served_model
 
@@ -134,6 +149,11 @@ def serve_command(args: argparse.Namespace) -> int:
             pass
     finally:
         listener.close()
+        if stopped_by == signal.SIGTERM:
+            # One worker's uvicorn raises the SIGTERM it drained on again once it is done, so the server ends
+            # "terminated by SIGTERM"; several workers end the same way, whatever their number.
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.raise_signal(signal.SIGTERM)
     return 0
 
 

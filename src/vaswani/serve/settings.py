@@ -24,6 +24,10 @@ class ServeSettings:
     # The decode work one request may ask for, as source tokens × beam summed over its texts: what the search's
     # memory and time grow with. Above it the request is refused (422) instead of holding the model for a minute.
     max_request_tokens: int = 8192
+    # What one /v1/attention answer may hold, in bytes of JSON, bounded before the search from the most it can
+    # hold (every layer and head, for the longest translation the request's length limit allows): a long text
+    # at a loose limit would otherwise answer with hundreds of megabytes.
+    max_attention_bytes: int = 16 << 20
     # ---- batching ----
     batching: bool = True  # False: every sentence is searched on its own, in arrival order
     # A ceiling, not a delay: how long a free model slot may hold the oldest waiting sentence for company before it
@@ -43,7 +47,8 @@ class ServeSettings:
     SECTION = "serve"
     LIMITS = {
         **{name: Limit(ge=1) for name in ("max_chars", "max_texts", "max_body_bytes", "max_queue", "max_beam",
-                                          "max_request_tokens", "max_batch_sentences", "max_batch_tokens",
+                                          "max_request_tokens", "max_attention_bytes", "max_batch_sentences",
+                                          "max_batch_tokens",
                                           "workers", "parallel_batches")},
         "batch_wait_ms": Limit(ge=0, le=MAX_BATCH_WAIT_MS),
     }

@@ -6,10 +6,12 @@ socket with uvicorn: the kernel hands each new connection to one of them. The pa
 worker is ready, and reports a worker's start-up error as its own one-line error (the other workers are stopped).
 
 SIGTERM or Ctrl-C reaches the parent only (the workers are in a process group of their own, so a terminal's
-Ctrl-C does not reach them twice); it sends each worker one SIGTERM, on which uvicorn stops accepting, finishes the
-requests in flight and exits, and returns once all have. A worker that dies while serving stops the server with
-an error, for whatever supervises it (systemd, a container runtime) to restart it whole. A worker whose parent is
-gone (killed with SIGKILL) drains and exits on its own.
+Ctrl-C does not reach them twice); it sends each worker one SIGTERM, on which uvicorn stops accepting,
+finishes the requests in flight and exits, and returns once all have. A worker that dies while serving is
+named in one line and started again (after a pause that grows while it keeps dying soon after its start; after
+several such exits in a row the server stops with an error, for whatever supervises it to restart it whole);
+the other workers answer on the port meanwhile. A worker whose parent is gone (killed with SIGKILL) drains and
+exits on its own.
 """
 
 from __future__ import annotations
@@ -17,11 +19,11 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-import sys
 import socket
+import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -43,47 +45,159 @@ class StartupFailed:
     exit_code: int
 
 
-def serve_workers(listener: socket.socket, checkpoint: str, settings: ServeSettings, address: str) -> None:
-    """Run ``settings.workers`` worker processes on ``listener`` until SIGTERM or Ctrl-C, then drain them all."""
-    context = multiprocessing.get_context("spawn")
-    pipes = [context.Pipe(duplex=False) for _ in range(settings.workers)]  # (read, write): one report each
-    processes = [context.Process(target=run_worker, name=f"vaswani-worker-{number}",
-                                 args=(number, listener, checkpoint, settings, pipes[number - 1][1]))
-                 for number in range(1, settings.workers + 1)]
-    stopping = threading.Event()
+# A worker that dies while serving is started again after a pause that doubles with each exit that came soon
+# after its start (a worker that cannot run any more, say its checkpoint was deleted, is not restarted in a
+# tight loop), and the server stops after MAX_FAST_EXITS of those in a row.
+FIRST_RESTART_SECONDS = 1.0
+LONGEST_RESTART_SECONDS = 30.0
+FAST_EXIT_SECONDS = 60.0
+MAX_FAST_EXITS = 5
 
-    def stop(signum: int = signal.SIGTERM, frame: Any = None) -> None:
+
+@dataclass
+class RestartPolicy:
+    """When a worker that exited is started again: ``after_exit`` returns the pause in seconds, or None once
+    it has exited MAX_FAST_EXITS times in a row within FAST_EXIT_SECONDS of its start (the server then
+    stops)."""
+
+    fast_exits: int = 0
+
+    def after_exit(self, lived_seconds: float) -> float | None:
+        self.fast_exits = self.fast_exits + 1 if lived_seconds < FAST_EXIT_SECONDS else 0
+        if self.fast_exits >= MAX_FAST_EXITS:
+            return None
+        return min(LONGEST_RESTART_SECONDS, FIRST_RESTART_SECONDS * 2 ** self.fast_exits)
+
+
+@dataclass
+class _Worker:
+    """One worker slot: its current process (None while it waits to be started again) and its report pipe
+    until the process has said it is ready."""
+
+    number: int
+    process: Any = None
+    report: Connection | None = None
+    started: float = 0.0
+    restart_at: float = 0.0
+    failure: str = ""  # the start-up error of the current process, if it sent one
+    policy: RestartPolicy = field(default_factory=RestartPolicy)
+
+
+def serve_workers(listener: socket.socket, checkpoint: str, settings: ServeSettings,
+                  address: str) -> int | None:
+    """Run ``settings.workers`` worker processes on ``listener`` until SIGTERM or Ctrl-C, then drain them all;
+    a worker that dies meanwhile is logged in one line and started again (:class:`RestartPolicy`). Returns the
+    signal that stopped the server."""
+    context = multiprocessing.get_context("spawn")
+    workers = [_Worker(number) for number in range(1, settings.workers + 1)]
+    stopping = threading.Event()
+    received: list[int] = []
+
+    def start(worker: _Worker) -> None:
+        receiver, sender = context.Pipe(duplex=False)  # one report: ready, or the start-up error
+        worker.process = context.Process(target=run_worker, name=f"vaswani-worker-{worker.number}",
+                                         args=(worker.number, listener, checkpoint, settings, sender))
+        worker.process.start()
+        sender.close()  # the worker holds its own end: the parent's read end sees EOF when it dies
+        worker.report, worker.started, worker.failure = receiver, time.monotonic(), ""
+
+    def stop() -> None:
         if not stopping.is_set():
             stopping.set()
-            for process in processes:
-                if process.pid is not None and process.exitcode is None:
+            for worker in workers:
+                process = worker.process
+                if process is not None and process.pid is not None and process.exitcode is None:
                     os.kill(process.pid, signal.SIGTERM)
 
-    previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGINT)}
+    def on_signal(signum: int, frame: Any) -> None:
+        received.append(signum)
+        stop()
+
+    previous = {signum: signal.signal(signum, on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
-        for process in processes:
-            process.start()
-        for _, sender in pipes:
-            sender.close()  # the worker holds its own end: the parent's read end sees EOF when it dies
-        _wait_until_ready(processes, [receiver for receiver, _ in pipes], stopping)
+        for worker in workers:
+            start(worker)
+        _wait_until_ready([worker.process for worker in workers], [worker.report for worker in workers],
+                          stopping)
+        for worker in workers:
+            worker.report.close()
+            worker.report = None
         if not stopping.is_set():
             print(f"vaswani serve: {address}  ({settings.workers} workers; API docs at /docs)", flush=True)
-        while any(process.exitcode is None for process in processes):
-            # a second at a time, so that a stop is noticed: from then on _join bounds the wait for every worker
-            ready = wait([process.sentinel for process in processes if process.exitcode is None], timeout=1.0)
-            if stopping.is_set():
-                break
-            if ready:
-                gone = next(process for process in processes if process.exitcode is not None)
-                stop()
-                _join(processes)
-                raise EnvironmentFault(f"worker {processes.index(gone) + 1} (pid {gone.pid}) exited while serving "
-                                       f"(status {gone.exitcode}); the server stopped its other workers")
+        _supervise(workers, start, stopping)
     finally:
         stop()
-        _join(processes)
+        _join([worker.process for worker in workers if worker.process is not None])
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+    return received[0] if received else None
+
+
+def _supervise(workers: list[_Worker], start: Any, stopping: threading.Event) -> None:
+    """Until a stop: start again each worker that died once its pause is over, and say in one line on stderr
+    when one dies and when its successor is ready. A second at a time at most, so that a stop is noticed."""
+    while not stopping.is_set():
+        now = time.monotonic()
+        for worker in workers:
+            if worker.process is None and worker.restart_at <= now:
+                start(worker)
+        waiting = [worker.restart_at - now for worker in workers if worker.process is None]
+        reports = {worker.report: worker for worker in workers if worker.report is not None}
+        exits = {worker.process.sentinel: worker for worker in workers if worker.process is not None}
+        ready = wait([*reports, *exits], timeout=max(0.0, min([1.0, *waiting])))
+        if stopping.is_set():
+            return
+        for item in ready:
+            if item in reports:
+                _read_report(reports[item])
+        for item in ready:
+            if item in exits:
+                _worker_exited(exits[item])
+
+
+def _read_report(worker: _Worker) -> None:
+    try:
+        report = worker.report.recv()
+    except EOFError:  # it died before saying anything: its exit is reported on its own
+        report = None
+    if isinstance(report, StartupFailed):
+        worker.failure = report.message
+    elif report is not None:
+        print(f"vaswani serve: worker {worker.number} (pid {worker.process.pid}) is serving again",
+              file=sys.stderr, flush=True)
+    worker.report.close()
+    worker.report = None
+
+
+def _worker_exited(worker: _Worker) -> None:
+    process = worker.process
+    process.join(5)  # its sentinel fired: it has exited, or is about to be reaped
+    lived = time.monotonic() - worker.started
+    status = _exit_status(process.exitcode)
+    why = f"{status}: {worker.failure}" if worker.failure else status
+    if worker.report is not None:
+        worker.report.close()
+        worker.report = None
+    worker.process = None
+    pause = worker.policy.after_exit(lived)
+    if pause is None:
+        raise EnvironmentFault(f"worker {worker.number} (pid {process.pid}) exited {MAX_FAST_EXITS} times "
+                               f"in a row within {FAST_EXIT_SECONDS:g} s of starting ({why}); the server "
+                               "stopped its other workers")
+    worker.restart_at = time.monotonic() + pause
+    print(f"vaswani serve: worker {worker.number} (pid {process.pid}) exited ({why}); starting it again in "
+          f"{pause:g} s", file=sys.stderr, flush=True)
+
+
+def _exit_status(code: int | None) -> str:
+    if code is None:
+        return "status unknown"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"status {code}"
 
 
 def _wait_until_ready(processes: list[Any], reports: list[Connection], stopping: threading.Event) -> None:

@@ -30,8 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--sentences", type=ranged(int, ge=1, le=MAX_COUNT), default=500,
                        help="test sentences cycled through by the clients")
     bench.add_argument("--layouts", nargs="*", default=None, metavar="WxPxT",
-                       help="thread layouts compared at the largest level: workers x parallel batches x threads per "
-                       "batch (default: every split of the usable cores, and 1x1x1); none: skip the comparison")
+                       help="thread layouts compared at the largest level: workers x parallel batches x "
+                       "threads per batch (default: every split of the usable cores, and 1x1x1; for the "
+                       "torch engine those of one batch at a time); none: skip the comparison")
     bench.add_argument("--data-dir", type=Path, default=None, help="corpora (default: $VASWANI_DATA)")
     bench.add_argument("--out", type=Path, default=None,
                        help="results folder (default runs/serve-bench; the repository's results/ only when named "
@@ -45,9 +46,9 @@ def bench_command(args: argparse.Namespace) -> int:
     from vaswani.io import check_output
     from vaswani.serve.commands import engine_flags
     from vaswani.serve.settings import ServeSettings
-    from vaswani.tools.serve_load import Layout, run_load_test
+    from vaswani.tools.serve_load import parse_layouts, run_load_test
 
-    layouts = None if args.layouts is None else [Layout.parse(text) for text in args.layouts]
+    layouts = parse_layouts(args.layouts)
     explicit = args.out is not None
     args.out = args.out if explicit else Path("runs") / "serve-bench"
     check_output(args.out, command="serve-bench", writes="files", inputs=[args.checkpoint, args.data_dir],

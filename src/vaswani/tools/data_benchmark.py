@@ -39,7 +39,15 @@ from vaswani.data.commands import add_data_dir_argument
 from vaswani.data.corpora import load_corpus
 from vaswani.data.tokenizer import MAX_VOCAB_SIZE
 from vaswani.errors import VaswaniError
-from vaswani.io import atomic_write, atomic_write_figure, atomic_write_json, atomic_write_text, read_json
+from vaswani.io import (
+    absolute_path,
+    atomic_write,
+    atomic_write_figure,
+    atomic_write_json,
+    atomic_write_text,
+    check_output,
+    read_json,
+)
 from vaswani.progress import progress_reporter
 from vaswani.provenance import provenance
 
@@ -53,9 +61,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="corpus sizes in sentence pairs, e.g. 500000 1000000 2000000 4500000")
     parser.add_argument("--seed", type=ranged(int, ge=0, le=MAX_COUNT), default=0,
                         help="draws the captions of every line")
-    parser.add_argument("--work", type=Path, required=True, metavar="DIR",
+    parser.add_argument("--work", type=absolute_path, required=True, metavar="DIR",
                         help="where the corpora, the prepared data and the runs go (several GB at 4.5M pairs)")
-    parser.add_argument("--out", type=Path, metavar="DIR", help="write results.json, table.md and scale.png here")
+    parser.add_argument("--out", type=absolute_path, metavar="DIR",
+                        help="write results.json, table.md and scale.png here")
     parser.add_argument("--vocab-size", type=ranged(int, ge=260, le=MAX_VOCAB_SIZE), default=32_000, metavar="N")
     parser.add_argument("--max-len", type=ranged(int, ge=2, le=MAX_LENGTH), default=128, metavar="N")
     parser.add_argument("--corpus-only", action="store_true", help="only write the synthetic corpus files")
@@ -72,6 +81,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.pairs:
         raise VaswaniError("give the corpus sizes to measure: --pairs N [N ...]")
+    check_output(args.work, command="bench data", writes="files", option="--work", inputs=[args.data_dir])
+    if args.out is not None:
+        check_output(args.out, command="bench data", writes="files", names=(RESULTS, TABLE, PLOT),
+                     inputs=[args.data_dir])
     rows = []
     for pairs in args.pairs:
         src, tgt = write_synthetic_corpus(args.work, pairs, args.seed, args.data_dir)
@@ -288,8 +301,8 @@ def _load_average() -> list[float]:
 def format_row(row: dict[str, Any]) -> str:
     prepare, train = row["prepare"], row["train"]
     return (f"{row['pairs']:>10,} pairs: prepare {prepare['seconds']:7.1f} s, peak {prepare['peak_gb']:.2f} GB; "
-            f"train: first update after {train['first_update_seconds']} s, peak {train['peak_gb_until_first_update']:.2f}"
-            f" GB; load {prepare['load_before']} -> {train['load_after']}")
+            f"train: first update after {train['first_update_seconds']} s, peak "
+            f"{train['peak_gb_until_first_update']:.2f} GB; load {prepare['load_before']} -> {train['load_after']}")
 
 
 def write_results(out: Path, rows: list[dict[str, Any]], settings: dict[str, Any] | None) -> None:

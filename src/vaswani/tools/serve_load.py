@@ -73,6 +73,26 @@ class Layout:
                 str(self.total_threads)]
 
 
+def parse_layouts(texts: list[str] | None) -> list[Layout] | None:
+    """The layouts ``--layouts`` names: None when it is not given (every split of the cores), none for
+    ``none`` (or no value), which skips the comparison."""
+    if texts is None:
+        return None
+    if texts in ([], ["none"]):
+        return []
+    return [Layout.parse(text) for text in texts]
+
+
+def runnable_layouts(layouts: list[Layout], engine: str | None) -> tuple[list[Layout], list[Layout]]:
+    """``layouts`` split into those the server's ``engine`` can run and those it cannot: the torch engine
+    searches one batch at a time (its threads are the process's), so a layout of parallel batches is left out
+    for it."""
+    if engine != "torch":
+        return layouts, []
+    return ([layout for layout in layouts if layout.parallel_batches == 1],
+            [layout for layout in layouts if layout.parallel_batches > 1])
+
+
 def layouts_for(cores: int) -> list[Layout]:
     """Every way to spend ``cores`` engine threads, and one thread alone for reference: 1x1x1, then e.g.
     1x1x2, 1x2x1, 2x1x1 on 2 cores."""
@@ -353,6 +373,11 @@ def run_load_test(
     # Thread layouts at the largest level, each a batching server of its own, started together and driven in turn,
     # and in each repeat the bare script on the same threads (the servers idle meanwhile).
     chosen = _without_layout_flags(engine_flags)
+    layouts, left_out = runnable_layouts(layouts, model.get("engine"))
+    if left_out:
+        names = ", ".join(layout.name for layout in left_out)
+        print(f"serve-bench: leaving out layout(s) {names}: the server runs the torch engine, which "
+              "searches one batch at a time", file=sys.stderr, flush=True)
     bare_runs: list[BareRun] = []
     with tempfile.TemporaryDirectory() as workdir:
         bare = None
@@ -381,6 +406,8 @@ def run_load_test(
             "sentences": f"first {len(sentences)} sources of Multi30k test2016, cycled",
             "server_flags": engine_flags, "cores_visible": cores, "torch_threads_client": torch.get_num_threads(),
             "layouts": [layout.name for layout in layouts],
+            "layouts_left_out": {layout.name: "the torch engine searches one batch at a time"
+                                 for layout in left_out},
             "note": "server and load generator run on the same machine and share its cores",
         },
         model=model, runs=runs, health_runs=health_runs, layout_runs=layout_runs, bare_runs=bare_runs,

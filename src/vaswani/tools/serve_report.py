@@ -215,6 +215,10 @@ def table(test: LoadTest, summary: Summary) -> str:
             spread = [r.sentences_per_s for r in test.bare_runs if r.layout == name]
             lines.append(f"| bare script, {name} (inter × intra threads) | | {rate:.2f} ({min(spread):.2f}–"
                          f"{max(spread):.2f}) | | | | |")
+    left_out = test.setup.get("layouts_left_out") or {}
+    if left_out:
+        named = ", ".join(f"{name} ({why})" for name, why in left_out.items())
+        lines += ["", f"Layouts left out: {named}."]
     if summary.checks:
         lines += ["", "## Targets", "", *(f"- {check}" for check in summary.checks)]
     hardware = prov["hardware"]

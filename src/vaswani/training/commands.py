@@ -108,13 +108,13 @@ def run_train(args: argparse.Namespace) -> int:
 def _check_run_settings(config_file: Path) -> None:
     """The run's config.yaml holds what `vaswani train` wrote there (its model, data and train sections): an empty or
     cut file is not "all defaults", which would describe other weights than the run trained."""
-    import yaml
-
+    from vaswani.io import parse_yaml
     from vaswani.training.config import read_config_text
 
     try:
-        values = yaml.safe_load(read_config_text(config_file, "run's settings"))
-    except (yaml.YAMLError, RecursionError):
+        text = read_config_text(config_file, "run's settings")
+        values = parse_yaml(text, str(config_file), "run's settings")
+    except VaswaniError:
         return  # load_preset names what is wrong with it
     if not isinstance(values, dict) or not {"model", "data", "train"} <= set(values):
         raise VaswaniError(f"{config_file}: not the settings `vaswani train` wrote (no model, data and train "

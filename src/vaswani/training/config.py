@@ -28,13 +28,13 @@ from vaswani.config import (
     parse_settings,
     validate_settings,
 )
-from vaswani.data.registry import DATASETS, DIRECTIONS, LOCAL, get_dataset
 from vaswani.data.files import TRAIN, VALID, FileCorpus, FileSplit, file_part
 from vaswani.data.languages import pair_from_files
 from vaswani.data.languages import parse_direction as parse_pair
+from vaswani.data.registry import DATASETS, DIRECTIONS, LOCAL, get_dataset
 from vaswani.data.tokenizer import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE
-from vaswani.errors import ConfigError, DataError
-from vaswani.io import MAX_DOCUMENT_BYTES
+from vaswani.errors import ConfigError, DataError, VaswaniError
+from vaswani.io import MAX_DOCUMENT_BYTES, check_name, parse_yaml
 from vaswani.training.budget import settings_of
 
 
@@ -157,6 +157,10 @@ def named_parts(value: Any, setting: str) -> dict[str, tuple[str, ...]]:
     for name, part in value.items():
         if not isinstance(name, str) or not name.strip():
             raise ConfigError(f"{setting}: every test set needs a name (name=source,target)", field=setting)
+        try:
+            check_name(name.strip(), setting)
+        except VaswaniError as error:
+            raise ConfigError(str(error), field=setting) from None
         named[name.strip()] = one_part(part, f"{setting}.{name}")
     return named
 
@@ -396,30 +400,10 @@ def load_preset(name_or_path: str) -> RunConfig:
             raise ConfigError(f"unknown preset {name_or_path!r}; choose from {preset_names()} or give a YAML file")
         text, source = candidate.read_text(), f"preset {name_or_path}"
     try:
-        values = yaml.load(text, Loader=_StrictLoader) or {}
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{source}: invalid YAML ({' '.join(str(error).split())})") from None
-    except RecursionError:  # the YAML parser recurses once per level of nesting
-        raise ConfigError(f"{source}: nested too deeply to be a preset (sections model, data, train of "
-                          "key: value)") from None
+        values = parse_yaml(text, source, "preset") or {}
+    except VaswaniError as error:
+        raise ConfigError(str(error)) from None
     return RunConfig.from_dict(values, source)
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """``yaml.safe_load``, except that a key given twice in one mapping is an error: YAML would keep the last one
-    silently, and a preset edited by hand easily holds a setting twice."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if not isinstance(key, str):
-                continue  # other keys are refused later, as unknown settings
-            if key in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} is given twice",
-                                                        key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
 
 
 def read_config_text(path: Path, what: str) -> str:

@@ -21,15 +21,16 @@ import torch
 
 from vaswani.data.batching import Batch, TokenBudgetSampler, WeightedSampler, collate
 from vaswani.data.buckets import BucketSampler, bucket_lengths, pad_to_shape
-from vaswani.data.registry import LOCAL
+from vaswani.data.cache import EncodedCorpus
 from vaswani.data.corpora import ParallelCorpus, load_corpus
 from vaswani.data.files import TRAIN, VALID, FileCorpus, FileSplit, SplitFingerprint, fingerprint
 from vaswani.data.languages import CORPUS_RECORD, parse_direction
 from vaswani.data.pipeline import PreparedData, default_out_dir, prepare_dataset
-from vaswani.data.cache import EncodedCorpus
+from vaswani.data.prepared_tokenizer import PREPARED_KIND
+from vaswani.data.registry import LOCAL
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.errors import VaswaniError
-from vaswani.io import atomic_copy, atomic_write_json, file_sha256, read_json
+from vaswani.io import atomic_copy, atomic_write_json, directory_kind, file_sha256, read_json
 from vaswani.training.checkpoint import latest_checkpoint
 from vaswani.training.config import RunConfig
 from vaswani.training.distributed import World
@@ -207,12 +208,16 @@ def split_texts(config: RunConfig, splits: Iterable[str], run_dir: Path | None =
 
 def recorded_out_dir(run_dir: Path) -> Path | None:
     """Where the run prepared its data (corpus.json's "prepared"), when it recorded it and the folder is still
-    there: a run resumed or finalized from another directory then finds it instead of preparing it again."""
+    prepared data vaswani wrote (its manifest says so): a run resumed or finalized from another directory then
+    finds it instead of preparing it again. A record is no reason to write anywhere else: any other folder it
+    names is ignored, and the data is prepared into the default folder."""
     try:
         recorded = read_json(run_dir / CORPUS_RECORD, "corpus record").get("prepared")
     except (VaswaniError, AttributeError):
         return None
-    return Path(recorded) if isinstance(recorded, str) and Path(recorded).is_dir() else None
+    if not isinstance(recorded, str) or not Path(recorded).is_dir():
+        return None
+    return Path(recorded) if directory_kind(recorded) == PREPARED_KIND else None
 
 
 def corpus_record(run_dir: Path, config: RunConfig, prepared: PreparedData) -> dict[str, Any]:

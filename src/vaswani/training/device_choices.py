@@ -22,6 +22,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from vaswani.devices import reuse_freed_memory
 from vaswani.errors import ConfigError
+from vaswani.provenance import usable_cores
 from vaswani.training.config import TrainConfig
 from vaswani.training.loss import TranslationLoss
 
@@ -85,6 +86,17 @@ def decoding_batches(device: torch.device) -> dict[str, int]:
     if device.type == "cuda":
         return {"batch_size": 1024, "max_tokens": 262_144}
     return {}
+
+
+def check_threads(tc: TrainConfig) -> None:
+    """Refuse, in one line and before the run directory is touched, a ``train.num_threads`` above the cores
+    this process may use: each thread is a pool thread with its own stack, so a count far past them ends
+    inside the thread library (libgomp: out of memory) rather than training any faster."""
+    cores = usable_cores()
+    if tc.num_threads is not None and tc.num_threads > cores:
+        raise ConfigError(f"train.num_threads={tc.num_threads}: more than the {cores} core(s) this process "
+                          f"may use; give at most {cores}, or leave it unset (one thread per core)",
+                          field="train.num_threads")
 
 
 def set_up_process(tc: TrainConfig, device: torch.device) -> None:

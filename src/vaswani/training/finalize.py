@@ -34,6 +34,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+
 import torch
 
 from vaswani.data.languages import parse_direction
@@ -43,9 +44,15 @@ from vaswani.errors import VaswaniError
 from vaswani.evaluation.average import average_checkpoints, last_checkpoints
 from vaswani.evaluation.evaluate import EVALUATIONS_FOLDER, TestSet, evaluate
 from vaswani.evaluation.metrics import CorpusScores, corpus_scores
-from vaswani.evaluation.selection import (Candidate, ParentValidation, Quantization, SearchTried, Selection,
-                                          TestSetScores)
-from vaswani.io import install_directory, staging_directory, write_manifest, writing
+from vaswani.evaluation.selection import (
+    Candidate,
+    ParentValidation,
+    Quantization,
+    SearchTried,
+    Selection,
+    TestSetScores,
+)
+from vaswani.io import check_name, install_directory, staging_directory, write_manifest, writing
 from vaswani.model.serialization import CHECKPOINT_KIND
 from vaswani.training.checkpoint import STEP_NAME, nearest
 from vaswani.training.config import RunConfig, load_preset
@@ -124,7 +131,8 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
     for split in tc.final_test_splits:
         corpus = texts[split]
         test_set = TestSet(f"{dc.dataset}-{split}", corpus.source, corpus.target)
-        result, _ = evaluate(translator, test_set, final / EVALUATIONS_FOLDER / test_set.name, checkpoint=str(final))
+        folder = final / EVALUATIONS_FOLDER / check_name(test_set.name, "train.final_test_splits")
+        result, _ = evaluate(translator, test_set, folder, checkpoint=str(final))
         tests[test_set.name] = TestSetScores(result.bleu, result.chrf, result.length_ratio, result.signature,
                                              result.chrf_signature, result.sentences)
     forgetting = parent_validation(config, translator, search, on_device, batches)

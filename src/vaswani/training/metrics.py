@@ -104,7 +104,7 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     for index, (number, line) in enumerate(lines):
         try:
             record = json.loads(line)
-        except json.JSONDecodeError:
+        except ValueError:  # not JSON (json.JSONDecodeError), or a whole number too long for Python to read
             # torn: the start of one record. A line holding two record starts is two records run together, damage.
             if index == len(lines) - 1 and line.startswith(RECORD_START) and line.count(RECORD_START) == 1:
                 continue

@@ -20,11 +20,15 @@ from typing import Any, Sequence
 import torch
 
 from vaswani.errors import VaswaniError
-from vaswani.io import atomic_write_text
+from vaswani.io import atomic_write_text, parse_yaml
 from vaswani.model import Transformer
 from vaswani.model.serialization import load_weights
 from vaswani.provenance import PROVENANCE_FILE, provenance
-from vaswani.training.checkpoint import STATE_FILE, latest_checkpoint, load_trainer_state
+from vaswani.training.checkpoint import (
+    STATE_FILE,
+    latest_checkpoint,
+    load_trainer_state,
+)
 from vaswani.training.config import DataConfig, RunConfig, apply_settings
 from vaswani.training.parent import Parent
 from vaswani.training.rundir import check_start
@@ -134,9 +138,8 @@ def resumed_config(run_dir: str | Path, settings: Sequence[str] = ()) -> RunConf
 
 
 def config_of(checkpoint_dir: Path, state: dict[str, Any]) -> RunConfig:
-    import yaml
-
-    return RunConfig.from_dict(yaml.safe_load(state["config_yaml"]), source=f"{checkpoint_dir}/{STATE_FILE}")
+    source = f"{checkpoint_dir}/{STATE_FILE}"
+    return RunConfig.from_dict(parse_yaml(state["config_yaml"], source, "run's settings"), source=source)
 
 
 def _without_data_dir(data: DataConfig) -> DataConfig:

@@ -15,6 +15,7 @@ from vaswani.errors import ConfigError, is_out_of_memory, out_of_memory
 from vaswani.training.budget import BudgetPlan, Candidate, candidates, plan_for_budget, tokens_per_second
 from vaswani.training.callbacks import Callback
 from vaswani.training.config import RunConfig, apply_settings
+from vaswani.training.device_choices import check_threads
 from vaswani.training.distributed import rank_batches
 from vaswani.training.rundir import check_start, lock_run_directory
 from vaswani.training.summary import RunSummary, Stop
@@ -30,6 +31,7 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False, start_ov
     the main process (None on the other ranks)."""
     started = time.perf_counter()
     run_dir = Path(run_dir)
+    check_threads(config.train)
     is_main = int(os.environ.get("RANK", "0")) == 0  # under torchrun, rank 0 owns the directory
     with lock_run_directory(run_dir) if is_main else contextlib.nullcontext():
         if is_main:

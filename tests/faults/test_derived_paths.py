@@ -1,0 +1,92 @@
+"""Paths the program makes up are checked like the ones typed: a test set's name, which names its evaluation
+folder, is a plain name (refused in one line before anything is written), a run's corpus.json is never a
+reason to write somewhere, and the folder data is prepared into follows the output rule whoever chose it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vaswani.errors import VaswaniError
+from vaswani.io import MAX_NAME_CHARS, check_name, write_manifest
+
+BAD_NAMES = {
+    "separator": "x/../../victim",
+    "parent": "..",
+    "hidden": ".cache",
+    "long": "t" * (MAX_NAME_CHARS + 1),
+}
+
+
+@pytest.mark.parametrize("case", BAD_NAMES)
+def test_a_bad_name_is_one_error_naming_where_it_came_from(case: str) -> None:
+    with pytest.raises(VaswaniError) as error:
+        check_name(BAD_NAMES[case], "data.test_files")
+    assert str(error.value).startswith("data.test_files: the name ") and "\n" not in str(error.value)
+
+
+def test_plain_names_pass() -> None:
+    assert check_name("newstest2017", "x") == "newstest2017" and check_name("t" * MAX_NAME_CHARS, "x")
+
+
+@pytest.mark.parametrize("case", BAD_NAMES)
+def test_a_test_set_name_in_a_preset_is_refused_before_anything_is_written(run, assert_one_line, tmp_path,
+                                                                          local_corpus, case: str) -> None:
+    src, tgt = local_corpus
+    preset = tmp_path / "preset.yaml"
+    preset.write_text(json.dumps({
+        "data": {"dataset": "local", "train_files": [[str(src), str(tgt)]],
+                 "test_files": {BAD_NAMES[case]: [str(src), str(tgt)]}},
+        "train": {"max_steps": 1, "final_model": True}}))
+    code, _, err = run("train", "--preset", preset, "--run-dir", tmp_path / "run")
+    assert_one_line(code, err, 2, "data.test_files", "the name")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("file_name", [".hidden.de", "t" * (MAX_NAME_CHARS + 1) + ".de"])
+def test_a_test_file_whose_name_is_no_name_is_refused(run, assert_one_line, tmp_path, local_corpus,
+                                                     file_name: str) -> None:
+    src, tgt = local_corpus
+    test_src, test_tgt = tmp_path / file_name, tmp_path / (file_name[:-3] + ".en")
+    test_src.write_text("Ein Hund.\n")
+    test_tgt.write_text("A dog.\n")
+    code, _, err = run("prepare", "--src", src, "--tgt", tgt, "--test-src", test_src, "--test-tgt", test_tgt,
+                       "--out", tmp_path / "prepared")
+    assert_one_line(code, err, 2, "--test-src", "the name")
+    assert not (tmp_path / "prepared").exists()
+
+
+@pytest.fixture
+def recorded(tmp_path) -> tuple[Path, Path]:
+    """A run directory whose corpus.json names a folder as where its data was prepared."""
+    run_dir, folder = tmp_path / "run", tmp_path / "elsewhere"
+    run_dir.mkdir()
+    folder.mkdir()
+    (run_dir / "corpus.json").write_text(json.dumps({"prepared": str(folder)}))
+    return run_dir, folder
+
+
+def test_a_recorded_folder_that_is_not_prepared_data_is_never_used(recorded) -> None:
+    from vaswani.training.data import recorded_out_dir
+
+    run_dir, folder = recorded
+    assert recorded_out_dir(run_dir) is None  # a folder of the user's: the data goes to the default folder
+    write_manifest(folder, "checkpoint")
+    assert recorded_out_dir(run_dir) is None
+    write_manifest(folder, "prepared data")
+    assert recorded_out_dir(run_dir) == folder  # what the run prepared, found from any directory
+
+
+def test_data_is_never_prepared_inside_another_output(tmp_path, local_corpus, monkeypatch) -> None:
+    from vaswani.data.pipeline import prepare_dataset
+
+    src, tgt = local_corpus
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    write_manifest(checkpoint, "checkpoint")
+    monkeypatch.chdir(checkpoint)  # the default folder, runs/data/..., would be inside the checkpoint
+    with pytest.raises(VaswaniError, match="lies inside .*checkpoint, a checkpoint vaswani wrote"):
+        prepare_dataset(src_file=src, tgt_file=tgt, vocab_size=300)
+    assert sorted(p.name for p in checkpoint.iterdir()) == ["vaswani.json"]
