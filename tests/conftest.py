@@ -259,7 +259,8 @@ def trained_checkpoint(tmp_path_factory, data_dir: Path) -> Path:
     train = load_corpus("multi30k", "train", data_dir=data_dir)
     sources, targets = _short_pairs(train)
     tokenizer = Tokenizer.train(sources + targets, vocab_size=500)
-    items = [(i, s, t) for i, (s, t) in enumerate(zip(tokenizer.encode_batch(sources), tokenizer.encode_batch(targets)))]
+    items = [(i, s, t) for i, (s, t)
+             in enumerate(zip(tokenizer.encode_batch(sources), tokenizer.encode_batch(targets)))]
     items.sort(key=lambda item: len(item[1]))  # similar lengths per batch: little padding, fast steps
     batches = [collate(items[start : start + BATCH]) for start in range(0, len(items), BATCH)]
     torch.manual_seed(0)

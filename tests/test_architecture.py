@@ -218,7 +218,8 @@ def test_no_module_of_the_core_is_a_program() -> None:
         if _area(name) not in CORE_AREAS:
             continue
         mains = [node.lineno for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "main"]
-        mains += [node.lineno for node in tree.body if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)]
+        mains += [node.lineno for node in tree.body
+                  if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)]
         assert not mains, f"{path}:{mains[0]}: a program inside the core; move it to vaswani/tools/"
 
 

@@ -56,6 +56,7 @@ def test_the_report_gives_the_ratio_over_the_bare_script_per_repeat_with_or_with
     assert ratio["over_bare"] == pytest.approx(8.7 / 9.0, abs=1e-3)  # medians: 8.7 s bare against 9.0 s ours
     assert ratio["over_bare_per_repeat"] == [0.9, 1.05] and ratio["start_up_over_bare"] == pytest.approx(0.667, 1e-3)
     assert "over_torch" not in ratio
-    assert "0.97× the bare script's sentences/s on the same converted model (per repeat 0.90–1.05)" in render_table(report)
+    assert ("0.97× the bare script's sentences/s on the same converted model (per repeat 0.90–1.05)"
+            in render_table(report))
     env = command_environment(Path("/tmp/bytecode"))  # the timed commands keep their bytecode, outside the tree
     assert env["PYTHONPYCACHEPREFIX"] == "/tmp/bytecode" and "PYTHONDONTWRITEBYTECODE" not in env

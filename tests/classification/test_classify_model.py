@@ -8,12 +8,12 @@ import pytest
 import torch
 import torch.nn as nn
 
-from vaswani.classification.train import length_bucketed_batches, linear_schedule
-from vaswani.classification.settings import TrainSettings
-from vaswani.training.optim import parameter_groups
-from vaswani.config import ModelConfig
 from vaswani.classification.model import TransformerClassifier
+from vaswani.classification.settings import TrainSettings
+from vaswani.classification.train import length_bucketed_batches, linear_schedule
+from vaswani.config import ModelConfig
 from vaswani.model.transformer import Encoder
+from vaswani.training.optim import parameter_groups
 
 CONFIG = dataclasses.replace(ModelConfig.preset("tiny"), vocab_size=50, max_len=32)
 

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import torch
 
+from vaswani.classification.data import load_dataset
+from vaswani.classification.model import TransformerClassifier
 from vaswani.classification.predict import Classifier, predict_csv
 from vaswani.classification.settings import TrainSettings
-from vaswani.classification.data import load_dataset
-from vaswani.classification.train import train_classifier, classifier_step
+from vaswani.classification.train import classifier_step, train_classifier
 from vaswani.cli import main
 from vaswani.config import ModelConfig
-from vaswani.classification.model import TransformerClassifier
 
 # Small and quick: the keyword task needs few steps once the learning rate is not spent on a long warmup.
 FAST = ["--preset", "tiny", "--epochs", "6", "--batch-size", "16", "--lr", "2e-3", "--warmup", "10",
@@ -41,7 +41,8 @@ def test_learns_the_synthetic_task_perfectly_and_writes_everything(trained: Path
     assert metrics["transformer"]["accuracy"] == 1.0 and metrics["transformer"]["macro_f1"] == 1.0
     assert metrics["labels"] == ["finance", "sports", "weather"]  # string labels, mapped in sorted order
     info = json.loads((trained / "classifier.json").read_text())
-    assert (info["n_classes"], info["tokenizer"], info["pooling"], info["max_len"]) == (3, "word", "mean", 64)  # the default tokenizer
+    # the default tokenizer
+    assert (info["n_classes"], info["tokenizer"], info["pooling"], info["max_len"]) == (3, "word", "mean", 64)
     assert "| `finance` | 12 | 0 | 0 |" in (trained / "report.md").read_text()  # 36 validation rows, 12 a class
 
 

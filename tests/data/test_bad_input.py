@@ -7,11 +7,11 @@ import re
 
 import pytest
 
-from vaswani.data.corpora import ParallelCorpus, load_corpus, load_parallel_files
 from vaswani.data.cache import load_encoded
+from vaswani.data.corpora import ParallelCorpus, load_corpus, load_parallel_files
 from vaswani.data.preprocess import prepare
-from vaswani.data.tokenizer import Tokenizer
 from vaswani.data.textfiles import check_unicode_text, read_lines, read_stream_lines, read_text_file, unicode_problem
+from vaswani.data.tokenizer import Tokenizer
 from vaswani.errors import DataError
 
 

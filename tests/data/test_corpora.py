@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from vaswani.data.registry import DATASETS
 from vaswani.data.corpora import corpus_from_hub, load_corpus, load_parallel_files, load_tsv, load_wmt17_train
-from vaswani.io import file_sha256
+from vaswani.data.registry import DATASETS
 from vaswani.errors import DataError
+from vaswani.io import file_sha256
 
 
 def source_md_table(path) -> dict[str, tuple[int, str]]:

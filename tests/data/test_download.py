@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from vaswani.data.registry import get_dataset
 from vaswani.data.corpora import load_corpus
 from vaswani.data.download import RemoteFile, download_file, resolve_file
-from vaswani.io import file_sha256
+from vaswani.data.registry import get_dataset
 from vaswani.errors import DataError
+from vaswani.io import file_sha256
 
 VAL_DE = get_dataset("multi30k").splits["val"].parts[0][0]  # multi30k/val.de.gz
 

@@ -7,8 +7,8 @@ import pickle
 import numpy as np
 import pytest
 
-from vaswani.data.corpora import ParallelCorpus, load_corpus
 from vaswani.data.cache import load_encoded
+from vaswani.data.corpora import ParallelCorpus, load_corpus
 from vaswani.data.preprocess import encode_corpus, prepare
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.errors import DataError

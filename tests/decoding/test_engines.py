@@ -22,8 +22,7 @@ from vaswani.cli import main  # noqa: E402
 from vaswani.config import ModelConfig  # noqa: E402
 from vaswani.decoding import EngineOptions, SearchConfig, Translator  # noqa: E402
 from vaswani.decoding.config import write_stored_search  # noqa: E402
-from vaswani.decoding.ct2_model import (CONVERSION_KIND, CONVERTED_DIRECTORY, converted_model,  # noqa: E402
-                                        weight_parameters)
+from vaswani.decoding.ct2_model import CONVERSION_KIND, CONVERTED_DIRECTORY, converted_model, weight_parameters  # noqa: E402
 from vaswani.decoding.engine import output_limits  # noqa: E402
 from vaswani.errors import ConfigError, VaswaniError, VaswaniWarning
 from vaswani.io import MANIFEST_FILE, write_manifest

@@ -9,8 +9,13 @@ from pathlib import Path
 import pytest
 
 from vaswani.errors import VaswaniError
-from vaswani.evaluation.checkpoint_info import (META_FILE, CheckpointInfo, CheckpointMeta, ValidationResult,
-                                                checkpoint_info)
+from vaswani.evaluation.checkpoint_info import (
+    META_FILE,
+    CheckpointInfo,
+    CheckpointMeta,
+    ValidationResult,
+    checkpoint_info,
+)
 from vaswani.evaluation.metrics import CorpusScores
 from vaswani.evaluation.selection import SELECTION_FILE, Candidate, Quantization, SearchTried, Selection
 from vaswani.evaluation.selection import TestSetScores as SetScores  # a Test* name would be collected by pytest

@@ -7,8 +7,7 @@ import pytest
 import yaml
 
 from vaswani.errors import ConfigError
-from vaswani.experiments.regularization import (GRID, RECIPE, Cell, CellSummary, findings, study_settings,
-                                                study_variants)
+from vaswani.experiments.regularization import GRID, RECIPE, Cell, CellSummary, findings, study_settings, study_variants
 from vaswani.experiments.variants import variant_config
 
 

@@ -13,10 +13,10 @@ pytest.importorskip("ctranslate2", reason="the export tests need ctranslate2: pi
 from vaswani.cli import main  # noqa: E402
 from vaswani.data.tokenizer import Tokenizer  # noqa: E402
 from vaswani.decoding.config import EngineOptions, SearchConfig  # noqa: E402
+from vaswani.decoding.ct2_model import token_string  # noqa: E402
 from vaswani.decoding.search import generate  # noqa: E402
 from vaswani.decoding.translator import Translator  # noqa: E402
 from vaswani.errors import VaswaniError  # noqa: E402
-from vaswani.decoding.ct2_model import token_string  # noqa: E402
 from vaswani.export.ctranslate2 import Ct2Translator, export_ctranslate2  # noqa: E402
 from vaswani.model.serialization import load_model  # noqa: E402
 

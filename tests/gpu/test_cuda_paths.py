@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from torch.nn.attention import SDPBackend
 
 from vaswani.config import ModelConfig

@@ -1,5 +1,5 @@
-"""The fault loop started from a process that has initialised CUDA: its training processes must not be forks of that process
-(CUDA cannot be re-initialised in a forked child)."""
+"""The fault loop started from a process that has initialised CUDA: its training processes must not be forks of that
+process (CUDA cannot be re-initialised in a forked child)."""
 
 from __future__ import annotations
 

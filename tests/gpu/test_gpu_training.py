@@ -21,12 +21,16 @@ from vaswani.data.batching import Batch
 from vaswani.data.buckets import pad_to_shape
 from vaswani.model import Dropout, Transformer
 from vaswani.training.config import TrainConfig, apply_settings, load_preset
-from vaswani.training.device_choices import (CompilationWatch, compile_options, defers_host_reads,
-                                             loss_over_all_positions)
+from vaswani.training.device_choices import (
+    CompilationWatch,
+    compile_options,
+    defers_host_reads,
+    loss_over_all_positions,
+)
 from vaswani.training.loss import TranslationLoss
 from vaswani.training.optim import build_optimizer
-from vaswani.training.schedule import build_scheduler
 from vaswani.training.run import train
+from vaswani.training.schedule import build_scheduler
 from vaswani.training.step import read_results, train_step
 from vaswani.training.summary import Stop
 

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from torch.nn.attention import SDPBackend
 
 from vaswani.model import attention, kernels
 from vaswani.model.attention import MultiHeadAttention, sdpa_attention, standard_attention
 from vaswani.model.kernels import sdpa_backends
 from vaswani.model.kv_cache import KVCache
-from vaswani.model.window import window_block, windowed_attention
 from vaswani.model.masks import attended_keys, causal_mask, padding_mask, sliding_window_mask
+from vaswani.model.window import window_block, windowed_attention
 
 B, H, D = 3, 4, 16
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import tempfile
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path

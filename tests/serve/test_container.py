@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 from vaswani.cli import build_parser
 

@@ -23,11 +23,13 @@ def test_sigkill_anywhere_then_resume_is_bit_identical(tmp_path_factory, data_di
     assert result["metrics_hold_each_update_once"]
     assert result["tensors_compared"] > 0 and result["differing_tensors"] == []
     assert result["bit_identical"]
-    # training processes never fork the caller's process: a CUDA context (or any other state) of the caller cannot reach them
+    # training processes never fork the caller's process: a CUDA context (or any other state) of the caller cannot
+    # reach them
     assert result["process_start_method"] in ("forkserver", "spawn")
 
 
-def test_a_training_process_that_fails_on_its_own_ends_the_loop_with_its_error_in_one_line(tmp_path, monkeypatch, capsys) -> None:
+def test_a_training_process_that_fails_on_its_own_ends_the_loop_with_its_error_in_one_line(tmp_path, monkeypatch,
+                                                                                          capsys) -> None:
     from vaswani.tools.faults import main
 
     empty = tmp_path / "no-corpora"

@@ -8,8 +8,14 @@ import math
 import pytest
 import yaml
 
-from vaswani.training.budget import (EARLY_STOPPING_LR_FRACTION, Candidate, candidates, early_stopping_counts,
-                                     plan_for_budget, tokens_per_second)
+from vaswani.training.budget import (
+    EARLY_STOPPING_LR_FRACTION,
+    Candidate,
+    candidates,
+    early_stopping_counts,
+    plan_for_budget,
+    tokens_per_second,
+)
 
 # The multi30k-cpu ladder: the preset's d128 model and two wider ones, with their training cost relative to it.
 LADDER = candidates(["model.d_model=192 model.d_ff=768", "model.d_model=256 model.d_ff=1024"])

@@ -13,8 +13,13 @@ from safetensors.torch import load_file
 
 from vaswani.cli import build_parser
 from vaswani.decoding.commands import translator_from_args
-from vaswani.decoding.config import (SEARCH_FILE, SearchConfig, read_stored_engine, read_stored_search,
-                                     write_stored_search)
+from vaswani.decoding.config import (
+    SEARCH_FILE,
+    SearchConfig,
+    read_stored_engine,
+    read_stored_search,
+    write_stored_search,
+)
 from vaswani.errors import ConfigError
 from vaswani.evaluation.selection import Selection
 from vaswani.model.serialization import resolve_checkpoint

@@ -29,20 +29,20 @@ from typing import Any
 
 import torch
 
-from vaswani.benchmarks.profiling import add_passes_argument
 from vaswani.arguments import ranged
-from vaswani.config import MAX_BATCH, MAX_COUNT, MAX_LENGTH, MAX_THREADS, ModelConfig, PRECISIONS
+from vaswani.benchmarks.profiling import add_passes_argument
+from vaswani.config import MAX_BATCH, MAX_COUNT, MAX_LENGTH, MAX_THREADS, PRECISIONS, ModelConfig
 from vaswani.data.commands import add_data_dir_argument
-from vaswani.devices import resolve_device, synchronize
 from vaswani.decoding.compiled import CompiledDecoder
 from vaswani.decoding.config import SearchConfig
 from vaswani.decoding.reference import UncachedModel
 from vaswani.decoding.search import generate
+from vaswani.devices import resolve_device, synchronize
 from vaswani.errors import VaswaniError
 from vaswani.io import atomic_write_json, atomic_write_text, check_output
+from vaswani.model import Transformer
 from vaswani.precision import resolve_precision
 from vaswani.provenance import provenance, provenance_lines
-from vaswani.model import Transformer
 
 RANDOM_SOURCE_LENGTHS = (8, 24)  # tokens incl. </s>: roughly Multi30k German with a 10k BPE vocabulary
 

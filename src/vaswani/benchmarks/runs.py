@@ -19,7 +19,6 @@ from vaswani.io import atomic_write_json, atomic_write_text, check_output
 from vaswani.provenance import first_training_start, provenance
 from vaswani.training.metrics import METRICS_FILE, read_metrics, training_speed
 
-
 RESULT_FILES = ("results.json", "table.md")
 
 

@@ -20,12 +20,11 @@ from typing import Any
 from safetensors.torch import save as safetensors_bytes
 
 from vaswani.classification.encoding import TOKENIZER_FILES, TextTokenizer, load_tokenizer
+from vaswani.classification.model import TransformerClassifier
 from vaswani.config import ModelConfig
 from vaswani.errors import VaswaniError
-from vaswani.classification.model import TransformerClassifier
-from vaswani.model.serialization import load_weights
 from vaswani.io import MANIFEST_FILE, atomic_write_bytes, read_json, read_manifest, verify_files
-from vaswani.model.serialization import WEIGHTS_FILE
+from vaswani.model.serialization import WEIGHTS_FILE, load_weights
 
 INFO_FILE = "classifier.json"
 FORMAT = "vaswani-classifier/1"

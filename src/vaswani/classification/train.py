@@ -28,6 +28,7 @@ from vaswani.classification.checkpoint import ClassifierInfo, save_classifier
 from vaswani.classification.data import Dataset
 from vaswani.classification.encoding import TextEncoder, normalize, pad_batch, train_tokenizer
 from vaswani.classification.metrics import Metrics, score_predictions
+from vaswani.classification.model import TransformerClassifier
 from vaswani.classification.predict import predict_proba
 from vaswani.classification.settings import TrainSettings
 from vaswani.config import ModelConfig, apply_overrides
@@ -37,7 +38,6 @@ from vaswani.precision import autocast
 from vaswani.progress import progress_reporter
 from vaswani.training.optim import parameter_groups
 from vaswani.training.schedule import decay_lr
-from vaswani.classification.model import TransformerClassifier
 
 
 # ---- model and optimiser -------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ tokenizer or length limit is another entry, never a stale one.
 """
 
 from __future__ import annotations
+
 import io
 import itertools
 import json
@@ -17,7 +18,9 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Sequence
+
 import numpy as np
+
 from vaswani.data.corpora import CorpusInfo, ParallelCorpus
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.errors import DataError, VaswaniError

@@ -10,8 +10,15 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from vaswani.data.download import resolve_file
-from vaswani.data.registry import (DEFAULT_DATASET, WMT17_HUB_CONFIG, WMT17_HUB_ID, WMT17_TRAIN_DIR,
-                                    WMT17_TRAIN_FILES, get_dataset, parse_direction)
+from vaswani.data.registry import (
+    DEFAULT_DATASET,
+    WMT17_HUB_CONFIG,
+    WMT17_HUB_ID,
+    WMT17_TRAIN_DIR,
+    WMT17_TRAIN_FILES,
+    get_dataset,
+    parse_direction,
+)
 from vaswani.data.textfiles import read_text_file, read_tsv_file
 from vaswani.errors import DataError
 

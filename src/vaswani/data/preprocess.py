@@ -42,11 +42,24 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from vaswani.data.cache import (
+    ARRAYS,
+    CACHE_KIND,
+    EncodedCorpus,
+    FileArrays,
+    MemoryArrays,
+    PrepareStats,
+    cache_meta,
+    cache_path,
+    ids_dtype,
+    is_whole_cache,
+    load_arrays,
+    load_cached,
+    save_encoded,
+)
 from vaswani.data.corpora import CorpusInfo, ParallelCorpus
-from vaswani.data.cache import (ARRAYS, CACHE_KIND, EncodedCorpus, FileArrays, MemoryArrays, PrepareStats, cache_meta,
-                                cache_path, ids_dtype, is_whole_cache, load_arrays, load_cached, save_encoded)
-from vaswani.data.files import FileSplit, LineChunk, decode_chunk, progress_bar, read_chunks
 from vaswani.data.corpus_encoder import CorpusEncoder
+from vaswani.data.files import FileSplit, LineChunk, decode_chunk, progress_bar, read_chunks
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.errors import ConfigError, DataError
 from vaswani.io import (

@@ -14,8 +14,14 @@ from typing import TYPE_CHECKING, TextIO
 from vaswani.arguments import ranged
 from vaswani.config import MAX_BATCH, MAX_THREADS, PRECISIONS
 from vaswani.data.textfiles import STANDARD_INPUT, read_lines, read_stream_lines, unicode_problem
-from vaswani.decoding.config import (ENGINES, EngineOptions, QUANTIZATIONS, SearchConfig, read_stored_engine,
-                                     read_stored_search)
+from vaswani.decoding.config import (
+    ENGINES,
+    QUANTIZATIONS,
+    EngineOptions,
+    SearchConfig,
+    read_stored_engine,
+    read_stored_search,
+)
 from vaswani.decoding.engine import AUTO
 from vaswani.errors import ConfigError
 from vaswani.io import atomic_write_text, check_output, standard_stream
@@ -123,7 +129,8 @@ def search_config_from_args(args: argparse.Namespace, stored: dict | None = None
     for flag, value in (("--batch-size", args.batch_size), ("--max-tokens", args.max_tokens)):
         if value < 1:
             raise ConfigError(f"{flag} {value}: must be >= 1")
-    given = {name: getattr(args, option) for name, option in STORED_OPTIONS.items() if getattr(args, option) is not None}
+    given = {name: getattr(args, option) for name, option in STORED_OPTIONS.items()
+             if getattr(args, option) is not None}
     config = _search_config(args, given)  # an invalid option is reported under its flag, stored file or not
     return _search_config(args, {**stored, **given}) if stored else config
 

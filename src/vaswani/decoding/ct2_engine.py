@@ -34,8 +34,7 @@ from typing import Any, Sequence
 from vaswani.config import ModelConfig
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.decoding.config import EngineOptions, SearchConfig
-from vaswani.decoding.ct2_model import (cannot_express, converted_model, position_rows, vocabulary,
-                                        weight_parameters)
+from vaswani.decoding.ct2_model import cannot_express, converted_model, position_rows, vocabulary, weight_parameters
 from vaswani.decoding.engine import CTRANSLATE2, Hypothesis, length_penalty, output_limits
 from vaswani.errors import ConfigError, EnvironmentFault, VaswaniError
 from vaswani.io import read_json

@@ -17,8 +17,8 @@ that are done are dropped from the batch by the state's reorder, so no step comp
 step needs a per-sentence Python loop. ``reorder_beams`` is the reorder of a beam search step: row i continues
 ``rows[i]``, and ``sentences`` (None while no sentence has left) gives a row of the same sentence for each, which
 lets a state keep what all beams of a sentence share (the Transformer's cross-attention keys and values) untouched
-while its sentences stay; a state with nothing shared may treat it as ``reorder(rows)``. Positions: the decoder reads <s> at position 0 and emits y1; generating
-n tokens (</s> included) therefore needs positions 0 .. n-1.
+while its sentences stay; a state with nothing shared may treat it as ``reorder(rows)``. Positions: the decoder
+reads <s> at position 0 and emits y1; generating n tokens (</s> included) therefore needs positions 0 .. n-1.
 """
 
 from __future__ import annotations

@@ -116,7 +116,6 @@ def evaluate_command(args: argparse.Namespace) -> int:
 
 def average_command(args: argparse.Namespace) -> int:
     from vaswani.evaluation.average import average_checkpoints, last_checkpoints
-
     from vaswani.model.serialization import CHECKPOINT_KIND
 
     checkpoints = args.checkpoints or last_checkpoints(args.run, args.last)

@@ -22,7 +22,6 @@ from vaswani.io import (
 )
 from vaswani.records import from_json, to_json
 
-
 COMPARISON_KIND = "comparison"
 # What `vaswani evaluate` writes and the comparison reads (see vaswani.io.json_shape_problem).
 RESULTS_SHAPE: dict[str, Any] = {

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from vaswani.arguments import add_settings_argument, ranged
-from vaswani.config import MAX_BATCH, MAX_COUNT, MAX_THREADS, ModelConfig, PRECISIONS
+from vaswani.config import MAX_BATCH, MAX_COUNT, MAX_THREADS, PRECISIONS, ModelConfig
 from vaswani.devices import synchronize as sync
 from vaswani.experiments.measurement import MiB, TrainingStep, free_memory, preset_model_config
 from vaswani.experiments.reporting import device_label, log, markdown_table, provenance_line, pyplot, write_results

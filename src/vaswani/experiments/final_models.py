@@ -16,11 +16,11 @@ from typing import Any
 import torch
 
 from vaswani.errors import VaswaniError
-from vaswani.experiments.reporting import fixed, log, markdown_table, pyplot, write_results
-from vaswani.io import atomic_copy
-from vaswani.experiments.variants import metrics
-from vaswani.provenance import first_training_start
 from vaswani.evaluation.selection import SELECTION_FILE, Selection
+from vaswani.experiments.reporting import fixed, log, markdown_table, pyplot, write_results
+from vaswani.experiments.variants import metrics
+from vaswani.io import atomic_copy
+from vaswani.provenance import first_training_start
 from vaswani.training.config import RunConfig, load_preset
 from vaswani.training.finalize import FINAL
 from vaswani.training.summary import SUMMARY_FILE, RunSummary

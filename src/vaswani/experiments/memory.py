@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from vaswani.arguments import add_settings_argument, ranged
-from vaswani.config import MAX_BATCH, MAX_LENGTH, ModelConfig, PRECISIONS
+from vaswani.config import MAX_BATCH, MAX_LENGTH, PRECISIONS, ModelConfig
 from vaswani.devices import resolve_device
 from vaswani.experiments.measurement import (
     GiB,
@@ -30,7 +30,6 @@ from vaswani.experiments.measurement import (
     synthetic_batch,
     unless_out_of_memory,
 )
-from vaswani.experiments.reporting import device_label, log, write_results
 from vaswani.experiments.memory_estimate import (
     BatchShape,
     estimate_training_memory,
@@ -38,6 +37,7 @@ from vaswani.experiments.memory_estimate import (
     parameter_counts,
 )
 from vaswani.experiments.memory_report import breakdown_figure, memory_table, print_summary
+from vaswani.experiments.reporting import device_label, log, write_results
 from vaswani.precision import resolve_precision
 
 

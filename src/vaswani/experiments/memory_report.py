@@ -9,8 +9,8 @@ import torch
 
 from vaswani.config import ModelConfig
 from vaswani.experiments.measurement import MiB, memory_method
-from vaswani.experiments.reporting import markdown_table, provenance_line, pyplot
 from vaswani.experiments.memory_estimate import ALWAYS_LIVE, CATEGORIES, TRAINING_STATE
+from vaswani.experiments.reporting import markdown_table, provenance_line, pyplot
 
 if TYPE_CHECKING:
     from vaswani.experiments.memory import MemorySettings

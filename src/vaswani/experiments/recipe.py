@@ -26,7 +26,13 @@ from vaswani.data.commands import add_data_dir_argument
 from vaswani.errors import ConfigError
 from vaswani.experiments.reporting import device_label, fixed, log, markdown_table, pyplot, write_results
 from vaswani.experiments.variants import (
-    RunVariant, TrainedRun, final_validation, load_final_model, metrics, train_variants, variant_config,
+    RunVariant,
+    TrainedRun,
+    final_validation,
+    load_final_model,
+    metrics,
+    train_variants,
+    variant_config,
 )
 from vaswani.training.config import load_preset
 from vaswani.training.scoring import greedy_scores

@@ -26,8 +26,15 @@ from vaswani.arguments import add_settings_argument, ranged
 from vaswani.config import MAX_COUNT, MAX_THREADS
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.errors import ConfigError
-from vaswani.experiments.reporting import (device_label, fixed, log, markdown_table, provenance_line, pyplot,
-                                           write_results)
+from vaswani.experiments.reporting import (
+    device_label,
+    fixed,
+    log,
+    markdown_table,
+    provenance_line,
+    pyplot,
+    write_results,
+)
 from vaswani.experiments.variants import RunVariant, load_final_model, metrics, train_variants, variant_config
 
 RECIPE, SMOKE_RECIPE = "multi30k-cpu", "smoke"

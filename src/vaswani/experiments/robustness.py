@@ -19,12 +19,18 @@ import torch
 
 from vaswani.arguments import ranged
 from vaswani.config import MAX_COUNT
-from vaswani.experiments.reporting import device_label, log, markdown_table, provenance_line, pyplot, write_results
 from vaswani.experiments.perturb import CONDITIONS, DESCRIPTIONS, perturb_all
-from vaswani.training.scoring import greedy_scores, id_batches, teacher_forced_scores
+from vaswani.experiments.reporting import device_label, log, markdown_table, provenance_line, pyplot, write_results
 from vaswani.experiments.variants import (
-    POSITION_LABELS, add_variant_arguments, final_validation, load_final_model, load_splits, metrics, setup,
+    POSITION_LABELS,
+    add_variant_arguments,
+    final_validation,
+    load_final_model,
+    load_splits,
+    metrics,
+    setup,
 )
+from vaswani.training.scoring import greedy_scores, id_batches, teacher_forced_scores
 
 POSITION_VARIANTS = ("sinusoidal", "learned", "rope")
 MIN_SENTENCES_PER_POSITION = 20  # accuracy at a target position is plotted where at least this many reach it

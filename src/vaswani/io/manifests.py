@@ -9,12 +9,19 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from vaswani.errors import VaswaniError
 from vaswani.io.reading import read_json
-from vaswani.io.writing import atomic_write_json, fsync_directory, fsync_file, install_directory, named_as, staging_directory, writing
-
+from vaswani.io.writing import (
+    atomic_write_json,
+    fsync_directory,
+    fsync_file,
+    install_directory,
+    named_as,
+    staging_directory,
+    writing,
+)
 
 
 @contextlib.contextmanager

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+
 class KVCache:
     """Keys and values of one attention module, (B, H, T, head_dim) each: ``cache.k``, ``cache.v``.
 

@@ -8,8 +8,9 @@ CTranslate2 search several batches at once, each on its share of the cores). A s
 - **Continuous.** When a slot is free and sentences wait, the next batch is formed at once: a lone request on an
   idle model is searched without waiting for company, and the requests that arrive while every slot is busy form
   the next batch. What waits is shared between the slots free at that moment, so several slots search side by
-  side instead of one taking everything while the others idle. ``batch_wait_ms`` (0 by default) is only a ceiling a user may set: how long a free slot may hold
-  the oldest waiting sentence for company before it searches a batch that is not full.
+  side instead of one taking everything while the others idle. ``batch_wait_ms`` (0 by default) is only a ceiling
+  a user may set: how long a free slot may hold the oldest waiting sentence for company before it searches a batch
+  that is not full.
 - **Fair turns.** Jobs take turns heading a batch, in arrival order: the head's settings are the batch's, and the
   batch takes one sentence from each job with the same settings in turn (round robin), until
   ``max_batch_sentences`` or ``max_batch_tokens`` (padded source tokens × beam) is reached. The head then goes to

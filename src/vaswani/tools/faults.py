@@ -63,8 +63,8 @@ def _mark(name: str, step: int) -> None:
 
 def train_announcing_phases(preset: str, run_dir: Path, settings: list[str], resume: bool, start_over: bool) -> int:
     """Train as ``vaswani train`` does, announcing each phase on stdout."""
-    from vaswani.training.config import apply_settings, load_preset
     from vaswani.training.callbacks import Callback
+    from vaswani.training.config import apply_settings, load_preset
     from vaswani.training.resume import resumed_config
     from vaswani.training.run import train
 

@@ -28,8 +28,16 @@ import torch
 
 from vaswani.errors import VaswaniError
 from vaswani.evaluation.checkpoint_info import META_FILE
-from vaswani.io import (atomic_symlink, atomic_write_json, install_directory, named_as, read_manifest,
-                        staging_directory, write_manifest, writing)
+from vaswani.io import (
+    atomic_symlink,
+    atomic_write_json,
+    install_directory,
+    named_as,
+    read_manifest,
+    staging_directory,
+    write_manifest,
+    writing,
+)
 from vaswani.model import Transformer
 from vaswani.model.serialization import CHECKPOINT_KIND, check_checkpoint, resolve_checkpoint, save_model
 

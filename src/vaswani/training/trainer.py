@@ -37,13 +37,17 @@ from vaswani.training.budget import early_stopping_counts
 from vaswani.training.callbacks import Callback, LogLine, ReadUpdate, reporting
 from vaswani.training.checkpoint import load_trainer_state, move_link, prune, save_checkpoint
 from vaswani.training.config import RunConfig
-from vaswani.training.device_choices import (CompilationWatch, compile_options, defers_host_reads, set_up_process,
-                                             training_module)
+from vaswani.training.device_choices import (
+    CompilationWatch,
+    compile_options,
+    defers_host_reads,
+    set_up_process,
+    training_module,
+)
 from vaswani.training.distributed import World, init_world, rank_batches, ranks_identical, shutdown
 from vaswani.training.optim import build_optimizer
 from vaswani.training.parent import initial_model
-from vaswani.training.resume import (Progress, announce_resume, check_resumable, record_start, restore,
-                                     trainer_state)
+from vaswani.training.resume import Progress, announce_resume, check_resumable, record_start, restore, trainer_state
 from vaswani.training.schedule import build_scheduler
 from vaswani.training.scoring import validate
 from vaswani.training.signals import StopSignals
