@@ -120,11 +120,12 @@ def test_a_compiled_run_records_what_compiling_did_in_its_summary(tmp_path, data
     compiled, the others recompiles), no graph break, and no CUDA graph on a CPU. Dynamo's cheap "eager" backend
     stands in for Inductor; validation runs the model uncompiled. No dropout: the CPU's own masks
     (model/dropout.py) draw with an in-place ``random_``, where Dynamo breaks the graph (CUDA takes F.dropout)."""
+    from vaswani.training import device_choices
     from vaswani.training import trainer as trainer_module
 
     monkeypatch.setenv("VASWANI_DATA", str(data_dir))
     monkeypatch.setenv("VASWANI_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(trainer_module, "compile_options", lambda *args, **kwargs: {"dynamic": False,
+    monkeypatch.setattr(device_choices, "compile_options", lambda *args, **kwargs: {"dynamic": False,
                                                                                     "backend": "eager"})
     config = apply_settings(load_preset("smoke"), [
         "data.train_split=val", "model.dropout=0.0", "train.max_tokens=3000", "train.length_buckets=3",

@@ -33,17 +33,11 @@ from vaswani.evaluation.checkpoint_info import CheckpointMeta, ValidationResult
 from vaswani.precision import resolve_precision
 from vaswani.records import to_json
 from vaswani.training import data as training_data
+from vaswani.training import device_choices as choices
 from vaswani.training.budget import early_stopping_counts
 from vaswani.training.callbacks import Callback, LogLine, ReadUpdate, reporting
 from vaswani.training.checkpoint import load_trainer_state, move_link, prune, save_checkpoint
 from vaswani.training.config import RunConfig
-from vaswani.training.device_choices import (
-    CompilationWatch,
-    compile_options,
-    defers_host_reads,
-    set_up_process,
-    training_module,
-)
 from vaswani.training.distributed import World, init_world, rank_batches, ranks_identical, shutdown
 from vaswani.training.optim import build_optimizer
 from vaswani.training.parent import initial_model
@@ -66,11 +60,12 @@ class Trainer:
         self.run_dir, self.config, tc = Path(run_dir), config, config.train
         self.world = world or init_world(device_type(tc.device))
         self.device = resolve_device(tc.device, self.world.local_rank)
-        set_up_process(tc, self.device)
+        choices.set_up_process(tc, self.device)
         self.precision = resolve_precision(tc.precision, self.device)
         # Device-dependent choices (training/device_choices.py) come before any work: a refusal then costs nothing
-        self.defer_reads = defers_host_reads(tc.host_sync, self.device)
-        self.compile_options = compile_options(tc.compile, tc.cuda_graphs, self.device, bool(tc.length_buckets))
+        self.defer_reads = choices.defers_host_reads(tc.host_sync, self.device)
+        self.compile_options = choices.compile_options(tc.compile, tc.cuda_graphs, self.device,
+                                                       bool(tc.length_buckets))
         saved = load_trainer_state(self.run_dir) if resume else None
         self.resumed_from = saved[0] if saved is not None else None
         self.changed_settings = check_resumable(config, *saved, announce=self.world.is_main) if saved else {}
@@ -96,8 +91,9 @@ class Trainer:
         self.checkpointed_step: int | None = self.progress.step if saved is not None else None
         if self.world.rank > 0:  # dropout masks differ per rank, as they would across one process's micro-batches
             torch.manual_seed(tc.seed + 1000 * self.world.rank + self.progress.step)
-        self.loss_model = training_module(self.model, tc, self.device, self.compile_options, self.world.distributed,
-                                          batch_shapes=len(self.data.sampler.shapes()) if tc.length_buckets else 0)
+        self.loss_model = choices.training_module(self.model, tc, self.device, self.compile_options,
+                                                  self.world.distributed, batch_shapes=len(self.data.sampler.shapes())
+                                                  if tc.length_buckets else 0)
         self.callbacks = [*(reporting(tc.progress) if self.world.is_main else []), *callbacks]
         self.signals = StopSignals()
         # Updates whose results the host has not read yet: with deferred reads they wait for a log step, an
@@ -133,7 +129,7 @@ class Trainer:
         summary = None
         self._notify("on_fit_start")
         try:
-            with self.signals.caught(), CompilationWatch() as compilation:
+            with self.signals.caught(), choices.CompilationWatch() as compilation:
                 stop = self._train(started)
                 if stop is Stop.INTERRUPTED:
                     self._checkpoint("interrupt")
