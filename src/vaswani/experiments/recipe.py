@@ -20,14 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from vaswani.arguments import add_settings_argument, parse_variant, ranged
-from vaswani.config import MAX_THREADS
-from vaswani.data.commands import add_data_dir_argument
+from vaswani.arguments import parse_variant, ranged
 from vaswani.errors import ConfigError
 from vaswani.experiments.reporting import device_label, fixed, log, markdown_table, pyplot, write_results
 from vaswani.experiments.variants import (
     RunVariant,
     TrainedRun,
+    add_runs_arguments,
     final_validation,
     load_final_model,
     metrics,
@@ -68,13 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"which of the built-in variants (default all: {' '.join(VARIANTS)})")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME:SECTION.KEY=VALUE,…",
                         help="an extra variant, e.g. wide-ff:model.d_ff=1024 (repeatable)")
-    parser.add_argument("--runs-dir", type=Path, default=None,
-                        help="where the proxy runs live; finished runs with the same config are reused "
-                        "(default runs/experiments/recipe)")
-    parser.add_argument("--jobs", type=ranged(int, ge=1, le=MAX_THREADS), default=1,
-                        help="proxies trained at the same time, one thread each when > 1 (default %(default)s)")
-    add_settings_argument(parser, ("model", "data", "train"), "train.seed=2 (applied to every variant)")
-    add_data_dir_argument(parser)
+    add_runs_arguments(parser, "runs/experiments/recipe", "train.seed=2")
 
 
 def parse_run_variant(spec: str) -> RunVariant:

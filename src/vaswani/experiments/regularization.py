@@ -22,9 +22,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from vaswani.arguments import add_settings_argument, ranged
-from vaswani.config import MAX_COUNT, MAX_THREADS
-from vaswani.data.commands import add_data_dir_argument
+from vaswani.arguments import ranged
+from vaswani.config import MAX_COUNT
 from vaswani.errors import ConfigError
 from vaswani.experiments.reporting import (
     device_label,
@@ -35,7 +34,14 @@ from vaswani.experiments.reporting import (
     pyplot,
     write_results,
 )
-from vaswani.experiments.variants import RunVariant, load_final_model, metrics, train_variants, variant_config
+from vaswani.experiments.variants import (
+    RunVariant,
+    add_runs_arguments,
+    load_final_model,
+    metrics,
+    train_variants,
+    variant_config,
+)
 
 RECIPE, SMOKE_RECIPE = "multi30k-cpu", "smoke"
 # Every cell: the preset's schedule by epochs (no clock, no clock fit), no early stop and no final-model step, in
@@ -120,13 +126,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         f"({', '.join(WIDTHS)}) followed by -KNOBVALUE items, e.g. d192-drop0.3-ls0.2")
     parser.add_argument("--seeds", nargs="+", type=ranged(int, ge=0, le=MAX_COUNT), default=[0],
                         help="seeds every cell is trained with (default 0)")
-    parser.add_argument("--runs-dir", type=Path, default=None,
-                        help="where the runs live; finished runs with the same config are reused, cut-off ones "
-                        "resumed (default runs/experiments/regularization)")
-    parser.add_argument("--jobs", type=ranged(int, ge=1, le=MAX_THREADS), default=1,
-                        help="runs trained at the same time, one thread each when > 1 (default %(default)s)")
-    add_settings_argument(parser, ("model", "data", "train"), "train.max_epochs=30 (applied to every cell)")
-    add_data_dir_argument(parser)
+    add_runs_arguments(parser, "runs/experiments/regularization", "train.max_epochs=30")
 
 
 def study_variants(cells: Sequence[str], seeds: Sequence[int]) -> list[RunVariant]:

@@ -217,18 +217,25 @@ VARIANTS: dict[str, RunVariant] = {v.name: v for v in (
 )}
 
 
+def add_runs_arguments(parser: argparse.ArgumentParser, default_runs_dir: str, example_setting: str) -> None:
+    """What every study that trains runs takes: where its runs live, how many train at once, settings applied to
+    every run, and where the corpora are."""
+    parser.add_argument("--runs-dir", type=Path, default=None,
+                        help="where the runs live; finished runs with the same config are reused, cut-off ones "
+                        f"resumed (default {default_runs_dir})")
+    parser.add_argument("--jobs", type=ranged(int, ge=1, le=MAX_THREADS), default=1,
+                        help="runs trained at the same time, in worker processes of one thread each when > 1 "
+                        "(default %(default)s)")
+    add_settings_argument(parser, ("model", "data", "train"), f"{example_setting} (applied to every run)")
+    add_data_dir_argument(parser)
+
+
 def add_variant_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recipe", default=None,
                         help=f"run preset every variant modifies (default {RECIPE}; --smoke: {SMOKE_RECIPE})")
-    parser.add_argument("--runs-dir", type=Path, default=None,
-                        help="where the variants' runs live; finished runs with the same config are reused "
-                        "(default runs/experiments/RECIPE)")
     parser.add_argument("--steps", type=ranged(int, ge=1, le=MAX_COUNT), default=None,
                         help=f"updates per variant (default: the recipe's train.max_steps; --smoke: {SMOKE_STEPS})")
-    add_settings_argument(parser, ("model", "data", "train"), "train.seed=1 (applied to every variant)")
-    parser.add_argument("--jobs", type=ranged(int, ge=1, le=MAX_THREADS), default=1,
-                        help="variants trained at the same time, in worker processes (default %(default)s)")
-    add_data_dir_argument(parser)
+    add_runs_arguments(parser, "runs/experiments/RECIPE", "train.seed=1")
 
 
 def train_from_args(args: argparse.Namespace, variants: Sequence[RunVariant]) -> tuple[str, list[TrainedRun]]:
