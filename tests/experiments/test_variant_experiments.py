@@ -4,8 +4,14 @@ and both smoke runs write their tables and plots from real Multi30k data."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -220,3 +226,43 @@ def test_a_run_with_another_config_is_never_mistaken_for_a_variant(workdir: Path
                         "train.eval_every_steps=4", "train.bleu_subset=0"])
     summary = json.loads((workdir / "runs" / "sinusoidal" / "summary.json").read_text())
     assert summary["stop_reason"] == "max_steps"
+
+
+STUDY_SCRIPT = """
+import sys
+from pathlib import Path
+from vaswani.errors import VaswaniError
+from vaswani.experiments.variants import RunVariant, train_variants
+variants = [RunVariant(name, name, (f"model.dropout={p}",)) for name, p in (("a", 0.1), ("b", 0.2), ("c", 0.3))]
+extra = ["train.max_steps=100000", "train.max_epochs=null", "train.progress=false", "train.log_every_steps=1",
+         "train.eval_every_steps=100000", "train.bleu_subset=0", "train.num_threads=1"]
+try:
+    train_variants(variants, "smoke", Path(sys.argv[1]), Path(sys.argv[2]), extra, jobs=2)
+except VaswaniError as error:
+    print(f"error: {error}", file=sys.stderr)
+    sys.exit(2)
+"""
+
+
+def test_a_stop_signal_to_a_parallel_study_checkpoints_every_running_run_and_starts_no_other(
+        tmp_path: Path, data_dir: Path) -> None:
+    runs = tmp_path / "runs"
+    study = subprocess.Popen([sys.executable, "-c", STUDY_SCRIPT, str(runs), str(data_dir)], cwd=tmp_path,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True,
+                             env={**os.environ, "VASWANI_CACHE": str(tmp_path / "cache")})
+    try:
+        deadline = time.monotonic() + 240
+        while not all((runs / name / "metrics.jsonl").is_file() for name in "ab"):  # both are past an update
+            assert study.poll() is None and time.monotonic() < deadline, "the study never started its two runs"
+            time.sleep(0.2)
+        study.send_signal(signal.SIGTERM)
+        _, stderr = study.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(study.pid, signal.SIGKILL)  # whatever a failing study left running
+    assert study.returncode == 2 and "interrupted: a, b" in stderr and "run the same command again" in stderr
+    for name in "ab":
+        summary = json.loads((runs / name / "summary.json").read_text())
+        assert summary["stop_reason"] == "interrupted" and summary["signal"] == "SIGTERM"
+        assert (runs / name / "checkpoints" / "last").exists()
+    assert not (runs / "c").exists()  # the queued run never started

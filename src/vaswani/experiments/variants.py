@@ -32,6 +32,7 @@ from vaswani.io import read_yaml
 from vaswani.training.config import RunConfig, apply_settings, load_preset
 from vaswani.training.metrics import METRICS_FILE, read_metrics
 from vaswani.training.run import train
+from vaswani.training.signals import StopSignals
 from vaswani.training.summary import SUMMARY_FILE, RunSummary, Stop
 
 
@@ -78,7 +79,7 @@ def _state(run_dir: Path, expected: dict[str, Any]) -> str:
     saved = read_yaml(config_file, "run's settings")
     if _comparable(saved) != _comparable(expected):
         return "different"
-    if (run_dir / SUMMARY_FILE).is_file() and RunSummary.read(run_dir).stop_reason is not Stop.INTERRUPTED:
+    if (run_dir / SUMMARY_FILE).is_file() and not _ended_by_signal(run_dir):
         return "done"
     return "partial" if (run_dir / "checkpoints" / "last").exists() else "empty"
 
@@ -113,40 +114,71 @@ def train_variants(variants: Sequence[RunVariant], recipe: str, runs_dir: Path, 
             print(f"[{variant.name}] training in {runs_dir / variant.name}" + (" (resumed)" if resume else ""),
                   file=sys.stderr)
             train(config, runs_dir / variant.name, resume=resume)
+            if _ended_by_signal(runs_dir / variant.name):
+                raise VaswaniError(_interrupted_message([variant.name], runs_dir))
     else:
         _train_in_parallel(pending, runs_dir, jobs)
     return runs
 
 
 def _train_in_parallel(pending: list[tuple[RunVariant, RunConfig, bool]], runs_dir: Path, jobs: int) -> None:
-    """Worker processes, at most ``jobs`` at a time; each one's output goes to ``<runs_dir>/<variant>.log``."""
+    """Worker processes, at most ``jobs`` at a time; each one's output goes to ``<runs_dir>/<variant>.log``.
+
+    A stop signal (Ctrl-C, a scheduler's SIGTERM) reaches every worker, each saves a checkpoint, and no further run
+    starts; so does a worker stopped on its own. The same command resumes them all."""
     runs_dir.mkdir(parents=True, exist_ok=True)
     # "spawn": a fresh interpreter per run, as `vaswani train` would be (no forked torch thread pools).
     context = multiprocessing.get_context("spawn")
-    queue, running, failed = list(pending), [], []
-    while queue or running:
-        while queue and len(running) < jobs:
-            variant, config, resume = queue.pop(0)
-            log = runs_dir / f"{variant.name}.log"
-            print(f"[{variant.name}] training in {runs_dir / variant.name}  (log: {log})", file=sys.stderr)
-            process = context.Process(target=_train_logged, args=(config, runs_dir / variant.name, resume, log))
-            process.start()
-            running.append((variant, process))
-        time.sleep(1.0)
-        for item in list(running):
-            variant, process = item
-            if not process.is_alive():
+    queue, running, failed, interrupted = list(pending), [], [], []
+    stop = StopSignals()
+    with stop.caught():
+        while queue or running:
+            while queue and len(running) < jobs and stop.received is None and not interrupted:
+                variant, config, resume = queue.pop(0)
+                log = runs_dir / f"{variant.name}.log"
+                print(f"[{variant.name}] training in {runs_dir / variant.name}  (log: {log})", file=sys.stderr)
+                process = context.Process(target=_train_logged, args=(config, runs_dir / variant.name, resume, log))
+                process.start()
+                running.append((variant, process, False))
+            time.sleep(0.2)
+            for index, (variant, process, told) in enumerate(running):
+                if stop.received is not None and not told and process.is_alive():
+                    os.kill(process.pid, stop.received)  # the worker saves a checkpoint and ends
+                    running[index] = (variant, process, True)
+            for item in [item for item in running if not item[1].is_alive()]:
+                variant, process, _ = item
                 process.join()
                 running.remove(item)
-                if process.exitcode != 0:
+                # a worker stopped before its handlers were installed ends by the signal itself, with no summary
+                if _ended_by_signal(runs_dir / variant.name) or (told and process.exitcode != 0):
+                    interrupted.append(variant.name)
+                elif process.exitcode != 0:
                     failed.append(variant.name)
-                print(f"[{variant.name}] finished (exit {process.exitcode})", file=sys.stderr)
+                print(f"[{variant.name}] " + ("interrupted" if variant.name in interrupted else
+                                              f"finished (exit {process.exitcode})"), file=sys.stderr)
+            if stop.received is not None or interrupted:
+                queue.clear()
     if failed:
         raise VaswaniError(f"training failed for {', '.join(failed)}: see the logs in {runs_dir}")
+    if interrupted:
+        raise VaswaniError(_interrupted_message(interrupted, runs_dir))
+
+
+def _ended_by_signal(run_dir: Path) -> bool:
+    """Whether the run in ``run_dir`` last stopped on a signal (it saved a checkpoint to resume from)."""
+    return (run_dir / SUMMARY_FILE).is_file() and RunSummary.read(run_dir).stop_reason is Stop.INTERRUPTED
+
+
+def _interrupted_message(names: Sequence[str], runs_dir: Path) -> str:
+    return (f"interrupted: {', '.join(names)} in {runs_dir} saved a checkpoint; run the same command again to "
+            "resume them and train the runs still to come")
 
 
 def _train_logged(config: RunConfig, run_dir: Path, resume: bool, log: Path) -> None:
     """One variant's training in a worker process, its output appended to ``log``."""
+    # Its own process group: a Ctrl-C on the terminal reaches the parent alone, which passes it on once (a second
+    # stop signal would abandon the checkpoint the first one is saving).
+    os.setpgrp()
     with open(log, "ab", buffering=0) as handle:
         os.dup2(handle.fileno(), sys.stdout.fileno())
         os.dup2(handle.fileno(), sys.stderr.fileno())
