@@ -9,6 +9,7 @@ import yaml
 from vaswani.errors import ConfigError
 from vaswani.experiments.regularization import GRID, RECIPE, Cell, CellSummary, findings, study_settings, study_variants
 from vaswani.experiments.variants import variant_config
+from vaswani.training.summary import Stop
 
 
 def test_a_cell_name_says_every_setting_it_changes() -> None:
@@ -46,6 +47,17 @@ def test_a_smoke_study_trains_each_cell_and_seed_and_writes_one_row_per_cell(tmp
     assert [c["cell"] for c in results["cells"]] == ["d128", "d128-drop0.3"]
     assert all(c["seeds"] == 2 and len(r["curve"]) >= 2 for c in results["cells"] for r in results["runs"])
     assert "Seed spread" in (tmp_path / "out" / "README.md").read_text()
+
+    # Read as they stand: a run cut off counts as in progress, a cell with no run yet is left out, nothing trains.
+    summary_file = runs / "d128-drop0.3-seed1" / "summary.json"
+    summary_file.write_text(summary_file.read_text().replace(f'"{Stop.MAX_STEPS.value}"', '"interrupted"'))
+    payload = experiment("regularization", tmp_path / "interim", "--smoke", "--seeds", "0", "1", "--runs-dir",
+                         str(runs), "--data-dir", str(data_dir), "--as-they-stand", "--cells", "d128-drop0.3",
+                         "d128-drop0.2")
+    assert not (runs / "d128-drop0.2-seed0").exists()
+    assert [(r["seed"], r["finished"]) for r in payload["results"]["runs"]] == [(0, True), (1, False)]
+    assert "(in progress)" in (tmp_path / "interim" / "table.md").read_text()
+    assert "**Interim**: d128-drop0.3 still training" in (tmp_path / "interim" / "README.md").read_text()
 
 
 def test_the_findings_name_the_best_cell_of_each_width() -> None:

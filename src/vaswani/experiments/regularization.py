@@ -39,6 +39,7 @@ from vaswani.experiments.variants import (
     add_runs_arguments,
     load_final_model,
     metrics,
+    runs_as_they_stand,
     train_variants,
     variant_config,
 )
@@ -113,6 +114,7 @@ class RunResult:
     last_nll: float
     val_bleu: float  # greedy, whole validation split, last weights
     curve: list[tuple[float, float, float | None]]  # (epoch, val NLL, subset BLEU) per evaluation
+    finished: bool = True  # False: read with --as-they-stand while still training (its last checkpoint)
 
     @property
     def last_above_best(self) -> float:
@@ -126,6 +128,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         f"({', '.join(WIDTHS)}) followed by -KNOBVALUE items, e.g. d192-drop0.3-ls0.2")
     parser.add_argument("--seeds", nargs="+", type=ranged(int, ge=0, le=MAX_COUNT), default=[0],
                         help="seeds every cell is trained with (default 0)")
+    parser.add_argument("--as-they-stand", action="store_true",
+                        help="train nothing: report the runs under --runs-dir as they stand, a run still training "
+                        "or cut off scored at its last checkpoint and marked in progress (interim results)")
     add_runs_arguments(parser, "runs/experiments/regularization", "train.max_epochs=30")
 
 
@@ -153,9 +158,14 @@ def run(args: argparse.Namespace) -> int:
     for variant in variants:  # every cell is checked before the first run starts
         variant_config(recipe, variant, extra)
     runs_dir = args.runs_dir or Path("runs") / "experiments" / "regularization"
-    trained = train_variants(variants, recipe, runs_dir, args.data_dir, extra, args.jobs)
+    if args.as_they_stand:
+        trained = runs_as_they_stand(variants, recipe, runs_dir, extra)
+        if not trained:
+            raise ConfigError(f"--as-they-stand: no run of these cells under {runs_dir} has a checkpoint yet")
+    else:
+        trained = train_variants(variants, recipe, runs_dir, args.data_dir, extra, args.jobs)
     results = [score_run(t.run_dir, t.variant.label, int(t.variant.settings[-1].split("=")[1]), device,
-                         args.data_dir, args.smoke) for t in trained]
+                         args.data_dir, args.smoke, t.finished) for t in trained]
     for result in results:
         log(f"  {result.cell}-seed{result.seed}: val NLL best {result.best_nll:.3f} (epoch "
             f"{result.best_nll_epoch:g}), last {result.last_nll:.3f}; val BLEU {result.val_bleu:.2f}")
@@ -171,9 +181,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def score_run(run_dir: Path, cell: str, seed: int, device, data_dir: Path | None, smoke: bool) -> RunResult:
-    """A finished run's curves from its metrics, and greedy BLEU of its last weights on the whole validation
-    split (the first sentences only with ``smoke``)."""
+def score_run(run_dir: Path, cell: str, seed: int, device, data_dir: Path | None, smoke: bool,
+              finished: bool = True) -> RunResult:
+    """A run's curves from its metrics, and greedy BLEU of its last weights on the whole validation split (the
+    first sentences only with ``smoke``)."""
     from vaswani.data.corpora import load_corpus
     from vaswani.training.config import load_preset
     from vaswani.training.scoring import greedy_scores
@@ -191,7 +202,8 @@ def score_run(run_dir: Path, cell: str, seed: int, device, data_dir: Path | None
     model, tokenizer = load_final_model(run_dir, device)
     scores, _ = greedy_scores(model, tokenizer, sources, references, device, "fp32")
     return RunResult(cell, seed, valid[-1]["epoch"], valid[-1]["step"], best["nll"], best["epoch"],
-                     valid[-1]["nll"], scores.bleu, [(r["epoch"], r["nll"], r.get("bleu")) for r in valid])
+                     valid[-1]["nll"], scores.bleu, [(r["epoch"], r["nll"], r.get("bleu")) for r in valid],
+                     finished)
 
 
 @dataclass
@@ -207,6 +219,7 @@ class CellSummary:
     last_above_best: float
     best_nll_epoch: float
     epochs: float
+    finished: bool = True  # every run of the cell has trained its whole schedule
 
 
 def summarize(results: Sequence[RunResult]) -> list[CellSummary]:
@@ -217,7 +230,8 @@ def summarize(results: Sequence[RunResult]) -> list[CellSummary]:
     return [CellSummary(cell, len(runs), mean(r.val_bleu for r in runs),
                         max(r.val_bleu for r in runs) - min(r.val_bleu for r in runs), mean(r.best_nll for r in runs),
                         mean(r.last_nll for r in runs), mean(r.last_above_best for r in runs),
-                        mean(r.best_nll_epoch for r in runs), mean(r.epochs for r in runs))
+                        mean(r.best_nll_epoch for r in runs), mean(r.epochs for r in runs),
+                        all(r.finished for r in runs))
             for cell, runs in by_cell.items()]
 
 
@@ -231,6 +245,10 @@ def findings(cells: Sequence[CellSummary]) -> str:
     lines.append(f"Seed spread (largest max − min val BLEU of a cell over its seeds): **{noise:.2f} BLEU**."
                  if noise is not None else "No cell has two seeds yet: differences cannot be read against noise.")
     lines.append("")
+    unfinished = [c.cell for c in cells if not c.finished]
+    if unfinished:
+        lines += [f"**Interim**: {', '.join(unfinished)} still training (read at their last checkpoint with "
+                  "`--as-they-stand`); a cell's standing can change before its schedule ends.", ""]
     for width in WIDTHS:
         ranked = sorted((c for c in cells if Cell(c.cell).width == width), key=lambda c: -c.val_bleu)
         if not ranked:
@@ -248,7 +266,8 @@ def table(cells: Sequence[CellSummary], provenance: str, extra: Sequence[str]) -
     headers = ["cell", "seeds", "val BLEU (last weights)", "spread", "min val NLL", "at epoch", "last val NLL",
                "last above min", "epochs"]
     body = [[c.cell, c.seeds, fixed(c.val_bleu), fixed(c.bleu_spread), fixed(c.best_nll, 3),
-             fixed(c.best_nll_epoch, 1), fixed(c.last_nll, 3), f"{100 * c.last_above_best:.1f} %", fixed(c.epochs, 1)]
+             fixed(c.best_nll_epoch, 1), fixed(c.last_nll, 3), f"{100 * c.last_above_best:.1f} %",
+             fixed(c.epochs, 1) + ("" if c.finished else " (in progress)")]
             for c in cells]
     return (f"# Regularization study\n\n{markdown_table(headers, body)}\n\nStudy settings: `{' '.join(extra)}`.\n\n"
             f"{provenance}\n")

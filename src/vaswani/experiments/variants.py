@@ -53,6 +53,7 @@ class TrainedRun:
     variant: RunVariant
     run_dir: Path
     reused: bool
+    finished: bool = True  # False: a run read as it stands, still training or cut off (runs_as_they_stand)
 
 
 def variant_config(recipe: str, variant: RunVariant, extra: Sequence[str] = ()) -> dict[str, Any]:
@@ -118,6 +119,21 @@ def train_variants(variants: Sequence[RunVariant], recipe: str, runs_dir: Path, 
                 raise VaswaniError(_interrupted_message([variant.name], runs_dir))
     else:
         _train_in_parallel(pending, runs_dir, jobs)
+    return runs
+
+
+def runs_as_they_stand(variants: Sequence[RunVariant], recipe: str, runs_dir: Path,
+                       extra: Sequence[str] = ()) -> list[TrainedRun]:
+    """The variants' runs under ``runs_dir`` that have a checkpoint, finished or not, training none: for interim
+    results while a long study is still running. A variant with no run yet is left out."""
+    runs = []
+    for variant in variants:
+        run_dir = runs_dir / variant.name
+        state = _state(run_dir, variant_config(recipe, variant, extra))
+        if state == "different":
+            raise VaswaniError(f"{run_dir} holds a run with another config than variant {variant.name!r} of {recipe}")
+        if state != "empty":
+            runs.append(TrainedRun(variant, run_dir, reused=True, finished=state == "done"))
     return runs
 
 
