@@ -14,9 +14,9 @@ from vaswani.training.summary import Stop
 
 def test_a_cell_name_says_every_setting_it_changes() -> None:
     assert Cell("d128").settings == ()
-    assert Cell("d256-drop0.3-attn0.1-ls0.2-v6000").settings == (
+    assert Cell("d256-drop0.3-attn0.1-ls0.2-v6000-split0.1").settings == (
         "model.d_model=256", "model.d_ff=1024", "train.lr=0.001", "model.dropout=0.3", "model.attention_dropout=0.1",
-        "train.label_smoothing=0.2", "data.vocab_size=6000")
+        "train.label_smoothing=0.2", "data.vocab_size=6000", "data.subword_split=0.1")
     for bad in ("d100", "d128-dropout", "d128-xy0.3", "d128-drop"):
         with pytest.raises(ConfigError, match=bad.split("-")[-1] if "-" in bad else bad):
             Cell(bad).settings

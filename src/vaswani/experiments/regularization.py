@@ -2,9 +2,10 @@
 
 The clock fit (training/budget.py) trains a wider model where the machine is fast enough; a wider model with the
 same regularization memorises Multi30k's 29k pairs (validation NLL lowest at a third of the run, then rising). This
-study trains each cell (a width with a regularization: dropout, attention dropout, label smoothing, BPE vocabulary)
-for the preset's whole schedule, the same number of epochs for every cell and no clock, so a cell's result does not
-depend on how fast or loaded the machine was. Each run is read by what the run itself chose it on:
+study trains each cell (a width with a regularization: dropout, attention dropout, label smoothing, BPE vocabulary,
+subword splitting) for the preset's whole schedule, the same number of epochs for every cell and no clock, so a
+cell's result does not depend on how fast or loaded the machine was. Each run is read by what the run itself chose
+it on:
 
     per epoch      validation NLL (whole split) and greedy BLEU on the preset's validation subset (the curves)
     at the end     greedy BLEU on the whole validation split of the last weights, and how far the last NLL is
@@ -59,7 +60,7 @@ WIDTHS: dict[str, tuple[str, ...]] = {
 }
 # What a cell may change, by its short name in the cell's name.
 KNOBS = {"drop": "model.dropout", "attn": "model.attention_dropout", "ls": "train.label_smoothing",
-         "v": "data.vocab_size", "wd": "train.weight_decay"}
+         "v": "data.vocab_size", "wd": "train.weight_decay", "split": "data.subword_split"}
 
 
 @dataclass(frozen=True)

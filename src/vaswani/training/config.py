@@ -59,11 +59,14 @@ class DataConfig:
     test_files: dict[str, tuple[str, ...]] = field(default_factory=dict)  # dataset=local: name -> [source, target]
     tokenizer_sample: int | None = 500_000  # training pairs the tokenizer learns from (None: all)
     seed: int = 0  # draws the tokenizer's sample and the held-out validation pairs
+    # each BPE token of a training pair split into the two it was merged from with this probability, recursively,
+    # anew every epoch (data/subwords.py); 0: the tokenizer's segmentation only
+    subword_split: float = 0.0
 
     # max_len counts <s> or </s>: 2 is the shortest sequence that still holds a token
     LIMITS = {"vocab_size": Limit(ge=MIN_VOCAB_SIZE, le=MAX_VOCAB_SIZE), "max_len": Limit(ge=2, le=MAX_LENGTH),
               "valid_holdout": Limit(ge=1), "tokenizer_sample": Limit(ge=1), "seed": Limit(ge=0),
-              "train_weights": Limit(gt=0, le=1000)}
+              "train_weights": Limit(gt=0, le=1000), "subword_split": Limit(ge=0, lt=1)}
 
     def __post_init__(self) -> None:
         self.train_files = file_parts(self.train_files, "data.train_files")

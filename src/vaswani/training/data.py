@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -28,6 +29,7 @@ from vaswani.data.languages import CORPUS_RECORD, parse_direction
 from vaswani.data.pipeline import PreparedData, default_out_dir, prepare_dataset
 from vaswani.data.prepared_tokenizer import PREPARED_KIND
 from vaswani.data.registry import LOCAL
+from vaswani.data.subwords import SubwordSplitter
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.errors import VaswaniError
 from vaswani.io import atomic_copy, atomic_write_json, directory_kind, file_sha256, read_json
@@ -35,6 +37,9 @@ from vaswani.training.checkpoint import latest_checkpoint
 from vaswani.training.config import RunConfig
 from vaswani.training.distributed import World
 from vaswani.training.parent import Parent, parent_of, run_tokenizer
+
+# Batches whose re-segmented pairs are kept: an update's group is counted before its batches are collated.
+SPLIT_BATCHES_KEPT = 64
 
 
 @dataclass
@@ -50,25 +55,53 @@ class TrainingData:
     valid_sampler: TokenBudgetSampler | BucketSampler
     corpus_record: dict[str, Any] | None = None  # corpus.json of the run (on the main rank)
     parent: Parent | None = None  # a new fine-tuned run's parent: its tokenizer prepared this data
+    # data.subword_split: the training pairs re-segmented each epoch (batches keep the sampler's pairs; their
+    # token counts follow the segmentation)
+    splitter: SubwordSplitter | None = None
+    # whose segmentation the training pairs have: the epoch epoch_batches last handed out
+    _epoch: int = field(default=0, init=False, repr=False)
+    _split: OrderedDict[tuple[int, tuple[int, ...]], list[tuple[int, np.ndarray, np.ndarray]]] = field(
+        default_factory=OrderedDict, init=False, repr=False)
 
     @property
     def batches_per_epoch(self) -> int:
         return len(self.sampler.index_arrays(0))
 
     def epoch_batches(self, epoch: int) -> list[np.ndarray]:
-        """All batches of the epoch (every rank's) as arrays of pair indices, deterministic in (seed, epoch)."""
+        """All batches of the epoch (every rank's) as arrays of pair indices, deterministic in (seed, epoch). The
+        training pairs that :meth:`collate` and :meth:`target_tokens` give from here on are this epoch's."""
+        self._epoch = epoch
         return self.sampler.index_arrays(epoch)
+
+    def train_pairs(self, indices: Sequence[int]) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """``(index, source ids, target ids)`` of these training pairs, in the current epoch's segmentation."""
+        if self.splitter is None:
+            return [self.train[i] for i in indices]
+        key = (self._epoch, tuple(int(i) for i in indices))
+        if key not in self._split:  # asked for twice per batch: its token count, then the batch itself
+            items = [self.train[i] for i in indices]
+            sources = self.splitter.split([item[1] for item in items], key[1], self._epoch, side=0)
+            targets = self.splitter.split([item[2] for item in items], key[1], self._epoch, side=1)
+            self._split[key] = list(zip(key[1], sources, targets))
+            while len(self._split) > SPLIT_BATCHES_KEPT:
+                self._split.popitem(last=False)
+        return self._split[key]
 
     def valid_batches(self) -> list[np.ndarray]:
         return self.valid_sampler.index_arrays(0)
 
     def target_tokens(self, indices: list[int]) -> int:
         """Real target positions (y1 … yn </s>) of a batch: the loss's normaliser."""
+        if self.splitter is not None:
+            return sum(len(target) + 1 for _, _, target in self.train_pairs(indices))
         return int(self.train.tgt_lengths[indices].sum()) + len(indices)
 
     def flop_shape(self, indices: list[int]) -> tuple[list[int], list[int]]:
         """What ``flops.training_flops`` counts a batch by: each sentence's real source length (with ``</s>``) and
         target length (``<s>`` y1 … yn, or y1 … yn ``</s>``)."""
+        if self.splitter is not None:
+            pairs = self.train_pairs(indices)
+            return [len(source) + 1 for _, source, _ in pairs], [len(target) + 1 for _, _, target in pairs]
         return (self.train.src_lengths[indices] + 1).tolist(), (self.train.tgt_lengths[indices] + 1).tolist()
 
     def collate(self, indices: list[int], device: torch.device, split: str = "train") -> Batch:
@@ -88,9 +121,10 @@ class TrainingData:
             yield upcoming
 
     def _collate(self, indices: list[int], split: str) -> Batch:
-        corpus, sampler = (self.train, self.sampler) if split == "train" else (self.valid, self.valid_sampler)
+        sampler = self.sampler if split == "train" else self.valid_sampler
+        items = self.train_pairs(indices) if split == "train" else [self.valid[i] for i in indices]
         t = self.tokenizer
-        batch = collate([corpus[i] for i in indices], t.pad_id, t.bos_id, t.eos_id)
+        batch = collate(items, t.pad_id, t.bos_id, t.eos_id)
         if isinstance(sampler, BucketSampler):
             batch = pad_to_shape(batch, *sampler.shape(indices), t.pad_id)
         return batch
@@ -169,8 +203,10 @@ def load(config: RunConfig, run_dir: Path, world: World, resuming: bool = False)
     else:
         sampler = TokenBudgetSampler(train.src_lengths, train.tgt_lengths, tc.max_tokens, seed=tc.seed, shuffle=True)
         valid_sampler = TokenBudgetSampler(valid.src_lengths, valid.tgt_lengths, tc.max_tokens, shuffle=False)
+    splitter = (SubwordSplitter.for_tokenizer(prepared.tokenizer, dc.subword_split, tc.seed, dc.max_len - 1)
+                if dc.subword_split else None)
     return TrainingData(prepared.tokenizer, run_dir / "tokenizer.json", prepared.tokenizer_path, train, valid,
-                        prepared.corpora[valid_split], sampler, valid_sampler, corpus, parent)
+                        prepared.corpora[valid_split], sampler, valid_sampler, corpus, parent, splitter)
 
 
 def pair_weights(split: FileSplit, record: SplitFingerprint, line_index: np.ndarray,
