@@ -75,12 +75,13 @@ def _main(command: list[str], workdir: Path, monkeypatch, capfd) -> tuple[int, s
     return code, capfd.readouterr().err
 
 
-def test_resume_after_sigkill_is_bit_exact(workdir: Path) -> None:
-    steps = ["train.max_steps=14", "train.save_every_steps=2"]
-    reference = workdir / "uninterrupted"
+@pytest.mark.parametrize("split", [0.0, 0.3], ids=["tokenizer-segmentation", "subword-split"])
+def test_resume_after_sigkill_is_bit_exact(workdir: Path, split: float) -> None:
+    steps = ["train.max_steps=14", "train.save_every_steps=2", f"data.subword_split={split}"]
+    reference = workdir / f"uninterrupted-{split}"
     _run(_train_command(reference, *steps), workdir)
 
-    interrupted = workdir / "killed"
+    interrupted = workdir / f"killed-{split}"
     process = subprocess.Popen(_train_command(interrupted, *steps), cwd=workdir, env=_env(workdir),
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 240
