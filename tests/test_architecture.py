@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "vaswani"
-BUILT_ON_THE_CORE = ("experiments", "benchmarks", "classification", "serve", "export", "tools")
+BUILT_ON_THE_CORE = ("experiments", "benchmarks", "classification", "serve", "export", "tools", "workflows")
 # Who may import whom inside the core (besides the package's small shared modules below).
 # Processes only where the process is the point: git for the commit; a server under load, a training run killed
 # with SIGKILL (a tool), and commands timed as a user runs them (start-up included), each in a process of its own.

@@ -41,6 +41,7 @@ BUILT_ON_THE_CORE = {
     "vaswani.serve.commands": ("serve",),
     "vaswani.export.commands": ("export",),
     "vaswani.tools.commands": ("serve-bench",),
+    "vaswani.workflows.commands": ("backtranslate", "distill"),
 }
 COMMANDS = {**CORE_COMMANDS, **BUILT_ON_THE_CORE}
 
