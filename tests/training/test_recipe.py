@@ -141,7 +141,7 @@ def test_label_smoothing_matches_its_definition() -> None:
 
 
 def test_presets_load_and_overrides_are_typed() -> None:
-    assert {"multi30k-cpu", "multi30k-gpu", "wmt17-base", "smoke"} <= set(preset_names())
+    assert {"multi30k-cpu", "multi30k-gpu", "multi30k-student", "wmt17-base", "smoke"} <= set(preset_names())
     for name in preset_names():
         assert isinstance(load_preset(name), RunConfig)
     config = apply_settings(load_preset("smoke"), ["model.positions=rope", "train.max_steps=7", "train.lr=3e-4",
@@ -214,3 +214,10 @@ def test_trainer_state_is_loaded_without_executing_code(tmp_path) -> None:
     assert not (tmp_path / "pwned").exists()
     # torch's own message advises retrying with weights_only=False, i.e. running the payload: never passed on
     assert "weights_only" not in str(refused.value)
+
+
+def test_the_student_preset_is_the_hours_recipe_with_a_shallow_decoder() -> None:
+    student, teacher = load_preset("multi30k-student"), load_preset("multi30k-cpu")
+    assert (student.model.n_encoder_layers, student.model.n_decoder_layers) == (3, 1)
+    assert student.model.d_model == teacher.model.d_model and not student.train.scale_up_models
+    assert student.train.max_minutes == teacher.train.max_minutes and student.train.lr == teacher.train.lr
