@@ -13,6 +13,8 @@ import torch
 from vaswani.data.batching import TokenBudgetSampler
 from vaswani.data.cache import EncodedCorpus
 from vaswani.data.subwords import SubwordSplitter, merge_parts
+from vaswani.errors import ConfigError
+from vaswani.training.config import apply_settings, load_preset
 from vaswani.training.data import TrainingData
 
 
@@ -83,3 +85,8 @@ def test_training_batches_and_their_token_counts_follow_the_epochs_segmentation(
     assert first.flop_shape(batch)[1] == [len(t) + 1 for _, _, t in first.train_pairs(batch)]
     first.epoch_batches(3)
     assert first.collate(batch, torch.device("cpu")).tgt_out.tolist() != collated.tgt_out.tolist()  # a new split
+
+
+def test_splitting_with_fixed_batch_shapes_is_refused_naming_the_setting() -> None:
+    with pytest.raises(ConfigError, match="data.subword_split: not with train.length_buckets"):
+        apply_settings(load_preset("smoke"), ["data.subword_split=0.1", "train.length_buckets=4"])

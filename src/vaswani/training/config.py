@@ -310,6 +310,9 @@ class RunConfig:
         # only after training, when the final model is scored on it.
         if self.data.train_weights and self.train.length_buckets:  # whose shapes come from one epoch's pairs
             raise ConfigError("data.train_weights: not with train.length_buckets", field="data.train_weights")
+        if self.data.subword_split and self.train.length_buckets:  # a split pair outgrows its bucket's shape
+            raise ConfigError("data.subword_split: not with train.length_buckets (a split sentence outgrows its "
+                              "bucket's fixed shape); set one of them to 0/null", field="data.subword_split")
         if self.data.dataset == LOCAL:  # the user's files: the test sets are the ones named in data.test_files
             for split in self.train.final_test_splits:
                 if split not in self.data.test_files:
