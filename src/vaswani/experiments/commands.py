@@ -29,6 +29,9 @@ EXPERIMENTS = {
     "regularization": ("vaswani.experiments.regularization",
                        "which dropout, label smoothing and vocabulary let each width of multi30k-cpu improve with its "
                        "epochs: whole schedules, curves per epoch, seeds"),
+    "fine-tuning": ("vaswani.experiments.fine_tuning",
+                    "a Multi30k model fine-tuned on WMT news (and the encoder frozen) against news from scratch and "
+                    "mixed: BLEU on news and what Multi30k forgets"),
     "final-models": ("vaswani.experiments.final_models",
                      "one table of finished runs' final models: wall time, what the end of the run chose, test BLEU"),
 }
