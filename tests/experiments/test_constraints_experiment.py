@@ -1,0 +1,34 @@
+"""The constraints experiment samples phrases as Post & Vilar do: 1-3 words of the reference, none the output
+already has, no two overlapping, the same ones for the same seed."""
+
+from __future__ import annotations
+
+import random
+
+from vaswani.experiments.constraints import render_table, sample_phrases
+
+
+def test_phrases_come_from_the_reference_and_are_missing_from_the_output() -> None:
+    reference = "A brown dog runs through the tall green grass."
+    output = "A dog runs in the grass."
+    phrases = sample_phrases(reference, output, random.Random(0))
+    assert len(phrases) == 3
+    assert phrases == sample_phrases(reference, output, random.Random(0))
+    for phrase in phrases:
+        assert phrase in reference and not phrase.endswith(".") and 1 <= len(phrase.split()) <= 3
+        assert phrase not in ("A", "dog", "runs", "the", "grass", "A dog", "dog runs")
+    words = [word for phrase in phrases for word in phrase.split()]
+    assert len(words) == len(set(words))  # no two phrases share a word of the reference
+
+
+def test_a_reference_the_output_covers_gives_no_phrase() -> None:
+    assert sample_phrases("A dog.", "A dog runs.", random.Random(0)) == []
+
+
+def test_the_table_states_the_model_and_the_cost() -> None:
+    rows = [{"constraints_per_sentence": c, "sentences_with_that_many": 10, "bleu": 30.0 + c, "all_met": 1.0,
+             "sentences_per_second": 4.0 / (1 + c), "cost": 1.0 + c} for c in range(4)]
+    settings = {"checkpoint": "m", "model_note": "a 128-wide model", "test_set": "multi30k test2016",
+                "sentences": 10, "beam": 5, "precision": "fp32", "device": "cpu", "seed": 0}
+    table = render_table(rows, settings, "Measured on a CPU.")
+    assert "a 128-wide model" in table and "| 3 | 10 | 33.00 | 100.0% | 1.0 | 4.00x |" in table
