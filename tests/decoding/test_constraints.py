@@ -66,6 +66,7 @@ def test_every_output_holds_every_constraint_the_model_would_not_produce(on_torc
     for row, ids, nbest, searched in zip(phrases, encoded, constrained, hypotheses):
         for translation, hypothesis in zip(nbest, searched):
             assert all(phrase in translation.text for phrase in row)
+            assert translation.text == translation.text.strip()  # a phrase opening it brings no space
             assert all(_contains(hypothesis.tokens, phrase) for phrase in ids)
     assert [t.text for t in constrained[2]] == [t.text for t in plain[2]]  # no constraint: the plain search's
 

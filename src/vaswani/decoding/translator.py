@@ -371,6 +371,8 @@ class Translator:
             # One line per translation, always: byte-level BPE can emit "\n" (or \u2028, …), which would
             # misalign every line-based file written after it.
             texts = [" ".join(t.splitlines()) for t in self.tokenizer.decode_batch([h.tokens for h in nbest])]
+            if constraints is not None:  # a phrase, read as a word after a space, may open the translation
+                texts = [text.lstrip(" ") for text in texts]
             out[i] = [Translation(t, h.score, h.log_prob, len(h.tokens) + 1) for t, h in zip(texts, nbest)]
         if alignments:
             self._align([sources[i] for i in real], [out[i] for i in real], hypotheses)

@@ -1,7 +1,6 @@
 """The API's routes for what decoding offers beside plain translation: ``POST /v1/score`` (given translations'
 log-probabilities), and ``/v1/translate``'s target prefixes and constraints. They check their requests
-with the app's checks
-and run on the app's model slots."""
+with the app's checks and run on the app's model slots."""
 
 from __future__ import annotations
 
