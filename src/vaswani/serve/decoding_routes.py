@@ -13,7 +13,8 @@ from fastapi import APIRouter, Request, Response
 from vaswani.decoding import SearchConfig, Translator, UnscorableText, UnusableConstraint, UnusablePrefix
 from vaswani.decoding.engine import CTRANSLATE2
 from vaswani.errors import ConfigError
-from vaswani.serve.app import CLIENT_GONE, ApiError, answer_unless_gone, check_text, check_work
+from vaswani.serve.app import CLIENT_GONE, answer_unless_gone
+from vaswani.serve.checks import ApiError, check_text, check_work
 from vaswani.serve.schemas import ScoreRequest, TranslateRequest
 from vaswani.serve.settings import ServeSettings
 
