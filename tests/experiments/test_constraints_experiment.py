@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from vaswani.experiments.constraints import render_table, sample_phrases
+from vaswani.experiments.constraints import ConstrainedRun, Setting, render_table, sample_phrases
 
 
 def test_phrases_come_from_the_reference_and_are_missing_from_the_output() -> None:
@@ -26,9 +26,7 @@ def test_a_reference_the_output_covers_gives_no_phrase() -> None:
 
 
 def test_the_table_states_the_model_and_the_cost() -> None:
-    rows = [{"constraints_per_sentence": c, "sentences_with_that_many": 10, "bleu": 30.0 + c, "all_met": 1.0,
-             "sentences_per_second": 4.0 / (1 + c), "cost": 1.0 + c} for c in range(4)]
-    settings = {"checkpoint": "m", "model_note": "a 128-wide model", "test_set": "multi30k test2016",
-                "sentences": 10, "beam": 5, "precision": "fp32", "device": "cpu", "seed": 0}
-    table = render_table(rows, settings, "Measured on a CPU.")
+    rows = [ConstrainedRun(c, 10, 10 * c, 30.0 + c, 1.0, 2.5 * (1 + c), 4.0 / (1 + c), 1.0 + c) for c in range(4)]
+    setting = Setting("m", "a 128-wide model", "multi30k test2016", 10, 5, 0, {}, "cpu", "fp32")
+    table = render_table(rows, setting, "Measured on a CPU.")
     assert "a 128-wide model" in table and "| 3 | 10 | 33.00 | 100.0% | 1.0 | 4.00x |" in table

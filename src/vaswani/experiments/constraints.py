@@ -11,11 +11,13 @@ issue's target is that 3 constraints cost at most 3x the unconstrained search at
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 import random
 import re
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.data.corpora import load_corpus
@@ -27,6 +29,37 @@ from vaswani.experiments.reporting import fixed, log, markdown_table, provenance
 from vaswani.model.serialization import resolve_checkpoint
 
 COUNTS = (0, 1, 2, 3)
+
+
+@dataclasses.dataclass
+class Setting:
+    """What was measured: the model, the test set and the search."""
+
+    checkpoint: str
+    model_note: str
+    test_set: str
+    sentences: int
+    beam: int
+    seed: int
+    search: dict
+    device: str
+    precision: str
+    engine: str = "torch"
+    load_average: tuple[float, float] = (0.0, 0.0)  # the machine's 1-minute load at the start and the end
+
+
+@dataclasses.dataclass
+class ConstrainedRun:
+    """One pass over the test set with ``constraints_per_sentence`` phrases (at most) per sentence."""
+
+    constraints_per_sentence: int
+    sentences_with_that_many: int
+    constraints: int
+    bleu: float
+    all_met: float  # share of outputs holding all their phrases as whole words
+    seconds: float
+    sentences_per_second: float
+    cost: float = 1.0  # its time / the unconstrained pass's
 EDGE_PUNCTUATION = ".,;:!?\"'()"
 
 
@@ -74,30 +107,27 @@ def run(args: argparse.Namespace) -> int:
     n = args.sentences or (8 if args.smoke else len(corpus.source))
     sources, references = corpus.source[:n], corpus.target[:n]
 
-    rows: list[dict[str, Any]] = []
-    plain = _measured(translator, sources, references, [[] for _ in sources], 0)
-    rows.append(plain)
+    load_at_start = os.getloadavg()[0]
+    plain, outputs = _measured(translator, sources, references, [[] for _ in sources], 0)
     rng = random.Random(args.seed)
-    drawn = [sample_phrases(ref, out, rng) for ref, out in zip(references, plain["outputs"])]
-    for count in COUNTS[1:]:
-        rows.append(_measured(translator, sources, references, [phrases[:count] for phrases in drawn], count))
+    drawn = [sample_phrases(ref, out, rng) for ref, out in zip(references, outputs)]
+    rows = [plain] + [_measured(translator, sources, references, [phrases[:count] for phrases in drawn], count)[0]
+                      for count in COUNTS[1:]]
     for row in rows:
-        row["cost"] = plain["sentences_per_second"] / row["sentences_per_second"]
-        row.pop("outputs")
-    settings = {"checkpoint": str(args.checkpoint), "model_note": args.model_note, "test_set":
-                f"{args.dataset} {args.split}", "sentences": n, "beam": args.beam, "seed": args.seed,
-                "search": {**read_stored_search(directory), "beam_size": args.beam}, "engine": "torch",
-                "device": str(device), "precision": translator.config.precision}
-    table = render_table(rows, settings, provenance_line(device, args.command_line))
-    write_results(args.out, "constraints", args.command_line, device, settings, {"rows": rows,
-                  "phrases": drawn}, table, {})
+        row.cost = plain.sentences_per_second / row.sentences_per_second
+    setting = Setting(str(args.checkpoint), args.model_note, f"{args.dataset} {args.split}", n, args.beam,
+                      args.seed, {**read_stored_search(directory), "beam_size": args.beam}, str(device),
+                      translator.config.precision, load_average=(load_at_start, os.getloadavg()[0]))
+    table = render_table(rows, setting, provenance_line(device, args.command_line))
+    write_results(args.out, "constraints", args.command_line, device, dataclasses.asdict(setting),
+                  {"rows": [dataclasses.asdict(row) for row in rows], "phrases": drawn}, table, {})
     log(f"constraints: wrote {args.out}/table.md, results.json")
     return 0
 
 
 def _measured(translator: Translator, sources: Sequence[str], references: Sequence[str],
-              phrases: list[list[str]], count: int) -> dict[str, Any]:
-    """One run over the test set with ``phrases`` per sentence: BLEU, constraints met, speed."""
+              phrases: list[list[str]], count: int) -> tuple[ConstrainedRun, list[str]]:
+    """One run over the test set with ``phrases`` per sentence, and its outputs."""
     constrained = any(phrases)
     start = time.perf_counter()
     nbest = translator.translate_nbest(sources, constraints=phrases if constrained else None)
@@ -106,24 +136,25 @@ def _measured(translator: Translator, sources: Sequence[str], references: Sequen
     met = sum(all(_contains(out, phrase) for phrase in row) for out, row in zip(outputs, phrases))
     bleu = corpus_scores(outputs, list(references)).bleu
     log(f"constraints: {count} per sentence: BLEU {bleu:.2f}, {len(sources) / seconds:.1f} sentences/s")
-    return {"constraints_per_sentence": count, "sentences_with_that_many": sum(len(row) == count for row in phrases),
-            "constraints": sum(map(len, phrases)), "bleu": bleu, "all_met": met / len(sources),
-            "seconds": seconds, "sentences_per_second": len(sources) / seconds, "outputs": outputs}
+    return ConstrainedRun(count, sum(len(row) == count for row in phrases), sum(map(len, phrases)), bleu,
+                          met / len(sources), seconds, len(sources) / seconds), outputs
 
 
-def render_table(rows: list[dict[str, Any]], settings: dict[str, Any], provenance: str) -> str:
-    note = f" ({settings['model_note']})" if settings["model_note"] else ""
+def render_table(rows: list[ConstrainedRun], setting: Setting, provenance: str) -> str:
+    note = f" ({setting.model_note})" if setting.model_note else ""
     body = markdown_table(
         ["constraints / sentence", "sentences with that many", "BLEU", "outputs with all their constraints",
          "sentences/s", "time vs. unconstrained"],
-        [[row["constraints_per_sentence"], row["sentences_with_that_many"], fixed(row["bleu"]),
-          f"{100 * row['all_met']:.1f}%", fixed(row["sentences_per_second"], 1), f"{row['cost']:.2f}x"]
+        [[row.constraints_per_sentence, row.sentences_with_that_many, fixed(row.bleu), f"{100 * row.all_met:.1f}%",
+          fixed(row.sentences_per_second, 1), f"{row.cost:.2f}x"]
          for row in rows])
     return (f"# Lexically constrained decoding (dynamic beam allocation)\n\n"
-            f"Model: `{settings['checkpoint']}`{note}. Test set: {settings['test_set']}, {settings['sentences']} "
-            f"sentences, beam {settings['beam']}, engine torch ({settings['precision']}) on {settings['device']}. "
-            f"Constraints: phrases of 1-3 words sampled (seed {settings['seed']}) from each reference among those "
+            f"Model: `{setting.checkpoint}`{note}. Test set: {setting.test_set}, {setting.sentences} sentences, beam "
+            f"{setting.beam}, engine torch ({setting.precision}) on {setting.device}. Constraints: phrases of 1-3 "
+            f"words sampled (seed {setting.seed}) from each reference among those "
             "the unconstrained output lacks; a sentence with fewer such phrases has fewer constraints (the second "
             "column). The search places a phrase as tokens, so it may end inside a longer word ('kick' in "
-            "'kicking'); the column of outputs with all their constraints counts whole words only.\n\n"
+            "'kicking'); the column of outputs with all their constraints counts whole words only. The machine's "
+            f"1-minute load average was {setting.load_average[0]:.1f} at the start and {setting.load_average[1]:.1f} "
+            "at the end (other work shared its cores: the speeds are the ratio's, not the machine's best).\n\n"
             f"{body}\n\n{provenance}\n")
