@@ -133,3 +133,13 @@ def test_ctranslate2_refuses_constraints_in_one_line(tiny_checkpoint: Path, tmp_
                  "--engine", "ctranslate2", "--constraints", str(constraints)]) == 2
     err = capsys.readouterr().err.strip()
     assert "CTranslate2 cannot run lexical constraints" in err and len(err.splitlines()) == 1
+
+
+def test_an_ensemble_places_constraints_as_its_model_does(tiny_checkpoint: Path, on_torch: Translator,
+                                                          test_pairs) -> None:
+    """A model with itself averages to the model: the same constrained translations (fp32, CPU)."""
+    pair = Translator.load_ensemble([tiny_checkpoint, tiny_checkpoint], on_torch.config,
+                                    EngineOptions(engine="torch", device="cpu"))
+    texts, phrases = test_pairs[0][:3], [["red car"], [], ["dog", "snow"]]
+    expected = [n[0].text for n in on_torch.translate_nbest(texts, constraints=phrases)]
+    assert [n[0].text for n in pair.translate_nbest(texts, constraints=phrases)] == expected
