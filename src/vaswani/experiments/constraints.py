@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from vaswani.arguments import ranged
+from vaswani.config import MAX_BATCH
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.data.corpora import load_corpus
 from vaswani.decoding import EngineOptions, SearchConfig, Translator
@@ -67,10 +69,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", type=Path, required=True, metavar="DIR", help="checkpoint or run directory")
     parser.add_argument("--dataset", default="multi30k")
     parser.add_argument("--split", default="test2016")
-    parser.add_argument("--sentences", type=int, default=None, metavar="N",
+    parser.add_argument("--sentences", type=ranged(int, ge=1, le=MAX_BATCH), default=None, metavar="N",
                         help="the first N sentences of the split (default: all; --smoke: 8)")
-    parser.add_argument("--beam", type=int, default=5, metavar="N", help="beam size (default 5)")
-    parser.add_argument("--seed", type=int, default=0, help="the seed of the sampled phrases (default 0)")
+    parser.add_argument("--beam", type=ranged(int, ge=1, le=256), default=5, metavar="N", help="beam size (default 5)")
+    parser.add_argument("--seed", type=ranged(int, ge=0, lt=2**63), default=0,
+                        help="the seed of the sampled phrases (default 0)")
     parser.add_argument("--model-note", default="", metavar="TEXT",
                         help="what the model is, for the table (e.g. its study and epoch)")
     add_data_dir_argument(parser)
