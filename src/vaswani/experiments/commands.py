@@ -29,10 +29,10 @@ EXPERIMENTS = {
     "regularization": ("vaswani.experiments.regularization",
                        "which dropout, label smoothing and vocabulary let each width of multi30k-cpu improve with its "
                        "epochs: whole schedules, curves per epoch, seeds"),
-    "constraints": ("vaswani.experiments.constraints",
-                    "lexically constrained decoding: BLEU and speed with 0-3 reference phrases per test sentence"),
     "final-models": ("vaswani.experiments.final_models",
                      "one table of finished runs' final models: wall time, what the end of the run chose, test BLEU"),
+    "constraints": ("vaswani.experiments.constraints",
+                    "lexically constrained decoding: BLEU and speed with 0-3 reference phrases per test sentence"),
 }
 
 
