@@ -26,7 +26,8 @@ def test_a_reference_the_output_covers_gives_no_phrase() -> None:
 
 
 def test_the_table_states_the_model_and_the_cost() -> None:
-    rows = [ConstrainedRun(c, 10, 10 * c, 30.0 + c, 1.0, 2.5 * (1 + c), 4.0 / (1 + c), 1.0 + c) for c in range(4)]
+    rows = [ConstrainedRun(c, 10, 10 * c, 30.0 + c, 1.0, 2.5 * (1 + c), 4.0 / (1 + c), 5.0 * (1 + c), 1.0 + c)
+            for c in range(4)]
     setting = Setting("m", "a 128-wide model", "multi30k test2016", 10, 5, 0, {}, "cpu", "fp32")
     table = render_table(rows, setting, "Measured on a CPU.")
-    assert "a 128-wide model" in table and "| 3 | 10 | 33.00 | 100.0% | 1.0 | 4.00x |" in table
+    assert "a 128-wide model" in table and "| 3 | 10 | 33.00 | 100.0% | 1.0 | 2000 | 4.00x |" in table
