@@ -34,6 +34,8 @@ EXPERIMENTS = {
                     "mixed: BLEU on news and what Multi30k forgets"),
     "final-models": ("vaswani.experiments.final_models",
                      "one table of finished runs' final models: wall time, what the end of the run chose, test BLEU"),
+    "constraints": ("vaswani.experiments.constraints",
+                    "lexically constrained decoding: BLEU and speed with 0-3 reference phrases per test sentence"),
 }
 
 
