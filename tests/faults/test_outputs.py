@@ -196,3 +196,34 @@ def test_an_evaluation_goes_where_it_belongs_by_default(run, workspace: Path, tm
     assert code == 0, err
     [evaluation] = set(folder.iterdir()) - earlier
     assert (evaluation / "results.json").is_file() and copy.is_dir()
+
+
+def test_an_evaluation_never_goes_into_another_checkpoints_eval(run, assert_one_line, state, workspace: Path,
+                                                                tmp_path) -> None:
+    """eval/ of the checkpoint evaluated is where its evaluation belongs; eval/ of any other is that checkpoint's
+    own, and a folder vaswani wrote."""
+    other = tmp_path / "other"
+    (other / "eval").mkdir(parents=True)
+    write_manifest(other, "checkpoint", files=[])
+    before = state(tmp_path)
+    out = other / "eval" / "mine"
+    code, _, err = run("evaluate", "--checkpoint", workspace / "run", "--src", workspace / "in.de", "--ref",
+                       workspace / "ref.en", "--out", out, *SEARCH)
+    assert_one_line(code, err, 2, str(out), f"lies inside {other}")
+    assert state(tmp_path) == before
+
+
+@pytest.mark.parametrize("where", ["beside", "below"])
+def test_prepare_never_turns_the_folder_of_its_corpus_into_prepared_data(run, assert_one_line, state, tmp_path,
+                                                                         where: str) -> None:
+    """The prepared folder gets a manifest, which claims what the folder holds: the user's corpus files are not
+    vaswani's to claim."""
+    corpus = tmp_path / "corpus" / ("." if where == "beside" else "files")
+    corpus.mkdir(parents=True, exist_ok=True)
+    (corpus / "in.de").write_text("Ein Mann fährt Fahrrad.\nZwei Hunde spielen.\n", encoding="utf-8")
+    (corpus / "ref.en").write_text("A man rides a bike.\nTwo dogs play.\n", encoding="utf-8")
+    before = state(tmp_path)
+    code, _, err = run("prepare", "--src", corpus / "in.de", "--tgt", corpus / "ref.en", "--out", tmp_path / "corpus",
+                       "--vocab-size", "300")
+    assert_one_line(code, err, 2, str(tmp_path / "corpus"), "holds", "pick another directory")
+    assert state(tmp_path) == before

@@ -62,8 +62,9 @@ def check_output(path: str | Path, *, command: str, writes: Literal["folder", "f
     - lies inside any folder vaswani wrote with a manifest (a run, a checkpoint, an export, a cache, a classifier,
       an evaluation...; with ``nests``, a folder of files of the same kind excepted, such as one experiment's
       results inside another's), or, for a folder replaced whole, holds one or holds the current directory;
-    - except inside the subfolder ``belongs_in`` of such a folder, where the output is meant to go (evaluate:
-      ``eval/`` of a run or a checkpoint);
+    - except inside the subfolder ``belongs_in`` of such a folder that is one of the ``inputs``, where the output
+      is meant to go (evaluate: ``eval/`` of the run or checkpoint it evaluates, never another's);
+    - writes ``files`` of a ``kind`` (a folder that gets a manifest, which claims what it holds) and holds an input;
     - is a folder with a manifest of another kind, or of the same kind by another command; one of the same kind by
       the same command is replaced with ``force`` (or, with ``replaces_own``, as a re-run always does); a non-empty
       folder vaswani did not write is never replaced;
@@ -74,13 +75,17 @@ def check_output(path: str | Path, *, command: str, writes: Literal["folder", "f
     given = Path(path)
     where = f"{option} {given}"
     target = _resolved(given, where)
-    for guarded, what in _guarded(inputs):
+    inputs_found = _guarded(inputs)
+    for guarded, what in inputs_found:
         if target == guarded:
             raise VaswaniError(f"{where} is {what}, an input of this command; pick a new "
                                f"{'file' if writes == 'file' else 'directory'}")
         if _inside(guarded, target):
             if writes == "folder" and given.exists():
                 raise VaswaniError(f"{where} holds {what}, which replacing it would delete; pick a new directory")
+            if writes == "files" and kind is not None:
+                raise VaswaniError(f"{where} holds {what}, an input of this command, and would become {_a(kind)} "
+                                   "folder, which holds only what vaswani writes; pick another directory")
             if writes == "files" and guarded.parent == target and (not names or guarded.name in names):
                 raise VaswaniError(f"{where} holds {what}, an input this command would overwrite; pick another "
                                    "directory")
@@ -90,8 +95,8 @@ def check_output(path: str | Path, *, command: str, writes: Literal["folder", "f
         manifest = _manifest_or_damaged(folder)
         if manifest is None or nests and writes == "files" and manifest.kind == kind:
             continue
-        if _belongs(target, folder, belongs_in):
-            break  # where this output goes (a checkpoint's eval/): a run holding that checkpoint holds it too
+        if _belongs(target, folder, belongs_in) and any(folder == guarded for guarded, _ in inputs_found):
+            break  # where this output goes (its own checkpoint's eval/): a run holding that checkpoint holds it too
         raise VaswaniError(f"{where} lies inside {folder}, {_a(manifest.kind)} vaswani wrote; write outside it")
     results = repository_results()
     if not explicit and results is not None and (target == results or _inside(target, results)):
