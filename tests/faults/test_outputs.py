@@ -227,3 +227,25 @@ def test_prepare_never_turns_the_folder_of_its_corpus_into_prepared_data(run, as
                        "--vocab-size", "300")
     assert_one_line(code, err, 2, str(tmp_path / "corpus"), "holds", "pick another directory")
     assert state(tmp_path) == before
+
+
+def test_translate_never_writes_over_a_corpus_file_prepared_data_was_made_from(run, assert_one_line, state, workspace,
+                                                                               local_corpus, tmp_path,
+                                                                               monkeypatch) -> None:
+    """Another run's training files are no input of this translate, yet its prepared data (and the runs trained on
+    it) were made from them: they are refused as a destination while that data is on disk, and free once it is
+    gone."""
+    monkeypatch.setenv("VASWANI_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "corpus").mkdir()
+    src, tgt = (Path(shutil.copy(path, tmp_path / "corpus")) for path in local_corpus)
+    prepared = tmp_path / "prepared"
+    code, _, err = run("prepare", "--src", src, "--tgt", tgt, "--out", prepared, "--vocab-size", "300")
+    assert code == 0, err
+    before = state(tgt.parent)
+    argv = ["translate", "--checkpoint", workspace / "run", "--input", workspace / "in.de", *SEARCH]
+    code, _, err = run(*argv, "--output", tgt)
+    assert_one_line(code, err, 2, str(tgt), str(prepared), "pick a new file")
+    assert state(tgt.parent) == before
+    shutil.rmtree(prepared)
+    code, _, err = run(*argv, "--output", tgt)
+    assert code == 0, err  # once no prepared data on disk was made from it, the file is the user's to overwrite

@@ -1,7 +1,8 @@
 """Writing files so that a crash never leaves half of one, and reading back what was written: every file and folder
 the tool writes goes through here, and nothing else stages, renames or fsyncs. One concept per module: writing.py
 (staging, fsync, rename), manifests.py (what a folder is, by its checksummed files), reading.py (documents bounded
-before they are parsed), outputs.py (no output reaches an input).
+before they are parsed), outputs.py (no output reaches an input), recorded_inputs.py (the corpus files prepared
+data was made from, which no output overwrites).
 
 The pattern is the same everywhere: write a temporary file in the destination's directory, fsync it, give it the
 permissions a plainly created file would have, rename it over the destination and fsync the directory
@@ -56,6 +57,7 @@ from vaswani.io.reading import (
     read_json,
     read_yaml,
 )
+from vaswani.io.recorded_inputs import INPUTS_FOLDER, input_record, prepared_from, record_inputs
 from vaswani.io.writing import (
     absolute_path,
     atomic_copy,
@@ -133,4 +135,8 @@ __all__ = [
     "check_name",
     "MAX_NAME_CHARS",
     "repository_results",
+    "INPUTS_FOLDER",
+    "input_record",
+    "prepared_from",
+    "record_inputs",
 ]

@@ -8,6 +8,7 @@ from typing import Literal, Sequence
 
 from vaswani.errors import VaswaniError
 from vaswani.io.manifests import MANIFEST_FILE, Manifest, read_manifest
+from vaswani.io.recorded_inputs import prepared_from
 from vaswani.io.writing import default_cache_dir, probe_writable
 
 SHARED_KINDS = {"checkpoint"}
@@ -68,6 +69,8 @@ def check_output(path: str | Path, *, command: str, writes: Literal["folder", "f
     - is a folder with a manifest of another kind, or of the same kind by another command; one of the same kind by
       the same command is replaced with ``force`` (or, with ``replaces_own``, as a re-run always does); a non-empty
       folder vaswani did not write is never replaced;
+    - is (or, for ``files``, would write among ``names``) a corpus file prepared data still on disk was made from
+      (io/recorded_inputs.py): another run's training files are no input of this command, yet still in use;
     - lies inside the repository's ``results/`` when no option named it (``explicit`` False: a default).
 
     Finally the nearest existing folder above it must be writable (probed with a file that is removed again).
@@ -91,6 +94,11 @@ def check_output(path: str | Path, *, command: str, writes: Literal["folder", "f
                                    "directory")
         if _inside(target, guarded) and not _belongs(target, guarded, belongs_in):
             raise VaswaniError(f"{where} lies inside {what}, an input of this command; write outside it")
+    for written in [target] if writes == "file" else [target / name for name in names] if writes == "files" else []:
+        corpus = prepared_from(written)
+        if corpus is not None:
+            raise VaswaniError(f"{where}: {written} is a corpus file the prepared data {corpus} was made from, which "
+                               "writing over it would change under that data's runs; pick a new file")
     for folder in target.parents:  # the nearest folder vaswani wrote decides
         manifest = _manifest_or_damaged(folder)
         if manifest is None or nests and writes == "files" and manifest.kind == kind:
