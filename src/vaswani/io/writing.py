@@ -34,10 +34,11 @@ def default_directory_mode() -> int:
     return 0o777 & ~_umask()
 
 
-def absolute_path(value: str | Path) -> Path:
+def absolute_path(value: str | Path, against: str | Path | None = None) -> Path:
     """A user-typed path made absolute against the directory it was typed in (``~`` expanded), so that it still
-    names the same folder after a ``chdir`` or in a child process started elsewhere."""
-    return Path(os.path.abspath(Path(value).expanduser()))
+    names the same folder after a ``chdir`` or in a child process started elsewhere; a path written in a file is
+    relative to ``against``, that file's folder, wherever the command runs."""
+    return Path(os.path.abspath(Path(against or ".") / Path(value).expanduser()))
 
 
 def default_cache_dir() -> Path:
