@@ -249,3 +249,105 @@ def test_translate_never_writes_over_a_corpus_file_prepared_data_was_made_from(r
     shutil.rmtree(prepared)
     code, _, err = run(*argv, "--output", tgt)
     assert code == 0, err  # once no prepared data on disk was made from it, the file is the user's to overwrite
+
+
+# ---- every destination goes through check_output ------------------------------------------------------------------
+# The options whose value is where a command writes, found by walking the parsers (as the whole-number bound test
+# walks them for counts): a new one must be added to DESTINATION_ARGV, and its test proves that the destination
+# reaches check_output before anything is written.
+DESTINATION_DESTS = {"out", "output", "run_dir", "runs_dir", "work"}
+DESTINATION_ARGV: dict[str, Callable[[Path, Path], list]] = {
+    "prepare --out": lambda w, d: ["prepare", "--src", w / "in.de", "--tgt", w / "ref.en", "--out", d],
+    "clean --out": lambda w, d: ["clean", "--src", w / "in.de", "--tgt", w / "ref.en", "--out", d],
+    "train --run-dir": lambda w, d: ["train", "--preset", "smoke", "--run-dir", d],
+    "translate --output": lambda w, d: ["translate", "--checkpoint", w / "run", "--input", w / "in.de",
+                                        "--output", d, *SEARCH],
+    "score --output": lambda w, d: ["score", "--checkpoint", w / "run", "--src", w / "in.de", "--tgt",
+                                    w / "ref.en", "--output", d],
+    "evaluate --out": lambda w, d: ["evaluate", "--checkpoint", w / "run", "--src", w / "in.de", "--ref",
+                                    w / "ref.en", "--out", d, *SEARCH],
+    "compare --out": lambda w, d: ["compare", w / "evaluation", "--out", d],
+    "average --out": lambda w, d: ["average", "--run", w / "run", "--last", "1", "--out", d],
+    "bench train --out": lambda w, d: ["bench", "train", "--out", d],
+    "bench decode --out": lambda w, d: ["bench", "decode", "--checkpoint", w / "run", "--out", d],
+    "bench runs --out": lambda w, d: ["bench", "runs", w / "run", "--out", d],
+    "bench engines --out": lambda w, d: ["bench", "engines", "--checkpoint", w / "run", "--out", d],
+    "bench data --work": lambda w, d: ["bench", "data", "--pairs", "10", "--work", d],
+    "bench data --out": lambda w, d: ["bench", "data", "--pairs", "10", "--work", w / "bench-work", "--out", d],
+    **{f"experiment {name} --out": (lambda name: lambda w, d: ["experiment", name, "--smoke", "--out", d])(name)
+       for name in ("attention", "memory", "devices", "ablation", "robustness", "recipe", "regularization",
+                    "fine-tuning")},
+    "experiment final-models --out": lambda w, d: ["experiment", "final-models", "--runs", w / "run", "--out", d],
+    **{f"experiment {name} --runs-dir": (lambda name: lambda w, d: ["experiment", name, "--smoke", "--out",
+                                                                    w / "experiment-out", "--runs-dir", d])(name)
+       for name in ("ablation", "robustness", "recipe", "regularization", "fine-tuning")},
+    "classify train --out": lambda w, d: ["classify", "train", "--csv", w / "texts.csv", "--out", d],
+    "classify predict --output": lambda w, d: ["classify", "predict", "--model", w / "classifier", "--csv",
+                                               w / "texts.csv", "--output", d],
+    "classify experiment --out": lambda w, d: ["classify", "experiment", "--csv", w / "texts.csv", "--out", d],
+    "classify experiment --runs-dir": lambda w, d: ["classify", "experiment", "--csv", w / "texts.csv", "--out",
+                                                    w / "classify-out", "--runs-dir", d],
+    "classify summary --out": lambda w, d: ["classify", "summary", w / "classifier", "--out", d],
+    "export --out": lambda w, d: ["export", "--checkpoint", w / "run", "--format", "hf", "--out", d],
+    "serve-bench --out": lambda w, d: ["serve-bench", "--checkpoint", w / "run", "--out", d],
+    "backtranslate --out": lambda w, d: ["backtranslate", "--checkpoint", w / "run", "--input", w / "in.de",
+                                         "--out", d],
+    "distill --out": lambda w, d: ["distill", "--teacher", w / "run", "--input", w / "in.de", "--out", d],
+}
+
+
+def _destination_options() -> list[str]:
+    from vaswani.cli import build_parser
+
+    found = []
+    for command, action in _walk(build_parser()):
+        if action.dest in DESTINATION_DESTS and action.option_strings:
+            found.append(f"{command} {action.option_strings[0]}")
+    return found
+
+
+def _walk(parser, prefix: str = ""):
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _walk(sub, f"{prefix} {name}".strip())
+        else:
+            yield prefix, action
+
+
+# Options that name an input the command writes into, where check_output's "not inside an input" cannot apply.
+WRITES_INTO_ITS_INPUT = {
+    "finalize --run-dir": "the run it finalizes, locked while it adds checkpoints/final and its evaluations",
+}
+
+
+def test_every_destination_option_is_walked() -> None:
+    listed = set(DESTINATION_ARGV) | set(WRITES_INTO_ITS_INPUT)
+    assert sorted(set(_destination_options()) - listed) == []
+    assert sorted(listed - set(_destination_options())) == []  # the tables name real options
+
+
+@pytest.mark.parametrize("option", DESTINATION_ARGV)
+def test_every_destination_reaches_check_output_before_it_is_written(run, workspace: Path, tmp_path, monkeypatch,
+                                                                     option: str) -> None:
+    """check_output resolves every destination it checks first: the destination (or a folder below it, such as a
+    variant's run in --runs-dir) reaching it ends the command there, with a marker error; one that bypasses the
+    rule reaches no marker, and the command fails or writes on its own."""
+    import vaswani.io.outputs as outputs
+    from vaswani.errors import VaswaniError
+
+    destination = tmp_path / "destination"
+    resolve = outputs._resolved
+
+    def marker(given: Path, where: str) -> Path:
+        if Path(given).absolute() == destination or destination in Path(given).absolute().parents:
+            raise VaswaniError(f"reached check_output: {given}")
+        return resolve(given, where)
+
+    monkeypatch.setattr(outputs, "_resolved", marker)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(*DESTINATION_ARGV[option](workspace, destination))
+    assert code == 2 and "reached check_output" in err, err
+    assert not destination.exists()
