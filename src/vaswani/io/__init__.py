@@ -1,6 +1,7 @@
 """Writing files so that a crash never leaves half of one, and reading back what was written: every file and folder
 the tool writes goes through here, and nothing else stages, renames or fsyncs. One concept per module: writing.py
-(staging, fsync, rename), manifests.py (what a folder is, by its checksummed files), reading.py (documents bounded
+(staging, fsync, rename), paths.py (paths as the user means them, and whether one can be written), streams.py
+(the standard streams), manifests.py (what a folder is, by its checksummed files), reading.py (documents bounded
 before they are parsed), outputs.py (no output reaches an input), recorded_inputs.py (the corpus files prepared
 data was made from, which no output overwrites).
 
@@ -45,6 +46,7 @@ from vaswani.io.outputs import (
     check_output,
     repository_results,
 )
+from vaswani.io.paths import absolute_path, default_cache_dir, ensure_writable_directory, probe_writable
 from vaswani.io.reading import (
     MAX_DOCUMENT_BYTES,
     MAX_NESTING,
@@ -58,8 +60,8 @@ from vaswani.io.reading import (
     read_yaml,
 )
 from vaswani.io.recorded_inputs import INPUTS_FOLDER, input_record, prepared_from, record_inputs
+from vaswani.io.streams import standard_stream
 from vaswani.io.writing import (
-    absolute_path,
     atomic_copy,
     atomic_symlink,
     atomic_write,
@@ -67,18 +69,14 @@ from vaswani.io.writing import (
     atomic_write_figure,
     atomic_write_json,
     atomic_write_text,
-    default_cache_dir,
     default_directory_mode,
     default_file_mode,
-    ensure_writable_directory,
     fsync_directory,
     fsync_file,
     install_directory,
     move,
     named_as,
-    probe_writable,
     staging_directory,
-    standard_stream,
     write_fault,
     writing,
 )

@@ -8,8 +8,8 @@ from typing import Literal, Sequence
 
 from vaswani.errors import VaswaniError
 from vaswani.io.manifests import MANIFEST_FILE, Manifest, read_manifest
+from vaswani.io.paths import default_cache_dir, probe_writable
 from vaswani.io.recorded_inputs import prepared_from
-from vaswani.io.writing import default_cache_dir, probe_writable
 
 SHARED_KINDS = {"checkpoint"}
 

@@ -12,8 +12,9 @@ from typing import Iterable
 
 from vaswani.errors import VaswaniError
 from vaswani.io.manifests import MANIFEST_FILE
+from vaswani.io.paths import default_cache_dir
 from vaswani.io.reading import read_json
-from vaswani.io.writing import atomic_write_json, default_cache_dir
+from vaswani.io.writing import atomic_write_json
 
 logger = logging.getLogger(__name__)
 
