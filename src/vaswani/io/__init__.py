@@ -19,7 +19,7 @@ holding the new name after it; a file system that cannot fsync a directory at al
 mounts) is skipped, since the rename is still atomic there, and any other failure is raised.
 
 A write that fails because the machine cannot take it (a full disk, the file-size limit of ``ulimit -f``, a
-read-only mount) is one :class:`EnvironmentFault` naming the file, whichever library was writing (:func:`writing`).
+read-only mount) is one :class:`EnvironmentFault` naming the file, whichever library was writing (:func:`write_faults_named`).
 """
 
 
@@ -76,10 +76,10 @@ from vaswani.io.writing import (
     fsync_file,
     install_directory,
     move,
-    named_as,
     staging_directory,
+    staging_reported_as,
     write_fault,
-    writing,
+    write_faults_named,
 )
 
 __all__ = [
@@ -99,12 +99,12 @@ __all__ = [
     "fsync_file",
     "install_directory",
     "move",
-    "named_as",
+    "staging_reported_as",
     "probe_writable",
     "staging_directory",
     "standard_stream",
     "write_fault",
-    "writing",
+    "write_faults_named",
     "HASH_CHUNK",
     "MANIFEST_FILE",
     "MANIFEST_FORMAT",

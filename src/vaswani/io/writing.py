@@ -68,7 +68,7 @@ def write_fault(error: BaseException, path: str | Path) -> EnvironmentFault | No
 
 
 @contextlib.contextmanager
-def writing(path: str | Path) -> Iterator[None]:
+def write_faults_named(path: str | Path) -> Iterator[None]:
     """Run the block that writes ``path``; a failure the machine is to blame for (see :func:`write_fault`) becomes
     one EnvironmentFault naming ``path``. The caller removes what the failed write left."""
     try:
@@ -83,7 +83,7 @@ def writing(path: str | Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def named_as(staging: str | Path, destination: str | Path) -> Iterator[None]:
+def staging_reported_as(staging: str | Path, destination: str | Path) -> Iterator[None]:
     """A write fault in the block names ``destination`` where it would name ``staging``, the temporary directory the
     output is assembled in: the user knows the one, not the other."""
     try:
@@ -97,7 +97,7 @@ def atomic_write(path: str | Path, write: Callable[[str], None]) -> None:
     directory. A write the machine refuses (full disk, file-size limit) is an EnvironmentFault naming ``path``; any
     failure of ``write`` leaves no temporary file."""
     path = Path(path)
-    with writing(path):
+    with write_faults_named(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         os.close(fd)
@@ -143,7 +143,7 @@ def staging_directory(destination: str | Path, name: str | None = None) -> Path:
     would have. Hidden: ``name`` when the caller must find it again (a checkpoint's ``.tmp-step_N-PID``, which a
     later save removes if a kill left it), else a fresh ``.NAME.XXXXXXXX``."""
     destination = Path(destination)
-    with writing(destination):
+    with write_faults_named(destination):
         destination.parent.mkdir(parents=True, exist_ok=True)
         if name is None:
             staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", dir=destination.parent))
@@ -201,7 +201,7 @@ def atomic_symlink(link: str | Path, target: str) -> None:
     """Make ``link`` a symlink to ``target`` (relative to the link's directory), replacing what was there by one
     rename: a reader finds the old link or the new one, never none."""
     link = Path(link)
-    with writing(link):
+    with write_faults_named(link):
         temporary = link.parent / f".{link.name}.tmp-{os.getpid()}"
         temporary.unlink(missing_ok=True)
         os.symlink(target, temporary)
@@ -213,7 +213,7 @@ def move(source: str | Path, destination: str | Path) -> None:
     """Rename ``source`` (a file or a folder) to ``destination`` on the same file system, durably: both directories
     are fsynced, so a crash finds it in one place or the other."""
     source, destination = Path(source), Path(destination)
-    with writing(destination):
+    with write_faults_named(destination):
         os.replace(source, destination)
         fsync_directory(destination.parent)
         if source.parent != destination.parent:
