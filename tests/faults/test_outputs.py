@@ -274,13 +274,6 @@ DESTINATION_ARGV: dict[str, Callable[[Path, Path], list]] = {
     "bench engines --out": lambda w, d: ["bench", "engines", "--checkpoint", w / "run", "--out", d],
     "bench data --work": lambda w, d: ["bench", "data", "--pairs", "10", "--work", d],
     "bench data --out": lambda w, d: ["bench", "data", "--pairs", "10", "--work", w / "bench-work", "--out", d],
-    **{f"experiment {name} --out": (lambda name: lambda w, d: ["experiment", name, "--smoke", "--out", d])(name)
-       for name in ("attention", "memory", "devices", "ablation", "robustness", "recipe", "regularization",
-                    "fine-tuning")},
-    "experiment final-models --out": lambda w, d: ["experiment", "final-models", "--runs", w / "run", "--out", d],
-    **{f"experiment {name} --runs-dir": (lambda name: lambda w, d: ["experiment", name, "--smoke", "--out",
-                                                                    w / "experiment-out", "--runs-dir", d])(name)
-       for name in ("ablation", "robustness", "recipe", "regularization", "fine-tuning")},
     "classify train --out": lambda w, d: ["classify", "train", "--csv", w / "texts.csv", "--out", d],
     "classify predict --output": lambda w, d: ["classify", "predict", "--model", w / "classifier", "--csv",
                                                w / "texts.csv", "--output", d],
@@ -294,6 +287,35 @@ DESTINATION_ARGV: dict[str, Callable[[Path, Path], list]] = {
                                          "--out", d],
     "distill --out": lambda w, d: ["distill", "--teacher", w / "run", "--input", w / "in.de", "--out", d],
 }
+
+
+def _experiments() -> dict[str, Callable[[Path, Path], list]]:
+    """Every experiment writes through one handler (experiments/commands.py): each one's --out (and --runs-dir), run
+    with --smoke and its required options given the workspace's run, found from the parser so that a new experiment
+    is walked without being listed."""
+    import argparse
+
+    from vaswani.cli import build_parser
+
+    [experiment] = [action.choices["experiment"] for action in build_parser()._actions
+                    if isinstance(action, argparse._SubParsersAction)]
+    [subparsers] = [action for action in experiment._actions if isinstance(action, argparse._SubParsersAction)]
+    found: dict[str, Callable[[Path, Path], list]] = {}
+    for name, parser in subparsers.choices.items():
+        required = [action.option_strings[0] for action in parser._actions if action.required and action.option_strings]
+        flags = {action.option_strings[0] for action in parser._actions if action.option_strings}
+
+        def argv(w: Path, out: Path, d: Path | None = None, name: str = name, required: list = required) -> list:
+            given = [part for flag in required for part in (flag, w / "run")]
+            return ["experiment", name, "--smoke", *given, "--out", out, *(["--runs-dir", d] if d else [])]
+
+        found[f"experiment {name} --out"] = lambda w, d, argv=argv: argv(w, d)
+        if "--runs-dir" in flags:
+            found[f"experiment {name} --runs-dir"] = lambda w, d, argv=argv: argv(w, w / "experiment-out", d)
+    return found
+
+
+DESTINATION_ARGV.update(_experiments())
 
 
 def _destination_options() -> list[str]:
