@@ -19,7 +19,8 @@ holding the new name after it; a file system that cannot fsync a directory at al
 mounts) is skipped, since the rename is still atomic there, and any other failure is raised.
 
 A write that fails because the machine cannot take it (a full disk, the file-size limit of ``ulimit -f``, a
-read-only mount) is one :class:`EnvironmentFault` naming the file, whichever library was writing (:func:`write_faults_named`).
+read-only mount) is one :class:`EnvironmentFault` naming the file, whichever library was writing
+(:func:`write_faults_named`).
 """
 
 
