@@ -134,3 +134,28 @@ def test_the_hashes_are_sha256_of_the_bytes(tmp_path) -> None:
     assert io.files_sha256(tmp_path, ["a", "b"]) != key
     (tmp_path / "b").write_bytes(b"beta")
     assert io.files_sha256(tmp_path, ["a", "b"]) == key and io.files_sha256(tmp_path, ["b", "a"]) != key
+
+
+def test_a_recorded_corpus_file_counts_while_a_folder_made_from_it_holds_its_manifest(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("VASWANI_CACHE", str(tmp_path / "cache"))
+    corpus = tmp_path / "train.en"
+    corpus.write_text("a\n")
+    older, newer = tmp_path / "older", tmp_path / "newer"
+    for folder in (older, newer):
+        folder.mkdir()
+        io.record_inputs([corpus], folder)
+    assert io.prepared_from(corpus) is None  # neither holds a manifest yet: a prepare that never finished
+    io.write_manifest(older, "prepared data", files=[])
+    assert io.prepared_from(corpus) == older.resolve()
+    io.write_manifest(newer, "prepared data", files=[])
+    assert io.prepared_from(corpus) == newer.resolve()  # the most recent first
+    assert io.prepared_from(tmp_path / "other.en") is None
+    io.input_record(corpus.resolve()).write_text("{damaged")
+    assert io.prepared_from(corpus) is None  # a damaged record protects nothing, and is no error
+
+
+def test_a_cache_that_cannot_be_written_costs_the_record_not_the_work(tmp_path, monkeypatch, caplog) -> None:
+    (tmp_path / "cache").write_text("a file where the cache folder would be")
+    monkeypatch.setenv("VASWANI_CACHE", str(tmp_path / "cache"))
+    io.record_inputs([tmp_path / "train.en"], tmp_path)
+    assert "cannot record" in caplog.text and io.prepared_from(tmp_path / "train.en") is None

@@ -90,3 +90,59 @@ def test_data_is_never_prepared_inside_another_output(tmp_path, local_corpus, mo
     with pytest.raises(VaswaniError, match="lies inside .*checkpoint, a checkpoint vaswani wrote"):
         prepare_dataset(src_file=src, tgt_file=tgt, vocab_size=300)
     assert sorted(p.name for p in checkpoint.iterdir()) == ["vaswani.json"]
+
+
+@pytest.fixture
+def preset_beside_its_files(tmp_path, local_corpus) -> Path:
+    """presets/run.yaml naming its corpus by paths relative to its own folder, and another folder holding files of
+    the same names (what a relative path would find from there)."""
+    src, tgt = local_corpus
+    (tmp_path / "corpus").mkdir()
+    for path in (src, tgt):
+        (tmp_path / "corpus" / path.name).write_bytes(path.read_bytes())
+        (tmp_path / "corpus" / f"t16{path.suffix}").write_text("Ein Hund.\n" if path.suffix == ".de" else "A dog.\n")
+    (tmp_path / "presets").mkdir()
+    preset = tmp_path / "presets" / "run.yaml"
+    preset.write_text(json.dumps({
+        "data": {"dataset": "local", "train_files": [["../corpus/train.de", "../corpus/train.en"]],
+                 "test_files": {"t16": ["../corpus/t16.de", "../corpus/t16.en"]}, "data_dir": "downloads"},
+        "train": {"max_steps": 1}}))
+    (tmp_path / "elsewhere" / "corpus").mkdir(parents=True)
+    for name in ("t16.de", "t16.en"):
+        (tmp_path / "elsewhere" / "corpus" / name).write_text("Something else entirely.\n")
+    return preset
+
+
+def test_relative_paths_in_a_preset_name_files_beside_it(preset_beside_its_files, tmp_path, monkeypatch) -> None:
+    from vaswani.training.config import load_preset
+
+    monkeypatch.chdir(tmp_path / "elsewhere" / "corpus")  # where "../corpus/t16.de" is another file
+    data = load_preset(str(preset_beside_its_files)).data
+    corpus = tmp_path / "corpus"
+    assert data.train_files == ((str(corpus / "train.de"), str(corpus / "train.en")),)
+    assert data.test_files == {"t16": (str(corpus / "t16.de"), str(corpus / "t16.en"))}
+    assert data.data_dir == str(tmp_path / "presets" / "downloads")
+
+
+def test_the_references_of_a_run_are_the_files_it_recorded_unchanged(preset_beside_its_files, tmp_path,
+                                                                    monkeypatch) -> None:
+    """finalize and a final evaluation read the test sets through split_texts: a file that changed since the run
+    recorded it (corpus.json: path and sha256) is refused, naming it, instead of scored."""
+    import dataclasses
+
+    from vaswani.data.files import fingerprint
+    from vaswani.training.config import load_preset
+    from vaswani.training.data import split_texts
+
+    monkeypatch.chdir(tmp_path)
+    config = load_preset(str(preset_beside_its_files))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    recorded = {split.name: {"files": [dataclasses.asdict(record) for record in fingerprint(split).files]}
+                for split in config.data.files().splits()}
+    (run_dir / "corpus.json").write_text(json.dumps({"splits": recorded}))
+    (tmp_path / "corpus" / "t16.en").write_text("A cat.\n")
+    with pytest.raises(VaswaniError, match=r"t16\.en changed since this run started") as error:
+        split_texts(config, ["t16"], run_dir)
+    assert "\n" not in str(error.value)
+    assert not (tmp_path / "runs").exists()  # nothing prepared

@@ -196,3 +196,180 @@ def test_an_evaluation_goes_where_it_belongs_by_default(run, workspace: Path, tm
     assert code == 0, err
     [evaluation] = set(folder.iterdir()) - earlier
     assert (evaluation / "results.json").is_file() and copy.is_dir()
+
+
+def test_an_evaluation_never_goes_into_another_checkpoints_eval(run, assert_one_line, state, workspace: Path,
+                                                                tmp_path) -> None:
+    """eval/ of the checkpoint evaluated is where its evaluation belongs; eval/ of any other is that checkpoint's
+    own, and a folder vaswani wrote."""
+    other = tmp_path / "other"
+    (other / "eval").mkdir(parents=True)
+    write_manifest(other, "checkpoint", files=[])
+    before = state(tmp_path)
+    out = other / "eval" / "mine"
+    code, _, err = run("evaluate", "--checkpoint", workspace / "run", "--src", workspace / "in.de", "--ref",
+                       workspace / "ref.en", "--out", out, *SEARCH)
+    assert_one_line(code, err, 2, str(out), f"lies inside {other}")
+    assert state(tmp_path) == before
+
+
+@pytest.mark.parametrize("where", ["beside", "below"])
+def test_prepare_never_turns_the_folder_of_its_corpus_into_prepared_data(run, assert_one_line, state, tmp_path,
+                                                                         where: str) -> None:
+    """The prepared folder gets a manifest, which claims what the folder holds: the user's corpus files are not
+    vaswani's to claim."""
+    corpus = tmp_path / "corpus" / ("." if where == "beside" else "files")
+    corpus.mkdir(parents=True, exist_ok=True)
+    (corpus / "in.de").write_text("Ein Mann fährt Fahrrad.\nZwei Hunde spielen.\n", encoding="utf-8")
+    (corpus / "ref.en").write_text("A man rides a bike.\nTwo dogs play.\n", encoding="utf-8")
+    before = state(tmp_path)
+    code, _, err = run("prepare", "--src", corpus / "in.de", "--tgt", corpus / "ref.en", "--out", tmp_path / "corpus",
+                       "--vocab-size", "300")
+    assert_one_line(code, err, 2, str(tmp_path / "corpus"), "holds", "pick another directory")
+    assert state(tmp_path) == before
+
+
+def test_translate_never_writes_over_a_corpus_file_prepared_data_was_made_from(run, assert_one_line, state, workspace,
+                                                                               local_corpus, tmp_path,
+                                                                               monkeypatch) -> None:
+    """Another run's training files are no input of this translate, yet its prepared data (and the runs trained on
+    it) were made from them: they are refused as a destination while that data is on disk, and free once it is
+    gone."""
+    monkeypatch.setenv("VASWANI_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "corpus").mkdir()
+    src, tgt = (Path(shutil.copy(path, tmp_path / "corpus")) for path in local_corpus)
+    prepared = tmp_path / "prepared"
+    code, _, err = run("prepare", "--src", src, "--tgt", tgt, "--out", prepared, "--vocab-size", "300")
+    assert code == 0, err
+    before = state(tgt.parent)
+    argv = ["translate", "--checkpoint", workspace / "run", "--input", workspace / "in.de", *SEARCH]
+    code, _, err = run(*argv, "--output", tgt)
+    assert_one_line(code, err, 2, str(tgt), str(prepared), "pick a new file")
+    assert state(tgt.parent) == before
+    shutil.rmtree(prepared)
+    code, _, err = run(*argv, "--output", tgt)
+    assert code == 0, err  # once no prepared data on disk was made from it, the file is the user's to overwrite
+
+
+# ---- every destination goes through check_output ------------------------------------------------------------------
+# The options whose value is where a command writes, found by walking the parsers (as the whole-number bound test
+# walks them for counts): a new one must be added to DESTINATION_ARGV, and its test proves that the destination
+# reaches check_output before anything is written.
+DESTINATION_DESTS = {"out", "output", "run_dir", "runs_dir", "work"}
+DESTINATION_ARGV: dict[str, Callable[[Path, Path], list]] = {
+    "prepare --out": lambda w, d: ["prepare", "--src", w / "in.de", "--tgt", w / "ref.en", "--out", d],
+    "clean --out": lambda w, d: ["clean", "--src", w / "in.de", "--tgt", w / "ref.en", "--out", d],
+    "train --run-dir": lambda w, d: ["train", "--preset", "smoke", "--run-dir", d],
+    "translate --output": lambda w, d: ["translate", "--checkpoint", w / "run", "--input", w / "in.de",
+                                        "--output", d, *SEARCH],
+    "score --output": lambda w, d: ["score", "--checkpoint", w / "run", "--src", w / "in.de", "--tgt",
+                                    w / "ref.en", "--output", d],
+    "evaluate --out": lambda w, d: ["evaluate", "--checkpoint", w / "run", "--src", w / "in.de", "--ref",
+                                    w / "ref.en", "--out", d, *SEARCH],
+    "compare --out": lambda w, d: ["compare", w / "evaluation", "--out", d],
+    "average --out": lambda w, d: ["average", "--run", w / "run", "--last", "1", "--out", d],
+    "bench train --out": lambda w, d: ["bench", "train", "--out", d],
+    "bench decode --out": lambda w, d: ["bench", "decode", "--checkpoint", w / "run", "--out", d],
+    "bench runs --out": lambda w, d: ["bench", "runs", w / "run", "--out", d],
+    "bench engines --out": lambda w, d: ["bench", "engines", "--checkpoint", w / "run", "--out", d],
+    "bench data --work": lambda w, d: ["bench", "data", "--pairs", "10", "--work", d],
+    "bench data --out": lambda w, d: ["bench", "data", "--pairs", "10", "--work", w / "bench-work", "--out", d],
+    "classify train --out": lambda w, d: ["classify", "train", "--csv", w / "texts.csv", "--out", d],
+    "classify predict --output": lambda w, d: ["classify", "predict", "--model", w / "classifier", "--csv",
+                                               w / "texts.csv", "--output", d],
+    "classify experiment --out": lambda w, d: ["classify", "experiment", "--csv", w / "texts.csv", "--out", d],
+    "classify experiment --runs-dir": lambda w, d: ["classify", "experiment", "--csv", w / "texts.csv", "--out",
+                                                    w / "classify-out", "--runs-dir", d],
+    "classify summary --out": lambda w, d: ["classify", "summary", w / "classifier", "--out", d],
+    "export --out": lambda w, d: ["export", "--checkpoint", w / "run", "--format", "hf", "--out", d],
+    "serve-bench --out": lambda w, d: ["serve-bench", "--checkpoint", w / "run", "--out", d],
+    "backtranslate --out": lambda w, d: ["backtranslate", "--checkpoint", w / "run", "--input", w / "in.de",
+                                         "--out", d],
+    "distill --out": lambda w, d: ["distill", "--teacher", w / "run", "--input", w / "in.de", "--out", d],
+}
+
+
+def _experiments() -> dict[str, Callable[[Path, Path], list]]:
+    """Every experiment writes through one handler (experiments/commands.py): each one's --out (and --runs-dir), run
+    with --smoke and its required options given the workspace's run, found from the parser so that a new experiment
+    is walked without being listed."""
+    import argparse
+
+    from vaswani.cli import build_parser
+
+    [experiment] = [action.choices["experiment"] for action in build_parser()._actions
+                    if isinstance(action, argparse._SubParsersAction)]
+    [subparsers] = [action for action in experiment._actions if isinstance(action, argparse._SubParsersAction)]
+    found: dict[str, Callable[[Path, Path], list]] = {}
+    for name, parser in subparsers.choices.items():
+        required = [action.option_strings[0] for action in parser._actions if action.required and action.option_strings]
+        flags = {action.option_strings[0] for action in parser._actions if action.option_strings}
+
+        def argv(w: Path, out: Path, d: Path | None = None, name: str = name, required: list = required) -> list:
+            given = [part for flag in required for part in (flag, w / "run")]
+            return ["experiment", name, "--smoke", *given, "--out", out, *(["--runs-dir", d] if d else [])]
+
+        found[f"experiment {name} --out"] = lambda w, d, argv=argv: argv(w, d)
+        if "--runs-dir" in flags:
+            found[f"experiment {name} --runs-dir"] = lambda w, d, argv=argv: argv(w, w / "experiment-out", d)
+    return found
+
+
+DESTINATION_ARGV.update(_experiments())
+
+
+def _destination_options() -> list[str]:
+    from vaswani.cli import build_parser
+
+    found = []
+    for command, action in _walk(build_parser()):
+        if action.dest in DESTINATION_DESTS and action.option_strings:
+            found.append(f"{command} {action.option_strings[0]}")
+    return found
+
+
+def _walk(parser, prefix: str = ""):
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _walk(sub, f"{prefix} {name}".strip())
+        else:
+            yield prefix, action
+
+
+# Options that name an input the command writes into, where check_output's "not inside an input" cannot apply.
+WRITES_INTO_ITS_INPUT = {
+    "finalize --run-dir": "the run it finalizes, locked while it adds checkpoints/final and its evaluations",
+}
+
+
+def test_every_destination_option_is_walked() -> None:
+    listed = set(DESTINATION_ARGV) | set(WRITES_INTO_ITS_INPUT)
+    assert sorted(set(_destination_options()) - listed) == []
+    assert sorted(listed - set(_destination_options())) == []  # the tables name real options
+
+
+@pytest.mark.parametrize("option", DESTINATION_ARGV)
+def test_every_destination_reaches_check_output_before_it_is_written(run, workspace: Path, tmp_path, monkeypatch,
+                                                                     option: str) -> None:
+    """check_output resolves every destination it checks first: the destination (or a folder below it, such as a
+    variant's run in --runs-dir) reaching it ends the command there, with a marker error; one that bypasses the
+    rule reaches no marker, and the command fails or writes on its own."""
+    import vaswani.io.outputs as outputs
+    from vaswani.errors import VaswaniError
+
+    destination = tmp_path / "destination"
+    resolve = outputs._resolved
+
+    def marker(given: Path, where: str) -> Path:
+        if Path(given).absolute() == destination or destination in Path(given).absolute().parents:
+            raise VaswaniError(f"reached check_output: {given}")
+        return resolve(given, where)
+
+    monkeypatch.setattr(outputs, "_resolved", marker)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(*DESTINATION_ARGV[option](workspace, destination))
+    assert code == 2 and "reached check_output" in err, err
+    assert not destination.exists()

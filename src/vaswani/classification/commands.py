@@ -262,6 +262,9 @@ def experiment_command(args: argparse.Namespace) -> int:
 
 def summary_command(args: argparse.Namespace) -> int:
     from vaswani.classification.summary import write_summary
+    from vaswani.io import check_output
 
+    if args.out is not None:  # the default, README.md of the first experiment, is that experiment's own page
+        check_output(args.out, command="classify summary", writes="file", inputs=args.folders)
     print(f"wrote {write_summary(args.folders, args.out)}")
     return 0

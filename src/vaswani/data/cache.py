@@ -32,7 +32,7 @@ from vaswani.io import (
     read_json,
     read_manifest,
     verify_files,
-    writing,
+    write_faults_named,
 )
 
 logger = logging.getLogger(__name__)
@@ -207,7 +207,7 @@ class FileArrays:
         self.handles = {}
         self.counts = dict.fromkeys(ARRAYS, 0)
         for name in ARRAYS:
-            with writing(directory / f"{name}.npy"):
+            with write_faults_named(directory / f"{name}.npy"):
                 handle = open(directory / f"{name}.npy", "wb")
                 handle.write(b"\0" * self.HEADER_BYTES)
                 self.handles[name] = handle
@@ -220,7 +220,7 @@ class FileArrays:
             handle.close()
 
     def append(self, name: str, values: np.ndarray) -> None:
-        with writing(self.directory / f"{name}.npy"):
+        with write_faults_named(self.directory / f"{name}.npy"):
             self.handles[name].write(np.ascontiguousarray(values, dtype=self.dtypes[name]).tobytes())
         self.counts[name] += len(values)
 
@@ -232,7 +232,7 @@ class FileArrays:
                                                           "fortran_order": False, "shape": (self.counts[name],)})
             if len(header.getvalue()) != self.HEADER_BYTES:  # never for a 1-d array of these types
                 raise AssertionError(f"unexpected .npy header size {len(header.getvalue())}")
-            with writing(self.directory / f"{name}.npy"):
+            with write_faults_named(self.directory / f"{name}.npy"):
                 handle.seek(0)
                 handle.write(header.getvalue())
                 handle.close()

@@ -58,7 +58,7 @@ from vaswani.data.preprocess import DEFAULT_MAX_LEN, prepare, prepare_files
 from vaswani.data.registry import DEFAULT_DATASET, LOCAL, default_vocab_size, get_dataset, parse_direction
 from vaswani.data.tokenizer import MIN_VOCAB_SIZE, Tokenizer
 from vaswani.errors import ConfigError, DataError
-from vaswani.io import MANIFEST_FILE, check_output, file_sha256, read_manifest
+from vaswani.io import MANIFEST_FILE, check_output, file_sha256, read_manifest, record_inputs
 
 logger = logging.getLogger(__name__)
 
@@ -331,9 +331,10 @@ def _prepare_files(corpus: FileCorpus, out_dir: str | Path | None, tokenizer_pat
                 "min_frequency": settings.min_frequency, "direction": corpus.languages.direction}
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
     direction = corpus.languages.direction
+    paths = [path for split in corpus.splits() for part in split.parts for path in part.paths]
     out = _out_directory(Path(out_dir) if out_dir is not None else
-                         default_out_dir(f"{corpus.name}-{key[:12]}", direction, settings.vocab_size),
-                         [path for split in corpus.splits() for part in split.parts for path in part.paths])
+                         default_out_dir(f"{corpus.name}-{key[:12]}", direction, settings.vocab_size), paths)
+    record_inputs(paths, out)  # no later output may overwrite them while this data is on disk
     info = {name: _info(corpus.name, name, record.checksum, record, corpus.languages)
             for name, record in records.items()}
     if held_out is not None:  # the training split without its held-out pairs, and those pairs, are splits of their own

@@ -49,8 +49,8 @@ from vaswani.io import (
     read_manifest,
     staging_directory,
     verify_files,
+    write_faults_named,
     write_manifest,
-    writing,
 )
 from vaswani.model.safetensors_header import read_header
 
@@ -251,7 +251,7 @@ def converted_model(checkpoint: Path, quantization: str) -> Path:
             raise EnvironmentFault(f"{root / name}: the CTranslate2 conversion cannot be written "
                                    f"({error.strerror or error}); free space there or set VASWANI_CACHE to a "
                                    "directory with room") from None
-        with writing(root / name):
+        with write_faults_named(root / name):
             write_manifest(staging, CONVERSION_KIND, {
                 "checkpoint": str(checkpoint.resolve()), "checkpoint_sha256": key, "quantization": quantization,
                 "ctranslate2": _ctranslate2_version(), "converted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from vaswani.errors import VaswaniError
-from vaswani.io import check_output, directory_written_whole, writing
+from vaswani.io import check_output, directory_written_whole, write_faults_named
 
 FORMATS = ("hf", "ctranslate2")
 EXPORT_KIND = "export"
@@ -41,7 +41,7 @@ def export_command(args: argparse.Namespace) -> int:
     # Written whole, with an "export" manifest; a write the disk refuses, whichever library made it, is one line.
     details = {"format": args.format, **({"quantization": args.quantization} if args.format != "hf" else {})}
     with directory_written_whole(out, kind=EXPORT_KIND, details=details, writer="export") as staging, \
-            writing(staging):
+            write_faults_named(staging):
         if args.format == "hf":
             export(args.checkpoint, staging)
         else:

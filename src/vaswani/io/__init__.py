@@ -1,7 +1,9 @@
 """Writing files so that a crash never leaves half of one, and reading back what was written: every file and folder
 the tool writes goes through here, and nothing else stages, renames or fsyncs. One concept per module: writing.py
-(staging, fsync, rename), manifests.py (what a folder is, by its checksummed files), reading.py (documents bounded
-before they are parsed), outputs.py (no output reaches an input).
+(staging, fsync, rename), paths.py (paths as the user means them, and whether one can be written), streams.py
+(the standard streams), manifests.py (what a folder is, by its checksummed files), reading.py (documents bounded
+before they are parsed), outputs.py (no output reaches an input), recorded_inputs.py (the corpus files prepared
+data was made from, which no output overwrites).
 
 The pattern is the same everywhere: write a temporary file in the destination's directory, fsync it, give it the
 permissions a plainly created file would have, rename it over the destination and fsync the directory
@@ -17,7 +19,8 @@ holding the new name after it; a file system that cannot fsync a directory at al
 mounts) is skipped, since the rename is still atomic there, and any other failure is raised.
 
 A write that fails because the machine cannot take it (a full disk, the file-size limit of ``ulimit -f``, a
-read-only mount) is one :class:`EnvironmentFault` naming the file, whichever library was writing (:func:`writing`).
+read-only mount) is one :class:`EnvironmentFault` naming the file, whichever library was writing
+(:func:`write_faults_named`).
 """
 
 
@@ -40,10 +43,12 @@ from vaswani.io.outputs import (
     DESCENDANTS_SEARCHED,
     MAX_NAME_CHARS,
     SHARED_KINDS,
+    OutputRule,
     check_name,
     check_output,
     repository_results,
 )
+from vaswani.io.paths import absolute_path, default_cache_dir, ensure_writable_directory, probe_writable
 from vaswani.io.reading import (
     MAX_DOCUMENT_BYTES,
     MAX_NESTING,
@@ -56,8 +61,9 @@ from vaswani.io.reading import (
     read_json,
     read_yaml,
 )
+from vaswani.io.recorded_inputs import INPUTS_FOLDER, input_record, prepared_from, record_inputs
+from vaswani.io.streams import standard_stream
 from vaswani.io.writing import (
-    absolute_path,
     atomic_copy,
     atomic_symlink,
     atomic_write,
@@ -65,20 +71,16 @@ from vaswani.io.writing import (
     atomic_write_figure,
     atomic_write_json,
     atomic_write_text,
-    default_cache_dir,
     default_directory_mode,
     default_file_mode,
-    ensure_writable_directory,
     fsync_directory,
     fsync_file,
     install_directory,
     move,
-    named_as,
-    probe_writable,
     staging_directory,
-    standard_stream,
+    staging_reported_as,
     write_fault,
-    writing,
+    write_faults_named,
 )
 
 __all__ = [
@@ -98,12 +100,12 @@ __all__ = [
     "fsync_file",
     "install_directory",
     "move",
-    "named_as",
+    "staging_reported_as",
     "probe_writable",
     "staging_directory",
     "standard_stream",
     "write_fault",
-    "writing",
+    "write_faults_named",
     "HASH_CHUNK",
     "MANIFEST_FILE",
     "MANIFEST_FORMAT",
@@ -130,7 +132,12 @@ __all__ = [
     "DESCENDANTS_SEARCHED",
     "SHARED_KINDS",
     "check_output",
+    "OutputRule",
     "check_name",
     "MAX_NAME_CHARS",
     "repository_results",
+    "INPUTS_FOLDER",
+    "input_record",
+    "prepared_from",
+    "record_inputs",
 ]

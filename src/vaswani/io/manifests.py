@@ -18,9 +18,9 @@ from vaswani.io.writing import (
     fsync_directory,
     fsync_file,
     install_directory,
-    named_as,
     staging_directory,
-    writing,
+    staging_reported_as,
+    write_faults_named,
 )
 
 
@@ -36,9 +36,9 @@ def directory_written_whole(out: str | Path, kind: str | None = None, details: d
     out = Path(out)
     staging = staging_directory(out)
     try:
-        with named_as(staging, out):
+        with staging_reported_as(staging, out):
             yield staging
-        with writing(out):
+        with write_faults_named(out):
             if kind is not None:
                 write_manifest(staging, kind, details, writer=writer)
             install_directory(staging, out, keep=keep)
@@ -54,13 +54,13 @@ def files_written_together(directory: str | Path, kind: str | None = None,
     ``kind``) last. Every byte is written before the first file moves, so a full disk or a failure leaves the earlier
     files, never a mix of new and old ones; renames within a directory need no space."""
     directory = Path(directory)
-    with writing(directory):
+    with write_faults_named(directory):
         directory.mkdir(parents=True, exist_ok=True)
     staging = staging_directory(directory / "staging")  # .staging.XXXXXXXX inside it
     try:
-        with named_as(staging, directory):
+        with staging_reported_as(staging, directory):
             yield staging
-        with writing(directory):
+        with write_faults_named(directory):
             if kind is not None:
                 write_manifest(staging, kind, details)
             names = sorted(p.name for p in staging.iterdir() if p.name != MANIFEST_FILE)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Sequence
 
 from vaswani.errors import VaswaniError
 from vaswani.io.manifests import MANIFEST_FILE, Manifest, read_manifest
-from vaswani.io.writing import default_cache_dir, probe_writable
+from vaswani.io.paths import default_cache_dir, probe_writable
+from vaswani.io.recorded_inputs import prepared_from
 
 SHARED_KINDS = {"checkpoint"}
 
@@ -45,11 +47,31 @@ def repository_results() -> Path | None:
     return None
 
 
+@dataclass(frozen=True)
+class OutputRule:
+    """check_output's flags: what ``command`` makes at its destination (``writes``: a ``folder`` replaced whole, with
+    a manifest of ``kind``; ``files`` among others in a folder, ``names`` when known; one ``file``), how an existing
+    one may be replaced (``force``, ``replaces_own``), how the destination was chosen (``option``, ``explicit``) and
+    where inside a folder vaswani wrote it may go (``belongs_in`` of an input; ``nests`` in one of its own kind)."""
+
+    command: str
+    writes: Literal["folder", "files", "file"]
+    kind: str | None = None
+    force: bool = False
+    replaces_own: bool = False
+    option: str = "--out"
+    explicit: bool = True
+    belongs_in: str | None = None
+    names: tuple[str, ...] = ()
+    nests: bool = False
+
+
 def check_output(path: str | Path, *, command: str, writes: Literal["folder", "files", "file"],
                  inputs: Sequence[str | Path | None] = (), kind: str | None = None, force: bool = False,
                  replaces_own: bool = False, option: str = "--out", explicit: bool = True,
                  belongs_in: str | None = None, names: Sequence[str] = (), nests: bool = False) -> Path:
     """The one rule that no output reaches an input, checked before any work and writing nothing. Returns ``path``.
+    The flags after ``inputs`` are an :class:`OutputRule`'s.
 
     ``writes`` says what the command makes at ``path``: a ``folder`` replaced whole (with a manifest of ``kind``
     naming ``command`` as its writer), ``files`` written into a folder that may hold other things (``names``, when
@@ -62,43 +84,59 @@ def check_output(path: str | Path, *, command: str, writes: Literal["folder", "f
     - lies inside any folder vaswani wrote with a manifest (a run, a checkpoint, an export, a cache, a classifier,
       an evaluation...; with ``nests``, a folder of files of the same kind excepted, such as one experiment's
       results inside another's), or, for a folder replaced whole, holds one or holds the current directory;
-    - except inside the subfolder ``belongs_in`` of such a folder, where the output is meant to go (evaluate:
-      ``eval/`` of a run or a checkpoint);
+    - except inside the subfolder ``belongs_in`` of such a folder that is one of the ``inputs``, where the output
+      is meant to go (evaluate: ``eval/`` of the run or checkpoint it evaluates, never another's);
+    - writes ``files`` of a ``kind`` (a folder that gets a manifest, which claims what it holds) and holds an input;
     - is a folder with a manifest of another kind, or of the same kind by another command; one of the same kind by
       the same command is replaced with ``force`` (or, with ``replaces_own``, as a re-run always does); a non-empty
       folder vaswani did not write is never replaced;
+    - is (or, for ``files``, would write among ``names``) a corpus file prepared data still on disk was made from
+      (io/recorded_inputs.py): another run's training files are no input of this command, yet still in use;
     - lies inside the repository's ``results/`` when no option named it (``explicit`` False: a default).
 
     Finally the nearest existing folder above it must be writable (probed with a file that is removed again).
     """
+    rule = OutputRule(command, writes, kind, force, replaces_own, option, explicit, belongs_in, tuple(names), nests)
     given = Path(path)
-    where = f"{option} {given}"
+    where = f"{rule.option} {given}"
     target = _resolved(given, where)
-    for guarded, what in _guarded(inputs):
+    inputs_found = _guarded(inputs)
+    for guarded, what in inputs_found:
         if target == guarded:
             raise VaswaniError(f"{where} is {what}, an input of this command; pick a new "
-                               f"{'file' if writes == 'file' else 'directory'}")
+                               f"{'file' if rule.writes == 'file' else 'directory'}")
         if _inside(guarded, target):
-            if writes == "folder" and given.exists():
+            if rule.writes == "folder" and given.exists():
                 raise VaswaniError(f"{where} holds {what}, which replacing it would delete; pick a new directory")
-            if writes == "files" and guarded.parent == target and (not names or guarded.name in names):
+            if rule.writes == "files" and rule.kind is not None:
+                raise VaswaniError(f"{where} holds {what}, an input of this command, and would become "
+                                   f"{_a(rule.kind)} folder, which holds only what vaswani writes; pick another "
+                                   "directory")
+            overwritten = not rule.names or guarded.name in rule.names
+            if rule.writes == "files" and guarded.parent == target and overwritten:
                 raise VaswaniError(f"{where} holds {what}, an input this command would overwrite; pick another "
                                    "directory")
-        if _inside(target, guarded) and not _belongs(target, guarded, belongs_in):
+        if _inside(target, guarded) and not _belongs(target, guarded, rule.belongs_in):
             raise VaswaniError(f"{where} lies inside {what}, an input of this command; write outside it")
+    written_files = {"file": [target], "files": [target / name for name in rule.names]}.get(rule.writes, [])
+    for written in written_files:
+        corpus = prepared_from(written)
+        if corpus is not None:
+            raise VaswaniError(f"{where}: {written} is a corpus file the prepared data {corpus} was made from, which "
+                               "writing over it would change under that data's runs; pick a new file")
     for folder in target.parents:  # the nearest folder vaswani wrote decides
         manifest = _manifest_or_damaged(folder)
-        if manifest is None or nests and writes == "files" and manifest.kind == kind:
+        if manifest is None or rule.nests and rule.writes == "files" and manifest.kind == rule.kind:
             continue
-        if _belongs(target, folder, belongs_in):
-            break  # where this output goes (a checkpoint's eval/): a run holding that checkpoint holds it too
+        if _belongs(target, folder, rule.belongs_in) and any(folder == guarded for guarded, _ in inputs_found):
+            break  # where this output goes (its own checkpoint's eval/): a run holding that checkpoint holds it too
         raise VaswaniError(f"{where} lies inside {folder}, {_a(manifest.kind)} vaswani wrote; write outside it")
     results = repository_results()
-    if not explicit and results is not None and (target == results or _inside(target, results)):
-        raise VaswaniError(f"{where} is inside the repository's published results ({results}); pass {option} to "
-                           "write there on purpose, or run from another directory")
+    if not rule.explicit and results is not None and (target == results or _inside(target, results)):
+        raise VaswaniError(f"{where} is inside the repository's published results ({results}); pass {rule.option} "
+                           "to write there on purpose, or run from another directory")
     if given.exists():
-        if writes == "file":
+        if rule.writes == "file":
             if given.is_dir():
                 raise VaswaniError(f"{where}: is a directory; name a file")
             if not given.is_file():
@@ -106,16 +144,15 @@ def check_output(path: str | Path, *, command: str, writes: Literal["folder", "f
         elif not given.is_dir():
             raise VaswaniError(f"{where} is a file, not a directory")
         else:
-            _check_folder(given, target, command, writes, kind, force, replaces_own, where)
+            _check_folder(given, target, rule, where)
     probe_writable(target, where)
     return given
 
 
-def _check_folder(given: Path, target: Path, command: str, writes: str, kind: str | None, force: bool,
-                  replaces_own: bool, where: str) -> None:
+def _check_folder(given: Path, target: Path, rule: OutputRule, where: str) -> None:
     manifest = read_manifest(target)  # a damaged one is named
-    if writes == "files":
-        if manifest is not None and manifest.kind != kind:
+    if rule.writes == "files":
+        if manifest is not None and manifest.kind != rule.kind:
             raise VaswaniError(f"{where} is {_a(manifest.kind)} vaswani wrote; pick another directory")
         return
     if Path.cwd().resolve() == target or _inside(Path.cwd().resolve(), target):
@@ -124,18 +161,19 @@ def _check_folder(given: Path, target: Path, command: str, writes: str, kind: st
     if not any(given.iterdir()):
         return
     if manifest is None:
-        raise VaswaniError(f"{where} exists, is not empty and was not written by `vaswani {command}`; pick a new "
-                           "directory (or empty this one)")
-    if manifest.kind != kind or not _same_writer(manifest, kind, command):
+        raise VaswaniError(f"{where} exists, is not empty and was not written by `vaswani {rule.command}`; pick a "
+                           "new directory (or empty this one)")
+    if manifest.kind != rule.kind or not _same_writer(manifest, rule.kind, rule.command):
         by = f" by `vaswani {manifest.writer}`" if manifest.writer else ""
-        raise VaswaniError(f"{where} is {_a(manifest.kind)} written{by or ' by another command'}, not an earlier "
-                           f"output of `vaswani {command}`; pick a new directory")
+        raise VaswaniError(f"{where} is {_a(manifest.kind)} written{by or ' by another command'}, not an "
+                           f"earlier output of `vaswani {rule.command}`; pick a new directory")
     held = _manifest_below(target)
     if held is not None:
         raise VaswaniError(f"{where} holds {held[0]}, {_a(held[1])} vaswani wrote, which replacing it would delete; "
                            "pick a new directory")
-    if not force and not replaces_own:
-        raise VaswaniError(f"{where} holds an earlier {kind} of `vaswani {command}`; pass --force to replace it")
+    if not rule.force and not rule.replaces_own:
+        raise VaswaniError(f"{where} holds an earlier {rule.kind} of `vaswani {rule.command}`; pass --force to "
+                           "replace it")
 
 
 def _a(kind: str) -> str:

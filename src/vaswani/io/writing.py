@@ -10,10 +10,9 @@ import os
 import re
 import resource
 import shutil
-import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal, TextIO
+from typing import Any, Callable, Iterator
 
 from vaswani.errors import EnvironmentFault, VaswaniError
 
@@ -32,18 +31,6 @@ def default_file_mode() -> int:
 def default_directory_mode() -> int:
     """The permissions a plainly created directory would get (mkdtemp makes private 0700 ones)."""
     return 0o777 & ~_umask()
-
-
-def absolute_path(value: str | Path) -> Path:
-    """A user-typed path made absolute against the directory it was typed in (``~`` expanded), so that it still
-    names the same folder after a ``chdir`` or in a child process started elsewhere."""
-    return Path(os.path.abspath(Path(value).expanduser()))
-
-
-def default_cache_dir() -> Path:
-    """Where the tool keeps what it downloads and converts: ``$VASWANI_CACHE``, else ``~/.cache/vaswani``."""
-    value = os.environ.get("VASWANI_CACHE")
-    return absolute_path(value) if value else Path.home() / ".cache" / "vaswani"
 
 
 def write_fault(error: BaseException, path: str | Path) -> EnvironmentFault | None:
@@ -81,7 +68,7 @@ def write_fault(error: BaseException, path: str | Path) -> EnvironmentFault | No
 
 
 @contextlib.contextmanager
-def writing(path: str | Path) -> Iterator[None]:
+def write_faults_named(path: str | Path) -> Iterator[None]:
     """Run the block that writes ``path``; a failure the machine is to blame for (see :func:`write_fault`) becomes
     one EnvironmentFault naming ``path``. The caller removes what the failed write left."""
     try:
@@ -96,7 +83,7 @@ def writing(path: str | Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def named_as(staging: str | Path, destination: str | Path) -> Iterator[None]:
+def staging_reported_as(staging: str | Path, destination: str | Path) -> Iterator[None]:
     """A write fault in the block names ``destination`` where it would name ``staging``, the temporary directory the
     output is assembled in: the user knows the one, not the other."""
     try:
@@ -110,7 +97,7 @@ def atomic_write(path: str | Path, write: Callable[[str], None]) -> None:
     directory. A write the machine refuses (full disk, file-size limit) is an EnvironmentFault naming ``path``; any
     failure of ``write`` leaves no temporary file."""
     path = Path(path)
-    with writing(path):
+    with write_faults_named(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         os.close(fd)
@@ -151,33 +138,12 @@ def atomic_copy(source: str | Path, destination: str | Path) -> None:
     atomic_write(destination, lambda tmp: shutil.copyfile(source, tmp))
 
 
-# What a JSON or YAML file vaswani reads back may hold: far more than any it writes (a results file is kilobytes, a
-# tokenizer a few megabytes), far less than would exhaust memory or the parser's recursion.
-
-
-def ensure_writable_directory(path: str | Path, what: str = "output directory") -> Path:
-    """Create ``path`` if needed and prove it can be written by creating and removing a file in it, so a command
-    fails before its work, not after. Raises EnvironmentFault naming the directory and the reason."""
-    path = Path(path)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=path, prefix=".write-test-")
-        os.close(fd)
-        os.unlink(probe)
-    except FileExistsError:
-        raise EnvironmentFault(f"{path}: the {what} exists and is not a directory") from None
-    except OSError as error:
-        raise EnvironmentFault(f"{path}: the {what} cannot be written ({error.strerror or error}); "
-                               "pick a directory you can write to") from None
-    return path
-
-
 def staging_directory(destination: str | Path, name: str | None = None) -> Path:
     """An empty directory beside ``destination`` to assemble it in, with the permissions a plainly created directory
     would have. Hidden: ``name`` when the caller must find it again (a checkpoint's ``.tmp-step_N-PID``, which a
     later save removes if a kill left it), else a fresh ``.NAME.XXXXXXXX``."""
     destination = Path(destination)
-    with writing(destination):
+    with write_faults_named(destination):
         destination.parent.mkdir(parents=True, exist_ok=True)
         if name is None:
             staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", dir=destination.parent))
@@ -235,7 +201,7 @@ def atomic_symlink(link: str | Path, target: str) -> None:
     """Make ``link`` a symlink to ``target`` (relative to the link's directory), replacing what was there by one
     rename: a reader finds the old link or the new one, never none."""
     link = Path(link)
-    with writing(link):
+    with write_faults_named(link):
         temporary = link.parent / f".{link.name}.tmp-{os.getpid()}"
         temporary.unlink(missing_ok=True)
         os.symlink(target, temporary)
@@ -247,7 +213,7 @@ def move(source: str | Path, destination: str | Path) -> None:
     """Rename ``source`` (a file or a folder) to ``destination`` on the same file system, durably: both directories
     are fsynced, so a crash finds it in one place or the other."""
     source, destination = Path(source), Path(destination)
-    with writing(destination):
+    with write_faults_named(destination):
         os.replace(source, destination)
         fsync_directory(destination.parent)
         if source.parent != destination.parent:
@@ -271,34 +237,3 @@ def fsync_directory(path: str | Path) -> None:
             raise
     finally:
         os.close(fd)
-
-
-
-
-def probe_writable(target: str | Path, where: str) -> None:
-    """Prove the nearest existing folder at or above where ``target`` will be written can take a new file, leaving
-    nothing behind (missing folders are made only when the output is written); an EnvironmentFault naming
-    ``where`` otherwise."""
-    target = Path(target).absolute()
-    folder = target if target.is_dir() else target.parent
-    while not folder.exists():
-        folder = folder.parent
-    if not folder.is_dir():
-        raise EnvironmentFault(f"{where}: {folder} is a file, not a directory")
-    try:
-        fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-test-")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as error:
-        raise EnvironmentFault(f"{where}: {folder} cannot be written ({error.strerror or error}); pick a directory "
-                               "you can write to") from None
-
-
-def standard_stream(name: Literal["stdin", "stdout"], instead: str) -> TextIO:
-    """``sys.stdin`` or ``sys.stdout``; a one-line error saying what to do ``instead`` when the shell started us
-    with it closed (``<&-``, ``>&-``), which Python shows as None."""
-    stream = getattr(sys, name)
-    if stream is None:
-        label = "standard input" if name == "stdin" else "standard output"
-        raise VaswaniError(f"{label} is closed; {instead}")
-    return stream

@@ -32,11 +32,11 @@ from vaswani.io import (
     atomic_symlink,
     atomic_write_json,
     install_directory,
-    named_as,
     read_manifest,
     staging_directory,
+    staging_reported_as,
+    write_faults_named,
     write_manifest,
-    writing,
 )
 from vaswani.model import Transformer
 from vaswani.model.serialization import CHECKPOINT_KIND, check_checkpoint, resolve_checkpoint, save_model
@@ -60,13 +60,13 @@ def save_checkpoint(
     final = checkpoints_dir / name
     staging = staging_directory(final, name=f".tmp-{name}-{os.getpid()}")
     try:
-        with named_as(staging, final), writing(staging):
-            with writing(staging / STATE_FILE):
+        with staging_reported_as(staging, final), write_faults_named(staging):
+            with write_faults_named(staging / STATE_FILE):
                 torch.save(state, staging / STATE_FILE)
             atomic_write_json(staging / META_FILE, meta)
             save_model(model, staging, tokenizer_file)
             write_manifest(staging, CHECKPOINT_KIND, {"step": meta.get("step")})
-        with writing(final):
+        with write_faults_named(final):
             # Re-saving the same step (an evaluation right after a periodic save, an interrupt) moves the old one
             # aside by a rename, never deletes it in place: `last` may point to it, and until the new one is in
             # place latest_checkpoint() still finds it as .replaced-NAME.

@@ -34,7 +34,7 @@ from vaswani.data.languages import parse_direction as parse_pair
 from vaswani.data.registry import DATASETS, DIRECTIONS, LOCAL, get_dataset
 from vaswani.data.tokenizer import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE
 from vaswani.errors import ConfigError, DataError, VaswaniError
-from vaswani.io import MAX_DOCUMENT_BYTES, check_name, parse_yaml
+from vaswani.io import MAX_DOCUMENT_BYTES, absolute_path, check_name, parse_yaml
 from vaswani.training.budget import settings_of
 
 
@@ -409,7 +409,17 @@ def load_preset(name_or_path: str) -> RunConfig:
         values = parse_yaml(text, source, "preset") or {}
     except VaswaniError as error:
         raise ConfigError(str(error)) from None
-    return RunConfig.from_dict(values, source)
+    config = RunConfig.from_dict(values, source)  # a YAML file's relative paths name files beside it
+    return _anchored(config, path.parent) if source == str(path) else config
+
+
+def _anchored(config: RunConfig, folder: Path) -> RunConfig:
+    def place(*part: str | None) -> tuple:
+        return tuple(str(absolute_path(value, folder)) if value else None for value in part)
+    data = dataclasses.replace(config.data, train_files=tuple(place(*part) for part in config.data.train_files),
+                               valid_files=place(*config.data.valid_files), data_dir=place(config.data.data_dir)[0],
+                               test_files={name: place(*part) for name, part in config.data.test_files.items()})
+    return RunConfig(config.model, data, dataclasses.replace(config.train, init_from=place(config.train.init_from)[0]))
 
 
 def read_config_text(path: Path, what: str) -> str:

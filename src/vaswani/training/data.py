@@ -229,11 +229,14 @@ def valid_split_name(config: RunConfig) -> str:
 def split_texts(config: RunConfig, splits: Iterable[str], run_dir: Path | None = None) -> dict[str, ParallelCorpus]:
     """The raw text of these splits of the run's corpus (its validation split and test sets, for references): read
     from the dataset's files, or, for the user's own files, from the data the run prepared (which holds the held-out
-    validation pairs; found through ``run_dir``'s corpus.json, wherever the command runs)."""
+    validation pairs; found through ``run_dir``'s corpus.json, wherever the command runs). Files whose content
+    changed since the run recorded them are refused, naming the first."""
     dc = config.data
     files = dc.files()
     if files is None:
         return {split: load_corpus(dc.dataset, split, dc.direction, data_dir=dc.data_dir) for split in splits}
+    if run_dir is not None and (run_dir / CORPUS_RECORD).is_file():  # the references are the files it trained on
+        check_files_unchanged(run_dir, files)
     # a fine-tuned run's data was prepared with its parent's tokenizer, which the run keeps a copy of
     own_tokenizer = run_dir / "tokenizer.json" if run_dir and config.train.init_from else None
     prepared = prepare_dataset(files=files, out_dir=recorded_out_dir(run_dir) if run_dir else None,

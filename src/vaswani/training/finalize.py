@@ -52,7 +52,7 @@ from vaswani.evaluation.selection import (
     Selection,
     TestSetScores,
 )
-from vaswani.io import check_name, install_directory, staging_directory, write_manifest, writing
+from vaswani.io import check_name, install_directory, staging_directory, write_faults_named, write_manifest
 from vaswani.model.serialization import CHECKPOINT_KIND
 from vaswani.training.checkpoint import STEP_NAME, nearest
 from vaswani.training.config import RunConfig, load_preset
@@ -248,7 +248,7 @@ def _swap_in(assembled: Path, checkpoints: Path) -> Path:
     instant leaves either the earlier final model or the new one, never half of one."""
     write_manifest(assembled, CHECKPOINT_KIND)  # a checkpoint by its manifest, its files checked at every load
     final = checkpoints / FINAL
-    with writing(final):
+    with write_faults_named(final):
         install_directory(assembled, final, aside=checkpoints / f".replaced-{FINAL}")
     return final
 

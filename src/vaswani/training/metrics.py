@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from vaswani.errors import VaswaniError
-from vaswani.io import atomic_write_figure, atomic_write_text, writing
+from vaswani.io import atomic_write_figure, atomic_write_text, write_faults_named
 
 METRICS_FILE = "metrics.jsonl"
 RECORD_START = '{"kind": '  # how every record MetricsLog writes begins (json.dumps, "kind" first)
@@ -33,7 +33,7 @@ class MetricsLog:
             except ImportError:  # tensorboard is a dependency, but a stripped install should still train
                 return
             _quiet_event_writer_threads()
-            with writing(self.events):
+            with write_faults_named(self.events):
                 self.writer = SummaryWriter(log_dir=str(self.events))
 
     def truncate_after(self, step: int) -> None:
@@ -43,7 +43,7 @@ class MetricsLog:
 
     def write(self, kind: str, step: int, **values: Any) -> None:
         record = {"kind": kind, "step": step, **values}
-        with writing(self.path), self.path.open("ab") as handle:
+        with write_faults_named(self.path), self.path.open("ab") as handle:
             size = handle.tell()
             try:
                 handle.write((json.dumps(record) + "\n").encode("utf-8"))
@@ -52,7 +52,7 @@ class MetricsLog:
                 handle.truncate(size)  # no half record: the log stays a list of whole lines
                 raise
         if self.writer is not None:
-            with writing(self.events):
+            with write_faults_named(self.events):
                 for key, value in values.items():
                     if isinstance(value, (int, float)) and not isinstance(value, bool):
                         self.writer.add_scalar(f"{kind}/{key}", value, step)
@@ -61,7 +61,7 @@ class MetricsLog:
     def close(self) -> None:
         if self.writer is not None:
             writer, self.writer = self.writer, None
-            with writing(self.events):
+            with write_faults_named(self.events):
                 writer.close()
 
 
@@ -178,7 +178,7 @@ def plot_run(run_dir: Path) -> list[Path]:
     train = [r for r in records if r["kind"] == "train"]
     valid = [r for r in records if r["kind"] == "valid"]
     out_dir = run_dir / "plots"
-    with writing(out_dir):
+    with write_faults_named(out_dir):
         out_dir.mkdir(exist_ok=True)
     written = []
 

@@ -31,8 +31,8 @@ from vaswani.io import (
     ensure_writable_directory,
     move,
     read_manifest,
+    write_faults_named,
     write_manifest,
-    writing,
 )
 from vaswani.training.checkpoint import latest_checkpoint
 
@@ -138,7 +138,7 @@ def check_start(run_dir: Path, resume: bool, start_over: bool) -> None:
     aside = run_dir / time.strftime("superseded-%Y%m%dT%H%M%SZ", time.gmtime())
     if aside.exists():
         aside = aside.with_name(f"{aside.name}-{os.getpid()}")
-    with writing(aside):
+    with write_faults_named(aside):
         aside.mkdir()
     for name in (*RUN_FILES, "tokenizer.json"):
         if (run_dir / name).exists() or (run_dir / name).is_symlink():
