@@ -29,6 +29,9 @@ EXPERIMENTS = {
     "regularization": ("vaswani.experiments.regularization",
                        "which dropout, label smoothing and vocabulary let each width of multi30k-cpu improve with its "
                        "epochs: whole schedules, curves per epoch, seeds"),
+    "backtranslation": ("vaswani.experiments.backtranslation",
+                        "half of Multi30k against the same half plus the other half back-translated (sampled, beam, "
+                        "tagged) and against all of it: test BLEU over seeds"),
     "final-models": ("vaswani.experiments.final_models",
                      "one table of finished runs' final models: wall time, what the end of the run chose, test BLEU"),
 }
