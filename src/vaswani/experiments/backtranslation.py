@@ -80,16 +80,16 @@ def write_study_files(folder: Path, data_dir: Path | None, smoke: bool) -> tuple
     files = StudyFiles(folder)
     for name, rows in halves.items():
         for language, side in (("de", train.source), ("en", train.target)):
-            _write_lines(files.path(name, language), [side[i] for i in rows])
+            write_lines(files.path(name, language), [side[i] for i in rows])
     valid = corpora["val"]
-    _write_lines(files.path("val", "de"), valid.source[:limit])
-    _write_lines(files.path("val", "en"), valid.target[:limit])
+    write_lines(files.path("val", "de"), valid.source[:limit])
+    write_lines(files.path("val", "en"), valid.target[:limit])
     tests = {name: (corpora[name].source[: SMOKE_TEST_LINES if smoke else None],
                     corpora[name].target[: SMOKE_TEST_LINES if smoke else None]) for name in TEST_SETS}
     return files, tests
 
 
-def _write_lines(path: Path, lines: Sequence[str]) -> None:
+def write_lines(path: Path, lines: Sequence[str]) -> None:
     text = "".join(line + "\n" for line in lines)
     if not path.is_file() or path.read_text(encoding="utf-8") != text:
         atomic_write_text(path, text)
@@ -103,6 +103,7 @@ def study_preset(base: str, extra: Sequence[str], out: Path, direction: str, par
     config = json.loads(json.dumps(apply_settings(load_preset(base), list(extra)).to_dict()))
     config["data"].update(dataset="local", direction=direction, train_files=[[str(p) for p in part] for part in parts],
                           train_tags=list(tags), valid_files=[str(p) for p in valid], test_files={})
+    config["train"]["final_test_splits"] = []  # the study scores the test sets itself, from the dataset
     RunConfig.from_dict(config)  # refused here, before any run trains, when it would be
     import yaml
 
@@ -220,4 +221,4 @@ def plot(rows: Sequence[dict]):
     return figure
 
 
-__all__ = ["VARIANTS", "add_arguments", "run", "study_preset", "write_study_files"]
+__all__ = ["VARIANTS", "add_arguments", "run", "study_preset", "write_lines", "write_study_files"]
