@@ -462,7 +462,7 @@ def test_prepare_refuses_bad_sizes_before_any_work(run, tmp_path, options: list[
 CHECKED_BY_SETTINGS = {
     ("prepare", "--vocab-size"), ("prepare", "--max-len"), ("prepare", "--min-frequency"),
     ("translate", "--nbest"),
-    *((command, option) for command in ("translate", "evaluate") for option in (
+    *((command, option) for command in ("translate", "evaluate", "backtranslate", "distill") for option in (
         "--beam", "--alpha", "--max-len-a", "--max-len-b", "--repetition-penalty", "--no-repeat-ngram", "--batch-size",
         "--max-tokens")),
     *(("serve", option) for option in ("--max-chars", "--max-texts", "--max-body-bytes", "--max-queue", "--max-beam",

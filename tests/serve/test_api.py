@@ -290,6 +290,32 @@ def test_a_target_prefix_that_cannot_be_forced_is_a_422_naming_it(client, body, 
     assert answer.status_code == 422 and answer.json()["error"]["field"] == field, answer.text
 
 
+def test_translate_with_constraints_places_every_phrase(client, reference, test_pairs) -> None:
+    texts = [SENTENCE, test_pairs[0][0]]
+    constraints = [["bicycle"], []]
+    body = {"texts": texts, "constraints": constraints, "beam": 2, "max_len_a": 0.0, "max_len_b": 10}
+    answer = client.post("/v1/translate", json=body)
+    assert answer.status_code == 200, answer.text
+    got = [t["text"] for t in answer.json()["translations"]]
+    wider = reference.with_search(replace(reference.config, max_len_b=10), 64, None)
+    assert got == [n[0].text for n in wider.translate_nbest(texts, constraints=constraints)]
+    assert "bicycle" in got[0] and got[1] == wider.translate_nbest(texts[1:])[0][0].text
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"text": SENTENCE, "constraints": ["bicycle"]}, "constraints[0]"),
+    ({"texts": [SENTENCE, SENTENCE], "constraints": [["bicycle"]]}, "constraints"),
+    ({"text": SENTENCE, "constraints": [["bicycle", " "]]}, "constraints[0][1]"),
+    ({"text": SENTENCE, "constraints": [["x" * 201]]}, "constraints[0][0]"),
+    ({"text": SENTENCE, "constraints": [["dog"] * 9]}, "constraints[0]"),
+    ({"text": SENTENCE, "constraints": [["dog " * 40]], **SHORT}, "constraints[0]"),
+    ({"text": SENTENCE, "constraints": [["dog"]], "sample": True}, "constraints[0]"),
+])
+def test_constraints_that_cannot_be_placed_are_a_422_naming_them(client, body, field) -> None:
+    answer = client.post("/v1/translate", json=body)
+    assert answer.status_code == 422 and answer.json()["error"]["field"] == field, answer.text
+
+
 def test_translate_with_alignments_gives_each_hypothesis_its_pharaoh_pairs(client, reference) -> None:
     body = {"text": SENTENCE, "beam": 2, "nbest": 2, "alignments": True, **SHORT}
     answer = client.post("/v1/translate", json=body)

@@ -89,3 +89,9 @@ def test_a_greedy_model_with_the_gnmt_penalty_serves_every_beam_on_ctranslate2(t
     power = Translator.load(directory, SearchConfig(beam_size=3, length_norm="power", alpha=0.6),
                             replace(ON_CPU, engine="ctranslate2"))
     assert answer.json()["translation"] == power.translate([SENTENCE])[0]
+
+
+def test_constraints_on_a_ctranslate2_server_are_a_422_naming_them(client) -> None:
+    answer = client.post("/v1/translate", json={"text": "Ein Mann fährt Fahrrad.", "constraints": [["bicycle"]]})
+    assert answer.status_code == 422 and answer.json()["error"]["field"] == "constraints", answer.text
+    assert "ctranslate2" in answer.json()["error"]["message"]

@@ -112,3 +112,25 @@ def test_on_ctranslate2_the_heatmap_is_its_attention_and_the_torch_models_when_a
             assert tab.inner_text("#translation") == (expected["translation"] or "(empty translation)")
     finally:
         server.stop()
+
+
+@pytest.mark.slow
+def test_constraints_and_the_word_alignment_are_shown_on_the_page(tiny_checkpoint, start_server) -> None:
+    server = start_server(tiny_checkpoint, "--engine", "torch")
+    try:
+        with opened_page(server.url) as tab:
+            tab.fill("#source", SENTENCE)
+            tab.fill("#constraints", "bicycle\nred car")
+            tab.check("#alignment")
+            tab.click("#translate-button")
+            tab.wait_for_selector("#result:not([hidden])")
+            expected = httpx.post(f"{server.url}/v1/translate", json={
+                "text": SENTENCE, "beam": 4, "alignments": True, "constraints": [["bicycle", "red car"]]}).json()
+            shown = tab.inner_text("#translation")
+            assert shown == expected["translation"] and "bicycle" in shown and "red car" in shown
+            pairs = expected["translations"][0]["nbest"][0]["alignment"].split()
+            assert tab.inner_text("#alignment-pairs").startswith("Alignment: ")
+            assert tab.inner_text("#alignment-pairs").count("→") == len(pairs)
+            assert tab.is_hidden("#attention") and tab.is_visible("#constraints-note")
+    finally:
+        server.stop()

@@ -45,6 +45,11 @@ _EXPORTS = {
     "Translator": "vaswani.decoding.translator",
     "Translation": "vaswani.decoding.translator",
     "UnusablePrefix": "vaswani.decoding.translator",
+    "constrained_beam_search": "vaswani.decoding.constraints",
+    "UnusableConstraint": "vaswani.decoding.terminology",
+    "read_constraints": "vaswani.decoding.terminology",
+    "glossary_constraints": "vaswani.decoding.terminology",
+    "parse_glossary": "vaswani.decoding.terminology",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -23,6 +23,7 @@ from vaswani.decoding.config import (
     read_stored_search,
 )
 from vaswani.decoding.engine import AUTO
+from vaswani.decoding.terminology import read_constraints
 from vaswani.errors import ConfigError
 from vaswani.io import atomic_write_text, check_output, standard_stream
 from vaswani.model.serialization import resolve_checkpoint
@@ -165,7 +166,12 @@ def translator_from_args(args: argparse.Namespace) -> Translator:
     return Translator.load(directory, search_config_from_args(args, read_stored_search(directory)),
                            engine_options_from_args(args).with_stored(read_stored_engine(directory)),
                            prefixed=getattr(args, "prefix", None) is not None,
+                           constrained=_constrained(args),
                            batch_size=args.batch_size, max_tokens=args.max_tokens)
+
+
+def _constrained(args: argparse.Namespace) -> bool:
+    return getattr(args, "constraints", None) is not None or getattr(args, "glossary", None) is not None
 
 
 def engine_options_from_args(args: argparse.Namespace) -> EngineOptions:
@@ -191,6 +197,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--prefix", type=Path, metavar="FILE",
                         help="the start of each translation, one line per input line (an empty line: none); "
                         "the search completes it (ctranslate2: greedy search only)")
+    parser.add_argument("--constraints", type=Path, metavar="FILE",
+                        help="phrases each translation must contain, one line per input line, phrases separated "
+                        "by a tab (an empty line: none); placed by constrained beam search (engine torch)")
+    parser.add_argument("--glossary", type=Path, metavar="FILE",
+                        help="'source term<TAB>target term' per line: the target term is a constraint of every "
+                        "input line that contains the source term as whole words (with --constraints: both)")
     parser.add_argument("--alignments", action="store_true",
                         help="add each translation's word alignment to the source, Pharaoh 'i-j' pairs "
                         "(source word i, target word j, from 0), after ' ||| ' (from the cross-attention of "
@@ -207,15 +219,20 @@ def translate_command(args: argparse.Namespace) -> int:
         standard_stream("stdout", "pass --output FILE")
     else:
         check_output(args.output, command="translate", writes="file",
-                     inputs=[*args.checkpoint, args.input, args.prefix], option="--output")
+                     inputs=[*args.checkpoint, args.input, args.prefix, args.constraints, args.glossary],
+                     option="--output")
     stdin = standard_stream("stdin", "pass --input FILE") if args.input is None else None
     interactive = stdin is not None and stdin.isatty()
     if interactive and args.prefix is not None:
         raise ConfigError("--prefix gives one line per input line: pass --input FILE (or pipe the input)")
+    if interactive and _constrained(args):
+        raise ConfigError("--constraints and --glossary apply to an input file: pass --input FILE (or pipe the "
+                          "input)")
     if not interactive:
         # The one way evaluate and prepare read text too: same lines, same byte-order mark and UTF-8 handling.
         lines = read_lines(args.input) if stdin is None else read_stream_lines(stdin)
     prefixes = read_lines(args.prefix) if args.prefix is not None else None
+    phrases = read_constraints(args.constraints, args.glossary, lines) if _constrained(args) else None
     translator = translator_from_args(args)
     if interactive:
         from vaswani.data.languages import language_name, recorded_languages
@@ -225,12 +242,15 @@ def translate_command(args: argparse.Namespace) -> int:
                             args.alignments)
     # The progress of a file being translated: a bar on a terminal, a line now and then in a log.
     progress = args.input is not None
-    if prefixes is None:
+    if prefixes is None and phrases is None:
         nbest = translator.translate_nbest(lines, progress=progress, alignments=args.alignments)
     else:
         sources = translator.encode(lines)
-        forced = translator.encode_prefixes(prefixes, sources, name=str(args.prefix))
-        nbest = translator.translate_ids_nbest(sources, progress, forced, args.alignments)
+        forced = translator.encode_prefixes(prefixes, sources, name=str(args.prefix)) \
+            if prefixes is not None else None
+        constraints = translator.encode_constraints(phrases, sources, str(args.constraints or args.glossary)) \
+            if phrases is not None else None
+        nbest = translator.translate_ids_nbest(sources, progress, forced, args.alignments, constraints)
     if args.output is None:
         _write(sys.stdout, nbest, args.nbest)
     else:

@@ -96,11 +96,15 @@ def length_exponent(config: SearchConfig) -> float:
 # CTranslate2 forces a target prefix on every beam of a sentence, which then hold copies of one hypothesis.
 PREFIXED_BEAM = ("a target prefix in beam search: CTranslate2 forces it on every beam, which then hold "
                  "copies of one hypothesis; use `beam` 1, or `engine` torch")
+CONSTRAINED = ("lexical constraints: they are placed by the torch engine's constrained beam search (dynamic beam "
+               "allocation); use `engine` torch")
 
 
-def cannot_run(config: SearchConfig, prefixed: bool = False) -> str | None:
+def cannot_run(config: SearchConfig, prefixed: bool = False, constrained: bool = False) -> str | None:
     """The option of ``config`` CTranslate2 cannot run, with why, in one line (None if it runs them all);
-    ``prefixed``: with target prefixes."""
+    ``prefixed``: with target prefixes; ``constrained``: with lexical constraints."""
+    if constrained:
+        return CONSTRAINED
     if prefixed and config.beam_size > 1:
         return PREFIXED_BEAM
     if config.length_norm == "gnmt" and config.alpha > 0 and config.beam_size > 1:
@@ -182,7 +186,10 @@ class CTranslate2Engine:
         return config
 
     def search(self, sources: Sequence[list[int]], config: SearchConfig,
-               prefixes: Sequence[list[int]] | None = None) -> list[list[Hypothesis]]:
+               prefixes: Sequence[list[int]] | None = None,
+               constraints: Sequence[list[list[int]]] | None = None) -> list[list[Hypothesis]]:
+        if constraints is not None and any(constraints):
+            raise ConfigError(f"CTranslate2 cannot run {CONSTRAINED}", field="constraints")
         limits = output_limits([len(source) for source in sources], config, self.model_config)
         rows = position_rows(self.model_config)
         if rows is not None:  # the decoder reads <s> at position 0: a limit of n tokens needs positions 0 .. n-2

@@ -56,9 +56,11 @@ class Engine(Protocol):
         ...
 
     def search(self, sources: Sequence[list[int]], config: SearchConfig,
-               prefixes: Sequence[list[int]] | None = None) -> list[list[Hypothesis]]:
+               prefixes: Sequence[list[int]] | None = None,
+               constraints: Sequence[list[list[int]]] | None = None) -> list[list[Hypothesis]]:
         """``config.nbest`` hypotheses per source, best first, for one batch of sources (ids ending in </s>);
-        each output starts with its ``prefixes`` ids ([]: none), shorter than its length limit."""
+        each output starts with its ``prefixes`` ids ([]: none), shorter than its length limit, and contains
+        each of its ``constraints`` phrases (ids; the torch engine's)."""
         ...
 
     def score(self, sources: Sequence[list[int]], targets: Sequence[list[int]],
@@ -127,12 +129,13 @@ def _float32(value: float) -> float:
 
 
 def open_engine(checkpoint: Path, model_config: ModelConfig, tokenizer: Any, config: SearchConfig,
-                options: EngineOptions, prefixed: bool = False) -> Engine:
+                options: EngineOptions, prefixed: bool = False, constrained: bool = False) -> Engine:
     """The engine ``options`` choose ("torch", "ctranslate2" or "auto"; unchosen: auto) for the checkpoint in
     directory ``checkpoint``, able to run ``config``.
 
     "ctranslate2" refuses in one line what it cannot run; "auto" then takes the torch engine instead and says why
-    in a :class:`~vaswani.errors.VaswaniWarning`; ``prefixed``: the search will force target prefixes.
+    in a :class:`~vaswani.errors.VaswaniWarning`; ``prefixed``: the search will force target prefixes;
+    ``constrained``: it will place lexical constraints.
     ``quantization`` (default float32) is CTranslate2's, ``compile``
     (``torch.compile`` of the decoding step) the torch engine's.
     """
@@ -140,7 +143,7 @@ def open_engine(checkpoint: Path, model_config: ModelConfig, tokenizer: Any, con
     reason = None
     if name != TORCH:
         try:
-            return _ctranslate2_engine(checkpoint, model_config, tokenizer, config, options, prefixed)
+            return _ctranslate2_engine(checkpoint, model_config, tokenizer, config, options, prefixed, constrained)
         except VaswaniError as error:
             if name == CTRANSLATE2:
                 raise
@@ -155,13 +158,13 @@ def open_engine(checkpoint: Path, model_config: ModelConfig, tokenizer: Any, con
 
 
 def _ctranslate2_engine(checkpoint: Path, model_config: ModelConfig, tokenizer: Any, config: SearchConfig,
-                        options: EngineOptions, prefixed: bool) -> Engine:
+                        options: EngineOptions, prefixed: bool, constrained: bool) -> Engine:
     from vaswani.decoding.ct2_engine import CTranslate2Engine, cannot_run
 
     if options.compile:
         raise ConfigError("`compile` compiles the torch engine's decoding step; CTranslate2 runs compiled kernels "
                           "already (leave out `compile`, or use `engine` torch)", field="compile")
-    reason = cannot_run(config, prefixed)  # before converting anything
+    reason = cannot_run(config, prefixed, constrained)  # before converting anything
     if reason is not None:
         raise ConfigError(f"CTranslate2 cannot run {reason}")
     engine = CTranslate2Engine.load(checkpoint, model_config, tokenizer, options)

@@ -138,12 +138,12 @@ def force_prefix(log_probs: torch.Tensor, step: int, sentences: torch.Tensor, pr
     return torch.where(forced[:, None], only, log_probs)
 
 
-def _force_eos(step: int, limits: torch.Tensor, shortest: int) -> torch.Tensor | None:
+def force_eos_rows(step: int, limits: torch.Tensor, shortest: int) -> torch.Tensor | None:
     """(N,) rows whose token at this step is their last allowed one; None while no row is near its limit."""
     return limits <= step + 1 if step + 1 >= shortest else None
 
 
-def _cache_capacity(longest: int, config: SearchConfig) -> int | None:
+def cache_capacity(longest: int, config: SearchConfig) -> int | None:
     """What the search asks the model to preallocate its caches for: the longest output, or nothing (grown)."""
     return longest if config.preallocate_cache else None
 
@@ -161,7 +161,7 @@ def eval_mode(model: SearchableModel) -> Iterator[None]:
             model.train()
 
 
-def _hypotheses(
+def best_hypotheses(
     tokens: torch.Tensor, lengths: torch.Tensor, scores: torch.Tensor, log_probs: torch.Tensor, nbest: int
 ) -> list[list[Hypothesis]]:
     """(B, n, L) token buffers, best first -> per sentence the ``nbest`` finished hypotheses, </s> stripped."""
@@ -186,7 +186,7 @@ def greedy_search(model: SearchableModel, src: torch.Tensor, config: SearchConfi
     limits = max_output_lengths(src, model, config)  # (B,)
     longest, shortest = int(limits.max()), int(limits.min())
 
-    state = model.start_decoding(src, capacity=_cache_capacity(longest, config))
+    state = model.start_decoding(src, capacity=cache_capacity(longest, config))
     rows = torch.arange(batch, device=device)  # (N,) sentence of each live row
     tokens = torch.full((batch,), config.bos_id, dtype=torch.long, device=device)  # (N,) last token
     generated = tokens.new_empty(batch, 0)  # (N, t)
@@ -197,7 +197,7 @@ def greedy_search(model: SearchableModel, src: torch.Tensor, config: SearchConfi
 
     for step in range(longest):
         logits = model.decode_step(tokens, state)  # (N, V)
-        log_probs = next_token_log_probs(logits, generated, _force_eos(step, limits[rows], shortest), config)
+        log_probs = next_token_log_probs(logits, generated, force_eos_rows(step, limits[rows], shortest), config)
         log_probs = force_prefix(log_probs, step, rows, forced)
         best, tokens = log_probs.max(dim=-1) if sampler is None else sampler.pick(log_probs)  # (N,), (N,)
         log_prob = log_prob + best
@@ -217,12 +217,12 @@ def greedy_search(model: SearchableModel, src: torch.Tensor, config: SearchConfi
         rows, tokens, generated, log_prob = rows[live], tokens[live], generated[live], log_prob[live]
 
     scores = normalise(out_log_prob, out_length, config.alpha, config.length_norm)
-    return _hypotheses(out_tokens[:, None], out_length[:, None], scores[:, None], out_log_prob[:, None], 1)
+    return best_hypotheses(out_tokens[:, None], out_length[:, None], scores[:, None], out_log_prob[:, None], 1)
 
 
 # ---- beam -----------------------------------------------------------------------------------------------------
 @dataclass
-class _Finished:
+class FinishedHypotheses:
     """The best ``k`` finished hypotheses of every sentence, best first (-inf score = empty slot)."""
 
     score: torch.Tensor  # (B, k) normalised
@@ -232,7 +232,7 @@ class _Finished:
     pad_id: int
 
     @classmethod
-    def empty(cls, batch: int, k: int, longest: int, pad_id: int, device: torch.device) -> "_Finished":
+    def empty(cls, batch: int, k: int, longest: int, pad_id: int, device: torch.device) -> "FinishedHypotheses":
         return cls(
             score=torch.full((batch, k), NEG_INF, device=device),
             log_prob=torch.full((batch, k), NEG_INF, device=device),
@@ -277,7 +277,7 @@ def beam_search(model: SearchableModel, src: torch.Tensor, config: SearchConfig,
     longest, shortest = int(limits.max()), int(limits.min())
 
     # Row a·k + j of the decoding batch is beam j of active sentence a.
-    state = model.start_decoding(src, capacity=_cache_capacity(longest, config))
+    state = model.start_decoding(src, capacity=cache_capacity(longest, config))
     state = state.reorder(torch.arange(batch, device=device).repeat_interleave(k))
     sentences = torch.arange(batch, device=device)  # (A,) original index of each active sentence
     tokens = torch.full((batch * k,), config.bos_id, dtype=torch.long, device=device)  # (A·k,)
@@ -285,7 +285,7 @@ def beam_search(model: SearchableModel, src: torch.Tensor, config: SearchConfig,
     # All k beams start as the same <s>: only beam 0 may expand at step 0, or the beam would hold k copies.
     beam_scores = torch.full((batch, k), NEG_INF, device=device)  # (A, k) summed log-probs
     beam_scores[:, 0] = 0.0
-    finished = _Finished.empty(batch, k, longest, config.pad_id, device)
+    finished = FinishedHypotheses.empty(batch, k, longest, config.pad_id, device)
     rank = torch.arange(2 * k, device=device)  # (2k,)
     beam_index = torch.arange(k, device=device)  # (k,)
 
@@ -293,7 +293,7 @@ def beam_search(model: SearchableModel, src: torch.Tensor, config: SearchConfig,
         active = sentences.size(0)
         row_limits = limits[sentences].repeat_interleave(k)  # (A·k,)
         logits = model.decode_step(tokens, state)  # (A·k, V)
-        log_probs = next_token_log_probs(logits, generated, _force_eos(step, row_limits, shortest), config)
+        log_probs = next_token_log_probs(logits, generated, force_eos_rows(step, row_limits, shortest), config)
         if forced is not None:
             log_probs = force_prefix(log_probs, step, sentences.repeat_interleave(k), forced)
         vocab = log_probs.size(-1)
@@ -322,7 +322,7 @@ def beam_search(model: SearchableModel, src: torch.Tensor, config: SearchConfig,
         parent, token = parent.gather(1, keep_order), token.gather(1, keep_order)
 
         # 3. Which sentences are done.
-        done = _beam_done(finished, sentences, beam_scores, limits, config)  # (A,)
+        done = beam_done(finished, sentences, beam_scores, limits, config)  # (A,)
         keep = (~done).nonzero().squeeze(1)  # (A',)
         if keep.numel() == 0:
             break
@@ -333,11 +333,11 @@ def beam_search(model: SearchableModel, src: torch.Tensor, config: SearchConfig,
         generated = torch.cat((generated[rows], tokens[:, None]), dim=1)
         beam_scores, sentences = beam_scores[keep], sentences[keep]
 
-    return _hypotheses(finished.tokens, finished.length, finished.score, finished.log_prob, config.nbest)
+    return best_hypotheses(finished.tokens, finished.length, finished.score, finished.log_prob, config.nbest)
 
 
-def _beam_done(
-    finished: _Finished,
+def beam_done(
+    finished: FinishedHypotheses,
     sentences: torch.Tensor,
     beam_scores: torch.Tensor,
     limits: torch.Tensor,
@@ -360,10 +360,12 @@ def _beam_done(
 
 # ---- entry point ----------------------------------------------------------------------------------------------
 def generate(model: SearchableModel, src: torch.Tensor, config: SearchConfig,
-             prefixes: Sequence[list[int]] | None = None) -> list[list[Hypothesis]]:
+             prefixes: Sequence[list[int]] | None = None,
+             constraints: Sequence[list[list[int]]] | None = None) -> list[list[Hypothesis]]:
     """Translate a padded batch of source ids (B, S): greedy when ``beam_size == 1``, else beam search.
     ``prefixes``: ids each output starts with ([] for none; None: no sentence has one), shorter than its
-    length limit.
+    length limit; ``constraints``: per sentence the phrases (ids) its output must contain ([] for none), found
+    by the constrained beam search of constraints.py, which runs only when some sentence has one.
 
     Runs under ``torch.inference_mode`` (no autograd bookkeeping) with the model in eval mode, and inside
     autocast in ``config.precision`` ("auto": bf16 only where the device computes it fast; log-softmax and scores
@@ -372,6 +374,11 @@ def generate(model: SearchableModel, src: torch.Tensor, config: SearchConfig,
     precision = resolve_precision(config.precision, src.device)
     with torch.inference_mode(), autocast(src.device, precision), eval_mode(model):
         forced = Prefixes.of(prefixes, src.device) if prefixes is not None and any(prefixes) else None
+        if constraints is not None and any(constraints):
+            # Imported here: constraints.py builds on this module's steps, and the plain search never needs it.
+            from vaswani.decoding.constraints import constrained_beam_search
+
+            return constrained_beam_search(model, src, config, constraints, forced)
         if config.sample:
             return _sampled(model, src, config, prefixes if forced is not None else None)
         if config.beam_size == 1:

@@ -53,8 +53,9 @@ class TorchEngine:
         return dataclasses.replace(config, precision=resolve_precision(config.precision, self.device))
 
     def search(self, sources: Sequence[list[int]], config: SearchConfig,
-               prefixes: Sequence[list[int]] | None = None) -> list[list[Hypothesis]]:
-        return generate(self.decoder, self._padded(sources, config.pad_id), config, prefixes)
+               prefixes: Sequence[list[int]] | None = None,
+               constraints: Sequence[list[list[int]]] | None = None) -> list[list[Hypothesis]]:
+        return generate(self.decoder, self._padded(sources, config.pad_id), config, prefixes, constraints)
 
     def score(self, sources: Sequence[list[int]], targets: Sequence[list[int]],
               config: SearchConfig) -> list[list[float]]:

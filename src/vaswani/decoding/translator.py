@@ -24,6 +24,7 @@ from vaswani.data.tokenizer import Tokenizer
 from vaswani.decoding.config import EngineOptions, SearchConfig
 from vaswani.decoding.engine import TORCH, Engine, is_engine, open_engine, output_limits
 from vaswani.decoding.scoring import PairScore, UnscorableText, pair_score
+from vaswani.decoding.terminology import UnusableConstraint
 from vaswani.errors import ConfigError, VaswaniError, VaswaniWarning
 from vaswani.model.serialization import CONFIG_FILE, read_model_config, resolve_checkpoint
 from vaswani.progress import progress_reporter
@@ -104,6 +105,7 @@ class Translator:
         config: SearchConfig | None = None,
         options: EngineOptions | None = None,
         prefixed: bool = False,
+        constrained: bool = False,
         **batching: Any,
     ) -> "Translator":
         """From a checkpoint directory (or a run directory): model.safetensors + model.json + tokenizer.json.
@@ -111,7 +113,8 @@ class Translator:
         ``options`` (default: the torch engine on the best device): the engine, "torch", "ctranslate2" or "auto"
         (CTranslate2 when it can run this model and search, else torch, saying why in a warning), and what it runs
         on; ``prefixed``: the translations will start with given prefixes (auto then takes the engine that can
-        force them in this search); ``batching``: ``batch_size``, ``max_tokens``.
+        force them in this search); ``constrained``: the translations will contain given phrases (constraints.py,
+        the torch engine's); ``batching``: ``batch_size``, ``max_tokens``.
         """
         directory = resolve_checkpoint(checkpoint)
         if not (directory / TOKENIZER_FILE).is_file():
@@ -124,7 +127,8 @@ class Translator:
                 f"{model_config.vocab_size} (model.json)"
             )
         config = config or SearchConfig()
-        chosen = open_engine(directory, model_config, tokenizer, config, options or EngineOptions(), prefixed)
+        chosen = open_engine(directory, model_config, tokenizer, config, options or EngineOptions(), prefixed,
+                             constrained)
         return cls(chosen, tokenizer, config, **batching)
 
     @classmethod
@@ -196,26 +200,31 @@ class Translator:
 
     def translate_nbest(self, texts: Sequence[str], progress: bool = False,
                         prefixes: Sequence[str] | None = None,
-                        alignments: bool = False) -> list[list[Translation]]:
+                        alignments: bool = False,
+                        constraints: Sequence[Sequence[str]] | None = None) -> list[list[Translation]]:
         """``config.nbest`` scored translations per input string, best first, in input order; with
         ``prefixes`` (one per text, "" for none), each translation starts with its prefix; with
-        ``alignments``, each carries its word alignment to the source (alignment.py)."""
+        ``alignments``, each carries its word alignment to the source (alignment.py); with ``constraints``
+        (per text, the phrases its translation must contain), each contains them (constraints.py)."""
         sources = self.encode(texts)
         forced = self.encode_prefixes(prefixes, sources) if prefixes is not None else None
-        return self.translate_ids_nbest(sources, progress, forced, alignments)
+        phrases = self.encode_constraints(constraints, sources) if constraints is not None else None
+        return self.translate_ids_nbest(sources, progress, forced, alignments, phrases)
 
     def translate_ids_nbest(self, sources: Sequence[list[int]], progress: bool = False,
                             prefixes: Sequence[list[int]] | None = None,
-                            alignments: bool = False) -> list[list[Translation]]:
-        """Like :meth:`translate_nbest` for sources (``x1 … xn </s>``; [] = blank line) and prefixes that
-        are already ids. Padding ids inside a source are masked like trailing padding by the torch engine: the
-        robustness experiment's "dropped" tokens."""
+                            alignments: bool = False,
+                            constraints: Sequence[list[list[int]]] | None = None) -> list[list[Translation]]:
+        """Like :meth:`translate_nbest` for sources (``x1 … xn </s>``; [] = blank line), prefixes and
+        constraints that are already ids. Padding ids inside a source are masked like trailing padding by the
+        torch engine: the robustness experiment's "dropped" tokens."""
         results: list[list[Translation] | None] = [None] * len(sources)
         with progress_reporter(len(sources), "translating", "sentences", enabled=progress,
                                leave=False) as bar:
             for batch in self.batches(sources):
                 forced = [prefixes[i] for i in batch] if prefixes is not None else None
-                translated = self._translate_batch([sources[i] for i in batch], forced, alignments)
+                phrases = [constraints[i] for i in batch] if constraints is not None else None
+                translated = self._translate_batch([sources[i] for i in batch], forced, alignments, phrases)
                 for index, hypotheses in zip(batch, translated):
                     results[index] = hypotheses
                 bar.update(len(batch))
@@ -273,6 +282,30 @@ class Translator:
                                      "raise --max-len-a/--max-len-b", index)
         return ids
 
+    def encode_constraints(self, constraints: Sequence[Sequence[str]], sources: Sequence[list[int]],
+                           name: str = "constraints") -> list[list[list[int]]]:
+        """The ids of each source's phrases, each read as a word inside a sentence (after a space: the form the
+        output holds it in). Phrases that leave no room in their sentence's output limit (with </s>), or an
+        empty one, are an UnusableConstraint naming ``name:line``; so is a search that draws (it cannot place
+        them)."""
+        if len(constraints) != len(sources):
+            raise UnusableConstraint(f"{name} has {len(constraints)} lines for {len(sources)} sources: give one "
+                                     "per source (an empty line for none)", min(len(constraints), len(sources)))
+        if self.config.sample and any(constraints):
+            raise UnusableConstraint(f"{name}: constraints are placed by beam search; leave out `search.sample`", 0)
+        limits = output_limits([len(source) for source in sources], self.config, self.model_config)
+        encoded = []
+        for index, (phrases, limit) in enumerate(zip(constraints, limits)):
+            if any(not phrase.strip() for phrase in phrases):
+                raise UnusableConstraint(f"{name}:{index + 1}: an empty constraint; give a word or more", index)
+            ids = self.tokenizer.encode_batch([" " + phrase.strip() for phrase in phrases], max_ids=limit)
+            if sources[index] and sum(map(len, ids)) + 1 > limit:
+                raise UnusableConstraint(f"{name}:{index + 1}: {sum(map(len, ids))} tokens of constraints leave "
+                                         f"no room in this sentence's output limit of {limit} (with </s>); "
+                                         "shorten them or raise --max-len-a/--max-len-b", index)
+            encoded.append(ids)
+        return encoded
+
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """BPE ids + </s> per sentence (blank lines give []). A source longer than :meth:`longest_source` is cut
         there (with a warning naming the first one) rather than crashing the whole file; its text is cut by
@@ -319,14 +352,18 @@ class Translator:
             yield batch
 
     def _translate_batch(self, sources: list[list[int]], prefixes: list[list[int]] | None = None,
-                         alignments: bool = False) -> list[list[Translation]]:
+                         alignments: bool = False,
+                         constraints: list[list[list[int]]] | None = None) -> list[list[Translation]]:
         """Search, detokenize. Blank sources are answered with an empty translation without decoding."""
         real = [i for i, seq in enumerate(sources) if seq]
         out: list[list[Translation]] = [[Translation("", 0.0, 0.0, 0)] for _ in sources]
         if not real:
             return out
-        if prefixes is not None and any(prefixes[i] for i in real):
-            forced = [prefixes[i] for i in real]
+        forced = [prefixes[i] for i in real] if prefixes is not None and any(prefixes[i] for i in real) else None
+        if constraints is not None and any(constraints[i] for i in real):
+            phrases = [constraints[i] for i in real]
+            hypotheses = self.engine.search([sources[i] for i in real], self.config, forced, phrases)
+        elif forced is not None:
             hypotheses = self.engine.search([sources[i] for i in real], self.config, forced)
         else:  # the plain search, with nothing forced
             hypotheses = self.engine.search([sources[i] for i in real], self.config)
@@ -334,6 +371,8 @@ class Translator:
             # One line per translation, always: byte-level BPE can emit "\n" (or \u2028, …), which would
             # misalign every line-based file written after it.
             texts = [" ".join(t.splitlines()) for t in self.tokenizer.decode_batch([h.tokens for h in nbest])]
+            if constraints is not None:  # a phrase, read as a word after a space, may open the translation
+                texts = [text.lstrip(" ") for text in texts]
             out[i] = [Translation(t, h.score, h.log_prob, len(h.tokens) + 1) for t, h in zip(texts, nbest)]
         if alignments:
             self._align([sources[i] for i in real], [out[i] for i in real], hypotheses)

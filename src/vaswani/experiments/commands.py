@@ -35,8 +35,13 @@ EXPERIMENTS = {
     "distillation": ("vaswani.experiments.distillation",
                      "a 256-wide teacher's translations against the references for the small student preset: test "
                      "BLEU and CTranslate2 int8 speed over seeds"),
+    "fine-tuning": ("vaswani.experiments.fine_tuning",
+                    "a Multi30k model fine-tuned on WMT news (and the encoder frozen) against news from scratch and "
+                    "mixed: BLEU on news and what Multi30k forgets"),
     "final-models": ("vaswani.experiments.final_models",
                      "one table of finished runs' final models: wall time, what the end of the run chose, test BLEU"),
+    "constraints": ("vaswani.experiments.constraints",
+                    "lexically constrained decoding: BLEU and speed with 0-3 reference phrases per test sentence"),
 }
 
 

@@ -1,6 +1,6 @@
 """The API's routes for what decoding offers beside plain translation: ``POST /v1/score`` (given translations'
-log-probabilities), and ``/v1/translate``'s target prefixes. They check their requests with the app's checks
-and run on the app's model slots."""
+log-probabilities), and ``/v1/translate``'s target prefixes and constraints. They check their requests
+with the app's checks and run on the app's model slots."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from typing import Any, Awaitable
 
 from fastapi import APIRouter, Request, Response
 
-from vaswani.decoding import SearchConfig, Translator, UnscorableText, UnusablePrefix
+from vaswani.decoding import SearchConfig, Translator, UnscorableText, UnusableConstraint, UnusablePrefix
 from vaswani.decoding.engine import CTRANSLATE2
 from vaswani.errors import ConfigError
-from vaswani.serve.app import CLIENT_GONE, ApiError, answer_unless_gone, check_text, check_work
+from vaswani.serve.app import CLIENT_GONE, answer_unless_gone
+from vaswani.serve.checks import ApiError, check_text, check_work
 from vaswani.serve.schemas import ScoreRequest, TranslateRequest
 from vaswani.serve.settings import ServeSettings
 
@@ -61,19 +62,46 @@ async def score(body: ScoreRequest, request: Request) -> Any:
 
 def translation_work(request: Request, body: TranslateRequest, sources: list[list[int]],
                      config: SearchConfig) -> Awaitable[Any]:
-    """The translation of ``sources``: batched with other requests' sentences, or, with target prefixes or
-    alignments, on a model slot of its own (the batcher's batches carry neither). A prefix that does not fit
-    is a 422 naming it."""
+    """The translation of ``sources``: batched with other requests' sentences, or, with target prefixes,
+    constraints or alignments, on a model slot of its own (the batcher's batches carry none of them). A prefix
+    or constraint that does not fit is a 422 naming it."""
     batcher = request.app.state.batcher
-    if body.target_prefix is None and not body.alignments:
+    if body.target_prefix is None and body.constraints is None and not body.alignments:
         return batcher.translate(sources, config)
     forced = None if body.target_prefix is None else _prefixes(request, body, sources, config)
+    phrases = None if body.constraints is None else _constraints(request, body, sources, config)
 
     def run(slot: Translator) -> Any:
         translator = slot.with_search(config, slot.batch_size, slot.max_tokens)
-        return translator.translate_ids_nbest(sources, False, forced, body.alignments)
+        return translator.translate_ids_nbest(sources, False, forced, body.alignments, phrases)
 
     return batcher.run_exclusive(run)
+
+
+def _constraints(request: Request, body: TranslateRequest, sources: list[list[int]],
+                 config: SearchConfig) -> list[list[list[int]]]:
+    """The request's constraints as ids, each checked (a 422 naming the text's list or phrase at fault)."""
+    assert body.constraints is not None
+    settings: ServeSettings = request.app.state.settings
+    if len(body.constraints) != len(sources):
+        raise ApiError(422, "constraints", f"{len(body.constraints)} lists for {len(sources)} texts: give one list "
+                       "of phrases per text ([] for none)")
+    for i, phrases in enumerate(body.constraints):
+        for j, phrase in enumerate(phrases):
+            if not phrase.strip():
+                raise ApiError(422, f"constraints[{i}][{j}]", "empty phrase: give a word or more")
+            if len(phrase) > settings.max_chars:
+                raise ApiError(422, f"constraints[{i}][{j}]",
+                               f"{len(phrase)} characters; at most {settings.max_chars} per text")
+    translator: Translator = request.app.state.served.translator
+    if translator.engine.name == CTRANSLATE2 and any(body.constraints):
+        raise ApiError(422, "constraints", "this server runs the ctranslate2 engine, which cannot place "
+                       "constraints; serve the model with `engine` torch")
+    try:
+        return translator.with_search(config, translator.batch_size,
+                                      translator.max_tokens).encode_constraints(body.constraints, sources)
+    except UnusableConstraint as error:
+        raise ApiError(422, f"constraints[{error.index}]", str(error).split(": ", 1)[-1]) from None
 
 
 def _prefixes(request: Request, body: TranslateRequest, sources: list[list[int]],

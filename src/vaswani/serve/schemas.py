@@ -22,6 +22,8 @@ def _unicode_text(text: str) -> str:
 UnicodeText = Annotated[str, AfterValidator(_unicode_text)]
 # The request fields that shape sampling, named as SearchConfig names them.
 SAMPLING_FIELDS = ("sample", "top_k", "top_p", "temperature", "seed")
+# Phrases one text's translation may be asked to contain: each widens every step of its search.
+MAX_CONSTRAINTS = 8
 
 
 def _prefix(value: Any) -> str | list[str]:
@@ -78,6 +80,9 @@ class TranslateRequest(SearchSettings):
     target_prefix: TargetPrefix | None = Field(
         None, description="the start of each translation, which the search completes: a string for 'text', a "
         "list (one per text, \"\" for none) for 'texts' (a ctranslate2 server: beam 1 only)")
+    constraints: list[Annotated[list[UnicodeText], Field(max_length=MAX_CONSTRAINTS)]] | None = Field(
+        None, description="phrases each translation must contain: one list per text (with 'text': a list of one "
+        f"list), [] for none, at most {MAX_CONSTRAINTS} phrases each (a torch server's constrained beam search)")
 
 
 class AttentionRequest(SearchSettings):

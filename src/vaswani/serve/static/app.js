@@ -140,11 +140,25 @@ function fillSelectors(layerNumbers, heads) {
   head.value = "mean";
 }
 
+// A hypothesis' Pharaoh pairs ("i-j": source word i, target word j) as the words they join.
+function alignedWords(source, hypothesis) {
+  const sourceWords = source.trim().split(/\s+/);
+  const targetWords = hypothesis.text.split(/\s+/);
+  const pairs = (hypothesis.alignment || "").split(" ").filter(Boolean).map((pair) => {
+    const [i, j] = pair.split("-").map(Number);
+    return `${sourceWords[i]} → ${targetWords[j]}`;
+  });
+  return pairs.length ? `Alignment: ${pairs.join(" · ")}` : "Alignment: no word pairs";
+}
+
 async function translate(event) {
   if (event) event.preventDefault();
   const text = $("source").value;
   const beam = Number($("beam").value);
   const wantNbest = $("nbest").checked && beam > 1;
+  const wantAlignment = $("alignment").checked;
+  const phrases = $("constraints").value.split("\n").map((phrase) => phrase.trim()).filter(Boolean);
+  const constrained = phrases.length > 0;
   showError("");
   if (!text.trim()) {
     const name = languages ? languages.source_name : "";
@@ -155,15 +169,23 @@ async function translate(event) {
   button.disabled = true;
   button.textContent = "Translating…";
   try {
+    // The translate call gives what the attention call cannot: n-best lists, alignments, constraints.
+    const asked = { text, beam, nbest: wantNbest ? Math.min(beam, 4) : 1, alignments: wantAlignment,
+                    ...(constrained ? { constraints: [phrases] } : {}) };
     const [attention, nbest] = await Promise.all([
       post("/v1/attention", { text, beam, attention_from: $("every-head").checked ? "torch" : "engine" }),
-      wantNbest ? post("/v1/translate", { text, beam, nbest: Math.min(beam, 4) }) : Promise.resolve(null),
+      wantNbest || wantAlignment || constrained ? post("/v1/translate", asked) : Promise.resolve(null),
     ]);
     current = attention;
-    $("translation").textContent = attention.translation || "(empty translation)";
+    const shown = constrained ? nbest.translation : attention.translation;
+    $("translation").textContent = shown || "(empty translation)";
+    const pairs = $("alignment-pairs");
+    pairs.textContent = wantAlignment ? alignedWords(text, nbest.translations[0].nbest[0]) : "";
+    pairs.hidden = !wantAlignment;
+    $("constraints-note").hidden = !constrained;
     const list = $("nbest-list");
     list.replaceChildren();
-    if (nbest) {
+    if (wantNbest) {
       for (const h of nbest.translations[0].nbest) {
         const item = document.createElement("li");
         item.textContent = h.text || "(empty)";
@@ -172,15 +194,15 @@ async function translate(event) {
         list.appendChild(item);
       }
     }
-    list.hidden = !nbest;
+    list.hidden = !wantNbest;
     $("timing").textContent = `${attention.time_ms.toFixed(0)} ms · beam ${beam} · ${attention.model}`;
-    const shown = Array.from($("layer").options, (option) => option.textContent.split(" ")[0]).join();
-    if (shown !== attention.layer_numbers.join() || $("head").options.length !== attention.heads + 1) {
+    const layers = Array.from($("layer").options, (option) => option.textContent.split(" ")[0]).join();
+    if (layers !== attention.layer_numbers.join() || $("head").options.length !== attention.heads + 1) {
       fillSelectors(attention.layer_numbers, attention.heads);
     }
     drawHeatmap();
     $("result").hidden = false;
-    $("attention").hidden = false;
+    $("attention").hidden = constrained;
   } catch (error) {
     showError(error.message);
   } finally {
