@@ -147,3 +147,50 @@ def test_scripts_are_read_from_unicode_names():
     assert german.share("Hund Собака") == pytest.approx(4 / 10)
     assert japanese.share("犬が走る") == 1.0 and japanese.share("A dog runs") == 0.0
     assert german.share("123 ...") == 1.0  # no letters: nothing to hold against it
+
+
+# ---- the language rule (py3langid, an optional extra) ---------------------------------------------------------------
+WRONG_LANGUAGE = [("A dog runs across the meadow.", "Ein Hund läuft über die Wiese."),  # the sides swapped
+                  ("Un chien court dans le pré vert.", "A dog runs across the green meadow.")]  # French, not German
+UNSURE = [("Zwei Männer", "Two men")]  # a few words the model guesses other languages for, unsure: kept
+
+
+def test_the_language_rule_drops_pairs_with_a_side_in_another_language_and_keeps_unsure_guesses(tmp_path, capsys):
+    pytest.importorskip("py3langid")
+    source, target = write_corpus(tmp_path, GOOD + WRONG_LANGUAGE + UNSURE)
+    code, out, err = clean(capsys, "--src", source, "--tgt", target, "--out", tmp_path / "clean", "--language-id")
+    assert code == 0, err
+    kept = (tmp_path / "clean" / "corpus.de").read_text(encoding="utf-8").splitlines()
+    assert kept == [s for s, _ in GOOD + UNSURE]
+    report = json.loads((tmp_path / "clean" / "report.json").read_text(encoding="utf-8"))
+    result = next(result for result in report["rules"] if result["rule"] == "wrong_language")
+    assert result["dropped"] == 2 and [example["line"] for example in result["examples"]] == [21, 22]
+    assert report["settings"]["min_language_confidence"] == 0.5
+    assert "wrong_language" in out and "line 22: 'Un chien court" in out
+
+    code, _, err = clean(capsys, "--src", source, "--tgt", target, "--out", tmp_path / "sure", "--language-id",
+                         "--min-language-confidence", "0.995")  # only the surest guesses drop a pair
+    report = json.loads((tmp_path / "sure" / "report.json").read_text(encoding="utf-8"))
+    # the model is 0.997 sure of the swapped pair's German, 0.992 of the French sentence: that one is kept now
+    assert code == 0 and next(r for r in report["rules"] if r["rule"] == "wrong_language")["dropped"] == 1, err
+
+
+def test_the_language_rule_without_its_package_or_for_a_language_it_lacks_is_one_line(tmp_path, capsys,
+                                                                                      monkeypatch):
+    from vaswani.data import language_id
+
+    source, target = write_corpus(tmp_path, GOOD)
+    monkeypatch.setitem(__import__("sys").modules, "py3langid", None)  # as if it were not installed
+    monkeypatch.setitem(__import__("sys").modules, "py3langid.langid", None)
+    language_id._identifier.cache_clear()
+    code, _, err = clean(capsys, "--src", source, "--tgt", target, "--out", tmp_path / "clean", "--language-id")
+    language_id._identifier.cache_clear()
+    assert code == 2 and "needs the py3langid package" in err and "vaswani[langid]" in err, err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "clean").exists()
+
+    monkeypatch.undo()
+    pytest.importorskip("py3langid")
+    code, _, err = clean(capsys, "--src", source, "--tgt", target, "--src-lang", "tlh", "--tgt-lang", "en", "--out",
+                         tmp_path / "clean", "--language-id")
+    assert code == 2 and "py3langid does not know language 'tlh'" in err, err
+    assert not (tmp_path / "clean").exists()

@@ -116,6 +116,7 @@ def _damaged(folder: Path, parent: Path) -> Path:
     ("damaged", "model.safetensors"),
     ("other shape", "model.d_model=96: a run initialised from"),
     ("with resume", "--init-from starts a new run"),
+    ("a tag its tokenizer lacks", "tag '<BT>' is not a special token of this tokenizer"),
 ])
 def test_a_parent_that_cannot_be_fine_tuned_is_one_line_and_nothing_is_written(
         capsys, tmp_path, monkeypatch, finished_run, news, case, expected):
@@ -130,6 +131,8 @@ def test_a_parent_that_cannot_be_fine_tuned_is_one_line_and_nothing_is_written(
         parent = _damaged(tmp_path / "damaged", parent)
     elif case == "other shape":
         extra = ["--set", "model.d_model=96"]
+    elif case == "a tag its tokenizer lacks":  # the run is prepared with the parent's tokenizer, which has no tags
+        extra = ["--tag", "<BT>"]
     else:
         extra = ["--resume"]
     code, err = fine_tune(capsys, tmp_path / "child", parent, news, *extra)

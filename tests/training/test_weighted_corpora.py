@@ -1,6 +1,8 @@
 """Several training corpora taken at different rates (`data.train_weights`): the sampler's epochs, a run on two
 parts of files whose batches hold each part's pairs as often as its weight says and whose corpus.json records
-the weights, and the weights that are refused in one line."""
+the weights, and the weights that are refused in one line. Tagged parts (`data.train_tags`): the tag is one special
+token of the tokenizer, in front of the sources of its part's pairs only, corpus.json records each part with its
+weight and tag, and a tag that collides with a special or an ordinary token is refused in one line."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from vaswani.cli import main
 from vaswani.data.batching import WeightedSampler
@@ -78,3 +81,52 @@ def test_a_weight_that_means_nothing_is_one_line(tmp_path, monkeypatch, capsys, 
     err = capsys.readouterr().err
     assert code == 2 and expected in err.strip().splitlines()[-1], err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_tagged_part_has_its_tag_token_in_front_of_each_source_and_the_other_part_none(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    parts = [*write_part(tmp_path, "real", 200, "hund"), *write_part(tmp_path, "synthetic", 100, "katze")]
+    dev = write_part(tmp_path, "dev", 20, "maus")
+    argv = ["train", "--preset", "smoke", "--run-dir", str(tmp_path / "run"), *parts, "--valid-src", dev[1],
+            "--valid-tgt", dev[3], *FAST, "--weight", "1", "--weight", "2", "--tag", "", "--tag", "<BT>"]
+    assert main(argv) == 0, capsys.readouterr().err
+    corpus = json.loads((tmp_path / "run" / "corpus.json").read_text())
+    assert [(part["weight"], part["tag"]) for part in corpus["splits"]["train"]["parts"]] == [(1.0, ""), (2.0, "<BT>")]
+
+    from vaswani.data.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.load(tmp_path / "run" / "tokenizer.json")
+    tag = tokenizer.tag_id("<BT>")
+    assert tag == 4  # the first id after <pad> <s> </s> <unk>
+    assert tag not in tokenizer.encode("<BT> ein katze")  # the characters in a text stay ordinary text
+
+    from vaswani.training.config import load_preset
+    from vaswani.training.trainer import Trainer
+
+    data = Trainer(load_preset(str(tmp_path / "run" / "config.yaml")), tmp_path / "run", resume=True).data
+    indices = np.concatenate(data.epoch_batches(0)).tolist()
+    pairs = data.train_pairs(indices)
+    synthetic = data.train.line_index[indices] >= 200
+    assert synthetic.sum() == 200  # the weight still applies: the synthetic part twice
+    assert all((source[0] == tag) == is_synthetic for (_, source, _), is_synthetic in zip(pairs, synthetic))
+    assert all(tag not in source[1:] for _, source, _ in pairs)
+    first = pairs[int(np.argmax(synthetic))]
+    assert tokenizer.decode(first[1][1:]).startswith("ein katze nummer")  # the tag, then the sentence whole
+    batch = data.collate(indices[:8], torch.device("cpu"))
+    assert batch.src.shape[0] == 8
+
+
+@pytest.mark.parametrize("tags, expected", [
+    (["--tag", "<s>", "--tag", ""], "'<s>' is one of the tokenizer's own special tokens"),
+    (["--tag", "<B T>", "--tag", ""], "'<B T>' is not a tag"),
+    (["--tag", "<BT>"], "data.train_tags: 1 tag(s) for 2 part(s)"),
+    (["--tag", "ein", "--tag", ""], "tag 'ein' is also an ordinary token of the corpus"),
+])
+def test_a_tag_that_collides_or_miscounts_is_one_line(tmp_path, monkeypatch, capsys, tags, expected):
+    monkeypatch.chdir(tmp_path)
+    parts = [*write_part(tmp_path, "big", 60, "hund"), *write_part(tmp_path, "small", 20, "katze")]
+    code = main(["train", "--preset", "smoke", "--run-dir", str(tmp_path / "run"), *parts, *FAST, *tags])
+    err = capsys.readouterr().err
+    assert code == 2 and expected in err.strip().splitlines()[-1], err
+    assert not (tmp_path / "run" / "checkpoints").exists()

@@ -10,8 +10,11 @@ pair is dropped by the first of these rules, in this order, that applies to it:
 4. ``source_equals_target``: both sides are the same text (copies of the source, untranslated);
 5. ``foreign_script``: fewer than ``min_script_share`` of a side's letters are in the scripts of its language
    (data/languages.py ``SCRIPTS``): a sentence in the other language, or in another script altogether;
-6. ``duplicate_pair``: the same pair occurred earlier (the first is kept);
-7. ``duplicate_source``: the same source sentence occurred earlier with another target.
+6. ``wrong_language``: a language identifier (data/language_id.py, the optional py3langid) is sure, at
+   ``min_language_confidence`` or more, that a side is in another language than its own: swapped sides, a
+   sentence in a third language. The costliest rule (a few thousand sentences a second), tried last;
+7. ``duplicate_pair``: the same pair occurred earlier (the first is kept);
+8. ``duplicate_source``: the same source sentence occurred earlier with another target.
 
 Memory does not grow with the text: the files are read in chunks, twice (once to decide, once to write the
 kept pairs), and what is kept between the two passes is a byte per pair (the rule that dropped it) and two
@@ -32,10 +35,10 @@ from vaswani.data.files import FileSplit, decode_chunk, fingerprint, progress_ba
 from vaswani.data.languages import LanguagePair, language_scripts
 from vaswani.errors import ConfigError, DataError
 
-EMPTY, TOO_LONG, LENGTH_RATIO, COPY, FOREIGN_SCRIPT, DUPLICATE_PAIR, DUPLICATE_SOURCE = (
-    "empty", "too_long", "length_ratio", "source_equals_target", "foreign_script", "duplicate_pair",
-    "duplicate_source")
-RULES = (EMPTY, TOO_LONG, LENGTH_RATIO, COPY, FOREIGN_SCRIPT, DUPLICATE_PAIR, DUPLICATE_SOURCE)
+EMPTY, TOO_LONG, LENGTH_RATIO, COPY, FOREIGN_SCRIPT, WRONG_LANGUAGE, DUPLICATE_PAIR, DUPLICATE_SOURCE = (
+    "empty", "too_long", "length_ratio", "source_equals_target", "foreign_script", "wrong_language",
+    "duplicate_pair", "duplicate_source")
+RULES = (EMPTY, TOO_LONG, LENGTH_RATIO, COPY, FOREIGN_SCRIPT, WRONG_LANGUAGE, DUPLICATE_PAIR, DUPLICATE_SOURCE)
 KEPT = 0  # the code of a kept pair; a dropped one's is 1 + its rule's index in RULES
 
 
@@ -50,6 +53,8 @@ class CleaningRules:
     max_ratio: float | None = None
     scripts: bool = False
     min_script_share: float = 0.5
+    language_id: bool = False
+    min_language_confidence: float = 0.5
     examples: int = 3  # pairs shown in the report for each rule
 
     def __post_init__(self) -> None:
@@ -61,13 +66,17 @@ class CleaningRules:
         if not 0 < self.min_script_share <= 1:
             raise ConfigError(f"min_script_share={self.min_script_share} must be in (0, 1]",
                               field="min_script_share")
+        if not 0 < self.min_language_confidence <= 1:
+            raise ConfigError(f"min_language_confidence={self.min_language_confidence} must be in (0, 1]",
+                              field="min_language_confidence")
         if self.examples < 0:
             raise ConfigError(f"examples={self.examples} must be >= 0", field="examples")
 
     def applied(self) -> list[str]:
         """The rules that are on, in the order they are tried."""
         on = {EMPTY: True, TOO_LONG: self.max_chars is not None, LENGTH_RATIO: self.max_ratio is not None,
-              COPY: self.copies, FOREIGN_SCRIPT: self.scripts, DUPLICATE_PAIR: self.duplicates,
+              COPY: self.copies, FOREIGN_SCRIPT: self.scripts, WRONG_LANGUAGE: self.language_id,
+              DUPLICATE_PAIR: self.duplicates,
               DUPLICATE_SOURCE: self.duplicate_sources}
         return [rule for rule in RULES if on[rule]]
 
@@ -162,14 +171,20 @@ def clean_corpus(split: FileSplit, languages: LanguagePair | None, rules: Cleani
     report without examples or outputs (:func:`write_kept` adds the examples). Reads every line; a file that
     is missing or empty, two files of different lengths and a byte that is not UTF-8 are one DataError naming
     the file."""
-    pairs = fingerprint(split, progress).pairs
-    checks = None
+    checks = language_checks = None
+    if (rules.scripts or rules.language_id) and languages is None:
+        rule = "script" if rules.scripts else "language"
+        raise ConfigError(f"the {rule} rule needs the two languages: name them with --src-lang and --tgt-lang, "
+                          "or give files whose names end in their codes (train.fr, train.en)")
     if rules.scripts:
-        if languages is None:
-            raise ConfigError("the script rule needs the two languages: name them with --src-lang and "
-                              "--tgt-lang, or give files whose names end in their codes (train.fr, train.en)")
         checks = (ScriptCheck(languages.source, "source language"),
                   ScriptCheck(languages.target, "target language"))
+    if rules.language_id:  # before the files are read: a missing package or language is refused at once
+        from vaswani.data.language_id import LanguageCheck
+
+        language_checks = (LanguageCheck(languages.source, rules.min_language_confidence, "source language"),
+                           LanguageCheck(languages.target, rules.min_language_confidence, "target language"))
+    pairs = fingerprint(split, progress).pairs
     codes = np.zeros(pairs, dtype=np.uint8)
     pair_hashes = np.zeros(pairs, dtype=np.uint64)
     source_hashes = np.zeros(pairs, dtype=np.uint64)
@@ -182,6 +197,9 @@ def clean_corpus(split: FileSplit, languages: LanguagePair | None, rules: Cleani
                 source_hashes[index] = _hash(source_bytes)
                 pair_hashes[index] = _hash(source_bytes + b"\t" + target.encode())
                 codes[index] = _rule_for(source, target, rules, checks, code)
+                if codes[index] == KEPT and language_checks is not None and (
+                        language_checks[0].is_foreign(source) or language_checks[1].is_foreign(target)):
+                    codes[index] = code[WRONG_LANGUAGE]
             bar.update(len(chunk))
     if rules.duplicates:
         _drop_repeats(codes, pair_hashes, code[DUPLICATE_PAIR])
@@ -193,7 +211,8 @@ def clean_corpus(split: FileSplit, languages: LanguagePair | None, rules: Cleani
         languages=languages.to_dict() if languages else {}, pairs=pairs, kept=int(counts[KEPT]),
         rules=[RuleResult(rule, int(counts[code[rule]])) for rule in rules.applied()],
         settings={"max_chars": rules.max_chars, "max_ratio": rules.max_ratio,
-                  "min_script_share": rules.min_script_share if rules.scripts else None})
+                  "min_script_share": rules.min_script_share if rules.scripts else None,
+                  "min_language_confidence": rules.min_language_confidence if rules.language_id else None})
     if report.kept == 0:
         worst = max(report.rules, key=lambda result: result.dropped)
         raise DataError(f"{split.describe()}: no pair is left after cleaning ({worst.rule} dropped "

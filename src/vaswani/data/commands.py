@@ -279,7 +279,8 @@ class _StandardError(logging.StreamHandler):
 def register_clean(subparsers) -> None:
     parser = subparsers.add_parser(
         "clean",
-        help="drop noisy pairs from a parallel corpus (duplicates, copies, empty sides, lengths, scripts)",
+        help="drop noisy pairs from a parallel corpus (duplicates, copies, empty sides, lengths, scripts, "
+        "languages)",
         description="Stream a parallel corpus (two aligned files or one TSV file, plain or gzip) through "
         "cleaning rules and write the pairs that pass into OUT under the input files' names, with "
         "report.json and report.txt: how many pairs each rule dropped, with examples. Empty sides, exact "
@@ -312,6 +313,12 @@ def register_clean(subparsers) -> None:
                         "scripts of its language (Latin for fr, Cyrillic for ru, Han for zh, ...)")
     parser.add_argument("--min-script-share", type=ranged(float, gt=0, le=1), default=0.5, metavar="F",
                         help="with --scripts: the least share of a side's letters in its language's scripts")
+    parser.add_argument("--language-id", action="store_true",
+                        help="drop a pair where a language identifier (py3langid, the optional extra "
+                        "vaswani[langid]) is sure that a side is in another language than its own")
+    parser.add_argument("--min-language-confidence", type=ranged(float, gt=0, le=1), default=0.5, metavar="P",
+                        help="with --language-id: the least probability of the other language for a side to be "
+                        "called foreign (a guess on a few words is often unsure, and kept)")
     parser.add_argument("--examples", type=ranged(int, ge=0, le=1000), default=3, metavar="N",
                         help="dropped pairs shown in the report for each rule")
     parser.set_defaults(handler=run_clean)
@@ -337,8 +344,9 @@ def run_clean(args: argparse.Namespace) -> int:
     rules = CleaningRules(duplicates=not args.keep_duplicates, duplicate_sources=args.duplicate_sources,
                           copies=not args.keep_copies, max_chars=args.max_chars, max_ratio=args.max_ratio,
                           scripts=args.scripts, min_script_share=args.min_script_share,
+                          language_id=args.language_id, min_language_confidence=args.min_language_confidence,
                           examples=args.examples)
-    if args.scripts or args.src_lang or args.tgt_lang:
+    if args.scripts or args.language_id or args.src_lang or args.tgt_lang:
         languages = corpus_languages(() if args.tsv else paths, args.src_lang, args.tgt_lang)
     else:
         languages = None if args.tsv else pair_from_files(*paths)

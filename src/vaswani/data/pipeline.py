@@ -202,7 +202,7 @@ def prepare_dataset(
     files: FileCorpus | None = None,
     tokenizer_sample: int | None = DEFAULT_TOKENIZER_SAMPLE,
     seed: int = 0,
-    progress: bool = False,
+    progress: bool = False, tags: Sequence[str] = (),
 ) -> PreparedData:
     """Tokenizer + encoded splits for ``dataset``, or for the user's own ``files`` (or a training split given by
     ``src_file``/``tgt_file`` or ``tsv_file``, in ``direction``): then the splits are "train", "valid" and the test
@@ -212,8 +212,8 @@ def prepare_dataset(
     plays "train" (e.g. "train-extra" for offline WMT17). ``tokenizer_path`` uses an existing tokenizer.json
     instead of out_dir's. ``data_dir``/``cache_dir``/``mirror`` say where corpus files are found (download.py).
     ``tokenizer_sample`` bounds the training pairs the tokenizer learns from (None: all), drawn from ``seed``, which
-    also chooses held-out validation pairs. ``progress`` shows progress bars on a terminal.
-    """
+    also chooses held-out validation pairs. ``progress`` shows progress bars on a terminal. ``tags``: the tokens
+    of the user's files' ``data.train_tags``, special tokens of the tokenizer it trains."""
     if files is None and (src_file is not None or tgt_file is not None or tsv_file is not None):
         if tsv_file is not None and (src_file is not None or tgt_file is not None):
             raise ConfigError("give either a TSV file or a source and a target file, not both")
@@ -233,7 +233,8 @@ def prepare_dataset(
     if tokenizer_sample is not None and tokenizer_sample < 1:
         raise ConfigError(f"tokenizer_sample={tokenizer_sample} must be >= 1 (or None: every training pair)")
     settings = _Settings(vocab_size if vocab_size is not None else default_vocab_size(LOCAL if files else dataset),
-                         max_len, min_frequency, tokenizer_sample, seed, progress)
+                         max_len, min_frequency, tokenizer_sample, seed, progress,
+                         tuple(sorted({tag for tag in tags if tag})))
     if files is None and "train" in splits:
         files = registered_files(dataset, splits, direction, train_split, data_dir, cache_dir, mirror)
     if files is not None:
@@ -276,6 +277,7 @@ class _Settings:
     tokenizer_sample: int | None
     seed: int
     progress: bool
+    tags: tuple[str, ...] = ()  # the tag tokens of the training parts, sorted: their ids follow this order
 
 
 def _out_directory(out: Path, inputs: Sequence[Path] = ()) -> Path:
@@ -329,6 +331,7 @@ def _prepare_files(corpus: FileCorpus, out_dir: str | Path | None, tokenizer_pat
                 "held_out": [held_out.pairs, settings.seed] if held_out else None,
                 "tokenizer_sample": settings.tokenizer_sample, "sample_seed": settings.seed,
                 "min_frequency": settings.min_frequency, "direction": corpus.languages.direction}
+    identity |= {"tags": list(settings.tags)} if settings.tags else {}  # another tokenizer: a folder of its own
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
     direction = corpus.languages.direction
     paths = [path for split in corpus.splits() for part in split.parts for path in part.paths]
@@ -375,7 +378,7 @@ def _prepare_files(corpus: FileCorpus, out_dir: str | Path | None, tokenizer_pat
             with clock("tokenizer"):
                 tokenizer = train_prepared_tokenizer(out, itertools.chain(source, target), 2 * len(sample), trained_on,
                                                      settings.vocab_size, settings.min_frequency, settings.max_len,
-                                                     settings.progress)
+                                                     settings.progress, settings.tags)
             del source, target
             trained, seconds = True, time.perf_counter() - started
     if TRAIN not in result:  # the training split first: by far the largest, so the likeliest to fail
@@ -403,8 +406,7 @@ class PhaseClock:
     phase (the encoding's pool is shut down inside it)."""
 
     def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-        self.cpu_seconds: dict[str, float] = {}
+        self.seconds, self.cpu_seconds = {}, {}  # phase -> seconds
 
     @contextlib.contextmanager
     def __call__(self, phase: str) -> Iterator[None]:
@@ -418,8 +420,7 @@ class PhaseClock:
 
 def _cpu_seconds() -> float:
     """User and system seconds of this process and of its children that have ended."""
-    times = os.times()
-    return times.user + times.system + times.children_user + times.children_system
+    return sum(os.times()[:4])  # user, system, children's user, children's system
 
 
 def _read_all(split: FileSplit, record: SplitFingerprint, progress: bool) -> tuple[list[str], list[str]]:

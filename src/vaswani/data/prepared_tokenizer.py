@@ -8,7 +8,7 @@ import itertools
 import logging
 import sys
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from vaswani.data.files import progress_bar
 from vaswani.data.tokenizer import Tokenizer
@@ -61,8 +61,10 @@ def prepared_tokenizer(out: Path, tokenizer_path: str | Path | None, vocab_size:
 
 
 def train_prepared_tokenizer(out: Path, texts: Iterable[str], count: int, trained_on: dict, vocab_size: int,
-                             min_frequency: int, max_len: int, progress: bool) -> Tokenizer:
-    """Train the BPE on ``count`` sentences and save it into ``out`` with its description and manifest."""
+                             min_frequency: int, max_len: int, progress: bool,
+                             tags: Sequence[str] = ()) -> Tokenizer:
+    """Train the BPE on ``count`` sentences and save it into ``out`` with its description and manifest; ``tags``
+    are special tokens of it."""
     logger.info("training a %d-token BPE on %s %s (%d sentences)", vocab_size, trained_on["name"],
                 trained_on["split"], count)
     # The BPE learns from the first TRAINING_CHARS_PER_POSITION * max_len characters of each line, cut before it is
@@ -72,13 +74,14 @@ def train_prepared_tokenizer(out: Path, texts: Iterable[str], count: int, traine
     with progress_bar(count, "tokenizer: counting words", progress, unit=" sentences") as bar:
         tokenizer = Tokenizer.train(counted((text[:longest] for text in texts), bar), vocab_size,
                                     min_frequency,
-                                    show_progress=progress and sys.stderr.isatty())
+                                    show_progress=progress and sys.stderr.isatty(), tags=tags)
     info = {
         "vocab_size": vocab_size,
         "actual_vocab_size": tokenizer.vocab_size,
         "min_frequency": min_frequency,
         "trained_on": trained_on,
         "fingerprint": tokenizer.fingerprint,
+        **({"tags": list(tags)} if tags else {}),
     }
     # The description first: a tokenizer.json is never found without the description that checks it; the manifest
     # last, holding both files' sha256.

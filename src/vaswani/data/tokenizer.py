@@ -7,7 +7,9 @@ leading space, so it round-trips fewer WMT lines. The pre-tokenizer is GPT-2's r
 leading space, numbers, punctuation runs) without an added prefix space, so nothing has to be stripped again.
 
 Special tokens have fixed ids: ``<pad>``=0, ``<s>``=1, ``</s>``=2, ``<unk>``=3. Encoding never adds them; the
-batching code adds ``<s>``/``</s>`` where the model needs them.
+batching code adds ``<s>``/``</s>`` where the model needs them. Tags (``data.train_tags``, such as ``<BT>`` in front
+of back-translated sources) are special tokens after those four: one id each, never split, and never what the same
+characters in a text encode to.
 """
 
 from __future__ import annotations
@@ -62,9 +64,10 @@ class Tokenizer:
 
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int = 50_000, min_frequency: int = 2,
-              show_progress: bool = False) -> "Tokenizer":
+              show_progress: bool = False, tags: Sequence[str] = ()) -> "Tokenizer":
         """Learn a byte-level BPE of ``vocab_size`` tokens (specials included) from ``texts``; ``show_progress``
-        shows the trainer's own bars (counting words, computing the merges)."""
+        shows the trainer's own bars (counting words, computing the merges). ``tags`` become special tokens after
+        the four fixed ones (check_tag's rules)."""
         tk = _tokenizers()
         if vocab_size < MIN_VOCAB_SIZE:
             raise ConfigError(f"vocab_size={vocab_size} is too small: a byte-level BPE needs at least {MIN_VOCAB_SIZE}")
@@ -76,7 +79,7 @@ class Tokenizer:
         trainer = tk.trainers.BpeTrainer(
             vocab_size=vocab_size,
             min_frequency=min_frequency,
-            special_tokens=SPECIAL_TOKENS,
+            special_tokens=SPECIAL_TOKENS + [tag for tag in dict.fromkeys(tags) if tag],
             initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet(),  # all 256 bytes: nothing is ever <unk>
             show_progress=show_progress,
         )
@@ -144,6 +147,20 @@ class Tokenizer:
     def id_to_token(self, token_id: int) -> str | None:
         return self._tok.id_to_token(token_id)
 
+    def tag_id(self, tag: str) -> int:
+        """The id of the tag token ``tag``: a special token of this tokenizer that no text encodes to (a tag the BPE
+        also learned as an ordinary token would mark every sentence holding that word as tagged)."""
+        token_id = self._tok.token_to_id(tag)
+        added = self._tok.get_added_tokens_decoder()
+        if token_id is None or token_id not in added or not added[token_id].special:
+            raise ConfigError(f"tag {tag!r} is not a special token of this tokenizer ({self!r}): a tag must be in "
+                              "the tokenizer the data is prepared with (a fine-tuned run takes its parent's); train "
+                              "without it, or train the parent with it", field="data.train_tags")
+        if self._encoder.encode(self.normalize(tag), add_special_tokens=False).ids == [token_id]:
+            raise ConfigError(f"tag {tag!r} is also an ordinary token of the corpus: text holding it would read as "
+                              "tagged; choose a tag that cannot occur in text, such as <BT>", field="data.train_tags")
+        return token_id
+
     # ---------------------------------------------------------------------------------- encode / decode
 
     def encode_batch(self, texts: Sequence[str], max_ids: int | None = None) -> list[list[int]]:
@@ -204,6 +221,17 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"Tokenizer(vocab_size={self.vocab_size}, fingerprint={self.fingerprint[:12]})"
+
+
+def check_tag(tag: str, field: str = "data.train_tags") -> None:
+    """Refuse a tag that cannot be a token of its own: empty, holding a space, or one of the fixed special tokens."""
+    if not tag or any(char.isspace() for char in tag) or tag != unicodedata.normalize("NFKC", tag):
+        raise ConfigError(f"{field}: {tag!r} is not a tag: one token without spaces, in NFKC form, such as <BT>",
+                          field=field)
+    if tag in SPECIAL_TOKENS:
+        specials = ", ".join(SPECIAL_TOKENS)
+        raise ConfigError(f"{field}: {tag!r} is one of the tokenizer's own special tokens ({specials}); choose "
+                          "another tag, such as <BT>", field=field)
 
 
 def _as_int_list(ids) -> list[int]:

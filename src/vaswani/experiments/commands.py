@@ -29,6 +29,12 @@ EXPERIMENTS = {
     "regularization": ("vaswani.experiments.regularization",
                        "which dropout, label smoothing and vocabulary let each width of multi30k-cpu improve with its "
                        "epochs: whole schedules, curves per epoch, seeds"),
+    "backtranslation": ("vaswani.experiments.backtranslation",
+                        "half of Multi30k against the same half plus the other half back-translated (sampled, beam, "
+                        "tagged) and against all of it: test BLEU over seeds"),
+    "distillation": ("vaswani.experiments.distillation",
+                     "a 256-wide teacher's translations against the references for the small student preset: test "
+                     "BLEU and CTranslate2 int8 speed over seeds"),
     "fine-tuning": ("vaswani.experiments.fine_tuning",
                     "a Multi30k model fine-tuned on WMT news (and the encoder frozen) against news from scratch and "
                     "mixed: BLEU on news and what Multi30k forgets"),

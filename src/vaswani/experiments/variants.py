@@ -43,6 +43,9 @@ class RunVariant:
     name: str  # run directory name and table key
     label: str  # what a reader sees in tables and legends
     settings: tuple[str, ...] = ()  # --set overrides of the recipe
+    # the preset this variant changes instead of the study's recipe: a study's own YAML file, for what --set
+    # cannot say (several training files, their tags)
+    preset: str | None = None
 
 
 POSITION_LABELS = {"sinusoidal": "sinusoidal", "learned": "learned", "rope": "RoPE"}  # model.positions → label
@@ -87,7 +90,7 @@ def _state(run_dir: Path, expected: dict[str, Any]) -> str:
 
 def run_config(recipe: str, variant: RunVariant, data_dir: Path | None, extra: Sequence[str]) -> RunConfig:
     """The RunConfig a variant trains with (its run's config.yaml, plus where the corpora are)."""
-    config = apply_settings(load_preset(recipe), [*extra, *variant.settings])
+    config = apply_settings(load_preset(variant.preset or recipe), [*extra, *variant.settings])
     if data_dir is not None:
         config.data.data_dir = str(data_dir)
     return config

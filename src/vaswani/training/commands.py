@@ -44,6 +44,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="how often each training part's pairs are taken per epoch, one --weight per "
                         "part in the order of --src/--tgt, then --tsv (3: three times; 0.5: half, drawn anew "
                         "each epoch); data.train_weights")
+    parser.add_argument("--tag", action="append", metavar="TOKEN",
+                        help="a token put in front of each training part's source sentences, one --tag per part "
+                        "in the order of --weight ('' for a part without one): <BT> marks back-translated pairs; "
+                        "the tokenizer holds it as a special token; data.train_tags")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     parser.set_defaults(handler=run_train)
 
@@ -87,6 +91,8 @@ def run_train(args: argparse.Namespace) -> int:
     if args.weight:
         config = RunConfig(config.model, dataclasses.replace(config.data, train_weights=tuple(args.weight)),
                            config.train)
+    if args.tag:
+        config = RunConfig(config.model, dataclasses.replace(config.data, train_tags=tuple(args.tag)), config.train)
     if not args.resume and (args.init_from is not None or config.train.init_from is not None):
         from vaswani.training.parent import find_parent, fine_tune_config
 

@@ -32,7 +32,7 @@ from vaswani.data.files import TRAIN, VALID, FileCorpus, FileSplit, file_part
 from vaswani.data.languages import pair_from_files
 from vaswani.data.languages import parse_direction as parse_pair
 from vaswani.data.registry import DATASETS, DIRECTIONS, LOCAL, get_dataset
-from vaswani.data.tokenizer import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE
+from vaswani.data.tokenizer import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE, check_tag
 from vaswani.errors import ConfigError, DataError, VaswaniError
 from vaswani.io import MAX_DOCUMENT_BYTES, absolute_path, check_name, parse_yaml
 from vaswani.training.budget import settings_of
@@ -53,6 +53,9 @@ class DataConfig:
     train_files: tuple[tuple[str, ...], ...] = ()
     # dataset=local: each part's pairs taken this often per epoch (data/batching.py WeightedSampler)
     train_weights: tuple[float, ...] = ()
+    # dataset=local: a token put in front of each part's source sentences ("" for none), such as <BT> for
+    # back-translated pairs (Caswell et al. 2019); a special token of the tokenizer
+    train_tags: tuple[str, ...] = ()
     # dataset=local: [source, target] or [pairs.tsv]; none: valid_holdout pairs are held out of the training files
     valid_files: tuple[str, ...] = ()
     valid_holdout: int = 1000  # at most a tenth of the training pairs
@@ -82,6 +85,12 @@ class DataConfig:
         if len(self.train_weights) not in (0, len(self.train_files)):
             counts = f"{len(self.train_weights)} weight(s) for {len(self.train_files)} part(s)"
             raise ConfigError(f"data.train_weights: {counts} of data.train_files", field="data.train_weights")
+        if len(self.train_tags) not in (0, len(self.train_files)):
+            counts = f"{len(self.train_tags)} tag(s) for {len(self.train_files)} part(s)"
+            raise ConfigError(f"data.train_tags: {counts} of data.train_files (\"\" for a part without one)",
+                              field="data.train_tags")
+        for tag in filter(None, self.train_tags):
+            check_tag(tag)
         if self.dataset == LOCAL:
             if not self.train_files:
                 raise ConfigError("data.dataset=local needs data.train_files (or --src/--tgt or --tsv)",

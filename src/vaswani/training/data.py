@@ -58,6 +58,8 @@ class TrainingData:
     # data.subword_split: the training pairs re-segmented each epoch (batches keep the sampler's pairs; their
     # token counts follow the segmentation)
     splitter: SubwordSplitter | None = None
+    # data.train_tags: the tag id put in front of each training pair's source (0: none); None when no part has one
+    source_tags: np.ndarray | None = None
     # whose segmentation the training pairs have: the epoch epoch_batches last handed out
     _epoch: int = field(default=0, init=False, repr=False)
     _split: OrderedDict[tuple[int, tuple[int, ...]], list[tuple[int, np.ndarray, np.ndarray]]] = field(
@@ -74,7 +76,16 @@ class TrainingData:
         return self.sampler.index_arrays(epoch)
 
     def train_pairs(self, indices: Sequence[int]) -> list[tuple[int, np.ndarray, np.ndarray]]:
-        """``(index, source ids, target ids)`` of these training pairs, in the current epoch's segmentation."""
+        """``(index, source ids, target ids)`` of these training pairs, in the current epoch's segmentation, each
+        source behind its part's tag."""
+        pairs = self._segmented(indices)
+        if self.source_tags is None:
+            return pairs
+        tags = self.source_tags
+        return [(i, np.concatenate(([tags[i]], source)).astype(source.dtype) if tags[i] else source, target)
+                for i, source, target in pairs]
+
+    def _segmented(self, indices: Sequence[int]) -> list[tuple[int, np.ndarray, np.ndarray]]:
         if self.splitter is None:
             return [self.train[i] for i in indices]
         key = (self._epoch, tuple(int(i) for i in indices))
@@ -99,7 +110,7 @@ class TrainingData:
     def flop_shape(self, indices: list[int]) -> tuple[list[int], list[int]]:
         """What ``flops.training_flops`` counts a batch by: each sentence's real source length (with ``</s>``) and
         target length (``<s>`` y1 … yn, or y1 … yn ``</s>``)."""
-        if self.splitter is not None:
+        if self.splitter is not None or self.source_tags is not None:
             pairs = self.train_pairs(indices)
             return [len(source) + 1 for _, source, _ in pairs], [len(target) + 1 for _, _, target in pairs]
         return (self.train.src_lengths[indices] + 1).tolist(), (self.train.tgt_lengths[indices] + 1).tolist()
@@ -166,7 +177,7 @@ def load(config: RunConfig, run_dir: Path, world: World, resuming: bool = False)
         if files is not None:
             return prepare_dataset(files=files, out_dir=recorded_out_dir(run_dir), vocab_size=dc.vocab_size,
                                    max_len=dc.max_len, tokenizer_sample=dc.tokenizer_sample, seed=dc.seed,
-                                   progress=progress, tokenizer_path=tokenizer_file)
+                                   progress=progress, tokenizer_path=tokenizer_file, tags=dc.train_tags)
         return prepare_dataset(dc.dataset, splits=("train", dc.valid_split), data_dir=dc.data_dir,
                                out_dir=default_out_dir(dc.dataset, dc.direction, dc.vocab_size),
                                vocab_size=dc.vocab_size, max_len=dc.max_len, direction=dc.direction,
@@ -197,7 +208,8 @@ def load(config: RunConfig, run_dir: Path, world: World, resuming: bool = False)
         valid_sampler: TokenBudgetSampler | BucketSampler = BucketSampler(
             valid.src_lengths, valid.tgt_lengths, tc.max_tokens, lengths, shuffle=False)
     elif dc.train_weights:
-        weights = pair_weights(files.train, prepared.files[TRAIN], train.line_index, dc.train_weights)
+        weights = np.asarray(dc.train_weights, dtype=np.float64)[part_of_pair(files.train, prepared.files[TRAIN],
+                                                                              train.line_index)]
         sampler = WeightedSampler(train.src_lengths, train.tgt_lengths, weights, tc.max_tokens, seed=tc.seed)
         valid_sampler = TokenBudgetSampler(valid.src_lengths, valid.tgt_lengths, tc.max_tokens, shuffle=False)
     else:
@@ -205,20 +217,23 @@ def load(config: RunConfig, run_dir: Path, world: World, resuming: bool = False)
         valid_sampler = TokenBudgetSampler(valid.src_lengths, valid.tgt_lengths, tc.max_tokens, shuffle=False)
     splitter = (SubwordSplitter.for_tokenizer(prepared.tokenizer, dc.subword_split, tc.seed, dc.max_len - 1)
                 if dc.subword_split else None)
+    source_tags = None
+    if any(dc.train_tags):
+        ids = [prepared.tokenizer.tag_id(tag) if tag else 0 for tag in dc.train_tags]
+        source_tags = np.asarray(ids, dtype=np.int64)[part_of_pair(files.train, prepared.files[TRAIN],
+                                                                   train.line_index)]
     return TrainingData(prepared.tokenizer, run_dir / "tokenizer.json", prepared.tokenizer_path, train, valid,
-                        prepared.corpora[valid_split], sampler, valid_sampler, corpus, parent, splitter)
+                        prepared.corpora[valid_split], sampler, valid_sampler, corpus, parent, splitter, source_tags)
 
 
-def pair_weights(split: FileSplit, record: SplitFingerprint, line_index: np.ndarray,
-                 weights: Sequence[float]) -> np.ndarray:
-    """The weight of each encoded training pair: the one of the part (of ``split``) its line came from."""
+def part_of_pair(split: FileSplit, record: SplitFingerprint, line_index: np.ndarray) -> np.ndarray:
+    """The part (of ``split``) each encoded training pair's line came from, as an index into its parts."""
     records, lines = iter(record.files), []
     for part in split.parts:
         lines.append(next(records).lines)
         if not part.is_tsv:
             next(records)  # the target file: as many lines
-    part_of_pair = np.searchsorted(np.cumsum(lines), line_index, side="right")
-    return np.asarray(weights, dtype=np.float64)[part_of_pair]
+    return np.searchsorted(np.cumsum(lines), line_index, side="right")
 
 
 def valid_split_name(config: RunConfig) -> str:
@@ -241,7 +256,7 @@ def split_texts(config: RunConfig, splits: Iterable[str], run_dir: Path | None =
     own_tokenizer = run_dir / "tokenizer.json" if run_dir and config.train.init_from else None
     prepared = prepare_dataset(files=files, out_dir=recorded_out_dir(run_dir) if run_dir else None,
                                vocab_size=dc.vocab_size, max_len=dc.max_len, tokenizer_sample=dc.tokenizer_sample,
-                               seed=dc.seed, tokenizer_path=own_tokenizer)
+                               seed=dc.seed, tokenizer_path=own_tokenizer, tags=dc.train_tags)
     return {split: prepared.corpora[split] for split in splits}
 
 
@@ -275,6 +290,12 @@ def corpus_record(run_dir: Path, config: RunConfig, prepared: PreparedData) -> d
         record["splits"][VALID]["held_out"] = dataclasses.asdict(prepared.held_out)
     if dc.train_weights:
         record["splits"][TRAIN]["weights"] = list(dc.train_weights)
+    if any(dc.train_tags):
+        record["splits"][TRAIN]["tags"] = list(dc.train_tags)
+    if dc.train_files and (dc.train_weights or any(dc.train_tags)):  # each part with how it is taken
+        record["splits"][TRAIN]["parts"] = [
+            {"files": list(part), "weight": dc.train_weights[i] if dc.train_weights else 1.0,
+             "tag": dc.train_tags[i] if dc.train_tags else ""} for i, part in enumerate(dc.train_files)]
     path = run_dir / CORPUS_RECORD
     if path.is_file():
         earlier = read_json(path, "corpus record")

@@ -22,6 +22,7 @@ import torch
 import torch.nn as nn
 
 from vaswani.config import ModelConfig, apply_overrides, parse_settings
+from vaswani.data.tokenizer import Tokenizer
 from vaswani.errors import ConfigError, VaswaniError
 from vaswani.io import MANIFEST_FILE, file_sha256
 from vaswani.model import Transformer
@@ -87,6 +88,11 @@ def fine_tune_config(config: RunConfig, parent: Parent, settings: Sequence[str] 
     asked = parse_settings(list(settings), ("model", "data", "train"))["model"]
     model = apply_overrides(parent.model, asked, "model")
     check_same_model(model, parent)
+    tags = [tag for tag in config.data.train_tags if tag]
+    if tags:  # the data is prepared with the parent's tokenizer: a tag must be one of its special tokens
+        tokenizer = Tokenizer.load(parent.tokenizer_file)
+        for tag in tags:
+            tokenizer.tag_id(tag)
     data = dataclasses.replace(config.data, vocab_size=parent.model.vocab_size)
     train = dataclasses.replace(config.train, init_from=str(parent.checkpoint), scale_up_models=())
     return RunConfig(model=model, data=data, train=train)

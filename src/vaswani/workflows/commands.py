@@ -4,19 +4,18 @@ to train on beside the real pairs (``vaswani train --src … --tgt … --src …
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 from pathlib import Path
 
 from vaswani.arguments import ranged
 from vaswani.config import MAX_COUNT
 from vaswani.data.languages import LanguagePair, code_from_suffix, language_name, recorded_languages
 from vaswani.data.textfiles import read_text_file
-from vaswani.decoding.commands import add_search_arguments, search_config_from_args, translator_from_args
+from vaswani.decoding.commands import add_search_arguments, engine_options_from_args, search_config_from_args
+from vaswani.decoding.config import read_stored_engine, read_stored_search
 from vaswani.errors import ConfigError
-from vaswani.io import check_output, file_sha256
+from vaswani.io import check_output
 from vaswani.model.serialization import resolve_checkpoint
-from vaswani.workflows.synthetic import CHUNK_LINES, SYNTHETIC_KIND, SyntheticPlan, translate_corpus
+from vaswani.workflows.synthetic import CHUNK_LINES, SYNTHETIC_KIND, synthesize
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -60,16 +59,11 @@ def run(args: argparse.Namespace) -> int:
     languages = recorded_languages(args.checkpoint)
     _check_language(args.input, languages, backtranslating)
     text = read_text_file(args.input)
-    args.checkpoint = [args.checkpoint]
-    translator = translator_from_args(args)
-    decides = {"search": dataclasses.asdict(translator.config), "engine": translator.engine.describe(),
-               "batch_size": translator.batch_size, "max_tokens": translator.max_tokens}
-    weights = resolve_checkpoint(args.checkpoint[0]) / "model.safetensors"
-    plan = SyntheticPlan(model=file_sha256(weights), input=text.sha256, lines=len(text.lines),
-                         translator=json.dumps(decides, sort_keys=True, default=str), chunk_lines=args.chunk_lines)
-    names = _file_names("backtranslated" if backtranslating else "distilled", languages, backtranslating)
-    corpus = translate_corpus(text, translator.translate, plan, args.out, names, translation_first=backtranslating,
-                              command=args.command_name)
+    directory = resolve_checkpoint(args.checkpoint)
+    search = search_config_from_args(args, read_stored_search(directory))
+    options = engine_options_from_args(args).with_stored(read_stored_engine(directory))
+    corpus = synthesize(args.checkpoint, text, args.out, search, options, backtranslating, args.chunk_lines,
+                        args.batch_size, args.max_tokens, args.command_name)
     print(f"{corpus.pairs:,} pairs: --src {corpus.source_file} --tgt {corpus.target_file}")
     return 0
 
@@ -84,12 +78,3 @@ def _check_language(text: Path, languages: LanguagePair | None, backtranslating:
                "language")
     raise ConfigError(f"{text} is {language_name(named)} by its name, but the model translates from "
                       f"{language_name(languages.source)} into {language_name(languages.target)}: {purpose}")
-
-
-def _file_names(name: str, languages: LanguagePair | None, backtranslating: bool) -> tuple[str, str]:
-    """(source side, target side) of the corpus to train on: named by language where the model records them."""
-    if languages is None:
-        return f"{name}.source", f"{name}.target"
-    if backtranslating:  # the model translates target -> source of the training to come
-        return f"{name}.{languages.target}", f"{name}.{languages.source}"
-    return f"{name}.{languages.source}", f"{name}.{languages.target}"

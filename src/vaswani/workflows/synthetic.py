@@ -21,9 +21,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from vaswani.data.languages import LanguagePair, recorded_languages
 from vaswani.data.textfiles import TextFile
+from vaswani.decoding.config import EngineOptions, SearchConfig
+from vaswani.decoding.translator import Translator
 from vaswani.errors import VaswaniError
-from vaswani.io import atomic_write_text, directory_written_whole, read_json
+from vaswani.io import atomic_write_text, directory_written_whole, file_sha256, read_json
+from vaswani.model.serialization import resolve_checkpoint
 from vaswani.progress import progress_reporter
 
 SYNTHETIC_KIND = "synthetic corpus"
@@ -90,6 +94,35 @@ def translate_corpus(text: TextFile, translate: Callable[[Sequence[str]], list[s
     return SyntheticCorpus(out / names[0], out / names[1], len(lines), reused)
 
 
+def synthesize(checkpoint: Path, text: TextFile, out: Path, search: SearchConfig, options: EngineOptions,
+               backtranslating: bool, chunk_lines: int = CHUNK_LINES, batch_size: int = 64,
+               max_tokens: int | None = None, command: str = "backtranslate") -> SyntheticCorpus:
+    """Translate ``text`` with the model in ``checkpoint`` into a synthetic corpus in ``out`` (see
+    :func:`translate_corpus`): back-translations (the translation on the source side) when ``backtranslating``,
+    a teacher's translations (on the target side) otherwise. The files are named by the model's languages where
+    its run records them. What ``vaswani backtranslate`` and ``vaswani distill`` run, and the studies that make
+    synthetic data."""
+    translator = Translator.load(checkpoint, search, options, batch_size=batch_size, max_tokens=max_tokens)
+    decides = {"search": asdict(translator.config), "engine": translator.engine.describe(),
+               "batch_size": translator.batch_size, "max_tokens": translator.max_tokens}
+    weights = resolve_checkpoint(checkpoint) / "model.safetensors"
+    plan = SyntheticPlan(model=file_sha256(weights), input=text.sha256, lines=len(text.lines),
+                         translator=json.dumps(decides, sort_keys=True, default=str), chunk_lines=chunk_lines)
+    names = corpus_file_names("backtranslated" if backtranslating else "distilled", recorded_languages(checkpoint),
+                              backtranslating)
+    return translate_corpus(text, translator.translate, plan, out, names, translation_first=backtranslating,
+                            command=command)
+
+
+def corpus_file_names(name: str, languages: LanguagePair | None, backtranslating: bool) -> tuple[str, str]:
+    """(source side, target side) of the corpus to train on: named by language where the model records them."""
+    if languages is None:
+        return f"{name}.source", f"{name}.target"
+    if backtranslating:  # the model translates target -> source of the training to come
+        return f"{name}.{languages.target}", f"{name}.{languages.source}"
+    return f"{name}.{languages.source}", f"{name}.{languages.target}"
+
+
 def _start_or_continue(parts: Path, plan: SyntheticPlan) -> None:
     plan_file = parts / PLAN_FILE
     if plan_file.is_file():
@@ -107,4 +140,5 @@ def _start_or_continue(parts: Path, plan: SyntheticPlan) -> None:
     atomic_write_text(plan_file, json.dumps(asdict(plan), indent=2) + "\n")
 
 
-__all__ = ["CHUNK_LINES", "SYNTHETIC_KIND", "SyntheticCorpus", "SyntheticPlan", "parts_folder", "translate_corpus"]
+__all__ = ["CHUNK_LINES", "SYNTHETIC_KIND", "SyntheticCorpus", "SyntheticPlan", "corpus_file_names", "parts_folder",
+           "synthesize", "translate_corpus"]

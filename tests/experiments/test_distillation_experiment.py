@@ -1,0 +1,49 @@
+"""`vaswani experiment distillation --smoke`: the teacher translates the training sources into the distilled
+corpus, the student preset trains on it and on the references, and each model is scored on both test sets and timed
+on CTranslate2 int8."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+
+def test_a_smoke_study_distills_the_teacher_into_two_students_and_times_all_three(tmp_path, data_dir, monkeypatch,
+                                                                                 experiment) -> None:
+    pytest.importorskip("ctranslate2")
+    monkeypatch.setenv("VASWANI_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    runs = tmp_path / "runs"
+    payload = experiment("distillation", tmp_path / "out", "--smoke", "--seeds", "0", "--runs-dir", str(runs),
+                         "--data-dir", str(data_dir))
+    rows = payload["results"]["models"]
+    assert [row["model"] for row in rows] == ["teacher", "student-distilled", "student-references"]
+    assert all(row["sentences_per_second"] > 0 for row in rows) and rows[0]["speed_over_teacher"] == 1
+    assert payload["settings"]["speed"]["quantization"] == "int8"
+
+    distilled = runs / "synthetic" / "distilled-seed0"
+    sources = (runs / "data" / "train.de").read_text(encoding="utf-8")
+    assert (distilled / "distilled.de").read_text(encoding="utf-8") == sources  # the sources kept as they are
+    assert len((distilled / "distilled.en").read_text(encoding="utf-8").splitlines()) == len(sources.splitlines())
+    corpus = json.loads((runs / "student-distilled-seed0" / "corpus.json").read_text())
+    assert corpus["splits"]["train"]["files"][1]["path"] == str(distilled / "distilled.en")
+    student = yaml.safe_load((runs / "student-references-seed0" / "config.yaml").read_text())
+    assert student["model"]["n_decoder_layers"] == 1
+
+
+def test_the_real_studies_presets_are_a_256_wide_teacher_and_the_student_preset_on_whole_schedules(tmp_path) -> None:
+    from vaswani.experiments.backtranslation import study_preset
+    from vaswani.experiments.distillation import STUDENT, TEACHER, TEACHER_SETTINGS
+    from vaswani.experiments.regularization import STUDY_SETTINGS
+
+    files, valid = [(tmp_path / "train.de", tmp_path / "train.en")], (tmp_path / "val.de", tmp_path / "val.en")
+    teacher = yaml.safe_load(open(study_preset(TEACHER, [*STUDY_SETTINGS, *TEACHER_SETTINGS], tmp_path / "t.yaml",
+                                               "de-en", files, valid)))
+    student = yaml.safe_load(open(study_preset(STUDENT, STUDY_SETTINGS, tmp_path / "s.yaml", "de-en", files, valid)))
+    assert teacher["model"]["d_model"] == 256 and student["model"]["d_model"] == 128
+    assert student["model"]["n_decoder_layers"] == 1 and student["model"]["n_encoder_layers"] == 3
+    for config in (teacher, student):
+        assert config["train"]["max_minutes"] is None and config["train"]["final_test_splits"] == []
+        assert config["data"]["train_files"] == [[str(path) for path in files[0]]]
