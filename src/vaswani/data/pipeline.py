@@ -64,7 +64,6 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_SPLITS = ("train", "val", "test")
 
-
 # Training pairs the tokenizer learns from, both sides (a million sentences, as SentencePiece users often sample):
 # a BPE's merges settle long before that, and counting the words of every pair would cost most of the preparation.
 DEFAULT_TOKENIZER_SAMPLE = 500_000
@@ -202,7 +201,8 @@ def prepare_dataset(
     files: FileCorpus | None = None,
     tokenizer_sample: int | None = DEFAULT_TOKENIZER_SAMPLE,
     seed: int = 0,
-    progress: bool = False, tags: Sequence[str] = (),
+    progress: bool = False,
+    tags: Sequence[str] = (),
 ) -> PreparedData:
     """Tokenizer + encoded splits for ``dataset``, or for the user's own ``files`` (or a training split given by
     ``src_file``/``tgt_file`` or ``tsv_file``, in ``direction``): then the splits are "train", "valid" and the test
@@ -212,8 +212,8 @@ def prepare_dataset(
     plays "train" (e.g. "train-extra" for offline WMT17). ``tokenizer_path`` uses an existing tokenizer.json
     instead of out_dir's. ``data_dir``/``cache_dir``/``mirror`` say where corpus files are found (download.py).
     ``tokenizer_sample`` bounds the training pairs the tokenizer learns from (None: all), drawn from ``seed``, which
-    also chooses held-out validation pairs. ``progress`` shows progress bars on a terminal. ``tags``: the tokens
-    of the user's files' ``data.train_tags``, special tokens of the tokenizer it trains."""
+    also chooses held-out validation pairs. ``progress`` shows progress bars on a terminal. ``tags``
+    (``data.train_tags``) become special tokens of the tokenizer it trains."""
     if files is None and (src_file is not None or tgt_file is not None or tsv_file is not None):
         if tsv_file is not None and (src_file is not None or tgt_file is not None):
             raise ConfigError("give either a TSV file or a source and a target file, not both")
@@ -226,8 +226,7 @@ def prepare_dataset(
     if vocab_size is not None and vocab_size < MIN_VOCAB_SIZE:
         raise ConfigError(f"vocab_size={vocab_size} is too small: a byte-level BPE needs at least {MIN_VOCAB_SIZE}")
     if max_len < 2:
-        raise ConfigError(f"max_len={max_len} is too small: it counts <s> or </s>, so 2 is the least that holds a "
-                          "token")
+        raise ConfigError(f"max_len={max_len} is too small: it counts <s> or </s>, so 2 is the least holding a token")
     if min_frequency < 1:
         raise ConfigError(f"min_frequency={min_frequency} must be >= 1")
     if tokenizer_sample is not None and tokenizer_sample < 1:

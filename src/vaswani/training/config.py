@@ -34,8 +34,9 @@ from vaswani.data.languages import parse_direction as parse_pair
 from vaswani.data.registry import DATASETS, DIRECTIONS, LOCAL, get_dataset
 from vaswani.data.tokenizer import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE, check_tag
 from vaswani.errors import ConfigError, DataError, VaswaniError
-from vaswani.io import MAX_DOCUMENT_BYTES, absolute_path, check_name, parse_yaml
+from vaswani.io import MAX_DOCUMENT_BYTES, absolute_path, parse_yaml
 from vaswani.training.budget import settings_of
+from vaswani.training.file_settings import file_parts, named_parts, one_part
 
 
 @dataclass
@@ -125,56 +126,6 @@ class DataConfig:
                   for name, paths in self.test_files.items()),
             self.valid_holdout,
         )
-
-
-def file_parts(value: Any, setting: str) -> tuple[tuple[str, ...], ...]:
-    """The parts of a split, from YAML (``[[a.fr, a.en], [b.tsv]]``, or one part as ``[a.fr, a.en]``) or a ``--set``
-    string (``a.fr,a.en;b.tsv``: ``;`` between parts, ``,`` between a part's files)."""
-    if value is None or value == "":
-        return ()
-    if isinstance(value, str):
-        value = [piece.split(",") for piece in value.split(";") if piece.strip()]
-    if not isinstance(value, (list, tuple)):
-        raise ConfigError(f"{setting}: expected a list of parts, each [source, target] or [pairs.tsv], got "
-                          f"{value!r:.60}", field=setting)
-    if value and all(isinstance(item, str) for item in value):
-        value = [value]  # one part written flat
-    return tuple(one_part(part, setting) for part in value)
-
-
-def one_part(value: Any, setting: str) -> tuple[str, ...]:
-    """One part: ``[source, target]`` or ``[pairs.tsv]`` (a ``--set`` string: ``source,target``)."""
-    if value is None or (isinstance(value, (str, list, tuple)) and not value):
-        return ()
-    parts = value.split(",") if isinstance(value, str) else value
-    if not isinstance(parts, (list, tuple)) or not all(isinstance(p, str) and p.strip() for p in parts) or \
-            len(parts) not in (1, 2):
-        raise ConfigError(f"{setting}: expected [source, target] (two aligned files) or [pairs.tsv], got "
-                          f"{value!r:.60}", field=setting)
-    return tuple(p.strip() for p in parts)
-
-
-def named_parts(value: Any, setting: str) -> dict[str, tuple[str, ...]]:
-    """Named test sets: a YAML mapping ``{name: [source, target]}`` or a ``--set`` string
-    ``name=source,target;name2=pairs.tsv``."""
-    if value is None or (isinstance(value, (str, dict)) and not value):
-        return {}
-    if isinstance(value, str):
-        value = dict(piece.split("=", 1) if "=" in piece else ("", piece) for piece in value.split(";")
-                     if piece.strip())
-    if not isinstance(value, dict):
-        raise ConfigError(f"{setting}: expected a mapping of test set name to [source, target] or [pairs.tsv], got "
-                          f"{value!r:.60}", field=setting)
-    named = {}
-    for name, part in value.items():
-        if not isinstance(name, str) or not name.strip():
-            raise ConfigError(f"{setting}: every test set needs a name (name=source,target)", field=setting)
-        try:
-            check_name(name.strip(), setting)
-        except VaswaniError as error:
-            raise ConfigError(str(error), field=setting) from None
-        named[name.strip()] = one_part(part, f"{setting}.{name}")
-    return named
 
 
 @dataclass
