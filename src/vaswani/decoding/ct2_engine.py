@@ -163,7 +163,7 @@ class CTranslate2Engine:
             raise VaswaniError(f"{directory}: CTranslate2 cannot load this model ({error})") from None
         self.vocabulary = stored_vocabulary(directory, model_config.vocab_size) or vocabulary(tokenizer,
                                                                                             model_config.vocab_size)
-        self.ids = {token: i for i, token in enumerate(self.vocabulary)}
+        self.ids = dict(zip(self.vocabulary, range(len(self.vocabulary))))
         self.eos = self.vocabulary[tokenizer.eos_id]
         self._reference: Any = None
 
