@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -93,7 +92,8 @@ def git_state() -> dict[str, Any]:
 
 
 def versions() -> dict[str, str]:
-    from importlib import metadata
+    import platform  # here and below, not at the top: `platform` compiles regular expressions at import, a cost
+    from importlib import metadata  # every command's start-up would pay for recording its command line
 
     found = {"python": platform.python_version()}
     for package in ("torch", "tokenizers", "sacrebleu", "numpy", "safetensors", "matplotlib", "pyyaml"):
@@ -107,6 +107,8 @@ def versions() -> dict[str, str]:
 def hardware(device: torch.device | str = "cpu") -> dict[str, Any]:
     """Platform, CPU, torch version and thread count, the name of the device that ran the model, and the GPU's
     details whenever one is visible (a CPU measurement on a GPU machine says so)."""
+    import platform
+
     import torch  # here, not at the top: every command records its command line through this module
 
     device = torch.device(device)
@@ -133,6 +135,8 @@ def usable_cores() -> int:
 
 
 def _cpu_name() -> str:
+    import platform
+
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
             for line in handle:

@@ -117,3 +117,36 @@ def test_every_phase_the_engine_profile_looks_for_names_a_function_of_that_file(
         names = {node.name for node in ast.walk(ast.parse(path.read_text()))
                  if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
         assert function in names or function == "__init__", f"{what}: {file} defines no {function}"
+
+
+def test_the_engine_profile_finds_ctranslate2s_batches_and_the_python_around_them(trained_checkpoint, tmp_path) -> None:
+    """ctranslate2's methods are not calls of their own to cProfile: the profile still counts the batches searched
+    and splits the translation into CTranslate2's share and the Python around it."""
+    import os
+    import shutil
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    pytest.importorskip("ctranslate2")
+    from vaswani.benchmarks.engine_profile import profile_translate
+    from vaswani.benchmarks.engines import command_environment
+
+    checkpoint = Path(shutil.copytree(trained_checkpoint, tmp_path / "checkpoint"))
+    (tmp_path / "empty.txt").write_text("", encoding="utf-8")
+    (tmp_path / "source.txt").write_text("Ein Mann fährt Fahrrad.\nZwei Hunde spielen im Schnee.\n", encoding="utf-8")
+    env = command_environment(tmp_path / "pycache")
+    env["PYTHONPATH"] = f"{Path(__file__).resolve().parents[2] / 'src'}{os.pathsep}{env.get('PYTHONPATH', '')}"
+
+    def command(source: Path, out: Path) -> list[str]:
+        return [sys.executable, "-m", "vaswani", "translate", "--checkpoint", str(checkpoint), "--engine",
+                "ctranslate2", "--length-norm", "power", "--beam", "2", "--threads", "1", "--batch-size", "1",
+                "--input", str(source), "--output", str(out)]
+
+    profile = profile_translate(command, tmp_path, env, "float32")
+    search, rescoring = profile.translation[:2]
+    assert profile.batches == search.calls == 2  # one sentence a batch
+    assert search.seconds > 0 and 0 < search.share < 1 and profile.python_per_batch_ms > 0
+    assert rescoring.seconds >= 0
+    assert {phase.what.split(" (")[0] for phase in profile.startup if phase.seconds > 0} >= {"the CTranslate2 engine"}

@@ -24,15 +24,23 @@ STARTUP_PHASES = [
     ("the tokenizer (tokenizer.json)", ("vaswani/data/tokenizer.py", "load")),
     ("the CTranslate2 engine", ("vaswani/decoding/ct2_engine.py", "load")),
     ("  importing ctranslate2 (the bare script too)", ("ctranslate2/__init__.py", "<module>")),
-    ("  the conversion's key (sha256 of the checkpoint's files)", ("vaswani/decoding/ct2_model.py", "checkpoint_key")),
+    ("  the record of the last full check (ct2_checked.py: the files' identities)",
+     ("vaswani/decoding/ct2_checked.py", "checked_conversion")),
+    ("  the checkpoint's check (sha256 against its manifest; skipped when the record matches)",
+     ("vaswani/model/serialization.py", "check_checkpoint")),
+    ("  the conversion's key (sha256 of the checkpoint's files; skipped when the record matches)",
+     ("vaswani/decoding/ct2_model.py", "checkpoint_key")),
     ("  loading model.bin (the bare script too)", ("vaswani/decoding/ct2_engine.py", "__init__")),
     ("  the vocabulary (the conversion's shared_vocabulary.json)", ("vaswani/decoding/ct2_engine.py",
                                                                      "stored_vocabulary")),
 ]
+# ctranslate2's methods are pybind11 functions, which cProfile does not record as calls of their own: their time is
+# the own time of the engine's method that calls them (with that method's own lines, a loop over the results).
 TRANSLATION_PHASES = [
-    ("CTranslate2's search (translate_batch)", ("~", "<built-in method ctranslate2._ext.translate_batch>")),
-    ("CTranslate2's rescoring of outputs cut at their limit (score_batch)",
-     ("~", "<built-in method ctranslate2._ext.score_batch>")),
+    ("CTranslate2's search (translate_batch, in CTranslate2Engine.search's own time)",
+     ("vaswani/decoding/ct2_engine.py", "search")),
+    ("CTranslate2's rescoring of outputs cut at their limit (score_batch, in CTranslate2Engine._rescored's own "
+     "time)", ("vaswani/decoding/ct2_engine.py", "_rescored")),
     ("encoding the sources (tokenizers)", ("vaswani/data/tokenizer.py", "encode_batch")),
     ("decoding the outputs (tokenizers)", ("vaswani/data/tokenizer.py", "decode_batch")),
 ]
@@ -66,7 +74,8 @@ def profile_translate(command: Callable[[Path, Path], list[str]], work: Path, en
     translation = _profiled(command(work / "source.txt", work / "profile-out.txt"), work / "translate.prof", env)
     startup_total = _total(startup)
     whole = _cumulative(translation, ("vaswani/decoding/translator.py", "translate_nbest"))
-    phases = [_phase(translation, what, where, whole) for what, where in TRANSLATION_PHASES]
+    phases = [_phase(translation, what, where, whole, own=where[0].endswith("ct2_engine.py"))
+              for what, where in TRANSLATION_PHASES]
     native = sum(phase.seconds for phase in phases[:2])
     batches = phases[0].calls
     # The Python around the search: translate_nbest's time outside CTranslate2's calls (tokenizers included, as the
@@ -95,17 +104,19 @@ def _matches(key: tuple[str, int, str], where: tuple[str, str]) -> bool:
     return name == where[1] and (where[0] == "~" or path.replace("\\", "/").endswith(where[0]))
 
 
-def _cumulative(stats: pstats.Stats, where: tuple[str, str]) -> tuple[float, int]:
-    """(cumulative seconds, calls) of the function ``where`` names (summed if several match)."""
+def _cumulative(stats: pstats.Stats, where: tuple[str, str], own: bool = False) -> tuple[float, int]:
+    """(cumulative seconds, calls) of the function ``where`` names (summed if several match); ``own``: its own
+    seconds, without the functions it calls."""
     seconds, calls = 0.0, 0
-    for key, (_, primitive_calls, _, cumulative, _) in stats.stats.items():  # type: ignore[attr-defined]
+    for key, (_, primitive_calls, own_seconds, cumulative, _) in stats.stats.items():  # type: ignore[attr-defined]
         if _matches(key, where):
-            seconds, calls = seconds + cumulative, calls + primitive_calls
+            seconds, calls = seconds + (own_seconds if own else cumulative), calls + primitive_calls
     return seconds, calls
 
 
-def _phase(stats: pstats.Stats, what: str, where: tuple[str, str], total: tuple[float, int]) -> Phase:
-    seconds, calls = _cumulative(stats, where)
+def _phase(stats: pstats.Stats, what: str, where: tuple[str, str], total: tuple[float, int],
+           own: bool = False) -> Phase:
+    seconds, calls = _cumulative(stats, where, own)
     return Phase(what, round(seconds, 4), round(seconds / total[0], 4) if total[0] else 0.0, calls)
 
 

@@ -28,16 +28,26 @@ Outputs past the converted position table (2,048 tokens for sinusoidal positions
 from __future__ import annotations
 
 import dataclasses
+import json
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
 from vaswani.config import ModelConfig
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.decoding.config import EngineOptions, SearchConfig
-from vaswani.decoding.ct2_model import cannot_express, converted_model, position_rows, vocabulary, weight_parameters
+from vaswani.decoding.ct2_checked import checked_conversion, record_check
+from vaswani.decoding.ct2_model import (
+    CHECKPOINT_FILES,
+    cannot_express,
+    conversion_roots,
+    converted_model,
+    position_rows,
+    vocabulary,
+    weight_parameters,
+)
 from vaswani.decoding.engine import CTRANSLATE2, Hypothesis, length_penalty, output_limits
 from vaswani.errors import ConfigError, EnvironmentFault, VaswaniError
-from vaswani.io import read_json
 
 # The exponent that stands for "no length penalty": |Y|^p == 1.0 in float32 for every length, yet p != 0, which
 # keeps CTranslate2's stopping rule (k finished hypotheses) rather than its early exit.
@@ -125,10 +135,12 @@ SHARED_VOCABULARY_FILE = "shared_vocabulary.json"
 def stored_vocabulary(directory: Path, size: int) -> list[str] | None:
     """The token strings by id that the converted model in ``directory`` was made with, read from its own file (a
     JSON list: a millisecond, where rebuilding it from the tokenizer costs tens at every start-up), or None when
-    it has none of ``size`` strings. The conversion's key covers tokenizer.json, so the list is the tokenizer's."""
+    it has none of ``size`` strings. The conversion's key covers tokenizer.json, so the list is the tokenizer's.
+    The file is one the conversion's manifest vouches for (checked by sha256 before the engine opens it), so it is
+    parsed as it is, without the shape checks of a file a user hands in."""
     try:
-        tokens = read_json(directory / SHARED_VOCABULARY_FILE, "CTranslate2 vocabulary")
-    except (OSError, VaswaniError):
+        tokens = json.loads((directory / SHARED_VOCABULARY_FILE).read_bytes())
+    except (OSError, ValueError, RecursionError):  # missing, not UTF-8 or not JSON: rebuilt from the tokenizer
         return None
     if not isinstance(tokens, list) or len(tokens) != size or not all(isinstance(token, str) for token in tokens):
         return None
@@ -155,7 +167,7 @@ class CTranslate2Engine:
             raise VaswaniError(f"{directory}: CTranslate2 cannot load this model ({error})") from None
         self.vocabulary = stored_vocabulary(directory, model_config.vocab_size) or vocabulary(tokenizer,
                                                                                             model_config.vocab_size)
-        self.ids = {token: i for i, token in enumerate(self.vocabulary)}
+        self.ids = dict(zip(self.vocabulary, range(len(self.vocabulary))))
         self.eos = self.vocabulary[tokenizer.eos_id]
         self._reference: Any = None
 
@@ -165,8 +177,9 @@ class CTranslate2Engine:
         """The engine for the checkpoint in directory ``checkpoint``, converting it first if needed: in
         ``options.quantization`` (None: float32), on ``options.device`` with ``options.threads``. The checkpoint is
         checked first as every engine checks it (its files against their fingerprint and manifest), since its
-        conversion stands for it."""
-        from vaswani.model.serialization import check_checkpoint  # torch: only where a checkpoint is checked
+        conversion stands for it; a load whose files all are as the last full check found them skips the hashing
+        (ct2_checked.py)."""
+        from vaswani.model.serialization import INFERENCE_FILES, check_checkpoint
 
         reason = cannot_express(model_config)
         if reason is not None:
@@ -174,9 +187,15 @@ class CTranslate2Engine:
         quantization = options.quantization or "float32"
         kind, index = resolve_device(options.device)
         check_quantization(quantization, kind)
-        check_checkpoint(checkpoint)
-        return cls(converted_model(checkpoint, quantization), model_config, tokenizer, quantization, kind, index,
-                   options.threads, checkpoint)
+        checked = tuple(dict.fromkeys((*INFERENCE_FILES, *CHECKPOINT_FILES)))  # what the check and the key read
+        roots = conversion_roots(checkpoint)
+        conversion = checked_conversion(roots, checkpoint, quantization, checked)
+        if conversion is None:  # something changed since the last full check, or there was none
+            started = time.time_ns()
+            check_checkpoint(checkpoint)
+            conversion = converted_model(checkpoint, quantization)
+            record_check(conversion.parent, checkpoint, quantization, conversion, checked, started)
+        return cls(conversion, model_config, tokenizer, quantization, kind, index, options.threads, checkpoint)
 
     # ---- the engine interface ---------------------------------------------------------------------------------
     def bind(self, config: SearchConfig) -> SearchConfig:

@@ -18,8 +18,9 @@ band the encoder's attention.
 built once into ``CHECKPOINT/ctranslate2/<quantization>-<key>/`` (or the user cache when the checkpoint's directory
 cannot be written). The key is the sha256 of the files the conversion reads (weights, model.json, tokenizer.json),
 so changed weights get a new conversion and the stale one is removed. Its manifest (kind "ctranslate2
-conversion") records the key, the quantization and each file's sha256, and every load checks them: a damaged,
-partial or foreign conversion is never loaded, it is converted again. A conversion is assembled in a temporary
+conversion") records the key, the quantization and each file's sha256, and every load checks them (or finds, in
+ct2_checked.py's record, that no file changed since they were last checked): a damaged, partial or foreign
+conversion is never loaded, it is converted again. A conversion is assembled in a temporary
 directory and renamed into place: two processes starting at once may both convert, but each loads a whole model
 (the second finds the first one's whole conversion and discards its own). ``vaswani export --format
 ctranslate2`` writes the same conversion (:func:`write_converted_model`) into its output directory.
@@ -225,7 +226,7 @@ def converted_model(checkpoint: Path, quantization: str) -> Path:
     stderr) into the first of the checkpoint's folder and the user cache that can be written."""
     key = checkpoint_key(checkpoint)
     name = f"{quantization}-{key[:16]}"
-    roots = [checkpoint / CONVERTED_DIRECTORY, _cache_root()]
+    roots = conversion_roots(checkpoint)
     problems = []
     for root in roots:
         problem = conversion_problem(root / name, key, quantization)
@@ -308,8 +309,10 @@ def _remove_stale(root: Path, checkpoint: Path, quantization: str, current: str)
         shutil.rmtree(stale, ignore_errors=True)
 
 
-def _cache_root() -> Path:
-    return default_cache_dir() / CONVERTED_DIRECTORY
+def conversion_roots(checkpoint: Path) -> list[Path]:
+    """The folders a conversion of ``checkpoint`` is kept in, in the order they are tried: its own, the user
+    cache."""
+    return [checkpoint / CONVERTED_DIRECTORY, default_cache_dir() / CONVERTED_DIRECTORY]
 
 
 def _writable(root: Path) -> bool:
