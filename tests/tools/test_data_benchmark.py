@@ -66,3 +66,26 @@ def test_bench_data_work_folder_is_checked(tmp_path: Path, data_dir: Path, capsy
     err = capsys.readouterr().err.strip()
     assert code == 2 and "\n" not in err and "--work" in err and "a checkpoint vaswani wrote" in err
     assert sorted(p.name for p in checkpoint.iterdir()) == ["vaswani.json"]
+
+
+def test_rows_of_another_machine_stay_beside_this_ones_each_naming_its_machine(tmp_path: Path, monkeypatch) -> None:
+    import vaswani.tools.data_benchmark as bench
+
+    def row(pairs: int, seconds: float) -> dict:
+        return {"pairs": pairs, "prepare": {"seconds": seconds, "peak_gb": 0.7, "load_before": []},
+                "train": {"first_update_seconds": 9.0, "peak_gb_until_first_update": 1.0, "load_after": []}}
+
+    settings = {"seed": 0, "vocab_size": 300, "max_len": 32}
+    earlier = {"hardware": {"processor": "AMD EPYC", "cpu_count": 2}, "settings": settings,
+               "rows": [row(1000, 1.0), row(2000, 2.0)]}  # written before rows named their machine
+    (tmp_path / bench.RESULTS).write_text(json.dumps(earlier))
+    here = {"command": "vaswani bench data", "git": {"commit": "abc", "dirty": False},
+            "hardware": {"processor": "Intel Xeon", "cpu_count": 2}}
+    monkeypatch.setattr(bench, "provenance", lambda device: here)
+    monkeypatch.setattr(bench, "plot", lambda rows, path: None)
+    bench.write_results(tmp_path, [row(2000, 3.0)], None)
+    rows = json.loads((tmp_path / bench.RESULTS).read_text())["rows"]
+    assert [(r["pairs"], r["machine"], r["prepare"]["seconds"]) for r in rows] == [
+        (1000, "AMD EPYC, 2 cores", 1.0), (2000, "AMD EPYC, 2 cores", 2.0), (2000, "Intel Xeon, 2 cores", 3.0)]
+    table = (tmp_path / bench.TABLE).read_text()
+    assert "| 2,000 | Intel Xeon, 2 cores | 3.0 s |" in table and "| 2,000 | AMD EPYC, 2 cores | 2.0 s |" in table

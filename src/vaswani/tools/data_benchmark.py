@@ -311,24 +311,34 @@ def write_results(out: Path, rows: list[dict[str, Any]], settings: dict[str, Any
     earlier = read_json(out / RESULTS, "benchmark results") if (out / RESULTS).is_file() else {}
     settings = settings if settings is not None else earlier["settings"]
     record = provenance("cpu")
-    kept = {row["pairs"]: row for row in earlier.get("rows", []) if isinstance(row, dict)}
+    # A row is one size on one machine: rows from other machines stay beside this one's, each naming its machine
+    # (a row written without one was measured on the machine that wrote the file it comes from).
+    earlier_machine = machine_of(earlier.get("hardware", {}))
+    kept = {(row["pairs"], row.get("machine", earlier_machine)): {"machine": earlier_machine, **row}
+            for row in earlier.get("rows", []) if isinstance(row, dict)}
     for row in rows:
-        kept[row["pairs"]] = {**row, "command": record["command"], "commit": record["git"].get("commit"),
-                              "dirty": record["git"].get("dirty"), "measured": time.strftime("%Y-%m-%d %H:%M")}
-    results = {**record, "settings": settings, "rows": [kept[pairs] for pairs in sorted(kept)]}
+        kept[(row["pairs"], machine_of(record["hardware"]))] = {
+            **row, "machine": machine_of(record["hardware"]), "command": record["command"],
+            "commit": record["git"].get("commit"), "dirty": record["git"].get("dirty"),
+            "measured": time.strftime("%Y-%m-%d %H:%M")}
+    results = {**record, "settings": settings, "rows": [kept[key] for key in sorted(kept)]}
     atomic_write_json(out / RESULTS, results)
     atomic_write_text(out / TABLE, render_table(results))
     plot(results["rows"], out / PLOT)
 
 
+def machine_of(hardware: dict[str, Any]) -> str:
+    """The processor and its core count, as a row names the machine it was measured on."""
+    return f"{hardware.get('processor', '?')}, {hardware.get('cpu_count', '?')} cores"
+
+
 def render_table(results: dict[str, Any]) -> str:
-    hardware = results.get("hardware", {})
     lines = [
         "# Preparing a corpus at scale, and starting to train on it",
         "",
         f"Synthetic corpus (two Multi30k captions a line, seed {results['settings']['seed']}), vocabulary "
-        f"{results['settings']['vocab_size']:,}, max_len {results['settings']['max_len']}; "
-        f"{hardware.get('processor', '?')}, {hardware.get('cpu_count', '?')} cores. Peak memory: the largest sum "
+        f"{results['settings']['vocab_size']:,}, max_len {results['settings']['max_len']}; each row on the "
+        "machine it names. Peak memory: the largest sum "
         "of the resident set sizes of the command and its workers. CPU: the user and system seconds of `vaswani "
         "prepare` and its workers, which the load of other users does not inflate as it does the wall time (on 2 "
         "idle cores the prepare takes at least half of them). CPU/wall by phase: each phase's CPU seconds "
@@ -336,14 +346,14 @@ def render_table(results: dict[str, Any]) -> str:
         "before the prepare and after the train command: the machine is shared, so a high load slows every "
         "figure in its row.",
         "",
-        "| pairs | prepare | CPU | peak memory | reading | checking | tokenizer | encoding "
+        "| pairs | machine | prepare | CPU | peak memory | reading | checking | tokenizer | encoding "
         "| CPU/wall by phase | first update | peak memory | load before → after | commit |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---|",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---|",
     ]
     for row in results["rows"]:
         prepare, train, phases = row["prepare"], row["train"], row["prepare"].get("phases", {})
         lines.append(
-            f"| {row['pairs']:,} | {prepare['seconds']:.1f} s | "
+            f"| {row['pairs']:,} | {row.get('machine', '?')} | {prepare['seconds']:.1f} s | "
             + (f"{prepare['cpu_seconds']:.1f} s" if "cpu_seconds" in prepare else "–")
             + f" | {prepare['peak_gb']:.2f} GB | "
             + " | ".join(f"{phases[p]:.1f} s" if p in phases else "–" for p in ("reading", "checking", "tokenizer",
