@@ -36,12 +36,12 @@ from vaswani.training import data as training_data
 from vaswani.training import device_choices as choices
 from vaswani.training.budget import early_stopping_counts
 from vaswani.training.callbacks import Callback, LogLine, ReadUpdate, reporting
-from vaswani.training.checkpoint import load_trainer_state, move_link, prune, save_checkpoint
+from vaswani.training.checkpoint import move_link, prune, save_checkpoint
 from vaswani.training.config import RunConfig
 from vaswani.training.distributed import World, init_world, rank_batches, ranks_identical, shutdown
 from vaswani.training.optim import build_optimizer
 from vaswani.training.parent import initial_model
-from vaswani.training.resume import Progress, announce_resume, check_resumable, record_start, restore, trainer_state
+from vaswani.training.resume import Progress, check_resumable, read_resume_state, record_start, restore, trainer_state
 from vaswani.training.schedule import build_scheduler
 from vaswani.training.scoring import validate
 from vaswani.training.signals import StopSignals
@@ -66,9 +66,9 @@ class Trainer:
         self.defer_reads = choices.defers_host_reads(tc.host_sync, self.device)
         self.compile_options = choices.compile_options(tc.compile, tc.cuda_graphs, self.device,
                                                        bool(tc.length_buckets))
-        saved = load_trainer_state(self.run_dir) if resume else None
-        self.resumed_from = saved[0] if saved is not None else None
-        self.changed_settings = check_resumable(config, *saved, announce=self.world.is_main) if saved else {}
+        saved = read_resume_state(self.run_dir) if resume else None
+        self.resumed_from = saved.checkpoint_dir if saved is not None else None
+        self.changed_settings = check_resumable(config, saved, announce=self.world.is_main) if saved else {}
         self.data = training_data.load(config, self.run_dir, self.world, resuming=resume)
         # the data's vocabulary goes into this Trainer's own config; its caller's is left as given
         self.config = config = dataclasses.replace(config, model=dataclasses.replace(
@@ -83,10 +83,8 @@ class Trainer:
                                          elapsed_seconds=lambda: self.progress.elapsed_seconds)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
         if saved is not None:
-            self.progress = Progress(**saved[1]["progress"])  # first: a schedule on the clock reads its time
-            restore(*saved, self.model, self.optimizer, self.scheduler, self.scaler, self.device, self.world.rank)
-            if self.world.is_main:
-                announce_resume(saved[0], self.progress)
+            self.progress = dataclasses.replace(saved.progress)  # first: a schedule on the clock reads its time
+            restore(saved, self.model, self.optimizer, self.scheduler, self.scaler, self.device, self.world.rank)
         # The step of the newest checkpoint this process knows of: a resumed run starts at its checkpoint's.
         self.checkpointed_step: int | None = self.progress.step if saved is not None else None
         if self.world.rank > 0:  # dropout masks differ per rank, as they would across one process's micro-batches
