@@ -3,7 +3,9 @@ config overrides, atomic checkpoints."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import pickle
 
 import pytest
 import torch
@@ -149,6 +151,21 @@ def test_presets_load_and_overrides_are_typed() -> None:
     assert config.model.positions == "rope" and config.train.max_steps == 7
     assert config.train.lr == 3e-4 and config.train.clip_grad_norm is None and config.data.vocab_size == 500
     assert RunConfig.from_dict(config.to_dict()) == config  # the saved config.yaml round-trips
+
+
+def test_a_settled_config_refuses_every_change_and_leaves_the_one_it_came_from_changeable() -> None:
+    config = load_preset("smoke")
+    settled = config.settled()
+    assert settled == config and settled.to_yaml() == config.to_yaml()
+    for section, name in ((settled, "model"), (settled.model, "d_model"), (settled.data, "max_len"),
+                          (settled.train, "lr")):
+        with pytest.raises(dataclasses.FrozenInstanceError, match="settled"):
+            setattr(section, name, getattr(section, name))
+    config.train.lr = 0.5  # the caller's own config is not the settled copy
+    assert settled.train.lr == load_preset("smoke").train.lr
+    changed = dataclasses.replace(settled.train, lr=0.25)  # a changed copy is a new, unsettled config
+    changed.lr = 0.125
+    assert changed.lr == 0.125 and pickle.loads(pickle.dumps(settled)) == settled
 
 
 def test_a_run_config_holding_a_setting_that_configures_nothing_still_loads() -> None:

@@ -3,6 +3,7 @@ bit-exactly, Ctrl-C saves, non-finite losses are skipped, and 2 gloo ranks match
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import math
@@ -377,6 +378,11 @@ def test_a_trainer_writes_nothing_until_it_fits(workdir: Path, monkeypatch) -> N
     assert not run_dir.exists()
     # the caller's config is left as given; the Trainer's own holds the vocabulary the data's tokenizer has
     assert config.to_dict() == given and trainer.config.model.vocab_size == trainer.data.tokenizer.vocab_size
+    # and settled: nothing below the Trainer changes it
+    for section, name in ((trainer.config, "train"), (trainer.config.train, "max_steps"),
+                          (trainer.config.model, "vocab_size"), (trainer.config.data, "data_dir")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(section, name, getattr(section, name))
     trainer.fit()
     assert {"config.yaml", "provenance.jsonl", "tokenizer.json", "metrics.jsonl", "checkpoints"} <= {
         path.name for path in run_dir.iterdir()}

@@ -40,6 +40,7 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False, start_ov
             plan = None
             if fits_to_budget(config) and not resume:  # a resumed run keeps the model it chose
                 config, plan = fit_to_budget(config, run_dir)
+            config = config.settled()  # the corpus and the clock fit are resolved: nothing below changes them
             trainer = Trainer(config, run_dir, resume=resume, callbacks=callbacks)
             summary = trainer.fit()
         except (MemoryError, RuntimeError) as error:
@@ -118,8 +119,8 @@ def fit_to_budget(config: RunConfig, run_dir: Path) -> tuple[RunConfig, BudgetPl
     print(plan.describe(), flush=True)
     chosen = apply_settings(config, plan.settings)
     # at least a few updates' time, even where the measuring took the whole budget
-    chosen.train = dataclasses.replace(chosen.train, max_minutes=max(round(plan.minutes_left, 2), 0.01))
-    return chosen, plan
+    minutes_left = max(round(plan.minutes_left, 2), 0.01)
+    return dataclasses.replace(chosen, train=dataclasses.replace(chosen.train, max_minutes=minutes_left)), plan
 
 
 def memory_settings(config: RunConfig) -> str:

@@ -70,9 +70,9 @@ class Trainer:
         self.resumed_from = saved.checkpoint_dir if saved is not None else None
         self.changed_settings = check_resumable(config, saved, announce=self.world.is_main) if saved else {}
         self.data = training_data.load(config, self.run_dir, self.world, resuming=resume)
-        # the data's vocabulary goes into this Trainer's own config; its caller's is left as given
+        # the data's vocabulary settles this Trainer's own config, which nothing changes; its caller's is left as given
         self.config = config = dataclasses.replace(config, model=dataclasses.replace(
-            config.model, vocab_size=self.data.tokenizer.vocab_size, pad_id=self.data.tokenizer.pad_id))
+            config.model, vocab_size=self.data.tokenizer.vocab_size, pad_id=self.data.tokenizer.pad_id)).settled()
         torch.manual_seed(tc.seed)  # identical initial weights on every rank
         random.seed(tc.seed)
         self.progress = Progress()
