@@ -31,12 +31,11 @@ from vaswani.devices import device_type, resolve_device
 from vaswani.errors import VaswaniError
 from vaswani.evaluation.checkpoint_info import CheckpointMeta, ValidationResult
 from vaswani.precision import resolve_precision
-from vaswani.records import to_json
 from vaswani.training import data as training_data
 from vaswani.training import device_choices as choices
 from vaswani.training.budget import early_stopping_counts
 from vaswani.training.callbacks import Callback, LogLine, ReadUpdate, reporting
-from vaswani.training.checkpoint import move_link, prune, save_checkpoint
+from vaswani.training.checkpoint import point_link_at, prune, save_checkpoint
 from vaswani.training.config import RunConfig
 from vaswani.training.distributed import World, init_world, rank_batches, ranks_identical, shutdown
 from vaswani.training.optim import build_optimizer
@@ -283,10 +282,10 @@ class Trainer:
                                       self.device)
                 checkpoints = self.run_dir / "checkpoints"
                 directory = save_checkpoint(checkpoints, f"step_{step:07d}", self.model, self.data.tokenizer_file,
-                                            state, to_json(meta))
-                move_link(checkpoints, "last", directory)
+                                            state, meta)
+                point_link_at(checkpoints, "last", directory)
                 if reason == "best":
-                    move_link(checkpoints, "best", directory)
+                    point_link_at(checkpoints, "best", directory)
                 prune(checkpoints, self.config.train.keep_checkpoints, around_best=self.config.train.average_last)
             self.world.barrier()
             self.checkpointed_step = self.progress.step
