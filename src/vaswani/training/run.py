@@ -101,8 +101,8 @@ def fit_to_budget(config: RunConfig, run_dir: Path) -> tuple[RunConfig, BudgetPl
         trainer = Trainer(apply_settings(config, list(candidate.settings)), run_dir)
         trainer.callbacks = []  # nothing to report: no run has started
         groups = trainer.epoch_updates(0)
-        mine = (b for group in itertools.cycle(groups) for b in rank_batches(group, tc.grad_accum, 0)[0])
-        batches, next_group = trainer.data.loader(mine, trainer.device), itertools.cycle(groups).__next__
+        own_batches = (b for group in itertools.cycle(groups) for b in rank_batches(group, tc.grad_accum, 0)[0])
+        batches, next_group = trainer.data.loader(own_batches, trainer.device), itertools.cycle(groups).__next__
 
         def step() -> int:
             group = next_group()

@@ -151,8 +151,8 @@ class Trainer:
             first = progress.group_in_epoch
             # this rank's micro-batches for the rest of the epoch, each sent to the device while the one before it
             # computes
-            mine = (b for group in groups[first:] for b in rank_batches(group, tc.grad_accum, self.world.rank)[0])
-            batches = self.data.loader(mine, self.device)
+            own = (b for group in groups[first:] for b in rank_batches(group, tc.grad_accum, self.world.rank)[0])
+            batches = self.data.loader(own, self.device)
             for index in range(first, len(groups)):
                 if self.signals.received is not None:
                     return Stop.INTERRUPTED
