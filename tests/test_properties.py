@@ -218,6 +218,7 @@ def test_a_damaged_checkpoint_loads_or_is_refused(tiny_checkpoint: Path, tmp_pat
 def trainer_state(tmp_path_factory) -> Path:
     import torch
 
+    from vaswani.evaluation.checkpoint_info import CheckpointMeta
     from vaswani.model import Transformer
     from vaswani.training.checkpoint import save_checkpoint
 
@@ -230,7 +231,8 @@ def trainer_state(tmp_path_factory) -> Path:
     state = {"optimizer": optimizer, "scheduler": {"last_epoch": 3}, "progress": {"step": 3},
              "rng": {"torch": torch.get_rng_state(), "python": [3, list(range(625)), None]},
              "config_yaml": "model: {}\n"}
-    return save_checkpoint(root / "checkpoints", "step_0000001", model, root / "tokenizer.json", state, {})
+    meta = CheckpointMeta(step=3, epoch=0, reason="periodic", best_metric=None)
+    return save_checkpoint(root / "checkpoints", "step_0000001", model, root / "tokenizer.json", state, meta)
 
 
 @FEW

@@ -48,8 +48,24 @@ class Limit:
         return " and ".join(part for part in (low, high) if part)
 
 
+class Settles:
+    """A config section that :func:`settle` freezes: once a run's settings are resolved, assigning to a field of
+    its config raises ``dataclasses.FrozenInstanceError``; ``dataclasses.replace`` still makes a changed copy."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self.__dict__.get("_settled"):
+            raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}: this config is settled")
+        object.__setattr__(self, name, value)
+
+
+def settle(*sections: Settles) -> None:
+    """Freeze these config sections in place (see :class:`Settles`)."""
+    for section in sections:
+        object.__setattr__(section, "_settled", True)
+
+
 @dataclass
-class ModelConfig:
+class ModelConfig(Settles):
     vocab_size: int = 50_000  # one vocabulary shared by source and target (shared BPE)
     d_model: int = 512
     n_heads: int = 8

@@ -154,6 +154,29 @@ def test_a_machine_too_slow_keeps_the_presets_model_and_a_resume_keeps_it_withou
     assert resumed.scale_up is None and resumed.step >= summary.step
 
 
+def test_the_trainer_gets_the_config_the_clock_fit_chose_settled(in_workdir, monkeypatch) -> None:
+    import dataclasses
+
+    from vaswani.training import run
+    from vaswani.training.config import apply_settings, load_preset
+
+    class Handed(Exception):
+        pass
+
+    def trainer(config, run_dir, resume=False, callbacks=()):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            config.train.max_minutes = 1.0
+        raise Handed(config)
+
+    monkeypatch.setattr(run, "fit_to_budget", lambda config, run_dir: (apply_settings(config, ["model.d_ff=192"]),
+                                                                     None))
+    monkeypatch.setattr(run, "Trainer", trainer)
+    config = apply_settings(load_preset("smoke"), [*TINY_RUN, "train.max_epochs=1", "train.max_minutes=10"])
+    with pytest.raises(Handed) as handed:
+        run.train(config, in_workdir / "run")
+    assert handed.value.args[0].model.d_ff == 192 and config.model.d_ff != 192  # the caller's config as given
+
+
 def test_the_rule_applies_only_with_a_budget_and_a_wrong_entry_is_named_in_one_line() -> None:
     from vaswani.errors import ConfigError
     from vaswani.training.config import apply_settings, load_preset

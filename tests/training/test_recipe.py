@@ -3,7 +3,9 @@ config overrides, atomic checkpoints."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import pickle
 
 import pytest
 import torch
@@ -11,8 +13,9 @@ import torch.nn as nn
 
 from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError
+from vaswani.evaluation.checkpoint_info import CheckpointMeta
 from vaswani.model import Transformer
-from vaswani.training.checkpoint import move_link, save_checkpoint
+from vaswani.training.checkpoint import point_link_at, save_checkpoint
 from vaswani.training.config import RunConfig, TrainConfig, apply_settings, load_preset, preset_names
 from vaswani.training.loss import translation_loss
 from vaswani.training.optim import build_optimizer, parameter_groups
@@ -151,6 +154,21 @@ def test_presets_load_and_overrides_are_typed() -> None:
     assert RunConfig.from_dict(config.to_dict()) == config  # the saved config.yaml round-trips
 
 
+def test_a_settled_config_refuses_every_change_and_leaves_the_one_it_came_from_changeable() -> None:
+    config = load_preset("smoke")
+    settled = config.settled()
+    assert settled == config and settled.to_yaml() == config.to_yaml()
+    for section, name in ((settled, "model"), (settled.model, "d_model"), (settled.data, "max_len"),
+                          (settled.train, "lr")):
+        with pytest.raises(dataclasses.FrozenInstanceError, match="settled"):
+            setattr(section, name, getattr(section, name))
+    config.train.lr = 0.5  # the caller's own config is not the settled copy
+    assert settled.train.lr == load_preset("smoke").train.lr
+    changed = dataclasses.replace(settled.train, lr=0.25)  # a changed copy is a new, unsettled config
+    changed.lr = 0.125
+    assert changed.lr == 0.125 and pickle.loads(pickle.dumps(settled)) == settled
+
+
 def test_a_run_config_holding_a_setting_that_configures_nothing_still_loads() -> None:
     saved = load_preset("smoke").to_dict()
     saved["train"]["num_workers"] = 4  # the config.yaml of a run that set it
@@ -170,13 +188,17 @@ def test_unknown_or_invalid_settings_are_named(setting: str, message: str) -> No
         apply_settings(load_preset("smoke"), [setting])
 
 
+def _meta(step: int) -> CheckpointMeta:
+    return CheckpointMeta(step=step, epoch=0, reason="periodic", best_metric=None)
+
+
 def test_checkpoints_are_complete_or_absent(tmp_path, monkeypatch) -> None:
     model = Transformer(ModelConfig.preset("tiny"))
     tokenizer = tmp_path / "tokenizer.json"
     tokenizer.write_text("{}")
     checkpoints = tmp_path / "checkpoints"
-    first = save_checkpoint(checkpoints, "step_0000001", model, tokenizer, {"x": torch.ones(2)}, {"step": 1})
-    move_link(checkpoints, "last", first)
+    first = save_checkpoint(checkpoints, "step_0000001", model, tokenizer, {"x": torch.ones(2)}, _meta(1))
+    point_link_at(checkpoints, "last", first)
 
     # a crash in the middle of writing the next checkpoint (here: while saving the trainer state)
     def crash(*args, **kwargs):
@@ -184,7 +206,7 @@ def test_checkpoints_are_complete_or_absent(tmp_path, monkeypatch) -> None:
 
     monkeypatch.setattr(torch, "save", crash)
     with pytest.raises(OSError):
-        save_checkpoint(checkpoints, "step_0000002", model, tokenizer, {"x": torch.ones(2)}, {"step": 2})
+        save_checkpoint(checkpoints, "step_0000002", model, tokenizer, {"x": torch.ones(2)}, _meta(2))
     assert not (checkpoints / "step_0000002").exists()
     assert os.readlink(checkpoints / "last") == "step_0000001"
     assert sorted(p.name for p in (checkpoints / "last").iterdir()) == [
@@ -204,7 +226,7 @@ def test_trainer_state_is_loaded_without_executing_code(tmp_path) -> None:
     model = Transformer(ModelConfig.preset("tiny"))
     tokenizer = tmp_path / "tokenizer.json"
     tokenizer.write_text("{}")
-    directory = save_checkpoint(tmp_path / "checkpoints", "step_0000001", model, tokenizer, {"ok": 1}, {})
+    directory = save_checkpoint(tmp_path / "checkpoints", "step_0000001", model, tokenizer, {"ok": 1}, _meta(1))
     torch.save({"payload": Evil()}, directory / "trainer_state.pt")
     with pytest.raises(VaswaniError, match=r"trainer_state.pt: [\d,]+ bytes, but .*vaswani.json says vaswani wrote"):
         load_trainer_state(directory)  # not the file the checkpoint was written with

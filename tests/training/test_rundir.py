@@ -9,8 +9,9 @@ import pytest
 
 from vaswani.config import ModelConfig
 from vaswani.errors import VaswaniError
+from vaswani.evaluation.checkpoint_info import CheckpointMeta
 from vaswani.model import Transformer
-from vaswani.training.checkpoint import latest_checkpoint, load_trainer_state, move_link, save_checkpoint
+from vaswani.training.checkpoint import latest_checkpoint, load_trainer_state, point_link_at, save_checkpoint
 from vaswani.training.metrics import read_metrics
 
 
@@ -26,10 +27,15 @@ def _state(step: int) -> dict:
     return {"optimizer": {}, "scheduler": {}, "progress": {"step": step}, "rng": {}, "config_yaml": ""}
 
 
+def _meta(step: int, reason: str = "periodic") -> CheckpointMeta:
+    return CheckpointMeta(step=step, epoch=0, reason=reason, best_metric=None)
+
+
 def test_resume_finds_the_newest_complete_checkpoint_when_last_dangles(checkpoints) -> None:
     directory, model, tokenizer = checkpoints
     for step in (2, 4):
-        move_link(directory, "last", save_checkpoint(directory, f"step_{step:07d}", model, tokenizer, _state(step), {}))
+        saved = save_checkpoint(directory, f"step_{step:07d}", model, tokenizer, _state(step), _meta(step))
+        point_link_at(directory, "last", saved)
     (directory / "step_0000006").mkdir()  # a step the kill left without its files
     os.remove(directory / "last")
     os.symlink("step_0000009", directory / "last")  # dangling: Path.exists() is False
@@ -40,8 +46,8 @@ def test_resume_finds_the_newest_complete_checkpoint_when_last_dangles(checkpoin
 
 def test_a_step_saved_twice_is_replaced_by_renames_and_never_half_deleted(checkpoints, monkeypatch) -> None:
     directory, model, tokenizer = checkpoints
-    first = save_checkpoint(directory, "step_0000002", model, tokenizer, _state(2), {"reason": "periodic"})
-    move_link(directory, "last", first)
+    first = save_checkpoint(directory, "step_0000002", model, tokenizer, _state(2), _meta(2, "periodic"))
+    point_link_at(directory, "last", first)
 
     # killed between the two renames: the old copy is aside under a name resume still finds
     real_replace = os.replace
@@ -55,12 +61,12 @@ def test_a_step_saved_twice_is_replaced_by_renames_and_never_half_deleted(checkp
 
     monkeypatch.setattr(os, "replace", replace_then_die)
     with pytest.raises(KeyboardInterrupt):
-        save_checkpoint(directory, "step_0000002", model, tokenizer, _state(2), {"reason": "eval"})
+        save_checkpoint(directory, "step_0000002", model, tokenizer, _state(2), _meta(2, "eval"))
     monkeypatch.setattr(os, "replace", real_replace)
     assert calls == [("step_0000002", ".replaced-step_0000002")]
     assert latest_checkpoint(directory) == directory / ".replaced-step_0000002"
     # the save done again completes and removes the copy
-    save_checkpoint(directory, "step_0000002", model, tokenizer, _state(2), {"reason": "eval"})
+    save_checkpoint(directory, "step_0000002", model, tokenizer, _state(2), _meta(2, "eval"))
     assert latest_checkpoint(directory) == directory / "step_0000002"
     assert not (directory / ".replaced-step_0000002").exists()
 

@@ -3,6 +3,7 @@ bit-exactly, Ctrl-C saves, non-finite losses are skipped, and 2 gloo ranks match
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import math
@@ -155,7 +156,7 @@ write = trainer.save_checkpoint
 
 def write_with_a_signal(checkpoints, name, model, tokenizer_file, state, meta):
     os.kill(os.getpid(), stop_signal)
-    if meta["reason"] == "interrupt":
+    if meta.reason == "interrupt":
         time.sleep(save_seconds)
     return write(checkpoints, name, model, tokenizer_file, state, meta)
 
@@ -377,6 +378,11 @@ def test_a_trainer_writes_nothing_until_it_fits(workdir: Path, monkeypatch) -> N
     assert not run_dir.exists()
     # the caller's config is left as given; the Trainer's own holds the vocabulary the data's tokenizer has
     assert config.to_dict() == given and trainer.config.model.vocab_size == trainer.data.tokenizer.vocab_size
+    # and settled: nothing below the Trainer changes it
+    for section, name in ((trainer.config, "train"), (trainer.config.train, "max_steps"),
+                          (trainer.config.model, "vocab_size"), (trainer.config.data, "data_dir")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(section, name, getattr(section, name))
     trainer.fit()
     assert {"config.yaml", "provenance.jsonl", "tokenizer.json", "metrics.jsonl", "checkpoints"} <= {
         path.name for path in run_dir.iterdir()}
@@ -454,10 +460,11 @@ def test_the_gpu_preset_runs_on_a_cpu_with_its_time_limits(workdir: Path, monkey
     from vaswani.training.run import train
 
     preset = load_preset("multi30k-gpu")
-    tc = preset.train
-    assert (tc.length_buckets, tc.cuda_graphs, tc.host_sync, tc.final_model) == (5, True, "auto", True)
-    assert tc.max_minutes + tc.final_max_minutes <= 9  # the rest of 10 minutes: preparation and the test scores
-    assert tc.decay_on_clock and tc.schedule == "cosine"
+    training = preset.train
+    assert (training.length_buckets, training.cuda_graphs, training.host_sync, training.final_model) == (
+        5, True, "auto", True)
+    assert training.max_minutes + training.final_max_minutes <= 9  # the rest of 10 minutes: preparation and test scores
+    assert training.decay_on_clock and training.schedule == "cosine"
 
     class Shapes(Callback):
         def on_update_start(self, trainer) -> None:

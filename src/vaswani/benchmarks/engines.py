@@ -186,13 +186,13 @@ def _report(stamp: dict[str, Any], args: argparse.Namespace, checkpoint: Path, s
             sentences: int) -> dict[str, Any]:
     rows = []
     for name in commands:
-        mine = [r["seconds"] for r in runs if r["command"] == name]
+        seconds = [r["seconds"] for r in runs if r["command"] == name]
         start_up = statistics.median(r["start_up_seconds"] for r in runs if r["command"] == name)
-        median = statistics.median(mine)
+        median = statistics.median(seconds)
         quantization = None if name.endswith("torch") else name.rsplit(" ", 1)[-1]
         rows.append({"command": name, "bare": name.startswith("bare"), "quantization": quantization,
                      "seconds": median, "sentences_per_s": sentences / median,
-                     "sentences_per_s_min": sentences / max(mine), "sentences_per_s_max": sentences / min(mine),
+                     "sentences_per_s_min": sentences / max(seconds), "sentences_per_s_max": sentences / min(seconds),
                      "start_up_seconds": start_up, "bleu": bleu[name]})
     by = {row["command"]: row for row in rows}
     torch_row = by.get("vaswani translate, torch")

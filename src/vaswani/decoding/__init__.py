@@ -9,7 +9,7 @@ engines that run them, and a text-to-text :class:`Translator`.
     torch_engine.py TorchEngine: our model and search.py, the readable reference
     ct2_model.py    the checkpoint converted to CTranslate2, built once next to it (export reuses it)
     ct2_engine.py   CTranslate2Engine: the converted model, float32 or quantized, with the same outputs
-    stand_in.py     TransformerStandIn: the base of the stand-ins below (a model behind the same decoding interface)
+    delegating_model.py DelegatingModel: a model behind the same decoding interface, the base of the two below
     reference.py    UncachedModel: the same interface recomputing the whole prefix (tests, benchmark)
     compiled.py     CompiledDecoder: the same interface with the decoding step compiled by torch.compile
     ensemble.py     Ensemble: several models searched as one, log-probs averaged per step, a cache each

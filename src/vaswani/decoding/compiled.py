@@ -24,7 +24,7 @@ from typing import Callable
 
 import torch
 
-from vaswani.decoding.stand_in import TransformerStandIn
+from vaswani.decoding.delegating_model import DelegatingModel
 from vaswani.errors import VaswaniError
 from vaswani.model.transformer import DecoderState, Transformer
 
@@ -42,7 +42,7 @@ def require_cpp_compiler(device: torch.device) -> None:
                            "install one (e.g. apt-get install g++) or leave out `compile`")
 
 
-class CompiledDecoder(TransformerStandIn):
+class CompiledDecoder(DelegatingModel):
     """``model`` with its decoding step compiled; searched exactly like the model itself.
 
     ``backend`` is torch.compile's ("inductor" generates fused kernels; "aot_eager" only traces, which tests use

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from vaswani.decoding.stand_in import TransformerStandIn
+from vaswani.decoding.delegating_model import DelegatingModel
 from vaswani.model.transformer import Transformer
 
 
@@ -33,7 +33,7 @@ class PrefixState:
         return self.reorder(rows)  # the obviously correct reorder: every tensor, every step
 
 
-class UncachedModel(TransformerStandIn):
+class UncachedModel(DelegatingModel):
     """Wrap a Transformer so every decoding step recomputes the whole prefix.
 
     ``reencode=True`` (the default) also reruns the encoder every step, exactly ``model(src, prefix)``;

@@ -64,9 +64,9 @@ def summarise(test: LoadTest) -> Summary:
     levels = sorted({run.clients for run in test.runs})
     rows = []
     for level in levels:
-        mine = {mode: [r for r in test.runs if r.server == mode and r.clients == level] for mode in MODES}
-        batched, alone = row("batching", level, mine["batching"]), row("no batching", level, mine["no batching"])
-        ratios = sorted(a.per_s / b.per_s for a in mine["batching"] for b in mine["no batching"]
+        runs = {mode: [r for r in test.runs if r.server == mode and r.clients == level] for mode in MODES}
+        batched, alone = row("batching", level, runs["batching"]), row("no batching", level, runs["no batching"])
+        ratios = sorted(a.per_s / b.per_s for a in runs["batching"] for b in runs["no batching"]
                         if a.repeat == b.repeat and b.per_s > 0)
         if ratios:
             batched.ratio, batched.ratio_range = statistics.median(ratios), (ratios[0], ratios[-1])
@@ -76,12 +76,12 @@ def summarise(test: LoadTest) -> Summary:
     in_order = {name: rate for name, rate in bare.items() if name.endswith("in arrival order")}
     layout_rows = []
     for name in test.setup.get("layouts", []):
-        mine = [r for r in test.layout_runs if r.server == name]
-        if mine:
-            layout_row = row(name, mine[0].clients, mine)
+        runs = [r for r in test.layout_runs if r.server == name]
+        if runs:
+            layout_row = row(name, runs[0].clients, runs)
             if bare:
                 best = max((in_order or bare).values())  # a server's ceiling: the sentences as they arrive
-                per_repeat = sorted(r.per_s / best for r in mine)
+                per_repeat = sorted(r.per_s / best for r in runs)
                 layout_row.ratio, layout_row.ratio_range = layout_row.sentences_per_s / best, (per_repeat[0],
                                                                                               per_repeat[-1])
             layout_rows.append(layout_row)
@@ -280,12 +280,12 @@ def plot(rows: list[Row], path: Path) -> None:
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6))
     for mode, marker in zip(MODES, ("o", "s")):
-        mine = [r for r in rows if r.server == mode]
-        levels = [r.clients for r in mine]
-        left.plot(levels, [r.sentences_per_s for r in mine], marker=marker, label=mode)
-        left.fill_between(levels, [r.sentences_per_s_min for r in mine], [r.sentences_per_s_max for r in mine],
+        runs = [r for r in rows if r.server == mode]
+        levels = [r.clients for r in runs]
+        left.plot(levels, [r.sentences_per_s for r in runs], marker=marker, label=mode)
+        left.fill_between(levels, [r.sentences_per_s_min for r in runs], [r.sentences_per_s_max for r in runs],
                           alpha=0.2)
-        right.plot(levels, [(r.p95_ms or 0) / 1000 for r in mine], marker=marker, label=mode)
+        right.plot(levels, [(r.p95_ms or 0) / 1000 for r in runs], marker=marker, label=mode)
     levels = sorted({r.clients for r in rows})
     for axis, label in ((left, "sentences / s"), (right, "p95 latency (s)")):
         axis.set_xscale("log", base=2)

@@ -233,10 +233,10 @@ class Printer(Callback):
         print(message + (" *" if trainer.progress.evals_without_improvement == 0 else ""), file=sys.stderr)
 
     def on_fit_end(self, trainer: Trainer, summary: RunSummary | None) -> None:
-        tc = trainer.config.train
+        training = trainer.config.train
         if summary is not None and summary.stop_reason is Stop.EARLY_STOP:
-            print(f"early stopping: no improvement of {tc.early_stopping_metric} for {tc.patience} evaluations",
-                  file=sys.stderr)
+            print(f"early stopping: no improvement of {training.early_stopping_metric} for {training.patience} "
+                  "evaluations", file=sys.stderr)
         if summary is not None and summary.stop_reason is Stop.INTERRUPTED:
             print(f"interrupted by {summary.signal}: saved a checkpoint at step {summary.step}; continue with "
                   "--resume", file=sys.stderr)

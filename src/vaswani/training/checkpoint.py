@@ -27,10 +27,9 @@ from typing import Any
 import torch
 
 from vaswani.errors import VaswaniError
-from vaswani.evaluation.checkpoint_info import META_FILE
+from vaswani.evaluation.checkpoint_info import META_FILE, CheckpointMeta
 from vaswani.io import (
     atomic_symlink,
-    atomic_write_json,
     install_directory,
     read_manifest,
     staging_directory,
@@ -40,6 +39,7 @@ from vaswani.io import (
 )
 from vaswani.model import Transformer
 from vaswani.model.serialization import CHECKPOINT_KIND, check_checkpoint, resolve_checkpoint, save_model
+from vaswani.records import write_record
 
 STATE_FILE = "trainer_state.pt"
 CHECKPOINT_FILES = ("model.safetensors", "model.json", "tokenizer.json", STATE_FILE, META_FILE)
@@ -52,9 +52,10 @@ def save_checkpoint(
     model: Transformer,
     tokenizer_file: Path,
     state: dict[str, Any],
-    meta: dict[str, Any],
+    meta: CheckpointMeta,
 ) -> Path:
-    """Write checkpoint ``name`` (e.g. ``step_000600``) atomically and return its directory. Its manifest is
+    """Write checkpoint ``name`` (e.g. ``step_000600``) with the trainer state ``state`` (resume.trainer_state) and
+    ``meta`` as its meta.json, atomically, and return its directory. Its manifest is
     written last, so a directory with one is complete. A write the machine refuses (a full disk) is one
     EnvironmentFault naming the file, and leaves no staging directory behind."""
     final = checkpoints_dir / name
@@ -63,9 +64,9 @@ def save_checkpoint(
         with staging_reported_as(staging, final), write_faults_named(staging):
             with write_faults_named(staging / STATE_FILE):
                 torch.save(state, staging / STATE_FILE)
-            atomic_write_json(staging / META_FILE, meta)
+            write_record(staging / META_FILE, meta)
             save_model(model, staging, tokenizer_file)
-            write_manifest(staging, CHECKPOINT_KIND, {"step": meta.get("step")})
+            write_manifest(staging, CHECKPOINT_KIND, {"step": meta.step})
         with write_faults_named(final):
             # Re-saving the same step (an evaluation right after a periodic save, an interrupt) moves the old one
             # aside by a rename, never deletes it in place: `last` may point to it, and until the new one is in
@@ -76,7 +77,7 @@ def save_checkpoint(
     return final
 
 
-def move_link(checkpoints_dir: Path, link: str, target: Path) -> None:
+def point_link_at(checkpoints_dir: Path, link: str, target: Path) -> None:
     """Atomically make ``checkpoints/<link>`` a relative symlink to ``target``."""
     atomic_symlink(checkpoints_dir / link, target.name)
 

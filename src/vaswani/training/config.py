@@ -10,6 +10,7 @@ preset that the other ``model`` keys then override::
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import re
 from dataclasses import dataclass, field
@@ -24,8 +25,10 @@ from vaswani.config import (
     Limit,
     ModelConfig,
     Precision,
+    Settles,
     apply_overrides,
     parse_settings,
+    settle,
     validate_settings,
 )
 from vaswani.data.files import TRAIN, VALID, FileCorpus, FileSplit, file_part
@@ -40,7 +43,7 @@ from vaswani.training.file_settings import file_parts, named_parts, one_part
 
 
 @dataclass
-class DataConfig:
+class DataConfig(Settles):
     SECTION = "data"
     dataset: str = "multi30k"  # a registered dataset, or "local": the user's files below
     direction: str = "de-en"  # SOURCE-TARGET language codes (fr-en); a registered dataset offers de-en and en-de
@@ -129,7 +132,7 @@ class DataConfig:
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(Settles):
     SECTION = "train"
     seed: int = 0
     # batches
@@ -255,7 +258,7 @@ class TrainConfig:
 
 
 @dataclass
-class RunConfig:
+class RunConfig(Settles):
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -289,6 +292,12 @@ class RunConfig:
                 dataset.resolve_split(split)
             except DataError as error:
                 raise ConfigError(f"{setting}: {error}", field=setting) from None
+
+    def settled(self) -> "RunConfig":
+        """A copy nothing changes, once a run's corpus, clock fit and vocabulary are resolved: assigning raises."""
+        frozen = copy.deepcopy(self)
+        settle(frozen.model, frozen.data, frozen.train, frozen)
+        return frozen
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -167,7 +167,7 @@ def load(config: RunConfig, run_dir: Path, world: World, resuming: bool = False)
     from a parent (``train.init_from``, training/parent.py) prepares it with the parent's tokenizer. The run
     directory records the corpus (``corpus.json``: each file's path, line count and sha256); a run that
     recorded another one is refused."""
-    dc, tc = config.data, config.train
+    dc, training = config.data, config.train
     parent = parent_of(config, resuming)
     tokenizer_file = run_tokenizer(config, run_dir, parent)
     files = dc.files()
@@ -187,7 +187,7 @@ def load(config: RunConfig, run_dir: Path, world: World, resuming: bool = False)
     if world.is_main:
         if files is not None and (run_dir / CORPUS_RECORD).is_file():  # a run resumed: before anything is prepared
             check_files_unchanged(run_dir, files)
-        prepared = prepare(tc.progress)
+        prepared = prepare(training.progress)
     world.barrier()
     if not world.is_main:
         prepared = prepare(False)  # everything is cached now: this only loads
@@ -199,23 +199,25 @@ def load(config: RunConfig, run_dir: Path, world: World, resuming: bool = False)
     else:
         corpus = None
     train, valid = prepared.splits["train"], prepared.splits[valid_split]
-    if tc.length_buckets:
+    if training.length_buckets:
         longest_valid = int(np.maximum(valid.src_lengths, valid.tgt_lengths).max()) + 1
-        lengths = bucket_lengths(np.maximum(train.src_lengths, train.tgt_lengths) + 1, tc.length_buckets,
+        lengths = bucket_lengths(np.maximum(train.src_lengths, train.tgt_lengths) + 1, training.length_buckets,
                                  longest=longest_valid)
         sampler: TokenBudgetSampler | BucketSampler = BucketSampler(
-            train.src_lengths, train.tgt_lengths, tc.max_tokens, lengths, seed=tc.seed, shuffle=True)
+            train.src_lengths, train.tgt_lengths, training.max_tokens, lengths, seed=training.seed, shuffle=True)
         valid_sampler: TokenBudgetSampler | BucketSampler = BucketSampler(
-            valid.src_lengths, valid.tgt_lengths, tc.max_tokens, lengths, shuffle=False)
+            valid.src_lengths, valid.tgt_lengths, training.max_tokens, lengths, shuffle=False)
     elif dc.train_weights:
         weights = np.asarray(dc.train_weights, dtype=np.float64)[part_of_pair(files.train, prepared.files[TRAIN],
                                                                               train.line_index)]
-        sampler = WeightedSampler(train.src_lengths, train.tgt_lengths, weights, tc.max_tokens, seed=tc.seed)
-        valid_sampler = TokenBudgetSampler(valid.src_lengths, valid.tgt_lengths, tc.max_tokens, shuffle=False)
+        sampler = WeightedSampler(train.src_lengths, train.tgt_lengths, weights, training.max_tokens,
+                                  seed=training.seed)
+        valid_sampler = TokenBudgetSampler(valid.src_lengths, valid.tgt_lengths, training.max_tokens, shuffle=False)
     else:
-        sampler = TokenBudgetSampler(train.src_lengths, train.tgt_lengths, tc.max_tokens, seed=tc.seed, shuffle=True)
-        valid_sampler = TokenBudgetSampler(valid.src_lengths, valid.tgt_lengths, tc.max_tokens, shuffle=False)
-    splitter = (SubwordSplitter.for_tokenizer(prepared.tokenizer, dc.subword_split, tc.seed, dc.max_len - 1)
+        sampler = TokenBudgetSampler(train.src_lengths, train.tgt_lengths, training.max_tokens, seed=training.seed,
+                                     shuffle=True)
+        valid_sampler = TokenBudgetSampler(valid.src_lengths, valid.tgt_lengths, training.max_tokens, shuffle=False)
+    splitter = (SubwordSplitter.for_tokenizer(prepared.tokenizer, dc.subword_split, training.seed, dc.max_len - 1)
                 if dc.subword_split else None)
     source_tags = None
     if any(dc.train_tags):

@@ -88,35 +88,35 @@ def decoding_batches(device: torch.device) -> dict[str, int]:
     return {}
 
 
-def check_threads(tc: TrainConfig) -> None:
+def check_threads(training: TrainConfig) -> None:
     """Refuse, in one line and before the run directory is touched, a ``train.num_threads`` above the cores
     this process may use: each thread is a pool thread with its own stack, so a count far past them ends
     inside the thread library (libgomp: out of memory) rather than training any faster."""
     cores = usable_cores()
-    if tc.num_threads is not None and tc.num_threads > cores:
-        raise ConfigError(f"train.num_threads={tc.num_threads}: more than the {cores} core(s) this process "
+    if training.num_threads is not None and training.num_threads > cores:
+        raise ConfigError(f"train.num_threads={training.num_threads}: more than the {cores} core(s) this process "
                           f"may use; give at most {cores}, or leave it unset (one thread per core)",
                           field="train.num_threads")
 
 
-def set_up_process(tc: TrainConfig, device: torch.device) -> None:
+def set_up_process(training: TrainConfig, device: torch.device) -> None:
     """The process-wide settings a run asks for: torch's CPU threads, keeping freed CPU memory for reuse
     (devices.reuse_freed_memory), deterministic algorithms."""
-    if tc.num_threads:
-        torch.set_num_threads(tc.num_threads)
-    if device.type == "cpu" and tc.reuse_freed_memory:
+    if training.num_threads:
+        torch.set_num_threads(training.num_threads)
+    if device.type == "cpu" and training.reuse_freed_memory:
         reuse_freed_memory()
-    if tc.deterministic:
+    if training.deterministic:
         torch.use_deterministic_algorithms(True)
 
 
-def training_module(model: torch.nn.Module, tc: TrainConfig, device: torch.device, compiled: dict[str, Any] | None,
-                    distributed: bool, batch_shapes: int = 0) -> torch.nn.Module:
+def training_module(model: torch.nn.Module, training: TrainConfig, device: torch.device,
+                    compiled: dict[str, Any] | None, distributed: bool, batch_shapes: int = 0) -> torch.nn.Module:
     """The module a training step calls: the model inside its loss (over all positions or the gathered ones, as
     :func:`loss_over_all_positions` chooses), compiled with ``compiled`` (:func:`compile_options`; None: eager) and
     wrapped by DDP on several ranks. ``batch_shapes``: how many shapes length buckets give the batches."""
     all_positions = loss_over_all_positions(device, compiled=compiled is not None)
-    module: torch.nn.Module = TranslationLoss(model, tc.label_smoothing, all_positions=all_positions)
+    module: torch.nn.Module = TranslationLoss(model, training.label_smoothing, all_positions=all_positions)
     if compiled is not None:
         if batch_shapes:  # one graph per batch shape: none may fall back to eager for want of room
             limit = recompile_limit(batch_shapes)

@@ -51,9 +51,9 @@ def rank_batches(group: list[list[int]], grad_accum: int, rank: int) -> tuple[li
     """This rank's micro-batches of an update's ``group`` (rank r takes r·accum … r·accum+accum-1) and their
     weights. The last group of an epoch may be short: a rank without a batch of its own still runs the collective
     backward passes, on the group's first batch with weight 0."""
-    mine = group[rank * grad_accum : (rank + 1) * grad_accum]
-    weights = [1.0] * len(mine) + [0.0] * (grad_accum - len(mine))
-    return mine + [group[0]] * (grad_accum - len(mine)), weights
+    own = group[rank * grad_accum : (rank + 1) * grad_accum]
+    weights = [1.0] * len(own) + [0.0] * (grad_accum - len(own))
+    return own + [group[0]] * (grad_accum - len(own)), weights
 
 
 def ranks_identical(model: torch.nn.Module) -> bool:

@@ -72,21 +72,21 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
     ``checkpoints/final/selection.json``)."""
     started = time.perf_counter()
     checkpoints = Path(run_dir) / "checkpoints"
-    dc, tc = config.data, config.train
+    dc, training = config.data, config.train
     valid_split = valid_split_name(config)
-    texts = split_texts(config, [valid_split, *tc.final_test_splits], Path(run_dir))
+    texts = split_texts(config, [valid_split, *training.final_test_splits], Path(run_dir))
     valid = texts[valid_split]
-    sources, references = valid.source[: tc.final_valid_sentences], valid.target[: tc.final_valid_sentences]
+    sources, references = valid.source[: training.final_valid_sentences], valid.target[: training.final_valid_sentences]
     staging = staging_directory(checkpoints / FINAL, name=f".tmp-{FINAL}-{os.getpid()}")
     batches = decoding_batches(device)
     on_device = EngineOptions(device=str(device))  # the torch engine
     # train.final_max_minutes: once spent, the candidates and searches not yet scored are left out
-    deadline = started + 60 * tc.final_max_minutes if tc.final_max_minutes else float("inf")
+    deadline = started + 60 * training.final_max_minutes if training.final_max_minutes else float("inf")
     cut_short = False
     try:
         weights: list[Candidate] = []
         directories: dict[str, Path] = {}
-        for name, (directory, steps) in _candidates(checkpoints, tc.average_last, staging).items():
+        for name, (directory, steps) in _candidates(checkpoints, training.average_last, staging).items():
             if weights and time.perf_counter() > deadline:
                 cut_short = True
                 break
@@ -98,8 +98,8 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
         chosen = max(weights, key=lambda candidate: candidate.greedy_valid.bleu)  # ties: the earlier, simpler one
 
         searches = [SearchConfig(beam_size=1, precision=precision)] + [
-            SearchConfig(beam_size=tc.final_beam, length_norm="power", alpha=alpha, precision=precision)
-            for alpha in tc.final_alphas]
+            SearchConfig(beam_size=training.final_beam, length_norm="power", alpha=alpha, precision=precision)
+            for alpha in training.final_alphas]
         tried: list[SearchTried] = []
         chosen_model = Translator.load(directories[chosen.weights], searches[0], on_device)  # searched often
         for search in searches:
@@ -117,7 +117,7 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
         assembled = _assemble(directories[chosen.weights], staging, search)
         if time.perf_counter() > deadline:
             cut_short = True
-            quantization = Quantization(None, reason=f"train.final_max_minutes={tc.final_max_minutes:g} ran out")
+            quantization = Quantization(None, reason=f"train.final_max_minutes={training.final_max_minutes:g} ran out")
         else:
             quantization = choose_quantization(assembled, search, sources, references)
         if quantization.chosen is not None:
@@ -128,7 +128,7 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
 
     translator = Translator.load(final, search, on_device, **batches)
     tests: dict[str, TestSetScores] = {}
-    for split in tc.final_test_splits:
+    for split in training.final_test_splits:
         corpus = texts[split]
         test_set = TestSet(f"{dc.dataset}-{split}", corpus.source, corpus.target)
         folder = final / EVALUATIONS_FOLDER / check_name(test_set.name, "train.final_test_splits")
@@ -143,7 +143,7 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
                           languages=parse_direction(dc.direction).to_dict(), parent_validation=forgetting)
     selection.write(final)
     if cut_short:
-        _say(f"final model: train.final_max_minutes={tc.final_max_minutes:g} ran out; chosen among the "
+        _say(f"final model: train.final_max_minutes={training.final_max_minutes:g} ran out; chosen among the "
              f"{len(weights)} weights and {len(tried)} searches scored by then")
     _say(f"final model: {chosen.weights}, {best_search.search} (chosen on {valid_split}: BLEU "
          f"{best_search.valid.bleu:.2f}) -> {final}")

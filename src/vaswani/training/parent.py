@@ -104,10 +104,10 @@ def check_same_model(model: ModelConfig, parent: Parent) -> None:
         name = field.name
         if name in TUNABLE_MODEL_SETTINGS or name in SET_BY_THE_TOKENIZER:
             continue
-        mine, theirs = getattr(model, name), getattr(parent.model, name)
-        if mine != theirs:
-            raise ConfigError(f"model.{name}={mine!r}: a run initialised from {parent.checkpoint} keeps that "
-                              f"model ({name}={theirs!r} in its model.json); leave the setting out (only "
+        run_value, parent_value = getattr(model, name), getattr(parent.model, name)
+        if run_value != parent_value:
+            raise ConfigError(f"model.{name}={run_value!r}: a run initialised from {parent.checkpoint} keeps that "
+                              f"model ({name}={parent_value!r} in its model.json); leave the setting out (only "
                               f"{', '.join(TUNABLE_MODEL_SETTINGS)} may change)", field=f"model.{name}")
 
 

@@ -69,23 +69,48 @@ def trainer_state(progress: Progress, optimizer: torch.optim.Optimizer,
     }
 
 
-def restore(checkpoint_dir: Path, state: dict[str, Any], model: Transformer, optimizer: torch.optim.Optimizer,
+@dataclass(frozen=True)
+class ResumeState:
+    """A checkpoint's ``trainer_state.pt``, read once: where it lies, the run's progress and config saved with it,
+    and the states :func:`restore` loads back."""
+
+    checkpoint_dir: Path
+    progress: Progress
+    config: RunConfig
+    optimizer: dict[str, Any]
+    scheduler: dict[str, Any]
+    scaler: dict[str, Any]
+    rng: dict[str, Any]
+
+
+def read_resume_state(path: str | Path) -> ResumeState:
+    """The trainer state of ``path``'s latest checkpoint (``path`` a run directory) or of the checkpoint ``path``."""
+    checkpoint_dir, state = load_trainer_state(path)
+    source = f"{checkpoint_dir}/{STATE_FILE}"
+    config = RunConfig.from_dict(parse_yaml(state["config_yaml"], source, "run's settings"), source=source)
+    return ResumeState(checkpoint_dir, Progress(**state["progress"]), config, state["optimizer"],
+                       state["scheduler"], state["scaler"], state["rng"])
+
+
+def restore(saved: ResumeState, model: Transformer, optimizer: torch.optim.Optimizer,
             scheduler: torch.optim.lr_scheduler.LambdaLR, scaler: torch.amp.GradScaler, device: torch.device,
             rank: int) -> None:
     """Load a checkpoint's weights and trainer state into a run built from its config. The caller sets the run's
-    progress first: a schedule on the clock reads its elapsed time here."""
-    load_weights(model, checkpoint_dir / "model.safetensors", device)
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])  # restores the step count, keeps this run's schedule
+    progress first: a schedule on the clock reads its elapsed time here. Rank 0 says where the run continues."""
+    load_weights(model, saved.checkpoint_dir / "model.safetensors", device)
+    optimizer.load_state_dict(saved.optimizer)
+    scheduler.load_state_dict(saved.scheduler)  # restores the step count, keeps this run's schedule
     # Recompute the current lr from *this* run's schedule: identical when unchanged (bit-exact resume), and an
     # explicitly changed schedule (--set train.lr_factor=...) takes effect from the first resumed update.
     for group, base, schedule in zip(optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas):
         group["lr"] = base * schedule(scheduler.last_epoch)
-    scaler.load_state_dict(state["scaler"])
-    torch.set_rng_state(state["rng"]["torch"])
-    if device.type == "cuda" and state["rng"].get("cuda") is not None:
-        torch.cuda.set_rng_state(state["rng"]["cuda"][min(rank, len(state["rng"]["cuda"]) - 1)])
-    random.setstate(_python_rng_from(state["rng"]["python"]))
+    scaler.load_state_dict(saved.scaler)
+    torch.set_rng_state(saved.rng["torch"])
+    if device.type == "cuda" and saved.rng.get("cuda") is not None:
+        torch.cuda.set_rng_state(saved.rng["cuda"][min(rank, len(saved.rng["cuda"]) - 1)])
+    random.setstate(_python_rng_from(saved.rng["python"]))
+    if rank == 0:
+        announce_resume(saved.checkpoint_dir, saved.progress)
 
 
 def announce_resume(checkpoint_dir: Path, progress: Progress) -> None:
@@ -93,10 +118,10 @@ def announce_resume(checkpoint_dir: Path, progress: Progress) -> None:
           f"{progress.group_in_epoch} of the epoch)", file=sys.stderr)
 
 
-def check_resumable(config: RunConfig, checkpoint_dir: Path, state: dict[str, Any], announce: bool) -> Changes:
+def check_resumable(config: RunConfig, state: ResumeState, announce: bool) -> Changes:
     """Refuse a resume that would change the model or the data under the checkpoint; return the training settings
     that differ from the run's saved ones (printed when ``announce``)."""
-    saved = config_of(checkpoint_dir, state)
+    saved = state.config
     if _without_data_dir(config.data) != _without_data_dir(saved.data):
         raise VaswaniError("`resume` cannot change data settings; start a new run directory instead")
     changed_model = sorted(key for key, value in config.model.to_dict().items()
@@ -133,13 +158,7 @@ def resumed_config(run_dir: str | Path, settings: Sequence[str] = ()) -> RunConf
     ``section.key=value`` settings given now (what ``vaswani train --resume --set ...`` passes)."""
     if latest_checkpoint(Path(run_dir) / "checkpoints") is None:
         check_start(Path(run_dir), resume=True, start_over=False)  # names what the directory holds instead
-    checkpoint_dir, state = load_trainer_state(run_dir)
-    return apply_settings(config_of(checkpoint_dir, state), list(settings))
-
-
-def config_of(checkpoint_dir: Path, state: dict[str, Any]) -> RunConfig:
-    source = f"{checkpoint_dir}/{STATE_FILE}"
-    return RunConfig.from_dict(parse_yaml(state["config_yaml"], source, "run's settings"), source=source)
+    return apply_settings(read_resume_state(run_dir).config, list(settings))
 
 
 def _without_data_dir(data: DataConfig) -> DataConfig:
@@ -155,5 +174,5 @@ def _python_rng_from(state: list) -> tuple:
     return (state[0], tuple(state[1]), state[2])
 
 
-__all__ = ["Changes", "Progress", "announce_resume", "check_resumable", "config_of", "record_start", "restore",
-           "resumed_config", "trainer_state"]
+__all__ = ["Changes", "Progress", "ResumeState", "announce_resume", "check_resumable", "read_resume_state",
+           "record_start", "restore", "resumed_config", "trainer_state"]

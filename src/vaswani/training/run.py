@@ -40,6 +40,7 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False, start_ov
             plan = None
             if fits_to_budget(config) and not resume:  # a resumed run keeps the model it chose
                 config, plan = fit_to_budget(config, run_dir)
+            config = config.settled()  # the corpus and the clock fit are resolved: nothing below changes them
             trainer = Trainer(config, run_dir, resume=resume, callbacks=callbacks)
             summary = trainer.fit()
         except (MemoryError, RuntimeError) as error:
@@ -67,24 +68,24 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False, start_ov
 def unused_budget(config: RunConfig, summary: RunSummary) -> tuple[float | None, str | None]:
     """The minutes of ``train.max_minutes`` a run left unused, and why: the clock fit chooses the largest model
     that completes its epochs in the budget, so a fast machine may finish them, or stop early, with time to spare."""
-    tc = config.train
-    if tc.max_minutes is None or summary.stop_reason not in (Stop.MAX_EPOCHS, Stop.EARLY_STOP):
+    training = config.train
+    if training.max_minutes is None or summary.stop_reason not in (Stop.MAX_EPOCHS, Stop.EARLY_STOP):
         return None, None
-    unused = round(tc.max_minutes - summary.minutes, 1)
+    unused = round(training.max_minutes - summary.minutes, 1)
     if unused < 1:
         return None, None
     if summary.stop_reason is Stop.EARLY_STOP:
-        return unused, (f"early stopping: the validation loss did not improve for {tc.patience} evaluations once "
+        return unused, (f"early stopping: the validation loss did not improve for {training.patience} evaluations once "
                         "the learning rate was low")
-    larger = (", and no larger model of train.scale_up_models completes them in the time" if tc.scale_up_models
+    larger = (", and no larger model of train.scale_up_models completes them in the time" if training.scale_up_models
               else "")
-    return unused, f"its {tc.max_epochs} epochs (train.max_epochs) were done{larger}"
+    return unused, f"its {training.max_epochs} epochs (train.max_epochs) were done{larger}"
 
 
 def fits_to_budget(config: RunConfig) -> bool:
     """Whether a new run of ``config`` chooses its model by the clock: models to choose from, and a budget."""
-    tc = config.train
-    return bool(tc.scale_up_models) and tc.max_minutes is not None and tc.max_epochs is not None
+    training = config.train
+    return bool(training.scale_up_models) and training.max_minutes is not None and training.max_epochs is not None
 
 
 def fit_to_budget(config: RunConfig, run_dir: Path) -> tuple[RunConfig, BudgetPlan]:
@@ -94,39 +95,39 @@ def fit_to_budget(config: RunConfig, run_dir: Path) -> tuple[RunConfig, BudgetPl
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise ConfigError("train.scale_up_models measures one process; under torchrun set the model yourself "
                           "(train.scale_up_models=)", field="train.scale_up_models")
-    tc, clock_started = config.train, time.perf_counter()
+    training, clock_started = config.train, time.perf_counter()
 
     def measure(candidate: Candidate) -> tuple[float, int]:
         trainer = Trainer(apply_settings(config, list(candidate.settings)), run_dir)
         trainer.callbacks = []  # nothing to report: no run has started
         groups = trainer.epoch_updates(0)
-        mine = (b for group in itertools.cycle(groups) for b in rank_batches(group, tc.grad_accum, 0)[0])
-        batches, next_group = trainer.data.loader(mine, trainer.device), itertools.cycle(groups).__next__
+        own_batches = (b for group in itertools.cycle(groups) for b in rank_batches(group, training.grad_accum, 0)[0])
+        batches, next_group = trainer.data.loader(own_batches, trainer.device), itertools.cycle(groups).__next__
 
         def step() -> int:
             group = next_group()
             trainer.update(group, batches)
             return sum(trainer.data.target_tokens(b) for b in group)
 
-        rate = tokens_per_second(step, tc.scale_up_probe_seconds)
+        rate = tokens_per_second(step, training.scale_up_probe_seconds)
         return rate, sum(trainer.data.target_tokens(b) for b in trainer.data.epoch_batches(0))
 
     def seconds_left() -> float:
-        return 60 * tc.max_minutes - (time.perf_counter() - clock_started)
+        return 60 * training.max_minutes - (time.perf_counter() - clock_started)
 
-    plan = plan_for_budget(candidates(tc.scale_up_models), measure, seconds_left, tc.max_epochs)
+    plan = plan_for_budget(candidates(training.scale_up_models), measure, seconds_left, training.max_epochs)
     print(plan.describe(), flush=True)
     chosen = apply_settings(config, plan.settings)
     # at least a few updates' time, even where the measuring took the whole budget
-    chosen.train = dataclasses.replace(chosen.train, max_minutes=max(round(plan.minutes_left, 2), 0.01))
-    return chosen, plan
+    minutes_left = max(round(plan.minutes_left, 2), 0.01)
+    return dataclasses.replace(chosen, train=dataclasses.replace(chosen.train, max_minutes=minutes_left)), plan
 
 
 def memory_settings(config: RunConfig) -> str:
     """What sizes a training step's memory, with this run's values."""
-    tc, model = config.train, config.model
-    return (f"train.max_tokens={tc.max_tokens} (and raise train.grad_accum={tc.grad_accum} to keep the tokens per "
-            f"update), data.max_len={config.data.max_len} or the model (model.d_model={model.d_model}, "
+    training, model = config.train, config.model
+    return (f"train.max_tokens={training.max_tokens} (and raise train.grad_accum={training.grad_accum} to keep the "
+            f"tokens per update), data.max_len={config.data.max_len} or the model (model.d_model={model.d_model}, "
             f"model.d_ff={model.d_ff}, model.n_encoder_layers={model.n_encoder_layers}, "
             f"model.n_decoder_layers={model.n_decoder_layers})")
 

@@ -31,17 +31,16 @@ from vaswani.devices import device_type, resolve_device
 from vaswani.errors import VaswaniError
 from vaswani.evaluation.checkpoint_info import CheckpointMeta, ValidationResult
 from vaswani.precision import resolve_precision
-from vaswani.records import to_json
 from vaswani.training import data as training_data
 from vaswani.training import device_choices as choices
 from vaswani.training.budget import early_stopping_counts
 from vaswani.training.callbacks import Callback, LogLine, ReadUpdate, reporting
-from vaswani.training.checkpoint import load_trainer_state, move_link, prune, save_checkpoint
+from vaswani.training.checkpoint import point_link_at, prune, save_checkpoint
 from vaswani.training.config import RunConfig
 from vaswani.training.distributed import World, init_world, rank_batches, ranks_identical, shutdown
 from vaswani.training.optim import build_optimizer
 from vaswani.training.parent import initial_model
-from vaswani.training.resume import Progress, announce_resume, check_resumable, record_start, restore, trainer_state
+from vaswani.training.resume import Progress, check_resumable, read_resume_state, record_start, restore, trainer_state
 from vaswani.training.schedule import build_scheduler
 from vaswani.training.scoring import validate
 from vaswani.training.signals import StopSignals
@@ -57,44 +56,42 @@ class Trainer:
 
     def __init__(self, config: RunConfig, run_dir: str | Path, resume: bool = False, world: World | None = None,
                  callbacks: Sequence[Callback] = ()):
-        self.run_dir, self.config, tc = Path(run_dir), config, config.train
-        self.world = world or init_world(device_type(tc.device))
-        self.device = resolve_device(tc.device, self.world.local_rank)
-        choices.set_up_process(tc, self.device)
-        self.precision = resolve_precision(tc.precision, self.device)
+        self.run_dir, self.config, training = Path(run_dir), config, config.train
+        self.world = world or init_world(device_type(training.device))
+        self.device = resolve_device(training.device, self.world.local_rank)
+        choices.set_up_process(training, self.device)
+        self.precision = resolve_precision(training.precision, self.device)
         # Device-dependent choices (training/device_choices.py) come before any work: a refusal then costs nothing
-        self.defer_reads = choices.defers_host_reads(tc.host_sync, self.device)
-        self.compile_options = choices.compile_options(tc.compile, tc.cuda_graphs, self.device,
-                                                       bool(tc.length_buckets))
-        saved = load_trainer_state(self.run_dir) if resume else None
-        self.resumed_from = saved[0] if saved is not None else None
-        self.changed_settings = check_resumable(config, *saved, announce=self.world.is_main) if saved else {}
+        self.defer_reads = choices.defers_host_reads(training.host_sync, self.device)
+        self.compile_options = choices.compile_options(training.compile, training.cuda_graphs, self.device,
+                                                       bool(training.length_buckets))
+        saved = read_resume_state(self.run_dir) if resume else None
+        self.resumed_from = saved.checkpoint_dir if saved is not None else None
+        self.changed_settings = check_resumable(config, saved, announce=self.world.is_main) if saved else {}
         self.data = training_data.load(config, self.run_dir, self.world, resuming=resume)
-        # the data's vocabulary goes into this Trainer's own config; its caller's is left as given
+        # the data's vocabulary settles this Trainer's own config, which nothing changes; its caller's is left as given
         self.config = config = dataclasses.replace(config, model=dataclasses.replace(
-            config.model, vocab_size=self.data.tokenizer.vocab_size, pad_id=self.data.tokenizer.pad_id))
-        torch.manual_seed(tc.seed)  # identical initial weights on every rank
-        random.seed(tc.seed)
+            config.model, vocab_size=self.data.tokenizer.vocab_size, pad_id=self.data.tokenizer.pad_id)).settled()
+        torch.manual_seed(training.seed)  # identical initial weights on every rank
+        random.seed(training.seed)
         self.progress = Progress()
-        self.model = initial_model(config.model, self.data.parent, tc.freeze, self.device)
-        self.optimizer = build_optimizer(self.model, tc, self.device)
+        self.model = initial_model(config.model, self.data.parent, training.freeze, self.device)
+        self.optimizer = build_optimizer(self.model, training, self.device)
         self.total_steps = self._planned_steps()
-        self.scheduler = build_scheduler(self.optimizer, tc, config.model.d_model, self.total_steps,
+        self.scheduler = build_scheduler(self.optimizer, training, config.model.d_model, self.total_steps,
                                          elapsed_seconds=lambda: self.progress.elapsed_seconds)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
         if saved is not None:
-            self.progress = Progress(**saved[1]["progress"])  # first: a schedule on the clock reads its time
-            restore(*saved, self.model, self.optimizer, self.scheduler, self.scaler, self.device, self.world.rank)
-            if self.world.is_main:
-                announce_resume(saved[0], self.progress)
+            self.progress = dataclasses.replace(saved.progress)  # first: a schedule on the clock reads its time
+            restore(saved, self.model, self.optimizer, self.scheduler, self.scaler, self.device, self.world.rank)
         # The step of the newest checkpoint this process knows of: a resumed run starts at its checkpoint's.
         self.checkpointed_step: int | None = self.progress.step if saved is not None else None
         if self.world.rank > 0:  # dropout masks differ per rank, as they would across one process's micro-batches
-            torch.manual_seed(tc.seed + 1000 * self.world.rank + self.progress.step)
-        self.loss_model = choices.training_module(self.model, tc, self.device, self.compile_options,
+            torch.manual_seed(training.seed + 1000 * self.world.rank + self.progress.step)
+        self.loss_model = choices.training_module(self.model, training, self.device, self.compile_options,
                                                   self.world.distributed, batch_shapes=len(self.data.sampler.shapes())
-                                                  if tc.length_buckets else 0)
-        self.callbacks = [*(reporting(tc.progress) if self.world.is_main else []), *callbacks]
+                                                  if training.length_buckets else 0)
+        self.callbacks = [*(reporting(training.progress) if self.world.is_main else []), *callbacks]
         self.signals = StopSignals()
         # Updates whose results the host has not read yet: with deferred reads they wait for a log step, an
         # evaluation, a checkpoint or the end.
@@ -110,10 +107,10 @@ class Trainer:
         return round(self.progress.step / max(self.steps_per_epoch, 1), 3)
 
     def _planned_steps(self) -> int | None:
-        tc = self.config.train
-        candidates = [tc.max_steps] if tc.max_steps else []
-        if tc.max_epochs:
-            candidates.append(self.steps_per_epoch * tc.max_epochs)
+        training = self.config.train
+        candidates = [training.max_steps] if training.max_steps else []
+        if training.max_epochs:
+            candidates.append(self.steps_per_epoch * training.max_epochs)
         return min(candidates) if candidates else None
 
     # ---- the loop ----------------------------------------------------------------------------------------------
@@ -148,18 +145,18 @@ class Trainer:
         """Epochs of updates. After each: read the results not read yet (after every update, or only where one is
         logged, saved or evaluated: ``self.defer_reads``), log, save when a periodic save is due, evaluate (and
         save) when an evaluation is due or the run is about to stop, then stop if a limit was reached."""
-        tc, progress = self.config.train, self.progress
-        while tc.max_epochs is None or progress.epoch < tc.max_epochs:
+        training, progress = self.config.train, self.progress
+        while training.max_epochs is None or progress.epoch < training.max_epochs:
             groups = self.epoch_updates(progress.epoch)
             first = progress.group_in_epoch
             # this rank's micro-batches for the rest of the epoch, each sent to the device while the one before it
             # computes
-            mine = (b for group in groups[first:] for b in rank_batches(group, tc.grad_accum, self.world.rank)[0])
-            batches = self.data.loader(mine, self.device)
+            own = (b for group in groups[first:] for b in rank_batches(group, training.grad_accum, self.world.rank)[0])
+            batches = self.data.loader(own, self.device)
             for index in range(first, len(groups)):
                 if self.signals.received is not None:
                     return Stop.INTERRUPTED
-                if tc.max_steps is not None and progress.step >= tc.max_steps:  # resumed after its last update
+                if training.max_steps is not None and progress.step >= training.max_steps:  # resumed past its end
                     return Stop.MAX_STEPS
                 step_before = progress.step
                 self.update(groups[index], batches)
@@ -169,8 +166,8 @@ class Trainer:
                 progress.group_in_epoch = 0 if end_of_epoch else index + 1
                 progress.epoch += end_of_epoch
                 stop = self._limit_reached()
-                log_due = counted and progress.step % tc.log_every_steps == 0
-                save_due = counted and bool(tc.save_every_steps) and progress.step % tc.save_every_steps == 0
+                log_due = counted and progress.step % training.log_every_steps == 0
+                save_due = counted and bool(training.save_every_steps) and not progress.step % training.save_every_steps
                 evaluation_due = self._evaluation_due(counted, end_of_epoch, stopping=stop is not None)
                 if not self.defer_reads or log_due or save_due or evaluation_due or stop is not None:
                     self._read_updates()  # with deferred reads, the only places the host waits for the device
@@ -185,12 +182,12 @@ class Trainer:
         return Stop.MAX_EPOCHS  # a run resumed after its last epoch: nothing left to do
 
     def _limit_reached(self) -> Stop | None:
-        tc = self.config.train
-        if tc.max_steps is not None and self.progress.step >= tc.max_steps:
+        training = self.config.train
+        if training.max_steps is not None and self.progress.step >= training.max_steps:
             return Stop.MAX_STEPS
-        if tc.max_minutes is not None and self.progress.elapsed_seconds >= 60 * tc.max_minutes:
+        if training.max_minutes is not None and self.progress.elapsed_seconds >= 60 * training.max_minutes:
             return Stop.MAX_MINUTES
-        if tc.max_epochs is not None and self.progress.epoch >= tc.max_epochs:
+        if training.max_epochs is not None and self.progress.epoch >= training.max_epochs:
             return Stop.MAX_EPOCHS
         return None
 
@@ -215,12 +212,12 @@ class Trainer:
         at once, a non-finite update is skipped and not counted; with deferred reads every update counts, and a
         skipped one is accounted for when it is read (:meth:`_read_updates`)."""
         self._notify("on_update_start")
-        tc = self.config.train
-        micro_batches, weights = rank_batches(group, tc.grad_accum, self.world.rank)
+        training = self.config.train
+        micro_batches, weights = rank_batches(group, training.grad_accum, self.world.rank)
         result = train_step(
             self.loss_model, self.optimizer, itertools.islice(batches, len(micro_batches)),
             tokens=sum(self.data.target_tokens(b) for b in group), precision=self.precision,
-            clip_grad_norm=tc.clip_grad_norm, scaler=self.scaler, scheduler=self.scheduler, weights=weights,
+            clip_grad_norm=training.clip_grad_norm, scaler=self.scaler, scheduler=self.scheduler, weights=weights,
             world=self.world, defer_reads=self.defer_reads,
         )
         self._unread.append((self.progress.step + 1, group, result))
@@ -256,20 +253,20 @@ class Trainer:
 
     def _evaluate_and_checkpoint(self) -> bool:
         """Validate, count it for early stopping, save a checkpoint; True when early stopping's patience is spent."""
-        tc, progress = self.config.train, self.progress
+        training, progress = self.config.train, self.progress
         self._notify("on_evaluation_start")
-        result = validate(self.model, self.data, self.device, self.precision, bleu_subset=tc.bleu_subset,
-                          label_smoothing=tc.label_smoothing)
-        metric = result.loss if tc.early_stopping_metric == "val_loss" else -(result.bleu or 0.0)
+        result = validate(self.model, self.data, self.device, self.precision, bleu_subset=training.bleu_subset,
+                          label_smoothing=training.label_smoothing)
+        metric = result.loss if training.early_stopping_metric == "val_loss" else -(result.bleu or 0.0)
         improved = progress.best_metric is None or metric < progress.best_metric
         progress.best_metric = metric if improved else progress.best_metric
         # a clock-driven rate that is still high stalls the metric without the model being done (training/budget.py)
-        counts = early_stopping_counts(tc.decay_on_clock, self.optimizer.param_groups[0]["lr"], tc.lr)
+        counts = early_stopping_counts(training.decay_on_clock, self.optimizer.param_groups[0]["lr"], training.lr)
         progress.evals_without_improvement = 0 if improved else progress.evals_without_improvement + counts
         self._validated = (progress.step, result)
         self._notify("on_evaluation", result)
         self._checkpoint("best" if improved else "eval")
-        return tc.patience is not None and progress.evals_without_improvement >= tc.patience
+        return training.patience is not None and progress.evals_without_improvement >= training.patience
 
     def _checkpoint(self, reason: str) -> None:
         """Write a checkpoint of the current step: the main rank writes, every rank waits for it, and a stop signal
@@ -285,10 +282,10 @@ class Trainer:
                                       self.device)
                 checkpoints = self.run_dir / "checkpoints"
                 directory = save_checkpoint(checkpoints, f"step_{step:07d}", self.model, self.data.tokenizer_file,
-                                            state, to_json(meta))
-                move_link(checkpoints, "last", directory)
+                                            state, meta)
+                point_link_at(checkpoints, "last", directory)
                 if reason == "best":
-                    move_link(checkpoints, "best", directory)
+                    point_link_at(checkpoints, "best", directory)
                 prune(checkpoints, self.config.train.keep_checkpoints, around_best=self.config.train.average_last)
             self.world.barrier()
             self.checkpointed_step = self.progress.step

@@ -1,6 +1,6 @@
-"""The base of every stand-in for a Transformer in a search (the uncached reference, the compiled step): the model
-behind it, its config, its train/eval mode passed through, and by default the model's own incremental decoding — a
-subclass overrides only the step it changes."""
+"""The base of every object a search runs in place of a Transformer (the uncached reference, the compiled step): it
+delegates to the model behind it (its config, its train/eval mode and by default its own incremental decoding), and
+a subclass overrides only the step it changes."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 from vaswani.model.transformer import Transformer
 
 
-class TransformerStandIn:
+class DelegatingModel:
     def __init__(self, model: Transformer):
         self.model = model
         self.config = model.config
@@ -20,11 +20,11 @@ class TransformerStandIn:
     def training(self) -> bool:
         return self.model.training
 
-    def eval(self) -> "TransformerStandIn":
+    def eval(self) -> "DelegatingModel":
         self.model.eval()
         return self
 
-    def train(self, mode: bool = True) -> "TransformerStandIn":
+    def train(self, mode: bool = True) -> "DelegatingModel":
         self.model.train(mode)
         return self
 
