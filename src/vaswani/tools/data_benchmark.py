@@ -313,12 +313,14 @@ def write_results(out: Path, rows: list[dict[str, Any]], settings: dict[str, Any
     record = provenance("cpu")
     # A row is one size on one machine: rows from other machines stay beside this one's, each naming its machine
     # (a row written without one was measured on the machine that wrote the file it comes from).
-    earlier_machine = machine_of(earlier.get("hardware", {}))
+    earlier_hardware = earlier.get("hardware", {})
+    earlier_machine = machine_of(earlier_hardware.get("processor"), earlier_hardware.get("cpu_count"))
+    machine = machine_of(record["hardware"].get("processor"), record["hardware"].get("cpu_count"))
     kept = {(row["pairs"], row.get("machine", earlier_machine)): {"machine": earlier_machine, **row}
             for row in earlier.get("rows", []) if isinstance(row, dict)}
     for row in rows:
-        kept[(row["pairs"], machine_of(record["hardware"]))] = {
-            **row, "machine": machine_of(record["hardware"]), "command": record["command"],
+        kept[(row["pairs"], machine)] = {
+            **row, "machine": machine, "command": record["command"],
             "commit": record["git"].get("commit"), "dirty": record["git"].get("dirty"),
             "measured": time.strftime("%Y-%m-%d %H:%M")}
     results = {**record, "settings": settings, "rows": [kept[key] for key in sorted(kept)]}
@@ -327,9 +329,9 @@ def write_results(out: Path, rows: list[dict[str, Any]], settings: dict[str, Any
     plot(results["rows"], out / PLOT)
 
 
-def machine_of(hardware: dict[str, Any]) -> str:
+def machine_of(processor: str | None, cores: int | None) -> str:
     """The processor and its core count, as a row names the machine it was measured on."""
-    return f"{hardware.get('processor', '?')}, {hardware.get('cpu_count', '?')} cores"
+    return f"{processor or '?'}, {cores or '?'} cores"
 
 
 def render_table(results: dict[str, Any]) -> str:
