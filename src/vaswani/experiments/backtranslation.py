@@ -37,7 +37,13 @@ from vaswani.experiments.reporting import (
     pyplot,
     write_results,
 )
-from vaswani.experiments.variants import RunVariant, add_runs_arguments, load_final_model, train_variants
+from vaswani.experiments.variants import (
+    RunVariant,
+    add_runs_arguments,
+    checked_runs_dir,
+    load_final_model,
+    train_variants,
+)
 from vaswani.io import atomic_write_text
 
 RECIPE, SMOKE_RECIPE = "multi30k-cpu", "smoke"
@@ -131,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
     extra = [*STUDY_SETTINGS, *(SMOKE_SETTINGS if args.smoke else ()), *args.settings]
     if args.jobs > 1:
         extra.append("train.num_threads=1")
-    runs_dir = (args.runs_dir or Path("runs") / "experiments" / "backtranslation").absolute()
+    runs_dir = checked_runs_dir((args.runs_dir or Path("runs") / "experiments" / "backtranslation").absolute(),
+                                "backtranslation")
     (runs_dir / "data").mkdir(parents=True, exist_ok=True)
     files, tests = write_study_files(runs_dir / "data", args.data_dir, args.smoke)
     valid_de, valid_en = files.path("val", "de"), files.path("val", "en")

@@ -30,7 +30,13 @@ from vaswani.experiments.reporting import (
     pyplot,
     write_results,
 )
-from vaswani.experiments.variants import RunVariant, add_runs_arguments, load_final_model, train_variants
+from vaswani.experiments.variants import (
+    RunVariant,
+    add_runs_arguments,
+    checked_runs_dir,
+    load_final_model,
+    train_variants,
+)
 
 TEACHER, STUDENT = "multi30k-cpu", "multi30k-student"
 TEACHER_SETTINGS = WIDTHS["d256"]
@@ -75,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
     extra = [*STUDY_SETTINGS, *(SMOKE_SETTINGS if args.smoke else ()), *args.settings]
     if args.jobs > 1:
         extra.append("train.num_threads=1")
-    runs_dir = (args.runs_dir or Path("runs") / "experiments" / "distillation").absolute()
+    runs_dir = checked_runs_dir((args.runs_dir or Path("runs") / "experiments" / "distillation").absolute(),
+                                "distillation")
     data = runs_dir / "data"
     data.mkdir(parents=True, exist_ok=True)
     limit = SMOKE_PAIRS if args.smoke else None

@@ -35,8 +35,7 @@ from vaswani.experiments.reporting import (
     pyplot,
     write_results,
 )
-from vaswani.experiments.variants import RunVariant, add_runs_arguments, train_variants
-from vaswani.io import check_output
+from vaswani.experiments.variants import RunVariant, add_runs_arguments, checked_runs_dir, train_variants
 
 RECIPE, SMOKE_RECIPE = "multi30k-cpu", "smoke"
 NEWS_YEARS = ("news-test2008", "newstest2009", "newstest2010", "newstest2011", "newstest2012", "newstest2013",
@@ -116,10 +115,9 @@ def run(args: argparse.Namespace) -> int:
     from vaswani.training.parent import find_parent
 
     device = resolve_device(args.device)
-    runs_dir = args.runs_dir or Path("runs") / "experiments" / "fine-tuning"
     # where the runs go is checked before what they read: a wrong destination is named first, as in every study
-    check_output(runs_dir, command="experiment fine-tuning", writes="files", option="--runs-dir",
-                 inputs=[args.parent])
+    runs_dir = checked_runs_dir(args.runs_dir or Path("runs") / "experiments" / "fine-tuning", "fine-tuning",
+                                [args.parent])
     data_dir = args.data_dir or default_data_dir()
     if data_dir is None:
         raise ConfigError("this study reads the WMT news test sets from the data folder: pass --data-dir DIR or set "

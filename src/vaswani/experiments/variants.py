@@ -28,7 +28,7 @@ from vaswani.arguments import add_settings_argument, ranged
 from vaswani.config import MAX_COUNT, MAX_THREADS
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.errors import VaswaniError
-from vaswani.io import read_yaml
+from vaswani.io import check_output, read_yaml
 from vaswani.training.config import RunConfig, apply_settings, load_preset
 from vaswani.training.metrics import METRICS_FILE, read_metrics
 from vaswani.training.run import train
@@ -86,6 +86,12 @@ def _state(run_dir: Path, expected: dict[str, Any]) -> str:
     if (run_dir / SUMMARY_FILE).is_file() and not _ended_by_signal(run_dir):
         return "done"
     return "partial" if (run_dir / "checkpoints" / "last").exists() else "empty"
+
+
+def checked_runs_dir(runs_dir: Path, experiment: str, inputs: Sequence[Path | None] = ()) -> Path:
+    """``runs_dir`` once the output rule allows it (before a study writes its data or runs there)."""
+    check_output(runs_dir, command=f"experiment {experiment}", writes="files", option="--runs-dir", inputs=inputs)
+    return runs_dir
 
 
 def run_config(recipe: str, variant: RunVariant, data_dir: Path | None, extra: Sequence[str]) -> RunConfig:
