@@ -13,7 +13,7 @@ from vaswani.experiments.variants import variant_config
 
 def test_each_condition_trains_what_its_name_says(data_dir: Path) -> None:
     files = news_files(data_dir, smoke=False)
-    variants = {v.name: v for v in condition_variants(CONDITIONS, Path("/parent"), files, epochs=5)}
+    variants = {v.name: v for v in condition_variants(CONDITIONS, Path("/parent"), files, 5, Path("runs"))}
     assert set(variants) == set(CONDITIONS)  # a given parent is not trained
     configs = {name: variant_config("multi30k-cpu", variant, STUDY_SETTINGS) for name, variant in variants.items()}
     tuned, decoder = configs["fine-tuned"], configs["fine-tuned-decoder"]
@@ -25,7 +25,7 @@ def test_each_condition_trains_what_its_name_says(data_dir: Path) -> None:
     mixed = configs["mixed"]["data"]
     assert mixed["train_files"][0][0].endswith("multi30k/train.de.gz") and len(mixed["train_files"]) == 9
     assert mixed["train_weights"] == [1.0] + [2.0] * 8
-    assert "parent" in {v.name for v in condition_variants(["fine-tuned"], None, files, 5)}
+    assert "parent" in {v.name for v in condition_variants(["fine-tuned"], None, files, 5, Path("runs"))}
 
 
 def test_a_smoke_study_fine_tunes_its_parent_and_scores_every_model_on_the_same_sets(tmp_path, data_dir,

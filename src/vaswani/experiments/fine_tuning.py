@@ -87,14 +87,15 @@ def news_files(data_dir: Path, smoke: bool) -> dict[str, str]:
             "multi30k": f"{data_dir / 'multi30k/train.de.gz'},{data_dir / 'multi30k/train.en.gz'}"}
 
 
-def condition_variants(conditions: Sequence[str], parent: Path | None, files: dict[str, str],
-                       epochs: int) -> list[RunVariant]:
+def condition_variants(conditions: Sequence[str], parent: Path | None, files: dict[str, str], epochs: int,
+                       runs_dir: Path) -> list[RunVariant]:
+    """The runs of ``conditions``, led by the parent's own when none is given (trained in ``runs_dir``)."""
     news = ("data.dataset=local", f"data.train_files={files['train']}", f"data.valid_files={files['valid']}")
     parts = len(files["train"].split(";"))
     variants = []
     if parent is None:
         variants.append(RunVariant("parent", "parent: the recipe on Multi30k", ()))
-    parent_dir = "{runs_dir}/parent" if parent is None else str(parent)
+    parent_dir = runs_dir / "parent" if parent is None else parent
     for condition in conditions:
         if condition.startswith("fine-tuned"):
             frozen = ("train.freeze=encoder",) if condition == "fine-tuned-decoder" else ()
@@ -125,8 +126,7 @@ def run(args: argparse.Namespace) -> int:
     files = news_files(data_dir, args.smoke)
     recipe = SMOKE_RECIPE if args.smoke else RECIPE
     extra = [*STUDY_SETTINGS, *(SMOKE_SETTINGS if args.smoke else ()), *args.settings]
-    variants = [RunVariant(v.name, v.label, tuple(s.replace("{runs_dir}", str(runs_dir)) for s in v.settings))
-                for v in condition_variants(args.conditions, args.parent, files, args.epochs)]
+    variants = condition_variants(args.conditions, args.parent, files, args.epochs, runs_dir)
     if args.parent is None:  # the parent first: the fine-tunings start from it
         train_variants(variants[:1], recipe, runs_dir, data_dir, extra, 1)
     trained = train_variants([v for v in variants if v.name != "parent"], recipe, runs_dir, data_dir, extra,
