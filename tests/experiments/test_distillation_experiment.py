@@ -34,7 +34,7 @@ def test_a_smoke_study_distills_the_teacher_into_two_students_and_times_all_thre
 
 
 def test_the_real_studies_presets_are_a_256_wide_teacher_and_the_student_preset_on_whole_schedules(tmp_path) -> None:
-    from vaswani.experiments.backtranslation import study_preset
+    from vaswani.experiments.corpus_studies import study_preset
     from vaswani.experiments.distillation import STUDENT, TEACHER, TEACHER_SETTINGS
     from vaswani.experiments.regularization import STUDY_SETTINGS
 

@@ -17,34 +17,26 @@ test2017. Each run is a plain ``vaswani train`` run under ``--runs-dir``: reused
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 from vaswani.arguments import ranged
 from vaswani.config import MAX_COUNT
+from vaswani.experiments.corpus_studies import (
+    TEST_SETS,
+    score_last_weights,
+    study_preset,
+    summarize_variants,
+    variants_plot,
+    variants_table,
+    write_lines,
+)
 from vaswani.experiments.regularization import SMOKE_SETTINGS, STUDY_SETTINGS
-from vaswani.experiments.reporting import (
-    device_label,
-    fixed,
-    log,
-    markdown_table,
-    provenance_line,
-    pyplot,
-    write_results,
-)
-from vaswani.experiments.variants import (
-    RunVariant,
-    add_runs_arguments,
-    checked_runs_dir,
-    load_final_model,
-    train_variants,
-)
-from vaswani.io import atomic_write_text
+from vaswani.experiments.reporting import device_label, log, provenance_line, write_results
+from vaswani.experiments.variants import RunVariant, add_runs_arguments, checked_runs_dir, train_variants
 
 RECIPE, SMOKE_RECIPE = "multi30k-cpu", "smoke"
 SMOKE_PAIRS, SMOKE_TEST_LINES = 160, 8  # --smoke: the first pairs of each split only
@@ -52,7 +44,6 @@ SPLIT_SEED = 0  # the draw of the two halves: the same for every seed, so seeds 
 TAG = "<BT>"
 SEARCHES = ("sample", "beam")
 VARIANTS = ("half", "bt-sample", "bt-beam", "bt-sample-tagged", "bt-beam-tagged", "all")
-TEST_SETS = ("test2016", "test2017")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -93,37 +84,6 @@ def write_study_files(folder: Path, data_dir: Path | None, smoke: bool) -> tuple
     tests = {name: (corpora[name].source[: SMOKE_TEST_LINES if smoke else None],
                     corpora[name].target[: SMOKE_TEST_LINES if smoke else None]) for name in TEST_SETS}
     return files, tests
-
-
-def write_lines(path: Path, lines: Sequence[str]) -> None:
-    text = "".join(line + "\n" for line in lines)
-    if not path.is_file() or path.read_text(encoding="utf-8") != text:
-        atomic_write_text(path, text)
-
-
-def study_preset(base: str, extra: Sequence[str], out: Path, direction: str, parts: Sequence[Sequence[Path]],
-                 valid: Sequence[Path], tags: Sequence[str] = ()) -> str:
-    """A preset file for runs on these files: ``base`` with ``extra`` and its data section on the files."""
-    from vaswani.training.config import RunConfig, apply_settings, load_preset
-
-    config = json.loads(json.dumps(apply_settings(load_preset(base), list(extra)).to_dict()))
-    config["data"].update(dataset="local", direction=direction, train_files=[[str(p) for p in part] for part in parts],
-                          train_tags=list(tags), valid_files=[str(p) for p in valid], test_files={})
-    config["train"]["final_test_splits"] = []  # the study scores the test sets itself, from the dataset
-    RunConfig.from_dict(config)  # refused here, before any run trains, when it would be
-    import yaml
-
-    atomic_write_text(out, yaml.safe_dump(config, sort_keys=False))
-    return str(out)
-
-
-@dataclass
-class ForwardResult:
-    """One forward run: its variant, seed and greedy BLEU of its last weights on each test set."""
-
-    variant: str
-    seed: int
-    bleu: dict[str, float]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -170,62 +130,22 @@ def run(args: argparse.Namespace) -> int:
             variants.append(RunVariant(f"{name}-seed{seed}", name, (f"train.seed={seed}",), preset))
     log(f"backtranslation: {len(variants)} forward runs")
     trained = train_variants(variants, recipe, runs_dir, None, extra, args.jobs)
-    results = [score(t.run_dir, t.variant.label, int(t.variant.settings[0].split("=")[1]), tests, device)
+    results = [score_last_weights(t.run_dir, t.variant.label, int(t.variant.settings[0].split("=")[1]), tests, device)
                for t in trained]
-    rows = summarize(results)
+    rows = summarize_variants(results)
     settings = {"recipe": recipe, "study_settings": extra, "runs_dir": str(runs_dir), "seeds": list(args.seeds),
                 "split_seed": SPLIT_SEED, "tag": TAG, "smoke": args.smoke}
     write_results(args.out, "backtranslation", args.command_line, device, settings,
                   {"device": device_label(device), "runs": [asdict(r) for r in results], "variants": rows},
-                  table(rows, provenance_line(device, args.command_line), extra), {"bleu": plot(rows)})
+                  table(rows, provenance_line(device, args.command_line), extra),
+                  {"bleu": variants_plot(rows, "back-translation on Multi30k")})
     log(f"backtranslation: wrote {args.out}/results.json, table.md, bleu.png")
     return 0
 
 
-def score(run_dir: Path, variant: str, seed: int, tests: dict, device) -> ForwardResult:
-    """Greedy BLEU of the run's last weights on each test set."""
-    from vaswani.training.scoring import greedy_scores
-
-    model, tokenizer = load_final_model(run_dir, device)
-    bleu = {name: greedy_scores(model, tokenizer, sources, references, device, "fp32")[0].bleu
-            for name, (sources, references) in tests.items()}
-    log(f"  {variant}-seed{seed}: " + ", ".join(f"{name} {value:.2f}" for name, value in bleu.items()))
-    return ForwardResult(variant, seed, bleu)
-
-
-def summarize(results: Sequence[ForwardResult]) -> list[dict]:
-    """One row a variant: the mean BLEU over its seeds on each test set, and the spread (max − min)."""
-    rows = []
-    for name in dict.fromkeys(r.variant for r in results):
-        runs = [r for r in results if r.variant == name]
-        row = {"variant": name, "seeds": len(runs)}
-        for test in TEST_SETS:
-            values = [r.bleu[test] for r in runs]
-            row[test] = statistics.fmean(values)
-            row[f"{test}_spread"] = max(values) - min(values)
-        rows.append(row)
-    return rows
-
-
 def table(rows: Sequence[dict], provenance: str, extra: Sequence[str]) -> str:
-    headers = ["forward model", "seeds", *(f"{test} BLEU" for test in TEST_SETS), *(f"{test} spread"
-                                                                                 for test in TEST_SETS)]
-    body = [[row["variant"], row["seeds"], *(fixed(row[test]) for test in TEST_SETS),
-             *(fixed(row[f"{test}_spread"]) for test in TEST_SETS)] for row in rows]
-    return (f"# Back-translation on Multi30k\n\n{markdown_table(headers, body)}\n\nGreedy BLEU of each run's last "
-            f"weights, the mean over its seeds. Study settings: `{' '.join(extra)}`.\n\n{provenance}\n")
+    return (f"# Back-translation on Multi30k\n\n{variants_table(rows, 'forward model')}\n\nGreedy BLEU of each run's "
+            f"last weights, the mean over its seeds. Study settings: `{' '.join(extra)}`.\n\n{provenance}\n")
 
 
-def plot(rows: Sequence[dict]):
-    plt = pyplot()
-    figure, axis = plt.subplots(figsize=(9, 4))
-    positions = np.arange(len(rows))
-    for offset, test in zip((-0.2, 0.2), TEST_SETS):
-        axis.bar(positions + offset, [row[test] for row in rows], width=0.4, label=test)
-    axis.set_xticks(positions, [row["variant"] for row in rows], rotation=20)
-    axis.set(ylabel="greedy BLEU (mean over seeds)", title="back-translation on Multi30k")
-    axis.legend()
-    return figure
-
-
-__all__ = ["VARIANTS", "add_arguments", "run", "study_preset", "write_lines", "write_study_files"]
+__all__ = ["VARIANTS", "add_arguments", "run", "write_study_files"]

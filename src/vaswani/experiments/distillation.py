@@ -19,7 +19,7 @@ from typing import Sequence
 
 from vaswani.arguments import ranged
 from vaswani.config import MAX_COUNT
-from vaswani.experiments.backtranslation import TEST_SETS, study_preset, write_lines
+from vaswani.experiments.corpus_studies import TEST_SETS, study_preset, write_lines
 from vaswani.experiments.regularization import SMOKE_SETTINGS, STUDY_SETTINGS, WIDTHS
 from vaswani.experiments.reporting import (
     device_label,
