@@ -21,13 +21,13 @@ BUILT_ON_THE_CORE = ("experiments", "benchmarks", "classification", "serve", "ex
 SUBPROCESS_ALLOWED = {"vaswani.provenance", "vaswani.tools.serve_load", "vaswani.tools.serve_ceilings",
                       "vaswani.tools.faults", "vaswani.tools.data_benchmark", "vaswani.benchmarks.engine_profile",
                       "vaswani.benchmarks.engines"}
-SHARED = {"config", "errors", "io", "precision", "devices", "progress", "provenance", "records"}
+SHARED = {"config", "settings", "errors", "io", "precision", "devices", "progress", "provenance", "records"}
 # The command line inside the core: cli.py, each area's commands.py, and the options they share (arguments.py).
 # Only these speak argparse; the rest of the core names settings by field and never knows a flag.
 COMMAND_LINE = "arguments"
 CORE_IMPORTS = {
-    "model": {"model", "config", "errors", "io"},
-    "data": {"data", "config", "errors", "io", "progress"},
+    "model": {"model", "config", "settings", "errors", "io"},
+    "data": {"data", "config", "settings", "errors", "io", "progress"},
     "decoding": {"decoding", "model", "data", *SHARED},
     "evaluation": {"evaluation", "decoding", "model", "data", *SHARED},
     "training": {"training", "model", "data", "decoding", "evaluation", *SHARED},

@@ -12,8 +12,8 @@ import argparse
 import math
 from typing import Any, Callable
 
-from vaswani.config import UNREPRESENTABLE, Limit, representable
 from vaswani.errors import ConfigError
+from vaswani.settings import UNREPRESENTABLE, Limit, representable
 
 
 def add_settings_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup, sections: tuple[str, ...],

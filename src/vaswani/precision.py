@@ -18,8 +18,8 @@ import time
 
 import torch
 
-from vaswani.config import PRECISIONS
 from vaswani.errors import ConfigError
+from vaswani.settings import PRECISIONS
 
 CPU_BF16_OVERRIDE = "VASWANI_CPU_BF16"
 CPU_BF16_CHOICES = {"fast": True, "slow": False}

@@ -31,7 +31,7 @@ import torch
 
 from vaswani.arguments import ranged
 from vaswani.benchmarks.profiling import add_passes_argument
-from vaswani.config import MAX_BATCH, MAX_COUNT, MAX_LENGTH, MAX_THREADS, PRECISIONS, ModelConfig
+from vaswani.config import ModelConfig
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.decoding.compiled import CompiledDecoder
 from vaswani.decoding.config import SearchConfig
@@ -43,6 +43,7 @@ from vaswani.io import atomic_write_json, atomic_write_text, check_output
 from vaswani.model import Transformer
 from vaswani.precision import resolve_precision
 from vaswani.provenance import provenance, provenance_lines
+from vaswani.settings import MAX_BATCH, MAX_COUNT, MAX_LENGTH, MAX_THREADS, PRECISIONS
 
 RANDOM_SOURCE_LENGTHS = (8, 24)  # tokens incl. </s>: roughly Multi30k German with a 10k BPE vocabulary
 

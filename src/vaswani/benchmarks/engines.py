@@ -37,11 +37,11 @@ from pathlib import Path
 from typing import Any
 
 from vaswani.arguments import ranged
-from vaswani.config import MAX_COUNT, MAX_LENGTH, MAX_THREADS
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.decoding.config import QUANTIZATIONS
 from vaswani.errors import VaswaniError
 from vaswani.io import atomic_write_json, atomic_write_text, check_output
+from vaswani.settings import MAX_COUNT, MAX_LENGTH, MAX_THREADS
 
 BARE_SCRIPT = Path(__file__).with_name("bare_ctranslate2.py")
 RESULT_FILES = ("results.json", "table.md", "profile.md")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from vaswani.arguments import ranged
-from vaswani.config import MAX_COUNT
+from vaswani.settings import MAX_COUNT
 
 OTHER = "other (views, allocation, small ops)"
 MATRIX_PRODUCTS, ATTENTION_KERNEL = "matrix products", "attention kernel"

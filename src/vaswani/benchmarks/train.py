@@ -23,13 +23,14 @@ from vaswani.benchmarks.train_batches import BATCH_KINDS
 from vaswani.benchmarks.train_peers import PEERS
 from vaswani.benchmarks.train_race import ContenderProfile, TrainBenchSettings, measure
 from vaswani.benchmarks.train_report import print_row, profile_markdown, speed_table
-from vaswani.config import MAX_BATCH, MAX_COUNT, MAX_LENGTH, MAX_THREADS, PRECISIONS, ModelConfig, apply_model_settings
+from vaswani.config import ModelConfig, apply_model_settings
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.devices import resolve_device, reuse_freed_memory
 from vaswani.errors import VaswaniError
 from vaswani.io import atomic_write_json, atomic_write_text, check_output
 from vaswani.provenance import provenance
 from vaswani.records import to_json
+from vaswani.settings import MAX_BATCH, MAX_COUNT, MAX_LENGTH, MAX_THREADS, PRECISIONS
 from vaswani.training.device_choices import defers_host_reads
 
 

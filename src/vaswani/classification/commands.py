@@ -9,9 +9,9 @@ from pathlib import Path
 
 from vaswani.arguments import add_settings_argument, ranged
 from vaswani.classification.settings import TrainSettings
-from vaswani.config import MAX_BATCH, MAX_COUNT, MAX_LENGTH, MAX_THREADS, parse_settings
 from vaswani.errors import ConfigError
 from vaswani.io import check_output, directory_written_whole
+from vaswani.settings import MAX_BATCH, MAX_COUNT, MAX_LENGTH, MAX_THREADS, parse_settings
 
 DEFAULTS = TrainSettings()  # the command line's defaults are the dataclass's: one place to change them
 

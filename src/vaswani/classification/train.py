@@ -31,11 +31,12 @@ from vaswani.classification.metrics import Metrics, score_predictions
 from vaswani.classification.model import TransformerClassifier
 from vaswani.classification.predict import predict_proba
 from vaswani.classification.settings import TrainSettings
-from vaswani.config import ModelConfig, apply_overrides
+from vaswani.config import ModelConfig
 from vaswani.data.batching import TokenBudgetSampler
 from vaswani.errors import ConfigError, VaswaniError
 from vaswani.precision import autocast
 from vaswani.progress import progress_reporter
+from vaswani.settings import apply_overrides
 from vaswani.training.optim import parameter_groups
 from vaswani.training.schedule import decay_lr
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vaswani.arguments import ranged
-from vaswani.config import MAX_COUNT, MAX_LENGTH
+from vaswani.settings import MAX_COUNT, MAX_LENGTH
 
 MEANINGFUL_PHASE_SECONDS = 0.1  # below, a phase's CPU over wall seconds is mostly the CPU clock's resolution
 

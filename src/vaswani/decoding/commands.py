@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from vaswani.arguments import ranged
-from vaswani.config import MAX_BATCH, MAX_THREADS, PRECISIONS
 from vaswani.data.textfiles import STANDARD_INPUT, read_lines, read_stream_lines, unicode_problem
 from vaswani.decoding.config import (
     ENGINES,
@@ -27,6 +26,7 @@ from vaswani.decoding.terminology import read_constraints
 from vaswani.errors import ConfigError
 from vaswani.io import atomic_write_text, check_output, standard_stream
 from vaswani.model.serialization import resolve_checkpoint
+from vaswani.settings import MAX_BATCH, MAX_THREADS, PRECISIONS
 
 if TYPE_CHECKING:  # the translator imports torch; the parser is built without it
     from vaswani.decoding.scoring import PairScore

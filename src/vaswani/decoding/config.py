@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from vaswani.config import MAX_LENGTH, Limit, Precision, validate_settings
 from vaswani.errors import ConfigError, VaswaniError
 from vaswani.io import atomic_write_json, read_json, read_manifest, verify_files
+from vaswani.settings import MAX_LENGTH, Limit, Precision, validate_settings
 
 LengthNorm = Literal["gnmt", "power", "average", "none"]
 # Which implementation runs a search (decoding/engine.py) and, for CTranslate2, the type of its weights and

@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 
 from vaswani.arguments import ranged
-from vaswani.config import MAX_COUNT
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.decoding.commands import add_search_arguments, search_config_from_args, translator_from_args
 from vaswani.errors import VaswaniError
 from vaswani.io import check_output
+from vaswani.settings import MAX_COUNT
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -19,7 +19,6 @@ import numpy as np
 import torch
 
 from vaswani.arguments import ranged
-from vaswani.config import MAX_COUNT
 from vaswani.experiments.reporting import device_label, log, markdown_table, provenance_line, pyplot, write_results
 from vaswani.experiments.variants import (
     POSITION_LABELS,
@@ -32,6 +31,7 @@ from vaswani.experiments.variants import (
     setup,
 )
 from vaswani.records import to_json
+from vaswani.settings import MAX_COUNT
 from vaswani.training.metrics import training_speed
 from vaswani.training.scoring import greedy_scores, id_batches, teacher_forced_scores
 from vaswani.training.summary import RunSummary

@@ -24,7 +24,6 @@ from pathlib import Path
 import numpy as np
 
 from vaswani.arguments import ranged
-from vaswani.config import MAX_COUNT
 from vaswani.experiments.corpus_studies import (
     TEST_SETS,
     score_last_weights,
@@ -37,6 +36,7 @@ from vaswani.experiments.corpus_studies import (
 from vaswani.experiments.regularization import SMOKE_SETTINGS, STUDY_SETTINGS
 from vaswani.experiments.reporting import device_label, log, provenance_line, write_results
 from vaswani.experiments.variants import RunVariant, add_runs_arguments, checked_runs_dir, train_variants
+from vaswani.settings import MAX_COUNT
 
 RECIPE, SMOKE_RECIPE = "multi30k-cpu", "smoke"
 SMOKE_PAIRS, SMOKE_TEST_LINES = 160, 8  # --smoke: the first pairs of each split only

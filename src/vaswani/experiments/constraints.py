@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Sequence
 
 from vaswani.arguments import ranged
-from vaswani.config import MAX_BATCH
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.data.corpora import load_corpus
 from vaswani.decoding import EngineOptions, SearchConfig, Translator
@@ -30,6 +29,7 @@ from vaswani.devices import resolve_device
 from vaswani.evaluation.metrics import corpus_scores
 from vaswani.experiments.reporting import fixed, log, markdown_table, provenance_line, write_results
 from vaswani.model.serialization import resolve_checkpoint
+from vaswani.settings import MAX_BATCH
 
 COUNTS = (0, 1, 2, 3)
 

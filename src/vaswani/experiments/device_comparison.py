@@ -18,11 +18,12 @@ from typing import Any
 import torch
 
 from vaswani.arguments import add_settings_argument, ranged
-from vaswani.config import MAX_BATCH, MAX_COUNT, MAX_THREADS, PRECISIONS, ModelConfig
+from vaswani.config import ModelConfig
 from vaswani.devices import synchronize as sync
 from vaswani.experiments.measurement import MiB, TrainingStep, free_memory, preset_model_config
 from vaswani.experiments.reporting import device_label, log, markdown_table, provenance_line, pyplot, write_results
 from vaswani.precision import resolve_precision
+from vaswani.settings import MAX_BATCH, MAX_COUNT, MAX_THREADS, PRECISIONS
 from vaswani.training.step import TeacherForcedBatch
 
 MULTI30K_TRAIN_PAIRS = 29_000

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Sequence
 
 from vaswani.arguments import ranged
-from vaswani.config import MAX_COUNT
 from vaswani.experiments.corpus_studies import TEST_SETS, study_preset, write_lines
 from vaswani.experiments.regularization import SMOKE_SETTINGS, STUDY_SETTINGS, WIDTHS
 from vaswani.experiments.reporting import (
@@ -37,6 +36,7 @@ from vaswani.experiments.variants import (
     load_final_model,
     train_variants,
 )
+from vaswani.settings import MAX_COUNT
 
 TEACHER, STUDENT = "multi30k-cpu", "multi30k-student"
 TEACHER_SETTINGS = WIDTHS["d256"]

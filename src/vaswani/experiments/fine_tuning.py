@@ -23,7 +23,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from vaswani.arguments import ranged
-from vaswani.config import MAX_COUNT
 from vaswani.data.download import default_data_dir
 from vaswani.errors import ConfigError
 from vaswani.experiments.reporting import (
@@ -36,6 +35,7 @@ from vaswani.experiments.reporting import (
     write_results,
 )
 from vaswani.experiments.variants import RunVariant, add_runs_arguments, checked_runs_dir, train_variants
+from vaswani.settings import MAX_COUNT
 
 RECIPE, SMOKE_RECIPE = "multi30k-cpu", "smoke"
 NEWS_YEARS = ("news-test2008", "newstest2009", "newstest2010", "newstest2011", "newstest2012", "newstest2013",

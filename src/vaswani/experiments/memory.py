@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from vaswani.arguments import add_settings_argument, ranged
-from vaswani.config import MAX_BATCH, MAX_LENGTH, PRECISIONS, ModelConfig
+from vaswani.config import ModelConfig
 from vaswani.devices import resolve_device
 from vaswani.experiments.measurement import (
     GiB,
@@ -39,6 +39,7 @@ from vaswani.experiments.memory_estimate import (
 from vaswani.experiments.memory_report import breakdown_figure, memory_table, print_summary
 from vaswani.experiments.reporting import device_label, log, write_results
 from vaswani.precision import resolve_precision
+from vaswani.settings import MAX_BATCH, MAX_LENGTH, PRECISIONS
 
 
 # ---- the measurement ----------------------------------------------------------------------------------------

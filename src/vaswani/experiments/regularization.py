@@ -24,7 +24,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from vaswani.arguments import ranged
-from vaswani.config import MAX_COUNT
 from vaswani.errors import ConfigError
 from vaswani.experiments.reporting import (
     device_label,
@@ -44,6 +43,7 @@ from vaswani.experiments.variants import (
     train_variants,
     variant_config,
 )
+from vaswani.settings import MAX_COUNT
 
 RECIPE, SMOKE_RECIPE = "multi30k-cpu", "smoke"
 # Every cell: the preset's schedule by epochs (no clock, no clock fit), no early stop and no final-model step, in

@@ -18,7 +18,6 @@ import numpy as np
 import torch
 
 from vaswani.arguments import ranged
-from vaswani.config import MAX_COUNT
 from vaswani.experiments.perturb import CONDITIONS, DESCRIPTIONS, perturb_all
 from vaswani.experiments.reporting import device_label, log, markdown_table, provenance_line, pyplot, write_results
 from vaswani.experiments.variants import (
@@ -30,6 +29,7 @@ from vaswani.experiments.variants import (
     metrics,
     setup,
 )
+from vaswani.settings import MAX_COUNT
 from vaswani.training.scoring import greedy_scores, id_batches, teacher_forced_scores
 
 POSITION_VARIANTS = ("sinusoidal", "learned", "rope")

@@ -25,10 +25,10 @@ from typing import Any, Sequence
 import torch
 
 from vaswani.arguments import add_settings_argument, ranged
-from vaswani.config import MAX_COUNT, MAX_THREADS
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.errors import VaswaniError
 from vaswani.io import check_output, read_yaml
+from vaswani.settings import MAX_COUNT, MAX_THREADS
 from vaswani.training.config import RunConfig, apply_settings, load_preset
 from vaswani.training.metrics import METRICS_FILE, read_metrics
 from vaswani.training.run import train

@@ -8,12 +8,12 @@ import signal
 import socket
 
 from vaswani.arguments import ranged
-from vaswani.config import MAX_BATCH, MAX_LENGTH, MAX_THREADS
 from vaswani.decoding.commands import engine_options_from_args
 from vaswani.decoding.config import ENGINES, QUANTIZATIONS
 from vaswani.errors import ConfigError, EnvironmentFault, VaswaniError
 from vaswani.provenance import usable_cores
 from vaswani.serve.settings import ServeSettings, thread_layout
+from vaswani.settings import MAX_BATCH, MAX_LENGTH, MAX_THREADS
 
 DEFAULTS = ServeSettings()
 

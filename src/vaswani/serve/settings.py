@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from vaswani.config import Limit, validate_settings
 from vaswani.decoding.config import EngineOptions
 from vaswani.errors import ConfigError
+from vaswani.settings import Limit, validate_settings
 
 # A sentence waits this long for company before its batch starts: beyond a second the wait, not the search,
 # would be most of every request's latency (and an endless wait, `inf`, would answer no request at all).

@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 
 from vaswani.arguments import ranged
-from vaswani.config import MAX_COUNT, MAX_LENGTH, MAX_THREADS
 from vaswani.serve.commands import add_engine_arguments
+from vaswani.settings import MAX_COUNT, MAX_LENGTH, MAX_THREADS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

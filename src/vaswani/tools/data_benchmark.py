@@ -34,7 +34,6 @@ from typing import Any, Sequence
 import numpy as np
 
 from vaswani.arguments import ranged
-from vaswani.config import MAX_COUNT, MAX_LENGTH
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.data.corpora import load_corpus
 from vaswani.data.tokenizer import MAX_VOCAB_SIZE
@@ -50,6 +49,7 @@ from vaswani.io import (
 )
 from vaswani.progress import progress_reporter
 from vaswani.provenance import provenance
+from vaswani.settings import MAX_COUNT, MAX_LENGTH
 
 WRITE_CHUNK = 100_000  # lines generated and written at a time
 SAMPLE_SECONDS = 0.2

@@ -162,7 +162,7 @@ def with_files(config, corpus, replace: bool = True):
 
 
 def run_finalize(args: argparse.Namespace) -> int:
-    from vaswani.config import parse_settings
+    from vaswani.settings import parse_settings
     from vaswani.training.config import apply_settings, load_preset
 
     config_file = args.run_dir / "config.yaml"

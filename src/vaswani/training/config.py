@@ -20,17 +20,7 @@ from typing import Any, Literal
 
 import yaml
 
-from vaswani.config import (
-    MAX_LENGTH,
-    Limit,
-    ModelConfig,
-    Precision,
-    Settles,
-    apply_overrides,
-    parse_settings,
-    settle,
-    validate_settings,
-)
+from vaswani.config import ModelConfig
 from vaswani.data.files import TRAIN, VALID, FileCorpus, FileSplit, file_part
 from vaswani.data.languages import pair_from_files
 from vaswani.data.languages import parse_direction as parse_pair
@@ -38,6 +28,16 @@ from vaswani.data.registry import DATASETS, DIRECTIONS, LOCAL, get_dataset
 from vaswani.data.tokenizer import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE, check_tag
 from vaswani.errors import ConfigError, DataError, VaswaniError
 from vaswani.io import MAX_DOCUMENT_BYTES, absolute_path, parse_yaml
+from vaswani.settings import (
+    MAX_LENGTH,
+    Limit,
+    Precision,
+    Settles,
+    apply_overrides,
+    parse_settings,
+    settle,
+    validate_settings,
+)
 from vaswani.training.budget import settings_of
 from vaswani.training.file_settings import file_parts, named_parts, one_part
 

@@ -21,7 +21,7 @@ from typing import Sequence
 import torch
 import torch.nn as nn
 
-from vaswani.config import ModelConfig, apply_overrides, parse_settings
+from vaswani.config import ModelConfig
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.errors import ConfigError, VaswaniError
 from vaswani.io import MANIFEST_FILE, file_sha256
@@ -33,6 +33,7 @@ from vaswani.model.serialization import (
     load_weights,
     resolve_checkpoint,
 )
+from vaswani.settings import apply_overrides, parse_settings
 from vaswani.training.checkpoint import latest_checkpoint
 from vaswani.training.config import RunConfig
 

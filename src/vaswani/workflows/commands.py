@@ -7,7 +7,6 @@ import argparse
 from pathlib import Path
 
 from vaswani.arguments import ranged
-from vaswani.config import MAX_COUNT
 from vaswani.data.languages import LanguagePair, code_from_suffix, language_name, recorded_languages
 from vaswani.data.textfiles import read_text_file
 from vaswani.decoding.commands import add_search_arguments, engine_options_from_args, search_config_from_args
@@ -15,6 +14,7 @@ from vaswani.decoding.config import read_stored_engine, read_stored_search
 from vaswani.errors import ConfigError
 from vaswani.io import check_output
 from vaswani.model.serialization import resolve_checkpoint
+from vaswani.settings import MAX_COUNT
 from vaswani.workflows.synthetic import CHUNK_LINES, SYNTHETIC_KIND, synthesize
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from vaswani.arguments import ranged
-from vaswani.config import DEFAULT_SLIDING_WINDOW, MAX_BATCH, MAX_COUNT, MAX_LENGTH, PRECISIONS
+from vaswani.config import DEFAULT_SLIDING_WINDOW
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.errors import ConfigError
 from vaswani.experiments.attention import report
@@ -19,6 +19,7 @@ from vaswani.experiments.attention.results import results_json
 from vaswani.experiments.attention.settings import CPU_DEFAULTS, GPU_DEFAULTS, SMOKE, AttentionSettings
 from vaswani.experiments.reporting import device_label, log, write_results
 from vaswani.precision import resolve_precision
+from vaswani.settings import MAX_BATCH, MAX_COUNT, MAX_LENGTH, PRECISIONS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
