@@ -17,14 +17,14 @@ def test_each_condition_trains_what_its_name_says(data_dir: Path) -> None:
     assert set(variants) == set(CONDITIONS)  # a given parent is not trained
     configs = {name: variant_config("multi30k-cpu", variant, STUDY_SETTINGS) for name, variant in variants.items()}
     tuned, decoder = configs["fine-tuned"], configs["fine-tuned-decoder"]
-    assert tuned["train"]["init_from"] == "/parent" and tuned["train"]["max_epochs"] == 5
-    assert tuned["train"]["lr"] == 0.0003 and tuned["train"]["freeze"] != "encoder"
-    assert decoder["train"]["freeze"] == "encoder"
-    assert len(tuned["data"]["train_files"]) == 8 and tuned["data"]["valid_files"][0].endswith("newstest2016.de")
-    assert configs["scratch"]["train"]["init_from"] is None
-    mixed = configs["mixed"]["data"]
-    assert mixed["train_files"][0][0].endswith("multi30k/train.de.gz") and len(mixed["train_files"]) == 9
-    assert mixed["train_weights"] == [1.0] + [2.0] * 8
+    assert tuned.train.init_from == "/parent" and tuned.train.max_epochs == 5
+    assert tuned.train.lr == 0.0003 and tuned.train.freeze != "encoder"
+    assert decoder.train.freeze == "encoder"
+    assert len(tuned.data.train_files) == 8 and tuned.data.valid_files[0].endswith("newstest2016.de")
+    assert configs["scratch"].train.init_from is None
+    mixed = configs["mixed"].data
+    assert mixed.train_files[0][0].endswith("multi30k/train.de.gz") and len(mixed.train_files) == 9
+    assert list(mixed.train_weights) == [1.0] + [2.0] * 8
     assert "parent" in {v.name for v in condition_variants(["fine-tuned"], None, files, 5, Path("runs"))}
 
 

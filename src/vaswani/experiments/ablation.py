@@ -132,7 +132,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     device, precision, recipe, runs, config = setup(args, ABLATION_VARIANTS)
-    test_split = config["data"]["test_split"]
+    test_split = config.data.test_split
     prepared = load_splits(config, ["train", test_split], args.data_dir)
     corpus = prepared.corpora[test_split]
     limit = args.sentences if args.sentences is not None else (16 if args.smoke else len(corpus.source))

@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     device, precision, recipe, runs, config = setup(args, POSITION_VARIANTS)
-    split = config["data"]["valid_split"]
+    split = config.data.valid_split
     prepared = load_splits(config, [split], args.data_dir)
     encoded, corpus = prepared.splits[split], prepared.corpora[split]
     count = len(encoded) if args.sentences is None else min(args.sentences, len(encoded))
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         trained = final_validation(metrics(run_.run_dir))
         for condition in CONDITIONS:
             scores = teacher_forced_scores(model, id_batches(perturbed[condition], targets, tokenizer, device),
-                                           precision, config["train"]["label_smoothing"], per_position=True)
+                                           precision, config.train.label_smoothing, per_position=True)
             bleu, hypotheses = None, []
             if not args.no_bleu:
                 corpus_scores, hypotheses = greedy_scores(model, tokenizer, perturbed[condition], references, device,

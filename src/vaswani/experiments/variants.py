@@ -59,29 +59,29 @@ class TrainedRun:
     finished: bool = True  # False: a run read as it stands, still training or cut off (runs_as_they_stand)
 
 
-def variant_config(recipe: str, variant: RunVariant, extra: Sequence[str] = ()) -> dict[str, Any]:
+def variant_config(recipe: str, variant: RunVariant, extra: Sequence[str] = ()) -> RunConfig:
     """The resolved config a variant trains with (what its run's config.yaml must hold)."""
-    return run_config(recipe, variant, None, extra).to_dict()
+    return run_config(recipe, variant, None, extra)
 
 
-def _comparable(config: dict[str, Any]) -> dict[str, Any]:
-    """Settings that change what is trained; where the corpus files live and whether a bar is drawn do not.
-    model.vocab_size is derived: the trainer replaces it with the size of the tokenizer data.vocab_size built."""
-    # through the config classes, so a setting added since the run was written reads as its default
-    config = json.loads(json.dumps(RunConfig.from_dict(config).to_dict()))
-    config["model"].pop("vocab_size", None)
-    config["data"].pop("data_dir", None)
-    config["train"].pop("progress", None)
-    return config
+def _training_settings(config: RunConfig) -> str:
+    """The settings that change what is trained, as canonical JSON; where the corpus files live and whether a bar
+    is drawn do not, nor model.vocab_size, which the trainer derives from the tokenizer data.vocab_size built."""
+    settings = config.to_dict()
+    settings["model"].pop("vocab_size", None)
+    settings["data"].pop("data_dir", None)
+    settings["train"].pop("progress", None)
+    return json.dumps(settings, sort_keys=True)
 
 
-def _state(run_dir: Path, expected: dict[str, Any]) -> str:
+def _state(run_dir: Path, expected: RunConfig) -> str:
     """'done', 'partial' (checkpoints to resume from), 'empty', or 'different' (another config lives there)."""
     config_file = run_dir / "config.yaml"
     if not config_file.is_file():
         return "empty"
-    saved = read_yaml(config_file, "run's settings")
-    if _comparable(saved) != _comparable(expected):
+    # through the config classes, so a setting added since the run was written reads as its default
+    saved = RunConfig.from_dict(read_yaml(config_file, "run's settings"))
+    if _training_settings(saved) != _training_settings(expected):
         return "different"
     if (run_dir / SUMMARY_FILE).is_file() and not _ended_by_signal(run_dir):
         return "done"
@@ -241,12 +241,12 @@ def final_validation(records: list[dict[str, Any]]) -> dict[str, Any]:
     return valid[-1]
 
 
-def load_splits(config: dict[str, Any], splits: Sequence[str], data_dir: Path | None):
+def load_splits(config: RunConfig, splits: Sequence[str], data_dir: Path | None):
     """The recipe's prepared splits (the same tokenizer and length filter the runs trained with): the
     ``PreparedData`` of :func:`vaswani.data.pipeline.prepare_dataset`, from its cache after the first call."""
     from vaswani.data.pipeline import default_out_dir, prepare_dataset
 
-    dc = RunConfig.from_dict(config).data
+    dc = config.data
     return prepare_dataset(dc.dataset, splits=tuple(splits), data_dir=data_dir or dc.data_dir,
                            out_dir=default_out_dir(dc.dataset, dc.direction, dc.vocab_size),
                            vocab_size=dc.vocab_size, max_len=dc.max_len, direction=dc.direction,
@@ -311,7 +311,7 @@ def train_from_args(args: argparse.Namespace, variants: Sequence[RunVariant]) ->
 
 
 def setup(args: argparse.Namespace, names: Sequence[str]) -> tuple[torch.device, str, str, list[TrainedRun],
-                                                              dict[str, Any]]:
+                                                              RunConfig]:
     """What both variant experiments start with: the device and its precision, the trained runs of ``names``,
     and the recipe's resolved config (the data settings every run shares)."""
     from vaswani.devices import resolve_device
