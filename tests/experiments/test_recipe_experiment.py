@@ -10,7 +10,16 @@ import yaml
 
 from vaswani.cli import main
 from vaswani.errors import ConfigError
-from vaswani.experiments.recipe import BASELINE, NOISE, RECIPE, VARIANTS, findings, parse_run_variant, proxy_settings
+from vaswani.experiments.recipe import (
+    BASELINE,
+    NOISE,
+    RECIPE,
+    VARIANTS,
+    ProxyResult,
+    findings,
+    parse_run_variant,
+    proxy_settings,
+)
 from vaswani.experiments.variants import variant_config
 
 
@@ -33,9 +42,10 @@ def test_a_smoke_study_writes_one_row_per_variant_and_a_custom_variant_reaches_i
     assert (out / "bleu_vs_minutes.png").stat().st_size > 0 and (out / "README.md").is_file()
 
 
-def _row(name: str, bleu: float, tokens_per_s: float = 2000.0) -> dict:
-    return {"variant": name, "label": name, "val_bleu": bleu, "delta_bleu": bleu - 30.0, "updates": 100,
-            "val_nll": 2.0, "parameters": 1000, "tokens_per_s": tokens_per_s, "warmup_steps": 400}
+def _row(name: str, bleu: float, tokens_per_s: float = 2000.0) -> ProxyResult:
+    return ProxyResult(name, name, [], updates=100, epochs=1.0, minutes=7.0, tokens_per_s=tokens_per_s,
+                       parameters=1000, warmup_steps=400, val_nll=2.0, val_bleu=bleu, val_chrf=50.0,
+                       length_ratio=1.0, reused=False, delta_bleu=bleu - 30.0)
 
 
 def test_the_findings_read_each_difference_against_the_seed_noise() -> None:

@@ -15,8 +15,8 @@ noise each change landed on, nothing more.
 from __future__ import annotations
 
 import argparse
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -100,20 +100,21 @@ def run(args: argparse.Namespace) -> int:
     for trained in runs:
         row, curves[trained.variant.name] = _score(trained, sources, references, device, precision)
         rows.append(row)
-        log(f"  {trained.variant.name:>14}: {row['updates']} updates, val NLL {row['val_nll']:.3f}, "
-            f"val BLEU {row['val_bleu']:.2f}")
+        log(f"  {trained.variant.name:>14}: {row.updates} updates, val NLL {row.val_nll:.3f}, "
+            f"val BLEU {row.val_bleu:.2f}")
     noise = _seed_noise(rows)
-    baseline = next((r for r in rows if r["variant"] == BASELINE), None)
+    baseline = next((r for r in rows if r.variant == BASELINE), None)
     for row in rows:
-        row["delta_bleu"] = None if baseline is None else row["val_bleu"] - baseline["val_bleu"]
-        row["delta_in_noise_units"] = (None if row["delta_bleu"] is None or not noise
-                                       else row["delta_bleu"] / noise)
+        row.delta_bleu = None if baseline is None else row.val_bleu - baseline.val_bleu
+        row.delta_in_noise_units = None if row.delta_bleu is None or not noise else row.delta_bleu / noise
     settings = {"recipe": recipe, "proxy_settings": extra, "valid_sentences": len(sources),
                 "precision": precision, "runs_dir": str(runs_dir),
                 "variants": {r.variant.name: list(r.variant.settings) for r in runs}}
-    results = {"device": device_label(device), "seed_noise_bleu": noise, "rows": rows, "curves": curves}
+    results = {"device": device_label(device), "seed_noise_bleu": noise, "rows": [asdict(r) for r in rows],
+               "curves": {name: [asdict(point) for point in curve] for name, curve in curves.items()}}
     write_results(args.out, "recipe", args.command_line, device, settings, results,
-                  _table(rows, noise, settings, args.command_line), {"bleu_vs_minutes": _plot(curves, rows)},
+                  _table(rows, noise, recipe, len(sources), extra, args.command_line),
+                  {"bleu_vs_minutes": _plot(curves, rows)},
                   readme=findings(rows, noise, args.minutes or 7))
     log(f"recipe: wrote {args.out}/results.json, table.md, README.md, bleu_vs_minutes.png")
     return 0
@@ -143,8 +144,41 @@ def _chosen_variants(args: argparse.Namespace) -> list[RunVariant]:
     return chosen
 
 
+@dataclass
+class CurvePoint:
+    """One evaluation of a proxy run: when it came (minutes of training, update) and what it measured."""
+
+    minutes: float
+    step: int
+    bleu: float | None  # greedy, the preset's validation subset
+    nll: float
+
+
+@dataclass
+class ProxyResult:
+    """One proxy run: what it changed, how far it got in its minutes, and what its final weights score on the
+    whole validation split; the difference to the baseline is filled in once every run is scored."""
+
+    variant: str
+    label: str
+    settings: list[str]
+    updates: int
+    epochs: float
+    minutes: float
+    tokens_per_s: float | None
+    parameters: int
+    warmup_steps: int
+    val_nll: float
+    val_bleu: float
+    val_chrf: float
+    length_ratio: float
+    reused: bool
+    delta_bleu: float | None = None
+    delta_in_noise_units: float | None = None
+
+
 def _score(trained: TrainedRun, sources: list[str], references: list[str], device, precision: str
-           ) -> tuple[dict[str, Any], list[dict[str, float]]]:
+           ) -> tuple[ProxyResult, list[CurvePoint]]:
     records = metrics(trained.run_dir)
     model, tokenizer = load_final_model(trained.run_dir, device)
     scores, _ = greedy_scores(model, tokenizer, sources, references, device, precision)
@@ -156,16 +190,13 @@ def _score(trained: TrainedRun, sources: list[str], references: list[str], devic
         return float(np.interp(step, steps, seconds) / 60) if len(steps) else 0.0
 
     valid = [r for r in records if r["kind"] == "valid"]
-    curve = [{"minutes": minutes_at(r["step"]), "step": r["step"], "bleu": r.get("bleu"), "nll": r["nll"]}
-             for r in valid]
+    curve = [CurvePoint(minutes_at(r["step"]), r["step"], r.get("bleu"), r["nll"]) for r in valid]
     last = final_validation(records)
     speeds = [r["tokens_per_s"] for r in train_records if "tokens_per_s" in r]
-    row = {"variant": trained.variant.name, "label": trained.variant.label,
-           "settings": list(trained.variant.settings), "updates": last["step"], "epochs": last["epoch"],
-           "minutes": minutes_at(last["step"]), "tokens_per_s": float(np.median(speeds)) if speeds else None,
-           "parameters": model.num_parameters(), "warmup_steps": _warmup(trained.run_dir), "val_nll": last["nll"],
-           "val_bleu": scores.bleu,
-           "val_chrf": scores.chrf, "length_ratio": scores.length_ratio, "reused": trained.reused}
+    row = ProxyResult(trained.variant.name, trained.variant.label, list(trained.variant.settings), last["step"],
+                      last["epoch"], minutes_at(last["step"]), float(np.median(speeds)) if speeds else None,
+                      model.num_parameters(), _warmup(trained.run_dir), last["nll"], scores.bleu, scores.chrf,
+                      scores.length_ratio, trained.reused)
     return row, curve
 
 
@@ -173,48 +204,48 @@ def _warmup(run_dir: Path) -> int:
     return load_preset(str(run_dir / "config.yaml")).train.warmup_steps
 
 
-def _seed_noise(rows: list[dict[str, Any]]) -> float | None:
+def _seed_noise(rows: list[ProxyResult]) -> float | None:
     """|BLEU(baseline) − BLEU(baseline, seed 1)|: how far two runs land when only the seed changes."""
-    by_name = {row["variant"]: row for row in rows}
+    by_name = {row.variant: row for row in rows}
     if BASELINE in by_name and NOISE in by_name:
-        return abs(by_name[BASELINE]["val_bleu"] - by_name[NOISE]["val_bleu"])
+        return abs(by_name[BASELINE].val_bleu - by_name[NOISE].val_bleu)
     return None
 
 
-def findings(rows: list[dict[str, Any]], noise: float | None, minutes: float) -> str:
+def findings(rows: list[ProxyResult], noise: float | None, minutes: float) -> str:
     """The README: which changes beat the baseline by more than the seed noise, which are within it, which hurt."""
     lines = ["# Recipe study: what buys BLEU per CPU-minute", "",
              f"Written by `vaswani experiment recipe` (command, commit and hardware in `results.json` and "
              f"`table.md`). Every proxy trained for the same {minutes:g} minutes of wall time from the same seed; "
              "BLEU is greedy on the whole validation split. A proxy ranks settings for its own budget: what helps "
              "in a few minutes need not help at the real run's 50.", ""]
-    baseline = next((r for r in rows if r["variant"] == BASELINE), None)
+    baseline = next((r for r in rows if r.variant == BASELINE), None)
     if baseline is None or noise is None:
         lines.append("The baseline or its second seed is missing, so no difference can be read against noise.")
         return "\n".join(lines)
     lines.append(f"Seed noise: the baseline from seeds 0 and 1 differs by **{noise:.2f} BLEU**. A change counts "
                  "as a gain or a loss only beyond that.")
     lines.append("")
-    others = sorted((r for r in rows if r["variant"] not in (BASELINE, NOISE)), key=lambda r: -r["delta_bleu"])
-    gains = [r for r in others if r["delta_bleu"] > noise]
-    losses = [r for r in others if r["delta_bleu"] < -noise]
-    within = [r for r in others if abs(r["delta_bleu"]) <= noise]
+    others = sorted((r for r in rows if r.variant not in (BASELINE, NOISE)), key=lambda r: -r.delta_bleu)
+    gains = [r for r in others if r.delta_bleu > noise]
+    losses = [r for r in others if r.delta_bleu < -noise]
+    within = [r for r in others if abs(r.delta_bleu) <= noise]
 
-    def describe(row: dict[str, Any]) -> str:
-        return (f"{row['label']} ({row['delta_bleu']:+.2f} BLEU, {row['updates']} updates vs "
-                f"{baseline['updates']}, val NLL {row['val_nll']:.3f} vs {baseline['val_nll']:.3f})")
+    def describe(row: ProxyResult) -> str:
+        return (f"{row.label} ({row.delta_bleu:+.2f} BLEU, {row.updates} updates vs "
+                f"{baseline.updates}, val NLL {row.val_nll:.3f} vs {baseline.val_nll:.3f})")
 
-    if baseline.get("warmup_steps") and baseline["updates"] < baseline["warmup_steps"]:
-        lines.append(f"The baseline ended after {baseline['updates']} updates, inside its "
-                     f"{baseline['warmup_steps']}-update warmup: the learning rate was still rising, so these "
+    if baseline.warmup_steps and baseline.updates < baseline.warmup_steps:
+        lines.append(f"The baseline ended after {baseline.updates} updates, inside its "
+                     f"{baseline.warmup_steps}-update warmup: the learning rate was still rising, so these "
                      "proxies rank how fast a setting starts, and a change that reaches a high learning rate "
                      "sooner (more, smaller batches) is favoured by the budget itself.")
         lines.append("")
-    slowed = [r for r in rows if r["parameters"] == baseline["parameters"] and r["tokens_per_s"]
-              and baseline["tokens_per_s"] and r["tokens_per_s"] < 0.9 * baseline["tokens_per_s"]]
+    slowed = [r for r in rows if r.parameters == baseline.parameters and r.tokens_per_s
+              and baseline.tokens_per_s and r.tokens_per_s < 0.9 * baseline.tokens_per_s]
     if slowed:
         lines.append("Same model size, yet under 90 % of the baseline's tokens/s: "
-                     + ", ".join(f"{r['variant']} ({r['tokens_per_s']:,.0f} vs {baseline['tokens_per_s']:,.0f})"
+                     + ", ".join(f"{r.variant} ({r.tokens_per_s:,.0f} vs {baseline.tokens_per_s:,.0f})"
                                  for r in slowed)
                      + ". The machine, not the setting, slowed these runs (it is shared), so they had fewer "
                      "updates in the same minutes; read their BLEU with that in mind.")
@@ -225,28 +256,28 @@ def findings(rows: list[dict[str, Any]], noise: float | None, minutes: float) ->
     return "\n".join(lines)
 
 
-def _table(rows: list[dict[str, Any]], noise: float | None, settings: dict[str, Any], command: str) -> str:
+def _table(rows: list[ProxyResult], noise: float | None, recipe: str, valid_sentences: int, extra: list[str],
+           command: str) -> str:
     headers = ["variant", "what changed", "parameters", "updates", "epochs", "tokens/s", "val NLL", "val BLEU",
                "chrF", "length ratio", "Δ BLEU", "Δ / seed noise"]
-    body = [[r["variant"], r["label"], f"{r['parameters'] / 1e6:.2f}M", r["updates"], fixed(r["epochs"]),
-             r["tokens_per_s"], fixed(r["val_nll"], 3), fixed(r["val_bleu"]), fixed(r["val_chrf"]),
-             fixed(r["length_ratio"], 3), fixed(r["delta_bleu"]), fixed(r["delta_in_noise_units"], 1)]
-            for r in rows]
+    body = [[r.variant, r.label, f"{r.parameters / 1e6:.2f}M", r.updates, fixed(r.epochs), r.tokens_per_s,
+             fixed(r.val_nll, 3), fixed(r.val_bleu), fixed(r.val_chrf), fixed(r.length_ratio, 3),
+             fixed(r.delta_bleu), fixed(r.delta_in_noise_units, 1)] for r in rows]
     noise_text = f"{noise:.2f}" if noise is not None else "not measured"
-    return (f"# Recipe study ({settings['recipe']}, {settings['valid_sentences']} validation sentences)\n\n"
+    return (f"# Recipe study ({recipe}, {valid_sentences} validation sentences)\n\n"
             f"{markdown_table(headers, body)}\n\nSeed noise (|baseline − baseline-seed1| val BLEU): {noise_text}. "
-            f"Proxy settings: `{' '.join(settings['proxy_settings'])}`.\n\nCommand: `{command}`\n")
+            f"Proxy settings: `{' '.join(extra)}`.\n\nCommand: `{command}`\n")
 
 
-def _plot(curves: dict[str, list[dict[str, float]]], rows: list[dict[str, Any]]):
+def _plot(curves: dict[str, list[CurvePoint]], rows: list[ProxyResult]):
     plt = pyplot()
     figure, axis = plt.subplots(figsize=(8, 5))
     for row in rows:
-        points = [p for p in curves[row["variant"]] if p["bleu"] is not None]
+        points = [p for p in curves[row.variant] if p.bleu is not None]
         if points:
-            style = "-" if row["variant"] not in (BASELINE, NOISE) else "--"
-            axis.plot([p["minutes"] for p in points], [p["bleu"] for p in points], style, marker=".",
-                      label=row["variant"], linewidth=2.2 if row["variant"] == BASELINE else 1.2)
+            style = "-" if row.variant not in (BASELINE, NOISE) else "--"
+            axis.plot([p.minutes for p in points], [p.bleu for p in points], style, marker=".",
+                      label=row.variant, linewidth=2.2 if row.variant == BASELINE else 1.2)
     axis.set_xlabel("minutes of training (wall time)")
     axis.set_ylabel("greedy BLEU, validation subset")
     axis.set_title("BLEU against minutes, one change per run")
@@ -255,4 +286,5 @@ def _plot(curves: dict[str, list[dict[str, float]]], rows: list[dict[str, Any]])
     return figure
 
 
-__all__ = ["VARIANTS", "add_arguments", "findings", "parse_run_variant", "proxy_settings", "run"]
+__all__ = ["CurvePoint", "ProxyResult", "VARIANTS", "add_arguments", "findings", "parse_run_variant", "proxy_settings",
+           "run"]
