@@ -3,6 +3,7 @@ with the command that makes one."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -39,13 +40,13 @@ def test_the_table_holds_the_runs_own_numbers_and_files(finished_run, tmp_path) 
 
 def test_the_findings_follow_the_numbers(finished_run) -> None:
     row = final_model_row(finished_run[0])
-    averaged = {**row, "final_weights": "average of last 3", "val_bleu_best_checkpoint_greedy": 30.0,
-                "val_bleu_final_weights_greedy": 31.25, "final_search": "beam 5, alpha 1", "val_bleu_final": 33.0,
-                "wall_minutes": 57.0}
+    averaged = dataclasses.replace(row, final_weights="average of last 3", val_bleu_best_checkpoint_greedy=30.0,
+                                   val_bleu_final_weights_greedy=31.25, final_search="beam 5, alpha 1",
+                                   val_bleu_final=33.0, wall_minutes=57.0)
     text = findings([averaged])
     assert "the average of the last 3 checkpoints, translate validation +1.25 BLEU better" in text
     assert "Beam 5, alpha 1 adds +1.75 BLEU over greedy" in text and "inside the hour" in text
-    text = findings([{**averaged, "final_weights": "best", "final_search": "greedy", "wall_minutes": 61.0}])
+    text = findings([dataclasses.replace(averaged, final_weights="best", final_search="greedy", wall_minutes=61.0)])
     assert "also the best translator" in text and "Greedy search beat every beam" in text and "over the hour" in text
 
 

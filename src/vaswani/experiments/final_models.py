@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -43,25 +43,55 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "`vaswani finalize --run-dir RUN`)")
 
 
+@dataclass
+class FinalModelRow:
+    """One finished run's final model, as its files tell it: the run, what the end of the run chose on the
+    validation split and what each choice bought, and the test scores (sacreBLEU's, by test set)."""
+
+    run: str
+    dataset: str
+    device: str | None
+    precision: str | None
+    threads: int | None
+    commit: str | None
+    command: str | None
+    model: str
+    wall_minutes: float | None
+    training_minutes: float | None
+    final_minutes: float | None
+    updates: int
+    epochs: float | None
+    val_nll: float | None
+    val_bleu_best_checkpoint_greedy: float | None
+    final_weights: str
+    val_bleu_final_weights_greedy: float
+    final_search: str
+    val_bleu_final: float
+    valid_sentences: int
+    test: dict[str, dict[str, float | str]]
+    probes: list[dict[str, str]] = field(default_factory=list)  # the final model's translations of PROBES
+
+
 def run(args: argparse.Namespace) -> int:
     rows = [final_model_row(run_dir) for run_dir in args.runs]
     for run_dir, row in zip(args.runs, rows):
-        row["probes"] = probe_translations(run_dir, args.device)
-    names = [row["run"] for row in rows]
+        row.probes = probe_translations(run_dir, args.device)
+    names = [row.run for row in rows]
     if len(set(names)) != len(names):
         raise VaswaniError(f"--runs: two runs share a directory name ({names}); each is copied to OUT/<name>/")
     for run_dir, row in zip(args.runs, rows):
-        copy_run_files(run_dir, args.out / row["run"])
+        copy_run_files(run_dir, args.out / row.run)
     table = _table(rows, args.command_line)
     # The runs' hardware is in each row; the device here is only the machine that wrote the table.
     write_results(args.out, "final-models", args.command_line, torch.device("cpu"),
-                  {"runs": [str(r) for r in args.runs]}, {"rows": rows}, table, {"final_models": _plot(rows)},
+                  {"runs": [str(r) for r in args.runs]}, {"rows": [dataclasses.asdict(r) for r in rows]}, table,
+                  {"final_models": _plot(rows)},
                   readme=findings(rows))
     log(f"final-models: wrote {args.out}/table.md, results.json, README.md, final_models.png")
     return 0
 
 
-def final_model_row(run_dir: Path) -> dict[str, Any]:
+def final_model_row(run_dir: Path) -> FinalModelRow:
     """The numbers of one finished run's final model, read from its files."""
     summary_file, selection_file = run_dir / SUMMARY_FILE, run_dir / "checkpoints" / FINAL / SELECTION_FILE
     if not run_dir.is_dir():
@@ -79,30 +109,30 @@ def final_model_row(run_dir: Path) -> dict[str, Any]:
     candidates = {c.weights: c.greedy_valid.bleu for c in selection.candidates}
     chosen_greedy = next(s.valid.bleu for s in selection.searches if s.search == "greedy")
     m = config.model
-    return {
-        "run": run_dir.resolve().name,
-        "dataset": config.data.dataset,
-        "device": provenance.get("hardware", {}).get("device_name"),
-        "precision": provenance.get("precision"),
-        "threads": provenance.get("torch_threads"),
-        "commit": (provenance.get("git") or {}).get("commit"),
-        "command": provenance.get("command"),
-        "model": f"d{m.d_model}, {m.n_encoder_layers}+{m.n_decoder_layers} layers, {m.n_heads} heads, "
-                 f"d_ff {m.d_ff}, vocab {m.vocab_size}",
-        "wall_minutes": summary.wall_minutes,
-        "training_minutes": summary.minutes,
-        "final_minutes": summary.final_minutes,
-        "updates": summary.step,
-        "epochs": valid[-1]["epoch"] if valid else None,
-        "val_nll": valid[-1]["nll"] if valid else None,
-        "val_bleu_best_checkpoint_greedy": candidates.get("best", candidates.get("last")),
-        "final_weights": selection.weights,
-        "val_bleu_final_weights_greedy": chosen_greedy,
-        "final_search": selection.search,
-        "val_bleu_final": selection.valid.bleu,
-        "valid_sentences": selection.valid_sentences,
-        "test": {name: dataclasses.asdict(scores) for name, scores in selection.test.items()},
-    }
+    return FinalModelRow(
+        run=run_dir.resolve().name,
+        dataset=config.data.dataset,
+        device=provenance.get("hardware", {}).get("device_name"),
+        precision=provenance.get("precision"),
+        threads=provenance.get("torch_threads"),
+        commit=(provenance.get("git") or {}).get("commit"),
+        command=provenance.get("command"),
+        model=f"d{m.d_model}, {m.n_encoder_layers}+{m.n_decoder_layers} layers, {m.n_heads} heads, "
+              f"d_ff {m.d_ff}, vocab {m.vocab_size}",
+        wall_minutes=summary.wall_minutes,
+        training_minutes=summary.minutes,
+        final_minutes=summary.final_minutes,
+        updates=summary.step,
+        epochs=valid[-1]["epoch"] if valid else None,
+        val_nll=valid[-1]["nll"] if valid else None,
+        val_bleu_best_checkpoint_greedy=candidates.get("best", candidates.get("last")),
+        final_weights=selection.weights,
+        val_bleu_final_weights_greedy=chosen_greedy,
+        final_search=selection.search,
+        val_bleu_final=selection.valid.bleu,
+        valid_sentences=selection.valid_sentences,
+        test={name: dataclasses.asdict(scores) for name, scores in selection.test.items()},
+    )
 
 
 def probe_translations(run_dir: Path, device: str = "auto") -> list[dict[str, str]]:
@@ -128,42 +158,42 @@ def copy_run_files(run_dir: Path, out: Path) -> None:
             atomic_copy(source, out / source.relative_to(run_dir))
 
 
-def findings(rows: list[dict[str, Any]]) -> str:
+def findings(rows: list[FinalModelRow]) -> str:
     """What the numbers say, run by run, in sentences chosen by comparing them."""
     lines = ["# Final models", "",
              "Written by `vaswani experiment final-models` from the runs' own files (see `table.md` for the command "
              "and every number). Everything below was chosen on the validation split; the test sets were translated "
              "once, with the final choice.", ""]
     for row in rows:
-        weights_gain = row["val_bleu_final_weights_greedy"] - row["val_bleu_best_checkpoint_greedy"]
-        search_gain = row["val_bleu_final"] - row["val_bleu_final_weights_greedy"]
-        lines.append(f"## {row['run']}")
+        weights_gain = row.val_bleu_final_weights_greedy - row.val_bleu_best_checkpoint_greedy
+        search_gain = row.val_bleu_final - row.val_bleu_final_weights_greedy
+        lines.append(f"## {row.run}")
         lines.append("")
-        if row["final_weights"] == "best":
+        if row.final_weights == "best":
             lines.append(f"- The lowest-loss checkpoint was also the best translator on validation; no average of "
-                         f"the last checkpoints beat its greedy BLEU ({row['val_bleu_best_checkpoint_greedy']:.2f}).")
+                         f"the last checkpoints beat its greedy BLEU ({row.val_bleu_best_checkpoint_greedy:.2f}).")
         else:
-            lines.append(f"- The final weights, the {row['final_weights'].replace('of last', 'of the last')} "
+            lines.append(f"- The final weights, the {row.final_weights.replace('of last', 'of the last')} "
                          f"checkpoints, translate validation {_signed(weights_gain)} BLEU "
                          f"{'better' if weights_gain >= 0 else 'worse'} (greedy) than the lowest-loss checkpoint.")
-        if row["final_search"] == "greedy":
+        if row.final_search == "greedy":
             lines.append("- Greedy search beat every beam setting tried on validation.")
         else:
-            lines.append(f"- {row['final_search'].capitalize()} adds {_signed(search_gain)} BLEU over greedy on "
+            lines.append(f"- {row.final_search.capitalize()} adds {_signed(search_gain)} BLEU over greedy on "
                          "validation.")
-        for name, scores in row["test"].items():
+        for name, scores in row.test.items():
             lines.append(f"- {name}: BLEU {scores['bleu']:.2f}, chrF {scores['chrf']:.2f}, length ratio "
                          f"{scores['length_ratio']:.3f}.")
-        if row.get("probes"):
+        if row.probes:
             lines.append("- What it is for: Multi30k holds image captions only, so the model translates captions; "
-                         "the other sentences show where that ends." if row["dataset"] == "multi30k" else
-                         f"- The final model on sentences of several kinds (trained on {row['dataset']}):")
-            lines += [f"  - {p['kind']}: *{p['source']}* → *{p['translation']}*" for p in row["probes"]]
-        if row["wall_minutes"] is not None:
-            within = "inside" if row["wall_minutes"] <= 60 else "over"
-            lines.append(f"- Preparation, training and the final model took {row['wall_minutes']:.1f} minutes of "
-                         f"wall time ({within} the hour) on {row['device']} ({row['threads']} threads, "
-                         f"{row['precision']}).")
+                         "the other sentences show where that ends." if row.dataset == "multi30k" else
+                         f"- The final model on sentences of several kinds (trained on {row.dataset}):")
+            lines += [f"  - {p['kind']}: *{p['source']}* → *{p['translation']}*" for p in row.probes]
+        if row.wall_minutes is not None:
+            within = "inside" if row.wall_minutes <= 60 else "over"
+            lines.append(f"- Preparation, training and the final model took {row.wall_minutes:.1f} minutes of "
+                         f"wall time ({within} the hour) on {row.device} ({row.threads} threads, "
+                         f"{row.precision}).")
         lines.append("")
     return "\n".join(lines)
 
@@ -172,30 +202,30 @@ def _signed(value: float) -> str:
     return f"{value:+.2f}"
 
 
-def _table(rows: list[dict[str, Any]], command: str) -> str:
-    tests = sorted({name for row in rows for name in row["test"]})
+def _table(rows: list[FinalModelRow], command: str) -> str:
+    tests = sorted({name for row in rows for name in row.test})
     headers = ["run", "device", "model", "wall min", "updates", "epochs", "val NLL", "val BLEU best ckpt (greedy)",
                "final weights", "val BLEU (greedy)", "final search", "val BLEU"]
     headers += [f"{name} {metric}" for name in tests for metric in ("BLEU", "chrF", "len ratio")]
     body = []
     for row in rows:
-        cells = [row["run"], f"{row['device']} ({row['threads']} threads, {row['precision']})", row["model"],
-                 fixed(row["wall_minutes"], 1), row["updates"], fixed(row["epochs"], 1), fixed(row["val_nll"], 3),
-                 fixed(row["val_bleu_best_checkpoint_greedy"]), row["final_weights"],
-                 fixed(row["val_bleu_final_weights_greedy"]), row["final_search"], fixed(row["val_bleu_final"])]
+        cells = [row.run, f"{row.device} ({row.threads} threads, {row.precision})", row.model,
+                 fixed(row.wall_minutes, 1), row.updates, fixed(row.epochs, 1), fixed(row.val_nll, 3),
+                 fixed(row.val_bleu_best_checkpoint_greedy), row.final_weights,
+                 fixed(row.val_bleu_final_weights_greedy), row.final_search, fixed(row.val_bleu_final)]
         for name in tests:
-            scores = row["test"].get(name, {})
+            scores = row.test.get(name, {})
             cells += [fixed(scores.get("bleu")), fixed(scores.get("chrf")), fixed(scores.get("length_ratio"), 3)]
         body.append(cells)
-    signatures = sorted({s["signature"] for row in rows for s in row["test"].values()})
-    commands = "\n".join(f"- `{row['run']}`: `{row['command']}` (commit `{row['commit']}`)" for row in rows)
+    signatures = sorted({s["signature"] for row in rows for s in row.test.values()})
+    commands = "\n".join(f"- `{row.run}`: `{row.command}` (commit `{row.commit}`)" for row in rows)
     return (f"# Final models\n\n{markdown_table(headers, body)}\n\n"
             f"BLEU signature: {', '.join(f'`{s}`' for s in signatures)}. Validation BLEU is on the whole "
             f"validation split; `wall min` covers data preparation, training and the final model.\n\n"
             f"Training commands:\n\n{commands}\n\nThis table: `{command}`\n")
 
 
-def _plot(rows: list[dict[str, Any]]):
+def _plot(rows: list[FinalModelRow]):
     plt = pyplot()
     figure, axis = plt.subplots(figsize=(7, 0.9 + 1.1 * len(rows)))
     steps = [("best checkpoint, greedy", "val_bleu_best_checkpoint_greedy"),
@@ -203,20 +233,20 @@ def _plot(rows: list[dict[str, Any]]):
     height = 0.8 / (len(steps) + 1)
     bars = []
     for i, (label, key) in enumerate(steps):
-        bars.append(axis.barh([r + i * height for r in range(len(rows))], [row[key] for row in rows], height,
+        bars.append(axis.barh([r + i * height for r in range(len(rows))], [getattr(row, key) for row in rows], height,
                               label=f"val: {label}"))
-    tests = sorted({name for row in rows for name in row["test"]})
+    tests = sorted({name for row in rows for name in row.test})
     for name in tests[:1]:
         bars.append(axis.barh([r + len(steps) * height for r in range(len(rows))],
-                              [row["test"].get(name, {}).get("bleu", 0.0) for row in rows], height,
+                              [row.test.get(name, {}).get("bleu", 0.0) for row in rows], height,
                               label=f"{name}, final"))
     for container in bars:
         axis.bar_label(container, fmt="%.2f", padding=2, fontsize=8)
-    axis.set_yticks([r + 0.4 - height / 2 for r in range(len(rows))], [row["run"] for row in rows])
+    axis.set_yticks([r + 0.4 - height / 2 for r in range(len(rows))], [row.run for row in rows])
     axis.set_xlabel("BLEU (sacreBLEU)")
     axis.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     axis.set_title("What the end of the run chose, and what it bought")
     return figure
 
 
-__all__ = ["add_arguments", "copy_run_files", "final_model_row", "findings", "run"]
+__all__ = ["FinalModelRow", "add_arguments", "copy_run_files", "final_model_row", "findings", "run"]
