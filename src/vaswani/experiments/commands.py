@@ -36,7 +36,7 @@ EXPERIMENTS = {
                      "a 256-wide teacher's translations against the references for the small student preset: test "
                      "BLEU and CTranslate2 int8 speed over seeds"),
     "cleaning": ("vaswani.experiments.cleaning",
-                 "a Multi30k made 20 % noisy (duplicates, swapped sides, misaligned pairs): what vaswani clean "
+                 "a fifth of Multi30k made noisy (duplicates, swapped sides, misaligned pairs): what vaswani clean "
                  "catches, and noisy vs cleaned vs clean-only training: test BLEU over seeds"),
     "fine-tuning": ("vaswani.experiments.fine_tuning",
                     "a Multi30k model fine-tuned on WMT news (and the encoder frozen) against news from scratch and "
