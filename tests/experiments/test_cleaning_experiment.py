@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+from vaswani.cli import main
 from vaswani.experiments.cleaning import CLEAN, DUPLICATE, MISALIGNED, NOISE_KINDS, SWAPPED, add_noise, detection
 
 SOURCE = [f"ein satz nummer {i}" for i in range(300)]
@@ -53,9 +54,15 @@ def test_a_smoke_study_catches_the_duplicates_and_swaps_and_trains_on_what_the_r
     found = {row["label"]: row for row in results["detection"]}
     assert found[DUPLICATE]["dropped"] == found[DUPLICATE]["pairs"] > 0  # every copy of an earlier pair
     assert found[SWAPPED]["by_rule"].get("wrong_language", 0) >= 0.8 * found[SWAPPED]["pairs"]
-    kept = (runs / "data" / "cleaned.de").read_text(encoding="utf-8").splitlines()
+    data = runs / "data" / "noise0.2"
+    kept = (data / "cleaned.de").read_text(encoding="utf-8").splitlines()
     assert len(kept) == results["kept"] == results["pairs"] - sum(row["dropped"] for row in found.values())
     assert [row["variant"] for row in results["variants"]] == ["cleaned"]
     train = json.loads((runs / "cleaned-seed0" / "corpus.json").read_text())["splits"]["train"]
-    assert train["pairs"] == len(kept) and train["files"][0]["path"] == str(runs / "data" / "cleaned.de")
+    assert train["pairs"] == len(kept) and train["files"][0]["path"] == str(data / "cleaned.de")
     assert (tmp_path / "out" / "detection.png").is_file() and (tmp_path / "out" / "bleu.png").is_file()
+    # Another noise share writes its corpora elsewhere, so the run trained on this share is not reused for it.
+    other = ["experiment", "cleaning", "--smoke", "--noise", "0.3", "--seeds", "0", "--variants", "cleaned",
+             "--runs-dir", str(runs), "--data-dir", str(data_dir), "--out", str(tmp_path / "other"), "--device", "cpu"]
+    assert main(other) == 2
+    assert (runs / "data" / "noise0.3" / "noisy.de").is_file() and (data / "noisy.de").is_file()

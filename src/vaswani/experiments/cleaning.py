@@ -140,7 +140,9 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs > 1:
         extra.append("train.num_threads=1")
     runs_dir = checked_runs_dir((args.runs_dir or Path("runs") / "experiments" / "cleaning").absolute(), "cleaning")
-    data = runs_dir / "data"
+    # The corpora of one noise share in a folder of their own: the runs' configs name their files, so runs on another
+    # share are never taken for these (a run whose files moved is "another config" to the runs directory).
+    data = runs_dir / "data" / f"noise{args.noise:g}"
     data.mkdir(parents=True, exist_ok=True)
     corpora = {split: load_corpus("multi30k", split, "de-en", data_dir=args.data_dir)
                for split in ("train", "val", *TEST_SETS)}
