@@ -362,7 +362,8 @@ class Translator:
         forced = [prefixes[i] for i in real] if prefixes is not None and any(prefixes[i] for i in real) else None
         if constraints is not None and any(constraints[i] for i in real):
             phrases = [constraints[i] for i in real]
-            hypotheses = self.engine.search([sources[i] for i in real], self.config, forced, phrases)
+            hypotheses = self.engine.search([sources[i] for i in real], self.config, forced, phrases,
+                                            self.tokenizer.word_continuations)
         elif forced is not None:
             hypotheses = self.engine.search([sources[i] for i in real], self.config, forced)
         else:  # the plain search, with nothing forced
