@@ -44,8 +44,8 @@ SMOKE_SENTENCES = 8
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", nargs="+", type=Path, default=None, metavar="RUN",
-                        help="finished runs (or checkpoints) to ensemble, in the order they are grouped; without "
-                        "it, --seeds are trained")
+                        help="finished run directories to ensemble, in the order they are grouped; without it, "
+                        "--seeds are trained")
     parser.add_argument("--seeds", nargs="+", type=ranged(int, ge=0, le=MAX_COUNT), default=None,
                         help="seeds of --recipe to train into --runs-dir when no --runs are given (default 0 1 2 3)")
     parser.add_argument("--recipe", default=None,
