@@ -5,13 +5,16 @@ and so is the ctranslate2 engine."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import torch
 
 from vaswani.cli import main
+from vaswani.data.tokenizer import Tokenizer
 from vaswani.decoding import EngineOptions, SearchConfig, Translator, UnusableConstraint
-from vaswani.decoding.constraints import Candidate, ConstraintState, allocate
+from vaswani.decoding.constraints import Candidate, ConstraintState, allocate, constrained_beam_search
 from vaswani.decoding.terminology import glossary_constraints, parse_constraints, parse_glossary
 
 SHORT = dict(max_len_a=0.0, max_len_b=16, precision="fp32")  # fp32 on the CPU: exact token comparisons
@@ -32,6 +35,79 @@ def test_the_state_follows_phrases_and_forgets_one_left_half_way() -> None:
     assert left.met == (False, True) and left.bank == 1 and left.next_tokens() == {5}
     state = state.advance(6).advance(7).advance(9)
     assert state.complete and state.bank == 3 and state.next_tokens() == set()
+
+
+def test_a_phrase_counts_only_where_a_word_ends() -> None:
+    continuations = frozenset({7})  # token 7 continues a word ("s"); 8 starts one ("Ġruns")
+    produced = ConstraintState.start([[5], [9]], continuations).advance(5)
+    assert produced.met == (False, False) and produced.bank == 1 and produced.next_tokens() == {9}
+    assert produced.advance(8).met == (True, False)
+    inside = produced.advance(7)  # "dog" + "s": the phrase ended inside a longer word
+    assert inside.met == (False, False) and inside.bank == 0 and inside.next_tokens() == {5, 9}
+    assert produced.advance(9).met == (True, False) and produced.advance(9).bank == 2  # a phrase starts a word
+    last = ConstraintState.start([[5]], continuations).advance(5)
+    assert last.complete and last.bank == 1  # </s> ends the word: the hypothesis may end here
+    assert ConstraintState.start([[5]]).advance(5).met == (True,)  # no tokenizer: met by its last token
+
+
+def test_word_continuations_are_the_tokens_inside_words(synthetic_tokenizer: Tokenizer) -> None:
+    tokenizer = synthetic_tokenizer
+    continuations = tokenizer.word_continuations
+    run, suffix = tokenizer.encode(" runs")
+    stop, new_word = tokenizer.encode(". dog")
+    assert tokenizer.decode([run]) == " run" and tokenizer.decode([suffix]) == "s"
+    assert suffix in continuations and run not in continuations and new_word not in continuations
+    assert stop not in continuations and tokenizer.eos_id not in continuations
+    assert tokenizer.encode("'s")[0] not in continuations  # "dog's" holds the word "dog"
+    assert tokenizer.encode("ü")[0] in continuations  # a letter outside ASCII
+
+
+PAD, BOS, EOS, WORD, DOG, S, RUNS = 0, 1, 2, 4, 5, 6, 7  # S continues a word ("dog" + "s"), RUNS starts one
+VOCAB = 8
+
+
+@dataclass
+class PrefixState:
+    generated: torch.Tensor  # (N, t) tokens fed so far, <s> first
+
+    def reorder(self, index: torch.Tensor) -> "PrefixState":
+        return PrefixState(self.generated.index_select(0, index))
+
+    def reorder_beams(self, rows: torch.Tensor, sentences: torch.Tensor | None) -> "PrefixState":
+        return self.reorder(rows)
+
+
+class TableModel:
+    """Next-token probabilities from a table of the tokens generated so far (unlisted: </s>), whatever the
+    source: a model that would rather write "dogs" than the word "dog"."""
+
+    table = {(): {WORD: 0.9, DOG: 0.1}, (WORD,): {DOG: 0.5, EOS: 0.5},
+             (WORD, DOG): {S: 0.9, EOS: 0.06, RUNS: 0.04}, (DOG,): {S: 0.9, EOS: 0.06, RUNS: 0.04}}
+
+    def start_decoding(self, src: torch.Tensor, capacity: int | None = None) -> PrefixState:
+        return PrefixState(src.new_empty(src.size(0), 0))
+
+    def decode_step(self, tokens: torch.Tensor, state: PrefixState) -> torch.Tensor:
+        state.generated = torch.cat((state.generated, tokens[:, None]), dim=1)
+        probs = torch.full((tokens.size(0), VOCAB), 1e-6)
+        for row, generated in enumerate(state.generated.tolist()):
+            for token, p in self.table.get(tuple(generated[1:]), {EOS: 1.0}).items():
+                probs[row, token] = p
+        return probs.log()
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_phrase_is_placed_as_a_whole_word(beam: int) -> None:
+    config = SearchConfig(beam_size=beam, nbest=beam, length_norm="none", max_len_a=0.0, max_len_b=5,
+                          precision="fp32")
+    src = torch.tensor([[9, 9, EOS]])
+    inside = constrained_beam_search(TableModel(), src, config, [[[DOG]]])[0]  # no tokenizer: token by token
+    assert inside[0].tokens == [DOG, S]  # "dogs": the phrase's tokens inside a longer word
+    whole = constrained_beam_search(TableModel(), src, config, [[[DOG]]], continuations=frozenset({S}))[0]
+    for hypothesis in whole:  # "dog", then a new word or the end
+        tokens = hypothesis.tokens
+        assert any(token == DOG and tokens[i + 1 : i + 2] != [S] for i, token in enumerate(tokens)), tokens
+    assert whole[0].tokens == ([DOG] if beam == 1 else [WORD, DOG])
 
 
 def test_banks_are_dealt_round_robin_most_met_first() -> None:

@@ -95,3 +95,55 @@ def test_translate_takes_checkpoint_repeated_with_weights(tiny_checkpoint: Path,
     assert len(capsys.readouterr().out.splitlines()) == 2
     assert main([*common, "--weights", "1"]) == 2
     assert "--weights gives 1 weights for 2 checkpoints" in capsys.readouterr().err
+
+
+def _stored_ensemble(tiny_checkpoint: Path, directory: Path) -> list[Path]:
+    """A checkpoint that is the ensemble of two tiny models (ensemble.json), its own weights the first's."""
+    from vaswani.decoding.stored_ensemble import member_name, write_stored_ensemble
+    from vaswani.io import write_manifest
+    from vaswani.model.serialization import CHECKPOINT_KIND
+
+    shutil.copytree(tiny_checkpoint, directory)
+    members = [Path(shutil.copytree(tiny_checkpoint, directory / member_name(0))), directory / member_name(1)]
+    members[1].mkdir()
+    shutil.copy(tiny_checkpoint / "tokenizer.json", members[1] / "tokenizer.json")
+    torch.manual_seed(4)
+    save_model(Transformer(ModelConfig.preset("tiny", dropout=0.0, vocab_size=1000)), members[1],
+               members[1] / "tokenizer.json")
+    write_manifest(members[1], CHECKPOINT_KIND)
+    write_stored_ensemble(directory, [1.0, 3.0])
+    return members
+
+
+def test_a_checkpoint_that_is_an_ensemble_is_searched_as_its_members(tiny_checkpoint: Path, tmp_path: Path,
+                                                                      test_pairs) -> None:
+    stored = tmp_path / "final"
+    members = _stored_ensemble(tiny_checkpoint, stored)
+    search = SearchConfig(beam_size=3, **SHORT)
+    loaded = Translator.load(stored, search, TORCH)
+    assert loaded.engine.describe()["ensemble"] == 2 and loaded.engine.decoder.weights == [0.25, 0.75]
+    expected = Translator.load_ensemble(members, search, TORCH, weights=[1.0, 3.0]).translate(test_pairs[0][:5])
+    assert loaded.translate(test_pairs[0][:5]) == expected
+    with pytest.warns(VaswaniWarning, match=rf"engine auto: torch, because CTranslate2 searches one model and "
+                                            rf"{stored} is an ensemble of 2 \(ensemble.json\)"):
+        Translator.load(stored, search, EngineOptions(engine="auto", device="cpu"))
+    with pytest.raises(ConfigError, match=r"ctranslate2 searches one model and .* or give one of its members"):
+        Translator.load(stored, search, EngineOptions(engine="ctranslate2", device="cpu"))
+    with pytest.raises(VaswaniError, match="is an ensemble itself"):
+        Translator.load_ensemble([stored, tiny_checkpoint], search, TORCH)
+
+
+@pytest.mark.parametrize("content, fragment", [
+    ('{"members": ["ensemble/0"], "weights": [1]}', "two or more checkpoint folders"),
+    ('{"members": ["ensemble/0", "../elsewhere"], "weights": [1, 1]}', "'../elsewhere' is not a folder inside"),
+    ('{"members": ["ensemble/0", "ensemble/7"], "weights": [1, 1]}', "'ensemble/7' is missing"),
+    ('{"members": ["ensemble/0", "ensemble/1"], "weights": [1, 0]}', "one positive number per member"),
+])
+def test_a_damaged_ensemble_file_is_refused_naming_it(tiny_checkpoint: Path, tmp_path: Path, content: str,
+                                                      fragment: str) -> None:
+    stored = tmp_path / "final"
+    _stored_ensemble(tiny_checkpoint, stored)
+    (stored / "ensemble.json").write_text(content)
+    with pytest.raises(VaswaniError, match=fragment) as error:
+        Translator.load(stored, SearchConfig(**SHORT), TORCH)
+    assert str(stored / "ensemble.json") in str(error.value) and "\n" not in str(error.value)

@@ -134,3 +134,20 @@ def test_sliding_window_is_refused(tmp_path: Path, random_checkpoint) -> None:
     checkpoint = random_checkpoint(tmp_path / "ckpt", sliding_window=4)
     with pytest.raises(VaswaniError, match="model.sliding_window=4"):
         export_ctranslate2(checkpoint, tmp_path / "ct2")
+
+
+def test_an_ensemble_exports_its_own_single_model_and_says_so(tiny_checkpoint: Path, tmp_path: Path,
+                                                              capsys) -> None:
+    import shutil
+
+    from vaswani.decoding.stored_ensemble import member_name, write_stored_ensemble
+
+    stored = Path(shutil.copytree(tiny_checkpoint, tmp_path / "final"))
+    for index in range(2):
+        shutil.copytree(tiny_checkpoint, stored / member_name(index))
+    write_stored_ensemble(stored, [1.0, 1.0])
+    assert main(["export", "--checkpoint", str(stored), "--format", "ctranslate2", "--out",
+                 str(tmp_path / "ct2")]) == 0
+    err = capsys.readouterr().err
+    assert f"{stored} is an ensemble of 2, and an export holds one model" in err
+    assert f"export a member, such as {stored / 'ensemble' / '0'}" in err

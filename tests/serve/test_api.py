@@ -362,3 +362,32 @@ def test_an_attention_answer_over_its_byte_bound_is_a_422_naming_the_text(tiny_c
     assert over.json()["error"]["message"].endswith(
         f"at most {most:,} (the server's max_attention_bytes): send a shorter text or a lower "
         "max_len_a/max_len_b")
+
+
+def test_a_checkpoint_that_is_an_ensemble_is_served_as_its_members(tiny_checkpoint, tmp_path) -> None:
+    """`serve` loads through Translator.load: an ensemble checkpoint (ensemble.json) answers as its members
+    searched as one, on the torch engine (the CPU, in the server's precision)."""
+    import torch
+
+    from vaswani.config import ModelConfig
+    from vaswani.decoding.stored_ensemble import member_name, write_stored_ensemble
+    from vaswani.io import write_manifest
+    from vaswani.model import Transformer
+    from vaswani.model.serialization import CHECKPOINT_KIND, save_model
+
+    stored = Path(shutil.copytree(tiny_checkpoint, tmp_path / "final"))
+    members = [Path(shutil.copytree(tiny_checkpoint, stored / member_name(0))), stored / member_name(1)]
+    members[1].mkdir()
+    shutil.copy(tiny_checkpoint / "tokenizer.json", members[1] / "tokenizer.json")
+    torch.manual_seed(4)  # another model than the checkpoint's own
+    save_model(Transformer(ModelConfig.preset("tiny", dropout=0.0, vocab_size=1000)), members[1],
+               members[1] / "tokenizer.json")
+    write_manifest(members[1], CHECKPOINT_KIND)
+    write_stored_ensemble(stored, [1.0, 1.0])
+    search = SearchConfig(beam_size=2, **SHORT)
+    expected = Translator.load_ensemble(members, search, EngineOptions(engine="torch", device="cpu"))
+    settings = ServeSettings(max_beam=4, engine_options=ON_CPU)
+    with pytest.warns(Warning, match="is an ensemble of 2"), TestClient(create_app(stored, settings)) as served:
+        body = served.post("/v1/translate", json={"text": SENTENCE, "beam": 2, **SHORT})
+        assert body.status_code == 200, body.text
+        assert body.json()["translation"] == expected.translate([SENTENCE])[0]

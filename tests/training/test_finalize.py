@@ -3,6 +3,7 @@ translate/evaluate load by default, and the test sets are scored once with them.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -15,6 +16,7 @@ from vaswani.cli import build_parser
 from vaswani.decoding.commands import translator_from_args
 from vaswani.decoding.config import (
     SEARCH_FILE,
+    EngineOptions,
     SearchConfig,
     read_stored_engine,
     read_stored_search,
@@ -53,6 +55,9 @@ def test_the_final_weights_and_search_score_best_on_validation(finished_run) -> 
     chosen = next(row for row in selection.searches if row.search == selection.search)
     assert read_stored_search(final) == chosen.settings
     assert summary.final.search == selection.search
+    # train.final_ensembles is off by default: no ensemble is scored or stored
+    assert not any(name.startswith("ensemble") for name in candidates) and selection.single_weights is None
+    assert not (final / "ensemble.json").exists()
     assert not list((run_dir / "checkpoints").glob(".tmp-*")) and not list((run_dir / "checkpoints").glob(".repl*"))
 
 
@@ -170,3 +175,52 @@ def test_the_final_model_may_be_the_average_around_the_best_when_the_loss_rose_a
     (checkpoints / "best").unlink()
     (checkpoints / "best").symlink_to("step_0000016")
     assert not any("around best" in name for name in _candidates(checkpoints, 3, tmp_path / "staging2"))
+
+
+def test_finalize_can_choose_an_ensemble_that_translate_then_searches(finished_run, tmp_path, monkeypatch,
+                                                                      capsys) -> None:
+    """With train.final_ensembles, ensembles of the last checkpoints are candidates scored like the others; one
+    that wins (here helped to, as a trained one would by its BLEU) is stored in the final model, whose run
+    directory `translate` then searches as the ensemble, on the torch engine."""
+    from vaswani.decoding.ensemble import EnsembleEngine
+    from vaswani.decoding.translator import Translator
+    from vaswani.training import finalize as finalizing
+
+    run_dir, _ = finished_run
+    run = Path(shutil.copytree(run_dir, tmp_path / "run", symlinks=True))
+    config = apply_settings(load_preset(str(run / "config.yaml")), ["train.final_ensembles=2,3,9"])
+    config.train.final_test_splits = ()
+    scored = finalizing._score
+
+    def favour_two(translator, sources, references):  # noqa: ANN001, ANN202 - finalize's own signature
+        scores = scored(translator, sources, references)
+        pair = isinstance(translator.engine, EnsembleEngine) and len(translator.engine.models) == 2
+        return dataclasses.replace(scores, bleu=scores.bleu + 50) if pair else scores
+
+    monkeypatch.setattr(finalizing, "_score", favour_two)
+    selection = finalizing.finalize(run, config, torch.device("cpu"), "fp32")
+    assert "no ensemble of 9 (train.final_ensembles): the run kept 3 step checkpoints" in capsys.readouterr().err
+    candidates = {candidate.weights: candidate.checkpoints for candidate in selection.candidates}
+    assert candidates["ensemble of last 2"] == ["step_0000008", "step_0000012"]
+    assert candidates["ensemble of last 3"] == ["step_0000004", "step_0000008", "step_0000012"]
+    assert selection.weights == "ensemble of last 2" and selection.single_weights in candidates
+    assert selection.quantization.chosen is None and "ensemble of 2" in selection.quantization.reason
+
+    final = run / "checkpoints" / "final"
+    for index, step in enumerate(candidates["ensemble of last 2"]):  # the members are copies of the checkpoints
+        member = load_file(final / "ensemble" / str(index) / "model.safetensors")
+        for name, tensor in load_file(run / "checkpoints" / step / "model.safetensors").items():
+            assert torch.equal(member[name], tensor)
+    with pytest.warns(Warning, match="engine auto: torch, because CTranslate2 searches one model and .* is an "
+                                     "ensemble of 2"):
+        translator = translator_from_args(build_parser().parse_args(
+            ["translate", "--checkpoint", str(run), "--device", "cpu", "--precision", "fp32"]))
+    assert isinstance(translator.engine, EnsembleEngine) and len(translator.engine.models) == 2
+    assert translator.config.beam_size == read_stored_search(final)["beam_size"]
+    steps = [run / "checkpoints" / step for step in candidates["ensemble of last 2"]]
+    sentences = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee."]
+    expected = Translator.load_ensemble(steps, translator.config, EngineOptions(engine="torch", device="cpu"))
+    assert translator.translate(sentences) == expected.translate(sentences)
+    with pytest.raises(ConfigError, match="ctranslate2 searches one model"):
+        translator_from_args(build_parser().parse_args(
+            ["translate", "--checkpoint", str(run), "--device", "cpu", "--engine", "ctranslate2"]))

@@ -204,6 +204,15 @@ class Tokenizer:
         return max((len(token) for token in self._tok.get_vocab(with_added_tokens=False) if token not in specials),
                    default=1)
 
+    @cached_property
+    def word_continuations(self) -> frozenset[int]:
+        """The ids of the tokens that continue the word before them: those whose text starts with a word character
+        (a letter, digit or ``_``, as regex ``\\w``), a combining mark, or a byte inside a character. A token that
+        starts with the byte-level space marker (``Ġ``), a punctuation mark or another space starts a new word, and
+        the special tokens (``</s>``) continue nothing."""
+        texts = self._tok.decode_batch([[token_id] for token_id in range(self.vocab_size)], skip_special_tokens=True)
+        return frozenset(token_id for token_id, text in enumerate(texts) if text and _continues_word(text[0]))
+
     def chars_for(self, max_ids: int, token_bytes: int | None = None) -> int:
         """A prefix length, in characters, past which the first ``max_ids`` ids of any text cannot depend on the
         rest: ``max_ids`` tokens cover at most ``max_ids × longest_token_bytes`` bytes of normalised text, each of
@@ -232,6 +241,12 @@ def check_tag(tag: str, field: str = "data.train_tags") -> None:
         specials = ", ".join(SPECIAL_TOKENS)
         raise ConfigError(f"{field}: {tag!r} is one of the tokenizer's own special tokens ({specials}); choose "
                           "another tag, such as <BT>", field=field)
+
+
+def _continues_word(first: str) -> bool:
+    """Whether a token whose text starts with ``first`` is part of the word before it. Byte-level BPE decodes a
+    byte inside a multi-byte character to U+FFFD: inside a character is inside a word."""
+    return first == "\ufffd" or first == "_" or first.isalnum() or unicodedata.category(first).startswith("M")
 
 
 def _as_int_list(ids) -> list[int]:

@@ -13,6 +13,7 @@ engines that run them, and a text-to-text :class:`Translator`.
     reference.py    UncachedModel: the same interface recomputing the whole prefix (tests, benchmark)
     compiled.py     CompiledDecoder: the same interface with the decoding step compiled by torch.compile
     ensemble.py     Ensemble: several models searched as one, log-probs averaged per step, a cache each
+    stored_ensemble.py  a checkpoint that is an ensemble: ensemble.json naming its member checkpoints
     alignment.py    Pharaoh word alignments from the penultimate decoder layer's cross-attention
     sampling.py     Sampler: a token drawn from the top-k / top-p of the tempered distribution, seeded
     scoring.py      PairScore: a given translation's log-probability (force decoding), to filter or rerank
@@ -45,6 +46,8 @@ _EXPORTS = {
     "Translator": "vaswani.decoding.translator",
     "Translation": "vaswani.decoding.translator",
     "UnusablePrefix": "vaswani.decoding.translator",
+    "StoredEnsemble": "vaswani.decoding.stored_ensemble",
+    "read_stored_ensemble": "vaswani.decoding.stored_ensemble",
     "constrained_beam_search": "vaswani.decoding.constraints",
     "UnusableConstraint": "vaswani.decoding.terminology",
     "read_constraints": "vaswani.decoding.terminology",

@@ -206,7 +206,8 @@ class CTranslate2Engine:
 
     def search(self, sources: Sequence[list[int]], config: SearchConfig,
                prefixes: Sequence[list[int]] | None = None,
-               constraints: Sequence[list[list[int]]] | None = None) -> list[list[Hypothesis]]:
+               constraints: Sequence[list[list[int]]] | None = None,
+               continuations: frozenset[int] = frozenset()) -> list[list[Hypothesis]]:
         if constraints is not None and any(constraints):
             raise ConfigError(f"CTranslate2 cannot run {CONSTRAINED}", field="constraints")
         limits = output_limits([len(source) for source in sources], config, self.model_config)

@@ -57,10 +57,12 @@ class Engine(Protocol):
 
     def search(self, sources: Sequence[list[int]], config: SearchConfig,
                prefixes: Sequence[list[int]] | None = None,
-               constraints: Sequence[list[list[int]]] | None = None) -> list[list[Hypothesis]]:
+               constraints: Sequence[list[list[int]]] | None = None,
+               continuations: frozenset[int] = frozenset()) -> list[list[Hypothesis]]:
         """``config.nbest`` hypotheses per source, best first, for one batch of sources (ids ending in </s>);
         each output starts with its ``prefixes`` ids ([]: none), shorter than its length limit, and contains
-        each of its ``constraints`` phrases (ids; the torch engine's)."""
+        each of its ``constraints`` phrases (ids; the torch engine's) as whole words: not followed by one of
+        the ``continuations`` (the tokenizer's word-continuing tokens)."""
         ...
 
     def score(self, sources: Sequence[list[int]], targets: Sequence[list[int]],

@@ -361,11 +361,14 @@ def beam_done(
 # ---- entry point ----------------------------------------------------------------------------------------------
 def generate(model: SearchableModel, src: torch.Tensor, config: SearchConfig,
              prefixes: Sequence[list[int]] | None = None,
-             constraints: Sequence[list[list[int]]] | None = None) -> list[list[Hypothesis]]:
+             constraints: Sequence[list[list[int]]] | None = None,
+             continuations: frozenset[int] = frozenset()) -> list[list[Hypothesis]]:
     """Translate a padded batch of source ids (B, S): greedy when ``beam_size == 1``, else beam search.
     ``prefixes``: ids each output starts with ([] for none; None: no sentence has one), shorter than its
     length limit; ``constraints``: per sentence the phrases (ids) its output must contain ([] for none), found
-    by the constrained beam search of constraints.py, which runs only when some sentence has one.
+    by the constrained beam search of constraints.py, which runs only when some sentence has one, as whole
+    words: a phrase followed by one of the ``continuations`` (the tokenizer's word-continuing tokens) does not
+    count.
 
     Runs under ``torch.inference_mode`` (no autograd bookkeeping) with the model in eval mode, and inside
     autocast in ``config.precision`` ("auto": bf16 only where the device computes it fast; log-softmax and scores
@@ -378,7 +381,7 @@ def generate(model: SearchableModel, src: torch.Tensor, config: SearchConfig,
             # Imported here: constraints.py builds on this module's steps, and the plain search never needs it.
             from vaswani.decoding.constraints import constrained_beam_search
 
-            return constrained_beam_search(model, src, config, constraints, forced)
+            return constrained_beam_search(model, src, config, constraints, forced, continuations)
         if config.sample:
             return _sampled(model, src, config, prefixes if forced is not None else None)
         if config.beam_size == 1:

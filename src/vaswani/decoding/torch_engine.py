@@ -54,8 +54,10 @@ class TorchEngine:
 
     def search(self, sources: Sequence[list[int]], config: SearchConfig,
                prefixes: Sequence[list[int]] | None = None,
-               constraints: Sequence[list[list[int]]] | None = None) -> list[list[Hypothesis]]:
-        return generate(self.decoder, self._padded(sources, config.pad_id), config, prefixes, constraints)
+               constraints: Sequence[list[list[int]]] | None = None,
+               continuations: frozenset[int] = frozenset()) -> list[list[Hypothesis]]:
+        return generate(self.decoder, self._padded(sources, config.pad_id), config, prefixes, constraints,
+                        continuations)
 
     def score(self, sources: Sequence[list[int]], targets: Sequence[list[int]],
               config: SearchConfig) -> list[list[float]]:

@@ -24,6 +24,7 @@ from vaswani.data.tokenizer import Tokenizer
 from vaswani.decoding.config import EngineOptions, SearchConfig
 from vaswani.decoding.engine import TORCH, Engine, is_engine, open_engine, output_limits
 from vaswani.decoding.scoring import PairScore, UnscorableText, pair_score
+from vaswani.decoding.stored_ensemble import ENSEMBLE_FILE, read_stored_ensemble
 from vaswani.decoding.terminology import UnusableConstraint
 from vaswani.errors import ConfigError, VaswaniError, VaswaniWarning
 from vaswani.model.serialization import CONFIG_FILE, read_model_config, resolve_checkpoint
@@ -114,9 +115,15 @@ class Translator:
         (CTranslate2 when it can run this model and search, else torch, saying why in a warning), and what it runs
         on; ``prefixed``: the translations will start with given prefixes (auto then takes the engine that can
         force them in this search); ``constrained``: the translations will contain given phrases (constraints.py,
-        the torch engine's); ``batching``: ``batch_size``, ``max_tokens``.
+        the torch engine's); ``batching``: ``batch_size``, ``max_tokens``. A checkpoint that is an ensemble (its
+        ``ensemble.json``, stored_ensemble.py) is searched as its members, as :meth:`load_ensemble` searches them.
         """
         directory = resolve_checkpoint(checkpoint)
+        stored = read_stored_ensemble(directory)
+        if stored is not None:
+            return cls._ensemble(stored.members, config, options, stored.weights,
+                                 f"{directory} is an ensemble of {len(stored.members)} ({ENSEMBLE_FILE})",
+                                 f"or give one of its members ({stored.members[0]})", **batching)
         if not (directory / TOKENIZER_FILE).is_file():
             raise VaswaniError(f"{directory}: no {TOKENIZER_FILE} beside the weights; cannot turn text into ids")
         model_config = read_model_config(directory / CONFIG_FILE)
@@ -143,6 +150,15 @@ class Translator:
         """Several checkpoints searched as one (ensemble.py), on the torch engine: "auto" takes it saying why,
         "ctranslate2" is refused. Their tokenizer.json must be the same file and their recorded language
         pairs (where recorded) the same; ``weights``: one positive number per checkpoint (default equal)."""
+        return cls._ensemble(checkpoints, config, options, weights, f"this ensemble has {len(checkpoints)}", "",
+                             **batching)
+
+    @classmethod
+    def _ensemble(cls, checkpoints: Sequence[str | Path], config: SearchConfig | None,
+                  options: EngineOptions | None, weights: Sequence[float] | None, what: str, instead: str,
+                  **batching: Any) -> "Translator":
+        """:meth:`load_ensemble`; ``what`` says what the ensemble is, ``instead`` what else the user may do, in
+        the engine's refusal or warning."""
         from vaswani.data.languages import recorded_languages
         from vaswani.decoding.ensemble import EnsembleEngine
         from vaswani.devices import resolve_device
@@ -152,7 +168,12 @@ class Translator:
         first = directories[0]
         if not (first / TOKENIZER_FILE).is_file():
             raise VaswaniError(f"{first}: no {TOKENIZER_FILE} beside the weights; cannot turn text into ids")
-        for directory in directories[1:]:
+        for index, directory in enumerate(directories):
+            if (directory / ENSEMBLE_FILE).is_file():
+                raise VaswaniError(f"{directory} is an ensemble itself ({ENSEMBLE_FILE}): give its members "
+                                   "(its ensemble/N folders) as checkpoints instead")
+            if index == 0:
+                continue
             if not (directory / TOKENIZER_FILE).is_file() or \
                     (directory / TOKENIZER_FILE).read_bytes() != (first / TOKENIZER_FILE).read_bytes():
                 raise VaswaniError(f"{directory}: its {TOKENIZER_FILE} is not {first}'s; an ensemble's "
@@ -163,11 +184,11 @@ class Translator:
                                    f"{pair.source}-{pair.target}: an ensemble's models share one direction")
         options = options or EngineOptions()
         if options.engine == "ctranslate2":
-            raise ConfigError("`engine` ctranslate2 searches one model; an ensemble runs on `engine` torch",
-                              field="engine")
+            raise ConfigError(f"`engine` ctranslate2 searches one model and {what}: run it on `engine` torch"
+                              f"{' ' + instead if instead else ''}", field="engine")
         if options.engine != TORCH:
-            warnings.warn(f"engine auto: torch, because CTranslate2 searches one model (this ensemble has "
-                          f"{len(directories)})", VaswaniWarning, stacklevel=2)
+            warnings.warn(f"engine auto: torch, because CTranslate2 searches one model and {what}",
+                          VaswaniWarning, stacklevel=3)
         device = resolve_device(options.device)
         models = [load_model(directory, device=device).eval() for directory in directories]
         tokenizer = Tokenizer.load(first / TOKENIZER_FILE)
@@ -362,7 +383,8 @@ class Translator:
         forced = [prefixes[i] for i in real] if prefixes is not None and any(prefixes[i] for i in real) else None
         if constraints is not None and any(constraints[i] for i in real):
             phrases = [constraints[i] for i in real]
-            hypotheses = self.engine.search([sources[i] for i in real], self.config, forced, phrases)
+            hypotheses = self.engine.search([sources[i] for i in real], self.config, forced, phrases,
+                                            self.tokenizer.word_continuations)
         elif forced is not None:
             hypotheses = self.engine.search([sources[i] for i in real], self.config, forced)
         else:  # the plain search, with nothing forced

@@ -17,9 +17,10 @@ SELECTION_FILE = "selection.json"
 
 @dataclass
 class Candidate:
-    """One set of weights finalize scored: ``best``, ``last`` or an average of the last step checkpoints."""
+    """One set of weights finalize scored: ``best``, ``last``, an average of the last step checkpoints or an
+    ensemble of them."""
 
-    weights: str  # "best", "last", "average of last 3"
+    weights: str  # "best", "last", "average of last 3", "ensemble of last 2"
     checkpoints: list[str]  # the step checkpoints it is made of
     greedy_valid: CorpusScores
 
@@ -109,6 +110,9 @@ class Selection:
     seconds: float
     languages: dict[str, str] | None = None  # the pair the model translates: source, target and their name
     parent_validation: ParentValidation | None = None  # a fine-tuned run's, where its parent's run is there
+    # an ensemble's: the best single candidate, whose weights the final checkpoint's own files hold (what runs
+    # one model, such as CTranslate2 and export, loads those)
+    single_weights: str | None = None
 
     @classmethod
     def read(cls, final_dir: str | Path) -> Selection:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import warnings
 from pathlib import Path
 
-from vaswani.errors import VaswaniError
+from vaswani.errors import VaswaniError, VaswaniWarning
 from vaswani.io import check_output, directory_written_whole, write_faults_named
 
 FORMATS = ("hf", "ctranslate2")
@@ -37,6 +38,7 @@ def export_command(args: argparse.Namespace) -> int:
         raise VaswaniError("--quantization applies to --format ctranslate2 only (the hf export is float32)")
     out: Path = args.out
     check_output(out, command="export", writes="folder", kind=EXPORT_KIND, inputs=[args.checkpoint], force=args.force)
+    _say_if_ensemble(args.checkpoint)
     export = _exporter(args.format)
     # Written whole, with an "export" manifest; a write the disk refuses, whichever library made it, is one line.
     details = {"format": args.format, **({"quantization": args.quantization} if args.format != "hf" else {})}
@@ -48,6 +50,19 @@ def export_command(args: argparse.Namespace) -> int:
             export(args.checkpoint, staging, quantization=args.quantization)
     print(f"wrote {out} ({args.format}{'' if args.format == 'hf' else ', ' + args.quantization})")
     return 0
+
+
+def _say_if_ensemble(checkpoint: str) -> None:
+    """An export holds one model: for a checkpoint that is an ensemble, say which one is exported."""
+    from vaswani.decoding import read_stored_ensemble
+    from vaswani.model.serialization import resolve_checkpoint
+
+    directory = resolve_checkpoint(checkpoint)
+    stored = read_stored_ensemble(directory)
+    if stored is not None:
+        warnings.warn(f"{directory} is an ensemble of {len(stored.members)}, and an export holds one model: "
+                      "exporting the checkpoint's own weights (a run's final model: its best single candidate), or "
+                      f"export a member, such as {stored.members[0]}", VaswaniWarning, stacklevel=2)
 
 
 def _exporter(fmt: str):

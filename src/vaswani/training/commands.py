@@ -54,8 +54,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     final = subparsers.add_parser(
         "finalize",
         help="choose a finished run's final weights and search on validation data, then score its test sets",
-        description="What a run with train.final_model=true does after its last update: score best, last and the "
-        "averages of the last 2..train.average_last checkpoints by greedy BLEU on the whole validation split, tune "
+        description="What a run with train.final_model=true does after its last update: score best, last, the "
+        "averages of the last 2..train.average_last checkpoints and the ensembles of the last k checkpoints for each "
+        "k in train.final_ensembles by greedy BLEU on the whole validation split, tune "
         "the beam's length penalty on it, write RUN/checkpoints/final/ (with search.json, used by translate and "
         "evaluate by default) and score train.final_test_splits.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,

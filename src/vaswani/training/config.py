@@ -199,6 +199,9 @@ class TrainConfig(Settles):
     # length penalty in final_alphas) by BLEU on the whole validation split, then score final_test_splits
     final_model: bool = False
     average_last: int = 0
+    # ensembles of the last k step checkpoints, one candidate per k (e.g. [2, 4]), searched as one model by the
+    # torch engine: chosen, the final model holds its members (decoding/stored_ensemble.py)
+    final_ensembles: tuple[int, ...] = ()
     final_beam: int = 5
     final_alphas: tuple[float, ...] = (0.6, 1.0, 1.5)
     final_test_splits: tuple[str, ...] = ()
@@ -220,7 +223,7 @@ class TrainConfig(Settles):
         "eval_every_steps": Limit(ge=1), "bleu_subset": Limit(ge=0), "patience": Limit(ge=1),
         "save_every_steps": Limit(ge=1), "keep_checkpoints": Limit(ge=0), "log_every_steps": Limit(ge=1),
         "max_consecutive_nonfinite": Limit(ge=1), "scale_up_probe_seconds": Limit(gt=0, le=600),
-        "average_last": Limit(ge=0), "final_beam": Limit(ge=1),
+        "average_last": Limit(ge=0), "final_ensembles": Limit(ge=2, le=64), "final_beam": Limit(ge=1),
         "final_alphas": Limit(ge=0), "final_valid_sentences": Limit(ge=1), "final_max_minutes": Limit(gt=0),
     }
 

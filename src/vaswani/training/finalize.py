@@ -8,16 +8,20 @@ short translations come out, and BLEU's brevity penalty punishes short ones. So 
 ``train.final_model`` this module
 
 1. scores each candidate — ``best``, ``last``, the average of the last k step checkpoints for
-   k = 2 … ``average_last``, and the average of the ``average_last`` checkpoints around ``best`` where the loss rose
-   after it — by greedy BLEU on the whole validation split (or its first
+   k = 2 … ``average_last``, the average of the ``average_last`` checkpoints around ``best`` where the loss rose
+   after it, and the ensemble of the last k step checkpoints for each k in ``final_ensembles`` (searched as one
+   model, decoding/ensemble.py) — by greedy BLEU on the whole validation split (or its first
    ``final_valid_sentences``), and keeps the highest;
 2. tunes the search on the same split: greedy, and beam ``final_beam`` ranked by log P / |Y|^α with each α in
    ``final_alphas`` (the length penalty both engines compute, so the chosen search runs on CTranslate2 too);
-3. writes the winner as ``checkpoints/final/`` (weights, model.json, tokenizer.json), the chosen search as its
-   ``search.json`` (``translate``, ``evaluate`` and ``serve`` use it by default) and every candidate's scores as its
-   ``selection.json`` (:class:`vaswani.evaluation.selection.Selection`);
+3. writes the winner as ``checkpoints/final/`` (weights, model.json, tokenizer.json; for an ensemble, its members
+   as ``final/ensemble/<i>/`` named by ``final/ensemble.json``, which ``Translator.load`` searches, beside the best
+   single candidate's weights for what runs one model), the chosen search as its ``search.json`` (``translate``,
+   ``evaluate`` and ``serve`` use it by default) and every candidate's scores as its ``selection.json``
+   (:class:`vaswani.evaluation.selection.Selection`);
 4. chooses the CTranslate2 quantization: the chosen search on the CPU in float32 and in int8, on the same split;
-   int8 becomes the default (``search.json``) only when it scores within ``INT8_TOLERANCE_BLEU`` of float32;
+   int8 becomes the default (``search.json``) only when it scores within ``INT8_TOLERANCE_BLEU`` of float32 (none
+   for an ensemble, which CTranslate2 cannot search);
 5. scores it on each of ``final_test_splits``, writing ``checkpoints/final/eval/<test set>/``;
 6. for a fine-tuned run (``train.init_from``) whose parent's run directory still holds its settings, scores
    the final model and the parent with the chosen search on the parent's validation split, so that what
@@ -39,6 +43,7 @@ import torch
 
 from vaswani.data.languages import parse_direction
 from vaswani.decoding.config import EngineOptions, SearchConfig, stored_settings, write_stored_search
+from vaswani.decoding.stored_ensemble import member_name, write_stored_ensemble
 from vaswani.decoding.translator import Translator
 from vaswani.errors import VaswaniError
 from vaswani.evaluation.average import average_checkpoints, last_checkpoints
@@ -85,28 +90,36 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
     cut_short = False
     try:
         weights: list[Candidate] = []
-        directories: dict[str, Path] = {}
-        for name, (directory, steps) in _candidates(checkpoints, training.average_last, staging).items():
+        directories: dict[str, list[Path]] = {}  # a candidate's checkpoint, or an ensemble's members
+        candidates = {name: ([directory], steps)
+                      for name, (directory, steps) in _candidates(checkpoints, training.average_last, staging).items()}
+        candidates.update(_ensembles(checkpoints, training.final_ensembles))
+        for name, (members, steps) in candidates.items():
             if weights and time.perf_counter() > deadline:
                 cut_short = True
                 break
-            scores = _score(Translator.load(directory, SearchConfig(beam_size=1, precision=precision), on_device,
-                                            **batches), sources, references)
+            greedy = SearchConfig(beam_size=1, precision=precision)
+            scores = _score(_translator(members, greedy, on_device, batches), sources, references)
             weights.append(Candidate(name, steps, scores))
-            directories[name] = directory
+            directories[name] = members
             _say(f"final model: {name:<22} greedy val BLEU {scores.bleu:5.2f}  length ratio {scores.length_ratio:.3f}")
         chosen = max(weights, key=lambda candidate: candidate.greedy_valid.bleu)  # ties: the earlier, simpler one
+        # What the final checkpoint's own weights hold, for what runs one model: the chosen one or, for an
+        # ensemble, the best single candidate.
+        single = max((candidate for candidate in weights if len(directories[candidate.weights]) == 1),
+                     key=lambda candidate: candidate.greedy_valid.bleu)
+        members = directories[chosen.weights] if chosen is not single else []
 
         searches = [SearchConfig(beam_size=1, precision=precision)] + [
             SearchConfig(beam_size=training.final_beam, length_norm="power", alpha=alpha, precision=precision)
             for alpha in training.final_alphas]
         tried: list[SearchTried] = []
-        chosen_model = Translator.load(directories[chosen.weights], searches[0], on_device)  # searched often
+        chosen_model = _translator(directories[chosen.weights], searches[0], on_device, batches)  # searched often
         for search in searches:
             if tried and time.perf_counter() > deadline:
                 cut_short = True
                 break
-            translator = Translator(chosen_model.model, chosen_model.tokenizer, search, options=on_device, **batches)
+            translator = chosen_model.with_search(search, chosen_model.batch_size, chosen_model.max_tokens)
             scores = _score(translator, sources, references)
             tried.append(SearchTried(_describe(search), stored_settings(search), scores))
             _say(f"final search: {_describe(search):<22} val BLEU {scores.bleu:5.2f}  "
@@ -114,8 +127,11 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
         best_search = max(tried, key=lambda row: row.valid.bleu)
         search = dataclasses.replace(SearchConfig(precision=precision), **best_search.settings)
 
-        assembled = _assemble(directories[chosen.weights], staging, search)
-        if time.perf_counter() > deadline:
+        assembled = _assemble(directories[single.weights][0], staging, search, members)
+        if members:
+            quantization = Quantization(None, reason=f"the final model is an ensemble of {len(members)} "
+                                        "checkpoints, and CTranslate2 searches one model")
+        elif time.perf_counter() > deadline:
             cut_short = True
             quantization = Quantization(None, reason=f"train.final_max_minutes={training.final_max_minutes:g} ran out")
         else:
@@ -140,7 +156,8 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
                           valid_split=valid_split, valid_sentences=len(sources), valid=best_search.valid,
                           quantization=quantization, test=tests, candidates=weights, searches=tried,
                           cut_short_by_time=cut_short, seconds=round(time.perf_counter() - started, 1),
-                          languages=parse_direction(dc.direction).to_dict(), parent_validation=forgetting)
+                          languages=parse_direction(dc.direction).to_dict(), parent_validation=forgetting,
+                          single_weights=single.weights if members else None)
     selection.write(final)
     if cut_short:
         _say(f"final model: train.final_max_minutes={training.final_max_minutes:g} ran out; chosen among the "
@@ -225,6 +242,29 @@ def _candidates(checkpoints: Path, average_last: int, staging: Path) -> dict[str
     return found
 
 
+def _ensembles(checkpoints: Path, sizes: tuple[int, ...]) -> dict[str, tuple[list[Path], list[str]]]:
+    """The ensemble of the last k step checkpoints for each k in ``sizes`` that the run has that many of, with
+    the checkpoints it is made of."""
+    steps = sorted(p for p in checkpoints.glob("step_*") if p.is_dir() and STEP_NAME.match(p.name))
+    found = {}
+    for k in sorted(set(sizes)):
+        if k > len(steps):
+            _say(f"final model: no ensemble of {k} (train.final_ensembles): the run kept {len(steps)} step "
+                 "checkpoints")
+            continue
+        members = last_checkpoints(checkpoints.parent, k)
+        found[f"ensemble of last {k}"] = (members, [p.name for p in members])
+    return found
+
+
+def _translator(members: list[Path], search: SearchConfig, options: EngineOptions,
+                batches: dict[str, int]) -> Translator:
+    """A checkpoint's translator, or its members' searched as one (an ensemble)."""
+    if len(members) == 1:
+        return Translator.load(members[0], search, options, **batches)
+    return Translator.load_ensemble(members, search, options, **batches)
+
+
 def _score(translator: Translator, sources: list[str], references: list[str]) -> CorpusScores:
     return corpus_scores(translator.translate(sources, progress=True), references)
 
@@ -233,12 +273,21 @@ def _describe(search: SearchConfig) -> str:
     return "greedy" if search.beam_size == 1 else f"beam {search.beam_size}, {search.length_norm} {search.alpha:g}"
 
 
-def _assemble(source: Path, staging: Path, search: SearchConfig) -> Path:
-    """The final model in ``staging``: ``source``'s model files and ``search``."""
+def _assemble(source: Path, staging: Path, search: SearchConfig, members: list[Path]) -> Path:
+    """The final model in ``staging``: ``source``'s model files and ``search``, and with ``members`` (an
+    ensemble), a copy of each member's model files as a checkpoint of its own inside it, and ensemble.json."""
     assembled = staging / FINAL
     assembled.mkdir()
     for name in MODEL_FILES:
         shutil.copyfile(source / name, assembled / name)  # fsynced when the whole is installed
+    for index, member in enumerate(members):
+        copy = assembled / member_name(index)
+        copy.mkdir(parents=True)
+        for name in MODEL_FILES:
+            shutil.copyfile(member / name, copy / name)
+        write_manifest(copy, CHECKPOINT_KIND)
+    if members:
+        write_stored_ensemble(assembled, [1.0] * len(members))
     write_stored_search(search, assembled)
     return assembled
 
