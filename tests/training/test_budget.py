@@ -163,9 +163,10 @@ def test_the_trainer_gets_the_config_the_clock_fit_chose_settled(in_workdir, mon
     class Handed(Exception):
         pass
 
-    def trainer(config, run_dir, resume=False, callbacks=()):
+    def trainer(config, run_dir, resume=False, world=None, callbacks=(), data=None):
         with pytest.raises(dataclasses.FrozenInstanceError):
             config.train.max_minutes = 1.0
+        assert (config.model.vocab_size, config.model.pad_id) == (data.tokenizer.vocab_size, data.tokenizer.pad_id)
         raise Handed(config)
 
     monkeypatch.setattr(run, "fit_to_budget", lambda config, run_dir: (apply_settings(config, ["model.d_ff=192"]),

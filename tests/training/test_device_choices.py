@@ -122,6 +122,7 @@ def test_a_compiled_run_records_what_compiling_did_in_its_summary(tmp_path, data
     (model/dropout.py) draw with an in-place ``random_``, where Dynamo breaks the graph (CUDA takes F.dropout)."""
     from vaswani.training import device_choices
     from vaswani.training import trainer as trainer_module
+    from vaswani.training.data import settle
 
     monkeypatch.setenv("VASWANI_DATA", str(data_dir))
     monkeypatch.setenv("VASWANI_CACHE", str(tmp_path / "cache"))
@@ -133,7 +134,8 @@ def test_a_compiled_run_records_what_compiling_did_in_its_summary(tmp_path, data
         "train.progress=false", "train.device=cpu", "train.precision=fp32"])
     torch._dynamo.reset()
     try:
-        trainer = trainer_module.Trainer(config, tmp_path / "run")
+        config, data = settle(config, tmp_path / "run")
+        trainer = trainer_module.Trainer(config, tmp_path / "run", data=data)
         summary = trainer.fit()
     finally:
         torch._dynamo.reset()

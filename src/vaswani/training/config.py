@@ -294,7 +294,10 @@ class RunConfig(Settles):
                 raise ConfigError(f"{setting}: {error}", field=setting) from None
 
     def settled(self) -> "RunConfig":
-        """A copy nothing changes, once a run's corpus, clock fit and vocabulary are resolved: assigning raises."""
+        """A copy nothing changes, once a run's corpus, clock fit and vocabulary are resolved: assigning raises. A
+        settled config is its own."""
+        if self.__dict__.get("_settled"):
+            return self
         frozen = copy.deepcopy(self)
         settle(frozen.model, frozen.data, frozen.train, frozen)
         return frozen

@@ -35,8 +35,6 @@ from vaswani.training.rundir import check_start
 
 # A training setting changed at a resume: {"train.lr_factor": (old, new)}.
 Changes = dict[str, tuple[Any, Any]]
-# The model settings the trainer takes from the prepared data's tokenizer, not from the config.
-SET_BY_THE_DATA = ("vocab_size", "pad_id")
 
 
 @dataclass
@@ -124,8 +122,7 @@ def check_resumable(config: RunConfig, state: ResumeState, announce: bool) -> Ch
     saved = state.config
     if _without_data_dir(config.data) != _without_data_dir(saved.data):
         raise VaswaniError("`resume` cannot change data settings; start a new run directory instead")
-    changed_model = sorted(key for key, value in config.model.to_dict().items()
-                           if value != saved.model.to_dict()[key] and key not in SET_BY_THE_DATA)
+    changed_model = sorted(key for key, value in config.model.to_dict().items() if value != saved.model.to_dict()[key])
     if changed_model:
         raise VaswaniError(f"`resume` cannot change the architecture ({changed_model}); start a new run "
                            "directory instead")

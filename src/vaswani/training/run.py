@@ -11,12 +11,14 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from vaswani.devices import device_type
 from vaswani.errors import ConfigError, is_out_of_memory, out_of_memory
 from vaswani.training.budget import BudgetPlan, Candidate, candidates, plan_for_budget, tokens_per_second
 from vaswani.training.callbacks import Callback
 from vaswani.training.config import RunConfig, apply_settings
+from vaswani.training.data import settle
 from vaswani.training.device_choices import check_threads
-from vaswani.training.distributed import rank_batches
+from vaswani.training.distributed import init_world, rank_batches
 from vaswani.training.rundir import check_start, lock_run_directory
 from vaswani.training.summary import RunSummary, Stop
 from vaswani.training.trainer import Trainer
@@ -40,8 +42,10 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False, start_ov
             plan = None
             if fits_to_budget(config) and not resume:  # a resumed run keeps the model it chose
                 config, plan = fit_to_budget(config, run_dir)
-            config = config.settled()  # the corpus and the clock fit are resolved: nothing below changes them
-            trainer = Trainer(config, run_dir, resume=resume, callbacks=callbacks)
+            world = init_world(device_type(config.train.device))
+            # the corpus, the clock fit and the data's vocabulary are resolved: nothing below changes the config
+            config, data = settle(config, run_dir, world, resuming=resume)
+            trainer = Trainer(config, run_dir, resume=resume, world=world, callbacks=callbacks, data=data)
             summary = trainer.fit()
         except (MemoryError, RuntimeError) as error:
             if not is_out_of_memory(error):
@@ -98,7 +102,8 @@ def fit_to_budget(config: RunConfig, run_dir: Path) -> tuple[RunConfig, BudgetPl
     training, clock_started = config.train, time.perf_counter()
 
     def measure(candidate: Candidate) -> tuple[float, int]:
-        trainer = Trainer(apply_settings(config, list(candidate.settings)), run_dir)
+        settled, data = settle(apply_settings(config, list(candidate.settings)), run_dir)
+        trainer = Trainer(settled, run_dir, data=data)
         trainer.callbacks = []  # nothing to report: no run has started
         groups = trainer.epoch_updates(0)
         own_batches = (b for group in itertools.cycle(groups) for b in rank_batches(group, training.grad_accum, 0)[0])

@@ -1,6 +1,7 @@
 """The training loop: epochs of updates, evaluating and saving on the way, resumable bit for bit.
 
-    trainer = Trainer(config, run_dir)     # device, data, model, optimizer (or a resumed run's state); writes nothing
+    config, data = settle(config, run_dir) # the data loaded; the config with its vocabulary, frozen (training/data.py)
+    trainer = Trainer(config, run_dir, data=data)  # device, model, optimizer (or a resumed run's state); writes nothing
     summary = trainer.fit()                # updates until a limit, evaluating and saving on the way
 
 One *update* consumes a *group* of G = grad_accum × world_size consecutive batches of the epoch's deterministic
@@ -37,6 +38,7 @@ from vaswani.training.budget import early_stopping_counts
 from vaswani.training.callbacks import Callback, LogLine, ReadUpdate, reporting
 from vaswani.training.checkpoint import point_link_at, prune, save_checkpoint
 from vaswani.training.config import RunConfig
+from vaswani.training.data import TrainingData
 from vaswani.training.distributed import World, init_world, rank_batches, ranks_identical, shutdown
 from vaswani.training.optim import build_optimizer
 from vaswani.training.parent import initial_model
@@ -49,13 +51,15 @@ from vaswani.training.summary import RunSummary, Stop
 
 
 class Trainer:
-    """One training run in ``run_dir``. ``resume=True`` continues the run from its latest checkpoint with
-    ``config`` (build it with :func:`~vaswani.training.resume.resumed_config` so the run keeps its own settings);
-    the model and data settings must be the run's, training settings may change, and each change is printed and
-    recorded in the run's provenance. Nothing is written until :meth:`fit`."""
+    """One training run in ``run_dir`` of a config settled with its data's vocabulary (another one is refused):
+    :func:`~vaswani.training.data.settle` gives both; without ``data`` the Trainer loads the config's.
+    ``resume=True`` continues the run from its latest checkpoint with ``config`` (build it with
+    :func:`~vaswani.training.resume.resumed_config` so the run keeps its own settings); the model and data settings
+    must be the run's, training settings may change, and each change is printed and recorded in the run's
+    provenance. Nothing is written until :meth:`fit`."""
 
     def __init__(self, config: RunConfig, run_dir: str | Path, resume: bool = False, world: World | None = None,
-                 callbacks: Sequence[Callback] = ()):
+                 callbacks: Sequence[Callback] = (), data: TrainingData | None = None):
         self.run_dir, self.config, training = Path(run_dir), config, config.train
         self.world = world or init_world(device_type(training.device))
         self.device = resolve_device(training.device, self.world.local_rank)
@@ -68,10 +72,9 @@ class Trainer:
         saved = read_resume_state(self.run_dir) if resume else None
         self.resumed_from = saved.checkpoint_dir if saved is not None else None
         self.changed_settings = check_resumable(config, saved, announce=self.world.is_main) if saved else {}
-        self.data = training_data.load(config, self.run_dir, self.world, resuming=resume)
-        # the data's vocabulary settles this Trainer's own config, which nothing changes; its caller's is left as given
-        self.config = config = dataclasses.replace(config, model=dataclasses.replace(
-            config.model, vocab_size=self.data.tokenizer.vocab_size, pad_id=self.data.tokenizer.pad_id)).settled()
+        self.data = data or training_data.load(config, self.run_dir, self.world, resuming=resume)
+        training_data.check_vocabulary(config, self.data)
+        self.config = config = config.settled()
         torch.manual_seed(training.seed)  # identical initial weights on every rank
         random.seed(training.seed)
         self.progress = Progress()
