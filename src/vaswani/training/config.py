@@ -38,7 +38,6 @@ from vaswani.data.registry import DATASETS, DIRECTIONS, LOCAL, get_dataset
 from vaswani.data.tokenizer import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE, check_tag
 from vaswani.errors import ConfigError, DataError, VaswaniError
 from vaswani.io import MAX_DOCUMENT_BYTES, absolute_path, parse_yaml
-from vaswani.training.budget import settings_of
 from vaswani.training.file_settings import file_parts, named_parts, one_part
 
 
@@ -410,6 +409,11 @@ def read_config_text(path: Path, what: str) -> str:
         raise ConfigError(f"{path}: is a directory, not a {what} file") from None
     except OSError as error:
         raise ConfigError(f"{path}: cannot read the {what} ({error.strerror})") from None
+
+
+def settings_of(entry: str) -> tuple[str, ...]:
+    """The ``section.key=value`` items of one ``train.scale_up_models`` entry."""
+    return tuple(entry.split())
 
 
 def apply_settings(config: RunConfig, settings: list[str]) -> RunConfig:
