@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 
 from vaswani.data.languages import parse_direction
-from vaswani.decoding.config import EngineOptions, SearchConfig, stored_settings, write_stored_search
+from vaswani.decoding.config import EngineOptions, SearchConfig, StoredSearch
 from vaswani.decoding.translator import Translator
 from vaswani.errors import VaswaniError
 from vaswani.evaluation.average import average_checkpoints, last_checkpoints
@@ -108,7 +108,7 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
                 break
             translator = Translator(chosen_model.model, chosen_model.tokenizer, search, options=on_device, **batches)
             scores = _score(translator, sources, references)
-            tried.append(SearchTried(_describe(search), stored_settings(search), scores))
+            tried.append(SearchTried(_describe(search), StoredSearch.of(search).settings, scores))
             _say(f"final search: {_describe(search):<22} val BLEU {scores.bleu:5.2f}  "
                  f"length ratio {scores.length_ratio:.3f}")
         best_search = max(tried, key=lambda row: row.valid.bleu)
@@ -121,7 +121,7 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
         else:
             quantization = choose_quantization(assembled, search, sources, references)
         if quantization.chosen is not None:
-            write_stored_search(search, assembled, quantization=quantization.chosen)
+            StoredSearch.of(search, quantization=quantization.chosen).write(assembled)
         final = _swap_in(assembled, checkpoints)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -239,7 +239,7 @@ def _assemble(source: Path, staging: Path, search: SearchConfig) -> Path:
     assembled.mkdir()
     for name in MODEL_FILES:
         shutil.copyfile(source / name, assembled / name)  # fsynced when the whole is installed
-    write_stored_search(search, assembled)
+    StoredSearch.of(search).write(assembled)
     return assembled
 
 
