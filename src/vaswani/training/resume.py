@@ -24,11 +24,7 @@ from vaswani.io import atomic_write_text, parse_yaml
 from vaswani.model import Transformer
 from vaswani.model.serialization import load_weights
 from vaswani.provenance import PROVENANCE_FILE, provenance
-from vaswani.training.checkpoint import (
-    STATE_FILE,
-    latest_checkpoint,
-    load_trainer_state,
-)
+from vaswani.training.checkpoint import STATE_FILE, TrainerState, latest_checkpoint, load_trainer_state
 from vaswani.training.config import DataConfig, RunConfig, apply_settings
 from vaswani.training.parent import Parent
 from vaswani.training.rundir import check_start
@@ -53,18 +49,18 @@ class Progress:
 
 def trainer_state(progress: Progress, optimizer: torch.optim.Optimizer,
                   scheduler: torch.optim.lr_scheduler.LRScheduler, scaler: torch.amp.GradScaler,
-                  config: RunConfig, device: torch.device) -> dict[str, Any]:
+                  config: RunConfig, device: torch.device) -> TrainerState:
     """The content of ``trainer_state.pt`` now."""
-    return {
-        "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict(),
-        "scaler": scaler.state_dict(),
-        "progress": dataclasses.asdict(progress),
-        "rng": {"torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if device.type == "cuda" else None,
-                "python": _python_rng_to_list(random.getstate())},
-        "config_yaml": config.to_yaml(),
-    }
+    return TrainerState(
+        optimizer=optimizer.state_dict(),
+        scheduler=scheduler.state_dict(),
+        scaler=scaler.state_dict(),
+        progress=dataclasses.asdict(progress),
+        rng={"torch": torch.get_rng_state(),
+             "cuda": torch.cuda.get_rng_state_all() if device.type == "cuda" else None,
+             "python": _python_rng_to_list(random.getstate())},
+        config_yaml=config.to_yaml(),
+    )
 
 
 @dataclass(frozen=True)
@@ -85,9 +81,9 @@ def read_resume_state(path: str | Path) -> ResumeState:
     """The trainer state of ``path``'s latest checkpoint (``path`` a run directory) or of the checkpoint ``path``."""
     checkpoint_dir, state = load_trainer_state(path)
     source = f"{checkpoint_dir}/{STATE_FILE}"
-    config = RunConfig.from_dict(parse_yaml(state["config_yaml"], source, "run's settings"), source=source)
-    return ResumeState(checkpoint_dir, Progress(**state["progress"]), config, state["optimizer"],
-                       state["scheduler"], state["scaler"], state["rng"])
+    config = RunConfig.from_dict(parse_yaml(state.config_yaml, source, "run's settings"), source=source)
+    return ResumeState(checkpoint_dir, Progress(**state.progress), config, state.optimizer, state.scheduler,
+                       state.scaler, state.rng)
 
 
 def restore(saved: ResumeState, model: Transformer, optimizer: torch.optim.Optimizer,
