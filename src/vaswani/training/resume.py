@@ -71,10 +71,7 @@ class ResumeState:
     checkpoint_dir: Path
     progress: Progress
     config: RunConfig
-    optimizer: dict[str, Any]
-    scheduler: dict[str, Any]
-    scaler: dict[str, Any]
-    rng: dict[str, Any]
+    state: TrainerState
 
 
 def read_resume_state(path: str | Path) -> ResumeState:
@@ -82,16 +79,16 @@ def read_resume_state(path: str | Path) -> ResumeState:
     checkpoint_dir, state = load_trainer_state(path)
     source = f"{checkpoint_dir}/{STATE_FILE}"
     config = RunConfig.from_dict(parse_yaml(state.config_yaml, source, "run's settings"), source=source)
-    return ResumeState(checkpoint_dir, Progress(**state.progress), config, state.optimizer, state.scheduler,
-                       state.scaler, state.rng)
+    return ResumeState(checkpoint_dir, Progress(**state.progress), config, state)
 
 
-def restore(saved: ResumeState, model: Transformer, optimizer: torch.optim.Optimizer,
+def restore(resumed: ResumeState, model: Transformer, optimizer: torch.optim.Optimizer,
             scheduler: torch.optim.lr_scheduler.LambdaLR, scaler: torch.amp.GradScaler, device: torch.device,
             rank: int) -> None:
     """Load a checkpoint's weights and trainer state into a run built from its config. The caller sets the run's
     progress first: a schedule on the clock reads its elapsed time here. Rank 0 says where the run continues."""
-    load_weights(model, saved.checkpoint_dir / "model.safetensors", device)
+    saved = resumed.state
+    load_weights(model, resumed.checkpoint_dir / "model.safetensors", device)
     optimizer.load_state_dict(saved.optimizer)
     scheduler.load_state_dict(saved.scheduler)  # restores the step count, keeps this run's schedule
     # Recompute the current lr from *this* run's schedule: identical when unchanged (bit-exact resume), and an
@@ -104,7 +101,7 @@ def restore(saved: ResumeState, model: Transformer, optimizer: torch.optim.Optim
         torch.cuda.set_rng_state(saved.rng["cuda"][min(rank, len(saved.rng["cuda"]) - 1)])
     random.setstate(_python_rng_from(saved.rng["python"]))
     if rank == 0:
-        announce_resume(saved.checkpoint_dir, saved.progress)
+        announce_resume(resumed.checkpoint_dir, resumed.progress)
 
 
 def announce_resume(checkpoint_dir: Path, progress: Progress) -> None:
