@@ -154,21 +154,16 @@ def translator_from_args(args: argparse.Namespace) -> Translator:
     checkpoints = args.checkpoint if isinstance(args.checkpoint, list) else [args.checkpoint]
     weights = getattr(args, "weights", None)
     directory = resolve_checkpoint(checkpoints[0])  # the first checkpoint's stored search for an ensemble
+    if weights is not None and len(weights) != len(checkpoints):
+        raise ConfigError(f"--weights gives {len(weights)} weights for {len(checkpoints)} checkpoints: give one per "
+                          "--checkpoint")
+    stored = StoredSearch.read(directory)
+    search, options = search_config_from_args(args, stored), engine_options_from_args(args).with_stored(stored)
     if len(checkpoints) > 1 or weights is not None:
-        if weights is not None and len(weights) != len(checkpoints):
-            raise ConfigError(f"--weights gives {len(weights)} weights for {len(checkpoints)} checkpoints: "
-                              "give one per --checkpoint")
-        stored = StoredSearch.read(directory)
-        search = search_config_from_args(args, stored)
-        options = engine_options_from_args(args).with_stored(stored)
         return Translator.load_ensemble(checkpoints, search, options, weights, batch_size=args.batch_size,
                                         max_tokens=args.max_tokens)
-    stored = StoredSearch.read(directory)
-    return Translator.load(directory, search_config_from_args(args, stored),
-                           engine_options_from_args(args).with_stored(stored),
-                           prefixed=getattr(args, "prefix", None) is not None,
-                           constrained=_constrained(args),
-                           batch_size=args.batch_size, max_tokens=args.max_tokens)
+    return Translator.load(directory, search, options, prefixed=getattr(args, "prefix", None) is not None,
+                           constrained=_constrained(args), batch_size=args.batch_size, max_tokens=args.max_tokens)
 
 
 def _constrained(args: argparse.Namespace) -> bool:
