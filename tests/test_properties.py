@@ -220,7 +220,7 @@ def trainer_state(tmp_path_factory) -> Path:
 
     from vaswani.evaluation.checkpoint_info import CheckpointMeta
     from vaswani.model import Transformer
-    from vaswani.training.checkpoint import save_checkpoint
+    from vaswani.training.checkpoint import TrainerState, save_checkpoint
 
     root = tmp_path_factory.mktemp("state")
     (root / "tokenizer.json").write_text("{}")
@@ -228,9 +228,9 @@ def trainer_state(tmp_path_factory) -> Path:
     # the shapes of a real state: tensors, nested dicts and lists, numbers, strings
     optimizer = {"state": {i: {"step": torch.tensor(3.0), "exp_avg": torch.randn(4, 4)} for i in range(3)},
                  "param_groups": [{"lr": 1.0, "betas": (0.9, 0.98), "params": [0, 1, 2]}]}
-    state = {"optimizer": optimizer, "scheduler": {"last_epoch": 3}, "progress": {"step": 3},
-             "rng": {"torch": torch.get_rng_state(), "python": [3, list(range(625)), None]},
-             "config_yaml": "model: {}\n"}
+    state = TrainerState(optimizer=optimizer, scheduler={"last_epoch": 3}, scaler={}, progress={"step": 3},
+                         rng={"torch": torch.get_rng_state(), "python": [3, list(range(625)), None]},
+                         config_yaml="model: {}\n")
     meta = CheckpointMeta(step=3, epoch=0, reason="periodic", best_metric=None)
     return save_checkpoint(root / "checkpoints", "step_0000001", model, root / "tokenizer.json", state, meta)
 

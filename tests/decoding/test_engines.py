@@ -21,7 +21,7 @@ pytest.importorskip("ctranslate2", reason="the CTranslate2 engine needs ctransla
 from vaswani.cli import main  # noqa: E402
 from vaswani.config import ModelConfig  # noqa: E402
 from vaswani.decoding import EngineOptions, SearchConfig, Translator  # noqa: E402
-from vaswani.decoding.config import write_stored_search  # noqa: E402
+from vaswani.decoding.config import StoredSearch  # noqa: E402
 from vaswani.decoding.ct2_model import CONVERSION_KIND, CONVERTED_DIRECTORY, converted_model, weight_parameters  # noqa: E402
 from vaswani.decoding.engine import output_limits  # noqa: E402
 from vaswani.errors import ConfigError, VaswaniError, VaswaniWarning
@@ -232,7 +232,7 @@ def test_two_processes_converting_at_once_both_get_a_whole_model(checkpoint: Pat
 def test_translate_on_ctranslate2_never_imports_torch_or_numpy(checkpoint: Path, tmp_path: Path) -> None:
     """Neither is needed to translate with a conversion; each is a tenth of a second or more of a start-up."""
     converted_model(checkpoint, "int8")  # converting needs torch; translating with the conversion must not
-    write_stored_search(SearchConfig(beam_size=2, length_norm="power", alpha=1.0), checkpoint, quantization="int8")
+    StoredSearch.of(SearchConfig(beam_size=2, length_norm="power", alpha=1.0), quantization="int8").write(checkpoint)
     (tmp_path / "in.de").write_text("Ein Mann fährt Fahrrad.\nZwei Hunde spielen im Schnee.\n", encoding="utf-8")
     argv = ["translate", "--checkpoint", str(checkpoint), "--input", str(tmp_path / "in.de"), "--output",
             str(tmp_path / "out.en"), "--threads", "1"]
@@ -257,11 +257,11 @@ def test_the_engine_and_quantization_are_chosen_by_search_json_and_the_options(c
         args = build_parser().parse_args(["translate", "--checkpoint", str(checkpoint), "--device", "cpu", *options])
         return translator_from_args(args).engine.describe()
 
-    write_stored_search(SearchConfig(beam_size=2, length_norm="power"), checkpoint, quantization="int8")
+    StoredSearch.of(SearchConfig(beam_size=2, length_norm="power"), quantization="int8").write(checkpoint)
     assert (engine()["engine"], engine()["quantization"]) == ("ctranslate2", "int8")
     assert engine("--quantization", "float32")["quantization"] == "float32"
     assert engine("--engine", "torch")["engine"] == "torch"
-    write_stored_search(SearchConfig(beam_size=2, length_norm="power"), checkpoint, engine="torch")
+    StoredSearch.of(SearchConfig(beam_size=2, length_norm="power"), engine="torch").write(checkpoint)
     assert engine()["engine"] == "torch" and engine("--engine", "auto")["engine"] == "ctranslate2"
     (tmp_path / "in.de").write_text("Ein Mann.\n", encoding="utf-8")
     capsys.readouterr()

@@ -64,11 +64,11 @@ def without_lock(snapshot: dict) -> dict:
 @pytest.fixture
 def checkpoint_with_search(checkpoint: Path) -> Path:
     """The tiny checkpoint with a stored search, as the end of a training run leaves one."""
-    from vaswani.decoding.config import SearchConfig, write_stored_search
+    from vaswani.decoding.config import SearchConfig, StoredSearch
     from vaswani.io import write_manifest
     from vaswani.model.serialization import CHECKPOINT_KIND
 
-    write_stored_search(SearchConfig(beam_size=2, max_len_a=0.0, max_len_b=5), checkpoint)
+    StoredSearch.of(SearchConfig(beam_size=2, max_len_a=0.0, max_len_b=5)).write(checkpoint)
     write_manifest(checkpoint, CHECKPOINT_KIND)
     return checkpoint
 

@@ -42,7 +42,7 @@ def test_resume_stops_with_one_line_and_keeps_the_checkpoint_it_resumed_from(run
     assert_one_line(code, err, 1, str(run_dir / "checkpoints" / "step_0000003"), FULL)
     assert state(run_dir / "checkpoints") == before and leftovers(run_dir) == []
     directory, saved = load_trainer_state(run_dir)  # resumable as it was
-    assert directory.name == "step_0000002" and saved["progress"]["step"] == 2
+    assert directory.name == "step_0000002" and saved.progress["step"] == 2
 
 
 def test_tensorboards_writer_thread_fails_in_one_line_without_a_thread_traceback(tmp_path, disk_full,

@@ -23,6 +23,7 @@ from vaswani.model import Dropout, Transformer
 from vaswani.training.config import TrainConfig, apply_settings, load_preset
 from vaswani.training.device_choices import (
     CompilationWatch,
+    CompileOptions,
     compile_options,
     defers_host_reads,
     loss_over_all_positions,
@@ -54,14 +55,14 @@ def bucketed_batch(rows: int, length: int, real_rows: int, seed: int) -> Batch:
                  padded.n_src_tokens, padded.n_tgt_tokens, padded.indices).to(CUDA, non_blocking=True)
 
 
-def training(compiled: dict | None = None):
+def training(compiled: CompileOptions | None = None):
     torch.manual_seed(0)
     model = TranslationLoss(Transformer(ModelConfig.preset("tiny", vocab_size=VOCAB, dropout=0.0)), 0.1,
                             all_positions=loss_over_all_positions(CUDA, compiled=compiled is not None)).to(CUDA)
     config = TrainConfig(warmup_steps=3)
     optimizer = build_optimizer(model, config, CUDA)
     scheduler = build_scheduler(optimizer, config, 64, total_steps=20)
-    module = torch.compile(model, **compiled) if compiled is not None else model
+    module = torch.compile(model, **compiled.arguments()) if compiled is not None else model
     return model, module, optimizer, scheduler
 
 
@@ -116,7 +117,7 @@ def test_dropout_draws_new_masks_at_every_replay() -> None:
     """The random numbers of a recorded graph come from the CUDA generator's offset, which advances at every replay:
     the model's dropout masks differ from one replay to the next instead of being frozen into the graph."""
     torch._dynamo.reset()
-    dropout = torch.compile(Dropout(0.5), **compile_options(False, True, CUDA, bucketed=True))
+    dropout = torch.compile(Dropout(0.5), **compile_options(False, True, CUDA, bucketed=True).arguments())
     x = torch.ones(64, 64, device=CUDA, requires_grad=True)
     outputs = []
     with CompilationWatch() as watch:

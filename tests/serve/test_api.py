@@ -194,12 +194,12 @@ def test_settings_out_of_range_name_their_field() -> None:
 def test_a_request_without_search_settings_gets_the_models_stored_search(tiny_checkpoint, tmp_path) -> None:
     import shutil
 
-    from vaswani.decoding.config import write_stored_search
+    from vaswani.decoding.config import StoredSearch
 
     checkpoint = tmp_path / "checkpoint"
     shutil.copytree(tiny_checkpoint, checkpoint)
     stored = SearchConfig(beam_size=2, alpha=1.5, max_len_b=4)
-    write_stored_search(stored, checkpoint)
+    StoredSearch.of(stored).write(checkpoint)
     with TestClient(create_app(checkpoint, ServeSettings(engine_options=ON_CPU))) as stored_client:
         assert stored_client.get("/v1/model").json()["search"]["beam_size"] == 2
         text = "Ein Mann fährt Fahrrad."

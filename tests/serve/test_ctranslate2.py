@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 pytest.importorskip("ctranslate2", reason="the CTranslate2 engine needs ctranslate2: pip install 'vaswani[export]'")
 
 from vaswani.decoding import EngineOptions, SearchConfig, Translator  # noqa: E402
-from vaswani.decoding.config import write_stored_search  # noqa: E402
+from vaswani.decoding.config import StoredSearch  # noqa: E402
 from vaswani.serve import ServeSettings, create_app  # noqa: E402
 
 SENTENCE = "Ein Mann fährt Fahrrad."
@@ -26,7 +26,7 @@ def checkpoint(trained_checkpoint: Path, tmp_path_factory) -> Path:
     """The trained tiny model with a stored search both engines run, and int8 as its chosen quantization."""
     directory = Path(shutil.copytree(trained_checkpoint, tmp_path_factory.mktemp("served") / "checkpoint",
                                      ignore=shutil.ignore_patterns("ctranslate2")))
-    write_stored_search(STORED, directory, quantization="int8")
+    StoredSearch.of(STORED, quantization="int8").write(directory)
     return directory
 
 
@@ -81,7 +81,7 @@ def test_a_greedy_model_with_the_gnmt_penalty_serves_every_beam_on_ctranslate2(t
     directory = Path(shutil.copytree(trained_checkpoint, tmp_path / "checkpoint",
                                      ignore=shutil.ignore_patterns("ctranslate2")))
     greedy = SearchConfig(beam_size=1, length_norm="gnmt", alpha=0.6)
-    write_stored_search(greedy, directory, engine="ctranslate2")
+    StoredSearch.of(greedy, engine="ctranslate2").write(directory)
     with TestClient(create_app(directory, ServeSettings(max_beam=4, engine_options=ON_CPU))) as served:
         assert served.get("/v1/model").json()["engine"] == "ctranslate2"
         answer = served.post("/v1/translate", json={"text": SENTENCE, "beam": 3})

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("ctranslate2", reason="the load test serves on CTranslate2: pip install 'vaswani[export]'")
 
 from vaswani.decoding import EngineOptions, SearchConfig, Translator  # noqa: E402
-from vaswani.decoding.config import write_stored_search  # noqa: E402
+from vaswani.decoding.config import StoredSearch  # noqa: E402
 from vaswani.serve.settings import ServeSettings  # noqa: E402
 
 SETTINGS = ServeSettings()  # the limits a user gets
@@ -26,7 +26,7 @@ P95_SECONDS = 2.0
 def checkpoint(trained_checkpoint: Path, tmp_path_factory) -> Path:
     directory = Path(shutil.copytree(trained_checkpoint, tmp_path_factory.mktemp("fair") / "checkpoint",
                                      ignore=shutil.ignore_patterns("ctranslate2")))
-    write_stored_search(SearchConfig(beam_size=3, length_norm="power"), directory)
+    StoredSearch.of(SearchConfig(beam_size=3, length_norm="power")).write(directory)
     return directory
 
 
@@ -91,7 +91,7 @@ def test_the_work_of_a_client_that_went_away_is_dropped(start_server, tiny_check
     """A random model never says </s>: each of 32 texts runs to its length limit, one batch each, slowly."""
     checkpoint = Path(shutil.copytree(tiny_checkpoint, tmp_path / "random",
                                       ignore=shutil.ignore_patterns("ctranslate2")))
-    write_stored_search(SearchConfig(beam_size=4, length_norm="power"), checkpoint)
+    StoredSearch.of(SearchConfig(beam_size=4, length_norm="power")).write(checkpoint)
     server = start_server(checkpoint, "--engine", "ctranslate2", "--max-batch-sentences", "1", "--max-request-tokens",
                           "65536")
     try:

@@ -86,11 +86,11 @@ def test_on_ctranslate2_the_heatmap_is_its_attention_and_the_torch_models_when_a
                                                                                       start_server) -> None:
     pytest.importorskip("ctranslate2")
     from vaswani.decoding import SearchConfig
-    from vaswani.decoding.config import write_stored_search
+    from vaswani.decoding.config import StoredSearch
 
     checkpoint = Path(shutil.copytree(tiny_checkpoint, tmp_path / "checkpoint",
                                       ignore=shutil.ignore_patterns("ctranslate2")))
-    write_stored_search(SearchConfig(beam_size=2, length_norm="power", max_len_a=0.0, max_len_b=8), checkpoint)
+    StoredSearch.of(SearchConfig(beam_size=2, length_norm="power", max_len_a=0.0, max_len_b=8)).write(checkpoint)
     server = start_server(checkpoint, "--engine", "ctranslate2")
     try:
         with opened_page(server.url) as tab:

@@ -6,16 +6,11 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 import yaml
 
-from vaswani.training.budget import (
-    EARLY_STOPPING_LR_FRACTION,
-    Candidate,
-    candidates,
-    early_stopping_counts,
-    plan_for_budget,
-    tokens_per_second,
-)
+from vaswani.training.budget import Candidate, candidates, plan_for_budget, tokens_per_second
+from vaswani.training.schedule import EARLY_STOPPING_LR_FRACTION, early_stopping_counts
 
 # The multi30k-cpu ladder: the preset's d128 model and two wider ones, with their training cost relative to it.
 LADDER = candidates(["model.d_model=192 model.d_ff=768", "model.d_model=256 model.d_ff=1024"])
@@ -163,9 +158,10 @@ def test_the_trainer_gets_the_config_the_clock_fit_chose_settled(in_workdir, mon
     class Handed(Exception):
         pass
 
-    def trainer(config, run_dir, resume=False, callbacks=()):
+    def trainer(config, run_dir, resume=False, world=None, callbacks=(), data=None):
         with pytest.raises(dataclasses.FrozenInstanceError):
             config.train.max_minutes = 1.0
+        assert (config.model.vocab_size, config.model.pad_id) == (data.tokenizer.vocab_size, data.tokenizer.pad_id)
         raise Handed(config)
 
     monkeypatch.setattr(run, "fit_to_budget", lambda config, run_dir: (apply_settings(config, ["model.d_ff=192"]),
@@ -175,6 +171,33 @@ def test_the_trainer_gets_the_config_the_clock_fit_chose_settled(in_workdir, mon
     with pytest.raises(Handed) as handed:
         run.train(config, in_workdir / "run")
     assert handed.value.args[0].model.d_ff == 192 and config.model.d_ff != 192  # the caller's config as given
+
+
+def test_a_trainer_times_updates_it_neither_counts_reports_nor_saves(in_workdir) -> None:
+    from vaswani.training.callbacks import Callback
+    from vaswani.training.config import apply_settings, load_preset
+    from vaswani.training.data import settle
+    from vaswani.training.trainer import Trainer
+
+    class Hooks(Callback):
+        def __init__(self) -> None:
+            self.called: list[str] = []
+
+        def __getattribute__(self, name: str):
+            if name.startswith("on_"):
+                object.__getattribute__(self, "called").append(name)
+            return object.__getattribute__(self, name)
+
+    run_dir, hooks = in_workdir / "timed", Hooks()
+    config, data = settle(apply_settings(load_preset("smoke"), [*TINY_RUN, "train.max_epochs=1"]), run_dir)
+    trainer = Trainer(config, run_dir, data=data, callbacks=[hooks])
+    before = {name: tensor.clone() for name, tensor in trainer.model.state_dict().items()}
+    updates = trainer.unrecorded_updates()
+    tokens = [next(updates) for _ in range(len(trainer.epoch_updates(0)) + 1)]  # once round, and again
+    first = trainer.epoch_updates(0)[0]
+    assert tokens[0] == tokens[-1] == sum(data.target_tokens(batch) for batch in first)
+    assert trainer.progress.step == 0 and hooks.called == [] and not run_dir.exists()
+    assert any(not torch.equal(before[name], tensor) for name, tensor in trainer.model.state_dict().items())
 
 
 def test_the_rule_applies_only_with_a_budget_and_a_wrong_entry_is_named_in_one_line() -> None:

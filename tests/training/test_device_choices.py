@@ -38,10 +38,12 @@ def test_the_loss_gathers_real_positions_only_in_eager_cpu_training() -> None:
 
 def test_compile_options_per_mode() -> None:
     assert compile_options(False, False, CUDA, bucketed=True) is None
-    assert compile_options(True, False, CPU, bucketed=True) == {"dynamic": False}
-    assert compile_options(True, False, CPU, bucketed=False) == {}  # torch's default: shape-generic after a recompile
-    assert compile_options(True, True, CUDA, bucketed=True) == {"dynamic": False, "mode": "reduce-overhead"}
-    assert compile_options(False, True, CUDA, bucketed=True) == {"dynamic": False, "backend": "cudagraphs"}
+    assert compile_options(True, False, CPU, bucketed=True).arguments() == {"dynamic": False}
+    # torch's default: shape-generic after a recompile
+    assert compile_options(True, False, CPU, bucketed=False).arguments() == {}
+    assert compile_options(True, True, CUDA, bucketed=True).arguments() == {"dynamic": False, "mode": "reduce-overhead"}
+    assert compile_options(False, True, CUDA, bucketed=True).arguments() == {"dynamic": False,
+                                                                             "backend": "cudagraphs"}
     assert recompile_limit(5) > 5
 
 
@@ -75,7 +77,7 @@ def test_compiling_the_training_module_makes_one_graph_per_batch_shape() -> None
     previous_limit = torch._dynamo.config.recompile_limit
     torch._dynamo.config.recompile_limit = recompile_limit(len(shapes))
     try:
-        compiled = torch.compile(module, **options, backend="eager")
+        compiled = torch.compile(module, **options.arguments(), backend="eager")
         with CompilationWatch() as watch:
             for _ in range(3):
                 for rows, length in shapes:
@@ -122,18 +124,20 @@ def test_a_compiled_run_records_what_compiling_did_in_its_summary(tmp_path, data
     (model/dropout.py) draw with an in-place ``random_``, where Dynamo breaks the graph (CUDA takes F.dropout)."""
     from vaswani.training import device_choices
     from vaswani.training import trainer as trainer_module
+    from vaswani.training.data import settle
 
     monkeypatch.setenv("VASWANI_DATA", str(data_dir))
     monkeypatch.setenv("VASWANI_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(device_choices, "compile_options", lambda *args, **kwargs: {"dynamic": False,
-                                                                                    "backend": "eager"})
+    monkeypatch.setattr(device_choices, "compile_options",
+                        lambda *args, **kwargs: device_choices.CompileOptions(dynamic=False, backend="eager"))
     config = apply_settings(load_preset("smoke"), [
         "data.train_split=val", "model.dropout=0.0", "train.max_tokens=3000", "train.length_buckets=3",
         "train.max_steps=null", "train.max_epochs=1", "train.eval_every_steps=null", "train.bleu_subset=0",
         "train.progress=false", "train.device=cpu", "train.precision=fp32"])
     torch._dynamo.reset()
     try:
-        trainer = trainer_module.Trainer(config, tmp_path / "run")
+        config, data = settle(config, tmp_path / "run")
+        trainer = trainer_module.Trainer(config, tmp_path / "run", data=data)
         summary = trainer.fit()
     finally:
         torch._dynamo.reset()

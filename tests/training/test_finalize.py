@@ -14,14 +14,7 @@ from safetensors.torch import load_file
 
 from vaswani.cli import build_parser
 from vaswani.decoding.commands import translator_from_args
-from vaswani.decoding.config import (
-    SEARCH_FILE,
-    EngineOptions,
-    SearchConfig,
-    read_stored_engine,
-    read_stored_search,
-    write_stored_search,
-)
+from vaswani.decoding.config import SEARCH_FILE, EngineOptions, SearchConfig, StoredSearch
 from vaswani.errors import ConfigError
 from vaswani.evaluation.selection import Selection
 from vaswani.model.serialization import resolve_checkpoint
@@ -53,7 +46,7 @@ def test_the_final_weights_and_search_score_best_on_validation(finished_run) -> 
 
     # and the search chosen on validation is stored with them
     chosen = next(row for row in selection.searches if row.search == selection.search)
-    assert read_stored_search(final) == chosen.settings
+    assert StoredSearch.read(final).settings == chosen.settings
     assert summary.final.search == selection.search
     # train.final_ensembles is off by default: no ensemble is scored or stored
     assert not any(name.startswith("ensemble") for name in candidates) and selection.single_weights is None
@@ -68,7 +61,8 @@ def test_int8_is_the_default_quantization_only_within_0_3_bleu_of_float32(finish
     quantization = json.loads((final / "selection.json").read_text())["quantization"]
     float32, int8 = quantization["float32"]["bleu"], quantization["int8"]["bleu"]
     assert quantization["chosen"] == ("int8" if int8 >= float32 - 0.3 else "float32")
-    assert read_stored_engine(final) == {"quantization": quantization["chosen"]}
+    stored = StoredSearch.read(final)
+    assert (stored.engine, stored.quantization) == (None, quantization["chosen"])
     assert summary.final.quantization == quantization["chosen"]
     # float32 is the torch engine's search on the same sentences: the same BLEU
     chosen = json.loads((final / "selection.json").read_text())
@@ -80,7 +74,7 @@ def test_the_test_sets_are_scored_once_with_the_final_model(finished_run) -> Non
     final = run_dir / "checkpoints" / "final"
     results = json.loads((final / "eval" / "multi30k-test2016" / "results.json").read_text())
     assert results["sentences"] == 1000
-    stored = read_stored_search(final)
+    stored = StoredSearch.read(final).settings
     assert {key: results["search"][key] for key in stored} == stored
     assert summary.final.test["multi30k-test2016"].bleu == round(results["bleu"], 3)
     assert RunSummary.read(run_dir) == summary
@@ -89,7 +83,7 @@ def test_the_test_sets_are_scored_once_with_the_final_model(finished_run) -> Non
 def test_a_run_directory_means_its_final_model_and_its_search(finished_run) -> None:
     run_dir, _ = finished_run
     assert resolve_checkpoint(run_dir) == run_dir / "checkpoints" / "final"
-    stored = read_stored_search(run_dir / "checkpoints" / "final")
+    stored = StoredSearch.read(run_dir / "checkpoints" / "final").settings
     translator = translator_from_args(build_parser().parse_args(["translate", "--checkpoint", str(run_dir)]))
     assert (translator.config.beam_size, translator.config.alpha) == (stored["beam_size"], stored["alpha"])
 
@@ -103,11 +97,29 @@ def test_options_given_on_the_command_line_win_over_the_stored_search(tiny_check
         return translator_from_args(args).config
 
     assert search("translate").beam_size == SearchConfig().beam_size  # no search.json: the defaults
-    write_stored_search(SearchConfig(beam_size=3, alpha=1.2, max_len_b=7), checkpoint)
+    StoredSearch.of(SearchConfig(beam_size=3, alpha=1.2, max_len_b=7)).write(checkpoint)
     stored = search("evaluate")
     assert (stored.beam_size, stored.alpha, stored.max_len_b, stored.max_len_a) == (3, 1.2, 7, 1.5)
     mixed = search("translate", "--beam", "1")
     assert (mixed.beam_size, mixed.alpha) == (1, 1.2)
+
+
+def test_the_stored_search_is_written_and_read_as_a_record_of_what_was_chosen(tmp_path) -> None:
+    from vaswani.decoding.config import EngineOptions
+
+    assert StoredSearch.read(tmp_path) == StoredSearch()  # no search.json: nothing stored, the defaults
+    StoredSearch.of(SearchConfig(beam_size=3, length_norm="power", alpha=1), quantization="int8").write(tmp_path)
+    assert json.loads((tmp_path / SEARCH_FILE).read_text()) == {  # what is not stored is left out of the file
+        "beam_size": 3, "length_norm": "power", "alpha": 1.0, "max_len_a": 1.5, "max_len_b": 10,
+        "quantization": "int8"}
+    stored = StoredSearch.read(tmp_path)
+    assert stored == StoredSearch(3, "power", 1.0, 1.5, 10, engine=None, quantization="int8")
+    assert stored.search(beam_size=1) == SearchConfig(beam_size=1, length_norm="power", alpha=1.0)
+    assert EngineOptions(engine=None).with_stored(stored) == EngineOptions(engine="auto", quantization="int8")
+    (tmp_path / SEARCH_FILE).write_text('{"alpha": 0.8, "engine": "cuda"}')
+    with pytest.raises(ConfigError, match="engine 'cuda' is not one of") as error:
+        StoredSearch.read(tmp_path)
+    assert str(tmp_path / SEARCH_FILE) in str(error.value) and error.value.field == "search.engine"
 
 
 @pytest.mark.parametrize("content, fragment", [
@@ -216,7 +228,7 @@ def test_finalize_can_choose_an_ensemble_that_translate_then_searches(finished_r
         translator = translator_from_args(build_parser().parse_args(
             ["translate", "--checkpoint", str(run), "--device", "cpu", "--precision", "fp32"]))
     assert isinstance(translator.engine, EnsembleEngine) and len(translator.engine.models) == 2
-    assert translator.config.beam_size == read_stored_search(final)["beam_size"]
+    assert translator.config.beam_size == StoredSearch.read(final).beam_size
     steps = [run / "checkpoints" / step for step in candidates["ensemble of last 2"]]
     sentences = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee."]
     expected = Translator.load_ensemble(steps, translator.config, EngineOptions(engine="torch", device="cpu"))

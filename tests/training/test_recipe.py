@@ -15,7 +15,7 @@ from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError
 from vaswani.evaluation.checkpoint_info import CheckpointMeta
 from vaswani.model import Transformer
-from vaswani.training.checkpoint import point_link_at, save_checkpoint
+from vaswani.training.checkpoint import TrainerState, point_link_at, save_checkpoint
 from vaswani.training.config import RunConfig, TrainConfig, apply_settings, load_preset, preset_names
 from vaswani.training.loss import translation_loss
 from vaswani.training.optim import build_optimizer, parameter_groups
@@ -188,6 +188,11 @@ def test_unknown_or_invalid_settings_are_named(setting: str, message: str) -> No
         apply_settings(load_preset("smoke"), [setting])
 
 
+def _state(step: int) -> TrainerState:
+    return TrainerState(optimizer={"x": torch.ones(2)}, scheduler={}, scaler={}, progress={"step": step}, rng={},
+                        config_yaml="")
+
+
 def _meta(step: int) -> CheckpointMeta:
     return CheckpointMeta(step=step, epoch=0, reason="periodic", best_metric=None)
 
@@ -197,7 +202,7 @@ def test_checkpoints_are_complete_or_absent(tmp_path, monkeypatch) -> None:
     tokenizer = tmp_path / "tokenizer.json"
     tokenizer.write_text("{}")
     checkpoints = tmp_path / "checkpoints"
-    first = save_checkpoint(checkpoints, "step_0000001", model, tokenizer, {"x": torch.ones(2)}, _meta(1))
+    first = save_checkpoint(checkpoints, "step_0000001", model, tokenizer, _state(1), _meta(1))
     point_link_at(checkpoints, "last", first)
 
     # a crash in the middle of writing the next checkpoint (here: while saving the trainer state)
@@ -206,7 +211,7 @@ def test_checkpoints_are_complete_or_absent(tmp_path, monkeypatch) -> None:
 
     monkeypatch.setattr(torch, "save", crash)
     with pytest.raises(OSError):
-        save_checkpoint(checkpoints, "step_0000002", model, tokenizer, {"x": torch.ones(2)}, _meta(2))
+        save_checkpoint(checkpoints, "step_0000002", model, tokenizer, _state(2), _meta(2))
     assert not (checkpoints / "step_0000002").exists()
     assert os.readlink(checkpoints / "last") == "step_0000001"
     assert sorted(p.name for p in (checkpoints / "last").iterdir()) == [
@@ -226,7 +231,7 @@ def test_trainer_state_is_loaded_without_executing_code(tmp_path) -> None:
     model = Transformer(ModelConfig.preset("tiny"))
     tokenizer = tmp_path / "tokenizer.json"
     tokenizer.write_text("{}")
-    directory = save_checkpoint(tmp_path / "checkpoints", "step_0000001", model, tokenizer, {"ok": 1}, _meta(1))
+    directory = save_checkpoint(tmp_path / "checkpoints", "step_0000001", model, tokenizer, _state(1), _meta(1))
     torch.save({"payload": Evil()}, directory / "trainer_state.pt")
     with pytest.raises(VaswaniError, match=r"trainer_state.pt: [\d,]+ bytes, but .*vaswani.json says vaswani wrote"):
         load_trainer_state(directory)  # not the file the checkpoint was written with

@@ -11,7 +11,13 @@ from vaswani.config import ModelConfig
 from vaswani.errors import VaswaniError
 from vaswani.evaluation.checkpoint_info import CheckpointMeta
 from vaswani.model import Transformer
-from vaswani.training.checkpoint import latest_checkpoint, load_trainer_state, point_link_at, save_checkpoint
+from vaswani.training.checkpoint import (
+    TrainerState,
+    latest_checkpoint,
+    load_trainer_state,
+    point_link_at,
+    save_checkpoint,
+)
 from vaswani.training.metrics import read_metrics
 
 
@@ -23,8 +29,8 @@ def checkpoints(tmp_path) -> tuple[Path, Transformer, Path]:
     return tmp_path / "checkpoints", model, tokenizer
 
 
-def _state(step: int) -> dict:
-    return {"optimizer": {}, "scheduler": {}, "progress": {"step": step}, "rng": {}, "config_yaml": ""}
+def _state(step: int) -> TrainerState:
+    return TrainerState(optimizer={}, scheduler={}, scaler={}, progress={"step": step}, rng={}, config_yaml="")
 
 
 def _meta(step: int, reason: str = "periodic") -> CheckpointMeta:
@@ -41,7 +47,7 @@ def test_resume_finds_the_newest_complete_checkpoint_when_last_dangles(checkpoin
     os.symlink("step_0000009", directory / "last")  # dangling: Path.exists() is False
     assert latest_checkpoint(directory) == directory / "step_0000004"
     found, state = load_trainer_state(directory.parent)
-    assert found == directory / "step_0000004" and state["progress"]["step"] == 4
+    assert found == directory / "step_0000004" and state.progress["step"] == 4
 
 
 def test_a_step_saved_twice_is_replaced_by_renames_and_never_half_deleted(checkpoints, monkeypatch) -> None:

@@ -253,7 +253,6 @@ def test_time_limited_run_sizes_its_progress_bar_to_the_clock(workdir: Path, mon
 
 def test_nonfinite_losses_are_skipped_then_stop_the_run(workdir: Path, monkeypatch) -> None:
     from vaswani.training import loss as loss_module
-    from vaswani.training.trainer import Trainer
 
     original = loss_module.TranslationLoss.forward
     calls = {"n": 0}
@@ -272,7 +271,7 @@ def test_nonfinite_losses_are_skipped_then_stop_the_run(workdir: Path, monkeypat
     config = apply_settings(load_preset("smoke"), [*TINY_RUN, "train.max_steps=50", "train.save_every_steps=2",
                                                    "train.max_consecutive_nonfinite=3"])
     run_dir = workdir / "nan"
-    trainer = Trainer(config, run_dir)
+    trainer = settled_trainer(config, run_dir)
     with pytest.raises(VaswaniError, match="3 consecutive non-finite losses"):
         trainer.fit()
     assert trainer.progress.step == 4  # calls 1, 2, 4, 5 updated; 3 was skipped; 6, 7, 8 stopped the run
@@ -337,6 +336,15 @@ def _in_process(workdir: Path, monkeypatch) -> None:
     monkeypatch.chdir(workdir)
 
 
+def settled_trainer(config, run_dir: Path, **options):
+    """The Trainer of ``config`` settled with its data, as `vaswani train` builds it."""
+    from vaswani.training.data import settle
+    from vaswani.training.trainer import Trainer
+
+    config, data = settle(config, run_dir)
+    return Trainer(config, run_dir, data=data, **options)
+
+
 def plain_training_from_the_docs():
     """The plain training loop docs/training.md shows ("The loop the Trainer runs"), run as it stands there."""
     page = REPO / "docs" / "training.md"
@@ -355,11 +363,10 @@ def plain_training_from_the_docs():
     ["train.host_sync=log-steps", "train.log_every_steps=2"],  # deferred host reads: the fused optimizer's skip flag
 ], ids=["one-batch-per-update", "grad-accum", "deferred-host-reads"])
 def test_the_trainer_is_the_plain_training_loop(workdir: Path, monkeypatch, settings: list[str]) -> None:
-    from vaswani.training.trainer import Trainer
 
     _in_process(workdir, monkeypatch)
     config = apply_settings(load_preset("smoke"), [*TINY_RUN, "train.max_steps=5", "train.device=cpu", *settings])
-    trainer = Trainer(config, workdir / f"plain-{'-'.join(settings) or 'default'}")
+    trainer = settled_trainer(config, workdir / f"plain-{'-'.join(settings) or 'default'}")
     assert trainer.defer_reads == ("train.host_sync=log-steps" in settings)
     assert trainer.fit().step == 5
     model = plain_training_from_the_docs()(config, updates=5)
@@ -367,25 +374,46 @@ def test_the_trainer_is_the_plain_training_loop(workdir: Path, monkeypatch, sett
         assert torch.equal(trainer.model.state_dict()[name], tensor), name
 
 
-def test_a_trainer_writes_nothing_until_it_fits(workdir: Path, monkeypatch) -> None:
+def test_a_trainer_writes_nothing_until_it_fits_and_keeps_its_settled_config(workdir: Path, monkeypatch) -> None:
+    from vaswani.training.data import settle
     from vaswani.training.trainer import Trainer
 
     _in_process(workdir, monkeypatch)
     run_dir = workdir / "written-by-fit"
-    config = apply_settings(load_preset("smoke"), [*TINY_RUN, "train.max_steps=1"])
-    given = config.to_dict()
-    trainer = Trainer(config, run_dir)
+    given = apply_settings(load_preset("smoke"), [*TINY_RUN, "train.max_steps=1"])
+    config, data = settle(given, run_dir)
+    # the config holds the vocabulary of the data's tokenizer, not the preset's
+    assert given.model.vocab_size == 1000 and config.model.vocab_size == data.tokenizer.vocab_size != 1000
+    settled = config.to_dict()
+    trainer = Trainer(config, run_dir, data=data)
     assert not run_dir.exists()
-    # the caller's config is left as given; the Trainer's own holds the vocabulary the data's tokenizer has
-    assert config.to_dict() == given and trainer.config.model.vocab_size == trainer.data.tokenizer.vocab_size
-    # and settled: nothing below the Trainer changes it
-    for section, name in ((trainer.config, "train"), (trainer.config.train, "max_steps"),
-                          (trainer.config.model, "vocab_size"), (trainer.config.data, "data_dir")):
+    trainer.fit()
+    assert trainer.config is config and config.to_dict() == settled
+    # settled: nothing below the Trainer changes it
+    for section, name in ((config, "train"), (config.train, "max_steps"), (config.model, "vocab_size"),
+                          (config.data, "data_dir")):
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(section, name, getattr(section, name))
-    trainer.fit()
     assert {"config.yaml", "provenance.jsonl", "tokenizer.json", "metrics.jsonl", "checkpoints"} <= {
         path.name for path in run_dir.iterdir()}
+
+
+def test_a_config_whose_vocabulary_is_not_the_datas_is_refused_in_one_line(workdir: Path, monkeypatch) -> None:
+    from vaswani.errors import ConfigError
+    from vaswani.training.data import settle
+    from vaswani.training.trainer import Trainer
+
+    _in_process(workdir, monkeypatch)
+    run_dir = workdir / "other-vocabulary"
+    config, data = settle(apply_settings(load_preset("smoke"), [*TINY_RUN, "train.max_steps=1"]), run_dir)
+    preset = apply_settings(load_preset("smoke"), [*TINY_RUN, "train.max_steps=1"])  # the preset's 1000 tokens
+    with pytest.raises(ConfigError) as error:
+        Trainer(preset, run_dir, data=data)
+    assert str(error.value) == (
+        f"model.vocab_size=1000, model.pad_id=0: the run's data was prepared with a tokenizer of "
+        f"{config.model.vocab_size} tokens and padding id {config.model.pad_id} ({data.prepared_tokenizer_file}); "
+        "settle the config with its data (vaswani.training.data.settle)")
+    assert error.value.field == "model.vocab_size" and not run_dir.exists()
 
 
 def test_deferred_host_reads_train_the_same_weights_and_read_nothing_in_an_update(
@@ -394,7 +422,6 @@ def test_deferred_host_reads_train_the_same_weights_and_read_nothing_in_an_updat
     positions, as on CUDA) not one host read of a value between the start and the end of an update."""
     from vaswani.training import device_choices
     from vaswani.training.callbacks import Callback
-    from vaswani.training.trainer import Trainer
 
     class ReadsDuringUpdates(Callback):
         def __init__(self) -> None:
@@ -414,8 +441,8 @@ def test_deferred_host_reads_train_the_same_weights_and_read_nothing_in_an_updat
     weights, reads = [], []
     for host_sync in ("every-update", "log-steps"):
         counter = ReadsDuringUpdates()
-        trainer = Trainer(apply_settings(load_preset("smoke"), [*settings, f"train.host_sync={host_sync}"]),
-                          workdir / f"reads-{host_sync}", callbacks=[counter])
+        trainer = settled_trainer(apply_settings(load_preset("smoke"), [*settings, f"train.host_sync={host_sync}"]),
+                                  workdir / f"reads-{host_sync}", callbacks=[counter])
         summary = trainer.fit()
         assert summary.step == 6 and trainer.defer_reads == (host_sync == "log-steps")
         weights.append(trainer.model.state_dict())
@@ -428,7 +455,6 @@ def test_deferred_host_reads_train_the_same_weights_and_read_nothing_in_an_updat
 def test_a_deferred_nonfinite_update_is_skipped_by_the_device_and_counted_when_read(
         workdir: Path, monkeypatch) -> None:
     from vaswani.training import loss as loss_module
-    from vaswani.training.trainer import Trainer
 
     original = loss_module.TranslationLoss.forward
     calls = {"n": 0}
@@ -443,7 +469,7 @@ def test_a_deferred_nonfinite_update_is_skipped_by_the_device_and_counted_when_r
     config = apply_settings(load_preset("smoke"), [*TINY_RUN, "train.max_steps=5", "train.log_every_steps=4",
                                                    "train.host_sync=log-steps", "train.device=cpu"])
     run_dir = workdir / "deferred-nan"
-    trainer = Trainer(config, run_dir)
+    trainer = settled_trainer(config, run_dir)
     summary = trainer.fit()
     # every update counts (the host learns of the skip at the log step after it), one of them was skipped
     assert summary.step == 5 and summary.skipped_updates == 1 and trainer.progress.consecutive_nonfinite == 0

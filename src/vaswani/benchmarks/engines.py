@@ -74,8 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from vaswani.data.corpora import load_corpus
-    from vaswani.decoding import EngineOptions, SearchConfig
-    from vaswani.decoding.config import read_stored_search
+    from vaswani.decoding import EngineOptions
+    from vaswani.decoding.config import StoredSearch
     from vaswani.decoding.ct2_engine import length_exponent
     from vaswani.decoding.translator import Translator
     from vaswani.evaluation.metrics import corpus_scores
@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     stamp = provenance(args.device)  # before anything is written
     quantizations = args.quantizations or DEFAULT_QUANTIZATIONS[args.device]
     checkpoint = resolve_checkpoint(args.checkpoint)
-    search = SearchConfig(**{**read_stored_search(checkpoint), "beam_size": args.beam})
+    search = StoredSearch.read(checkpoint).search(beam_size=args.beam)
     if search.length_norm == "gnmt":
         search = dataclasses.replace(search, length_norm="power")
     corpus = load_corpus(args.dataset, args.split, data_dir=args.data_dir)

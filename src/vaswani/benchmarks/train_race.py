@@ -183,7 +183,7 @@ def build_contenders(settings: TrainBenchSettings, smoothing: float, precision: 
         if name == OURS and ours_compiled is not None:
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit,
                                                        recompile_limit(settings.length_buckets or 1))
-            module = torch.compile(module, **ours_compiled)
+            module = torch.compile(module, **ours_compiled.arguments())
         contenders.append(Contender(name, module, precision, fused=not settings.foreach, deferred=deferred))
     if settings.speedups:
         contenders += speedup_contenders(config, smoothing, precision, device)

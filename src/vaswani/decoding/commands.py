@@ -18,8 +18,7 @@ from vaswani.decoding.config import (
     QUANTIZATIONS,
     EngineOptions,
     SearchConfig,
-    read_stored_engine,
-    read_stored_search,
+    StoredSearch,
 )
 from vaswani.decoding.engine import AUTO
 from vaswani.decoding.terminology import read_constraints
@@ -123,7 +122,7 @@ STORED_OPTIONS = {"beam_size": "beam", "length_norm": "length_norm", "alpha": "a
                   "max_len_b": "max_len_b"}
 
 
-def search_config_from_args(args: argparse.Namespace, stored: dict | None = None) -> SearchConfig:
+def search_config_from_args(args: argparse.Namespace, stored: StoredSearch | None = None) -> SearchConfig:
     """The SearchConfig the options describe, on top of ``stored`` settings (a checkpoint's search.json) or the
     defaults; an invalid option (or batching limit) is a ConfigError naming it. Reads no file, so commands call it
     first to report option errors before any work."""
@@ -133,7 +132,7 @@ def search_config_from_args(args: argparse.Namespace, stored: dict | None = None
     given = {name: getattr(args, option) for name, option in STORED_OPTIONS.items()
              if getattr(args, option) is not None}
     config = _search_config(args, given)  # an invalid option is reported under its flag, stored file or not
-    return _search_config(args, {**stored, **given}) if stored else config
+    return _search_config(args, {**stored.settings, **given}) if stored is not None else config
 
 
 def _search_config(args: argparse.Namespace, values: dict) -> SearchConfig:
@@ -155,19 +154,16 @@ def translator_from_args(args: argparse.Namespace) -> Translator:
     checkpoints = args.checkpoint if isinstance(args.checkpoint, list) else [args.checkpoint]
     weights = getattr(args, "weights", None)
     directory = resolve_checkpoint(checkpoints[0])  # the first checkpoint's stored search for an ensemble
+    if weights is not None and len(weights) != len(checkpoints):
+        raise ConfigError(f"--weights gives {len(weights)} weights for {len(checkpoints)} checkpoints: give one per "
+                          "--checkpoint")
+    stored = StoredSearch.read(directory)
+    search, options = search_config_from_args(args, stored), engine_options_from_args(args).with_stored(stored)
     if len(checkpoints) > 1 or weights is not None:
-        if weights is not None and len(weights) != len(checkpoints):
-            raise ConfigError(f"--weights gives {len(weights)} weights for {len(checkpoints)} checkpoints: "
-                              "give one per --checkpoint")
-        search = search_config_from_args(args, read_stored_search(directory))
-        options = engine_options_from_args(args).with_stored(read_stored_engine(directory))
         return Translator.load_ensemble(checkpoints, search, options, weights, batch_size=args.batch_size,
                                         max_tokens=args.max_tokens)
-    return Translator.load(directory, search_config_from_args(args, read_stored_search(directory)),
-                           engine_options_from_args(args).with_stored(read_stored_engine(directory)),
-                           prefixed=getattr(args, "prefix", None) is not None,
-                           constrained=_constrained(args),
-                           batch_size=args.batch_size, max_tokens=args.max_tokens)
+    return Translator.load(directory, search, options, prefixed=getattr(args, "prefix", None) is not None,
+                           constrained=_constrained(args), batch_size=args.batch_size, max_tokens=args.max_tokens)
 
 
 def _constrained(args: argparse.Namespace) -> bool:
@@ -340,7 +336,7 @@ def register_score(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=score_command)
 
 
-def score_config_from_args(args: argparse.Namespace, stored: dict | None = None) -> SearchConfig:
+def score_config_from_args(args: argparse.Namespace, stored: StoredSearch | None = None) -> SearchConfig:
     """The normalisation the options give, on top of ``stored`` (a search.json); nothing is searched
     (beam 1)."""
     for flag, value in (("--batch-size", args.batch_size), ("--max-tokens", args.max_tokens)):
@@ -348,7 +344,7 @@ def score_config_from_args(args: argparse.Namespace, stored: dict | None = None)
             raise ConfigError(f"{flag} {value}: must be >= 1")
     names = ("alpha", "length_norm")
     given = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
-    known = {name: value for name, value in (stored or {}).items() if name in names}
+    known = {name: value for name, value in (stored.settings if stored is not None else {}).items() if name in names}
     return SearchConfig(beam_size=1, precision=args.precision, **{**known, **given})
 
 
@@ -373,8 +369,9 @@ def score_command(args: argparse.Namespace) -> int:
     from vaswani.decoding.translator import Translator  # imports the engines' modules: not for the parser
 
     directory = resolve_checkpoint(args.checkpoint)
-    translator = Translator.load(directory, score_config_from_args(args, read_stored_search(directory)),
-                                 engine_options_from_args(args).with_stored(read_stored_engine(directory)),
+    stored = StoredSearch.read(directory)
+    translator = Translator.load(directory, score_config_from_args(args, stored),
+                                 engine_options_from_args(args).with_stored(stored),
                                  batch_size=args.batch_size, max_tokens=args.max_tokens)
     scores = translator.score(sources, targets, progress=True, names=(str(args.src), str(args.tgt)))
     text = "".join(_score_line(score, args.format) for score in scores)

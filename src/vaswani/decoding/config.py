@@ -6,10 +6,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 from vaswani.errors import ConfigError, VaswaniError
 from vaswani.io import atomic_write_json, read_json, read_manifest, verify_files
+from vaswani.records import from_json, to_json
 from vaswani.settings import MAX_LENGTH, Limit, Precision, validate_settings
 
 LengthNorm = Literal["gnmt", "power", "average", "none"]
@@ -112,76 +113,83 @@ class EngineOptions:
     def __post_init__(self) -> None:
         validate_settings(self)
 
-    def with_stored(self, stored: dict[str, str]) -> "EngineOptions":
-        """These options with a checkpoint's stored engine and quantization (:func:`read_stored_engine`) filling
-        the ones not chosen (None), and auto for an engine neither chose. A quantization chosen for the torch
-        engine is an error naming it."""
-        engine = self.engine or stored.get("engine") or "auto"
+    def with_stored(self, stored: StoredSearch) -> "EngineOptions":
+        """These options with a checkpoint's stored engine and quantization filling the ones not chosen (None),
+        and auto for an engine neither chose. A quantization chosen for the torch engine is an error naming it."""
+        engine = self.engine or stored.engine or "auto"
         if engine == "torch" and self.quantization is not None:
             raise ConfigError(f"`quantization` {self.quantization} applies to the ctranslate2 engine; the torch "
                               "engine computes in `search.precision` (use `engine` ctranslate2 or auto)",
                               field="quantization")
-        return dataclasses.replace(self, engine=engine, quantization=self.quantization or stored.get("quantization"))
+        return dataclasses.replace(self, engine=engine, quantization=self.quantization or stored.quantization)
 
 
-# A checkpoint may carry the search chosen for it on validation data (the end of a training run writes it): what
-# `translate`, `evaluate` and `serve` use unless told otherwise. Only what describes the search is stored; batching,
-# device and precision belong to the machine that decodes. The engine and the CTranslate2 quantization may be
-# stored too (the end of a run stores the quantization it measured as good enough).
 SEARCH_FILE = "search.json"
-STORED_FIELDS = ("beam_size", "length_norm", "alpha", "max_len_a", "max_len_b")
-ENGINE_FIELDS = {"engine": ENGINES, "quantization": QUANTIZATIONS}
 
 
-def stored_settings(config: SearchConfig) -> dict[str, Any]:
-    """The part of ``config`` a checkpoint stores: what describes the search."""
-    values = dataclasses.asdict(config)
-    return {name: values[name] for name in STORED_FIELDS}
+@dataclass(frozen=True)
+class StoredSearch:
+    """A checkpoint's search.json: the search chosen for it on validation data (the end of a training run writes
+    it), what ``translate``, ``evaluate`` and ``serve`` use unless told otherwise, and the engine and CTranslate2
+    quantization when one was chosen (the end of a run stores the quantization it measured as good enough). Only
+    what describes the search is stored: batching, device and precision belong to the machine that decodes. A
+    field left None is not stored."""
+
+    beam_size: int | None = None
+    length_norm: str | None = None
+    alpha: float | None = None
+    max_len_a: float | None = None
+    max_len_b: int | None = None
+    engine: str | None = None
+    quantization: str | None = None
+
+    @classmethod
+    def of(cls, search: SearchConfig, engine: str | None = None, quantization: str | None = None) -> StoredSearch:
+        """What a checkpoint stores of ``search``, with the engine and quantization chosen for it."""
+        return cls(search.beam_size, search.length_norm, search.alpha, search.max_len_a, search.max_len_b, engine,
+                   quantization)
+
+    @property
+    def settings(self) -> dict[str, int | float | str]:
+        """The stored search settings as :class:`SearchConfig` keyword arguments (those not stored left out)."""
+        return {name: value for name in _SEARCH_FIELDS if (value := getattr(self, name)) is not None}
+
+    def search(self, **changes: int | float | str) -> SearchConfig:
+        """The stored search, with the defaults where nothing is stored and ``changes`` over both."""
+        return SearchConfig(**{**self.settings, **changes})
+
+    def write(self, directory: str | Path) -> None:
+        """Store this with the checkpoint in ``directory``, whole or not at all."""
+        atomic_write_json(Path(directory) / SEARCH_FILE, {name: value for name, value in to_json(self).items()
+                                                          if value is not None})
+
+    @classmethod
+    def read(cls, directory: str | Path) -> StoredSearch:
+        """The search stored with the checkpoint in ``directory`` (nothing stored when it has no search.json),
+        checked as a SearchConfig checks it; a damaged file is a ConfigError naming it."""
+        file = Path(directory) / SEARCH_FILE
+        if not file.is_file():
+            return cls()
+        manifest = read_manifest(directory)
+        if manifest is not None:  # checked before it is parsed, on every engine
+            verify_files(directory, manifest, [SEARCH_FILE])
+        known = [field.name for field in dataclasses.fields(cls)]
+        try:
+            values = read_json(file, "stored search")
+            if not isinstance(values, dict) or not set(values) <= set(known):
+                raise VaswaniError(f"{file}: expected an object with keys among {known}")
+            stored = from_json(cls, values, str(file))
+        except VaswaniError as error:
+            raise ConfigError(f"{error}; delete it to use the default search") from None
+        for name, choices in (("engine", ENGINES), ("quantization", QUANTIZATIONS)):
+            if getattr(stored, name) not in (None, *choices):
+                raise ConfigError(f"{file}: {name} {getattr(stored, name)!r} is not one of {list(choices)}",
+                                  field=f"search.{name}")
+        try:
+            stored.search()
+        except ConfigError as error:
+            raise ConfigError(f"{file}: {error}", field=error.field) from None
+        return stored
 
 
-def write_stored_search(config: SearchConfig, directory: str | Path, **engine: str) -> None:
-    """Store ``config``'s search settings with the checkpoint in ``directory``, and ``engine`` / ``quantization``
-    when given."""
-    unknown = set(engine) - set(ENGINE_FIELDS)
-    if unknown:
-        raise ValueError(f"not an engine setting: {sorted(unknown)}")
-    atomic_write_json(Path(directory) / SEARCH_FILE, {**stored_settings(config), **engine})
-
-
-def read_stored_search(directory: str | Path) -> dict[str, Any]:
-    """The search settings stored with the checkpoint in ``directory`` (``{}`` when it has none), checked as a
-    SearchConfig would check them; a damaged file is a ConfigError naming it."""
-    values = _read_search_file(directory)
-    return {name: value for name, value in values.items() if name in STORED_FIELDS}
-
-
-def read_stored_engine(directory: str | Path) -> dict[str, str]:
-    """The engine and quantization stored with the checkpoint in ``directory`` (either may be absent)."""
-    return {name: value for name, value in _read_search_file(directory).items() if name in ENGINE_FIELDS}
-
-
-def _read_search_file(directory: str | Path) -> dict[str, Any]:
-    file = Path(directory) / SEARCH_FILE
-    if not file.is_file():
-        return {}
-    manifest = read_manifest(directory)
-    if manifest is not None:  # checked before it is parsed, on every engine
-        verify_files(directory, manifest, [SEARCH_FILE])
-    try:
-        values = read_json(file, "stored search")
-    except VaswaniError as error:
-        raise ConfigError(f"{error}; delete it to use the default search") from None
-    known = [*STORED_FIELDS, *ENGINE_FIELDS]
-    if not isinstance(values, dict) or not set(values) <= set(known):
-        raise ConfigError(f"{file}: expected an object with keys among {known}; delete it to use the default "
-                          "search")
-    for name, choices in ENGINE_FIELDS.items():
-        if name in values and values[name] not in choices:
-            raise ConfigError(f"{file}: {name} {values[name]!r} is not one of {list(choices)}", field=f"search.{name}")
-    search = {name: value for name, value in values.items() if name in STORED_FIELDS}
-    try:
-        config = SearchConfig(**search)
-    except ConfigError as error:
-        raise ConfigError(f"{file}: {error}", field=error.field) from None
-    checked = dataclasses.asdict(config)
-    return {name: checked[name] if name in STORED_FIELDS else value for name, value in values.items()}
+_SEARCH_FIELDS = ("beam_size", "length_norm", "alpha", "max_len_a", "max_len_b")

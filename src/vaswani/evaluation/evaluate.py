@@ -161,7 +161,7 @@ def evaluate(
     speed = EvaluationSpeed(seconds, len(hypotheses) / seconds, target_tokens, target_tokens / seconds,
                             str(translator.device), translator.batch_size, translator.max_tokens)
     result = EvaluationResult(
-        test_set=test_set.name, checkpoint=str(checkpoint), sentences=len(hypotheses), **scores.to_dict(),
+        test_set=test_set.name, checkpoint=str(checkpoint), sentences=len(hypotheses), **dataclasses.asdict(scores),
         speed=speed, search=dataclasses.asdict(translator.config), engine=translator.engine.describe(),
         report_seed=seed, sentence_bleu_sample=examples,
         languages=test_set.languages.to_dict() if test_set.languages else None, command=recorded["command"],

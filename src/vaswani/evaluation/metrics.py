@@ -7,8 +7,8 @@ such choice and is reported with each score.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Sequence
 
 import sacrebleu
 from sacrebleu.metrics import BLEU, CHRF
@@ -27,9 +27,6 @@ class CorpusScores:
     precisions: list[float]  # 1- to 4-gram precisions, %
     hyp_len: int
     ref_len: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> CorpusScores:

@@ -30,7 +30,7 @@ class SearchTried:
     """One search finalize scored with the chosen weights."""
 
     search: str  # "greedy", "beam 4, power 0.6"
-    settings: dict[str, int | float | str]  # what search.json stores of it (decoding.config.stored_settings)
+    settings: dict[str, int | float | str]  # what search.json stores of it (decoding.config.StoredSearch)
     valid: CorpusScores
 
 

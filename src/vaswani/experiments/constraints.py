@@ -23,8 +23,8 @@ from typing import Sequence
 from vaswani.arguments import ranged
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.data.corpora import load_corpus
-from vaswani.decoding import EngineOptions, SearchConfig, Translator
-from vaswani.decoding.config import read_stored_search
+from vaswani.decoding import EngineOptions, Translator
+from vaswani.decoding.config import StoredSearch
 from vaswani.devices import resolve_device
 from vaswani.evaluation.metrics import corpus_scores
 from vaswani.experiments.reporting import fixed, log, markdown_table, provenance_line, write_results
@@ -106,7 +106,8 @@ def _contains(text: str, phrase: str) -> bool:
 def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     directory = resolve_checkpoint(args.checkpoint)
-    search = SearchConfig(**{**read_stored_search(directory), "beam_size": args.beam})
+    stored = StoredSearch.read(directory)
+    search = stored.search(beam_size=args.beam)
     translator = Translator.load(directory, search, EngineOptions(engine="torch", device=str(device)))
     corpus = load_corpus(args.dataset, args.split, data_dir=args.data_dir)
     n = args.sentences or (8 if args.smoke else len(corpus.source))
@@ -121,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     for row in rows:
         row.cost = row.cpu_seconds / plain.cpu_seconds
     setting = Setting(str(args.checkpoint), args.model_note, f"{args.dataset} {args.split}", n, args.beam,
-                      args.seed, {**read_stored_search(directory), "beam_size": args.beam}, str(device),
+                      args.seed, {**stored.settings, "beam_size": args.beam}, str(device),
                       translator.config.precision, load_average=(load_at_start, os.getloadavg()[0]))
     table = render_table(rows, setting, provenance_line(device, args.command_line))
     write_results(args.out, "constraints", args.command_line, device, dataclasses.asdict(setting),

@@ -137,11 +137,11 @@ def final_model_row(run_dir: Path) -> FinalModelRow:
 
 def probe_translations(run_dir: Path, device: str = "auto") -> list[dict[str, str]]:
     """The final model's translations of :data:`PROBES`, with its stored search."""
-    from vaswani.decoding.config import EngineOptions, SearchConfig, read_stored_search
+    from vaswani.decoding.config import EngineOptions, StoredSearch
     from vaswani.decoding.translator import Translator
 
     final = run_dir / "checkpoints" / FINAL
-    translator = Translator.load(final, SearchConfig(**read_stored_search(final)), EngineOptions(device=device))
+    translator = Translator.load(final, StoredSearch.read(final).search(), EngineOptions(device=device))
     outputs = translator.translate([source for _, source in PROBES])
     return [{"kind": kind, "source": source, "translation": output}
             for (kind, source), output in zip(PROBES, outputs)]

@@ -25,8 +25,8 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from vaswani.decoding import SearchConfig, Translator
-from vaswani.decoding.config import read_stored_engine, read_stored_search, stored_settings
+from vaswani.decoding import Translator
+from vaswani.decoding.config import StoredSearch
 from vaswani.decoding.engine import CTRANSLATE2, TORCH
 from vaswani.errors import ConfigError, VaswaniError
 from vaswani.evaluation.checkpoint_info import CheckpointInfo, checkpoint_info
@@ -68,13 +68,14 @@ def load_served_model(checkpoint: str | Path | Translator, settings: ServeSettin
     if isinstance(checkpoint, Translator):
         return ServedModel(checkpoint, CheckpointInfo("in-process"))
     directory = resolve_checkpoint(checkpoint)
-    options = settings.engine_options.with_stored(read_stored_engine(directory))
+    stored = StoredSearch.read(directory)
+    options = settings.engine_options.with_stored(stored)
     layout = thread_layout(settings, usable_cores(), batches_at_once=options.engine != TORCH)
 
     def load(threads: int, engine: str = options.engine) -> Translator:
         chosen = dataclasses.replace(options, engine=engine, threads=threads,
                                      quantization=options.quantization if engine != TORCH else None)
-        return Translator.load(directory, SearchConfig(**read_stored_search(directory)), chosen)
+        return Translator.load(directory, stored.search(), chosen)
 
     translator = load(layout.threads_per_batch)
     if translator.engine.name != CTRANSLATE2 and layout.parallel_batches > 1:
@@ -180,7 +181,7 @@ async def model_info(request: Request) -> dict[str, Any]:
         "parameters": translator.engine.parameters(),
         "config": translator.model_config.to_dict(),
         "limits": dataclasses.asdict(state.settings),
-        "search": stored_settings(translator.config),  # what a request that gives no search settings gets
+        "search": StoredSearch.of(translator.config).settings,  # what a request that gives no search settings gets
     }
 
 

@@ -12,20 +12,23 @@ largest one that still completes the preset's epochs in the budget:
     epochs in budget = tokens/s × seconds left / target tokens of an epoch
     chosen: the largest candidate whose epochs in budget ≥ train.max_epochs, else the preset's own model
 
-Early stopping follows the same idea: while a schedule that follows the clock is still high, the validation loss
-stalls because the rate is high, not because the model is done, so an evaluation counts towards
-``train.patience`` only once the rate has fallen below :data:`EARLY_STOPPING_LR_FRACTION` of its peak.
+Early stopping follows the same idea (training/schedule.py ``early_stopping_counts``).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-# An evaluation counts towards patience on a clock-driven schedule only below this fraction of the peak rate: on
-# the cosine that is its last fifth.
-EARLY_STOPPING_LR_FRACTION = 0.1
+from vaswani.errors import ConfigError
+from vaswani.training.config import RunConfig, apply_settings, settings_of
+from vaswani.training.data import settle
+from vaswani.training.summary import BudgetPlan, Measurement
+from vaswani.training.trainer import Trainer
 
 
 @dataclass(frozen=True)
@@ -36,34 +39,6 @@ class Candidate:
     settings: tuple[str, ...]
 
 
-@dataclass
-class Measurement:
-    """How fast one candidate trained on this machine, and the epochs that rate completes in the time left."""
-
-    model: str
-    tokens_per_second: float
-    epochs_in_budget: float
-
-
-@dataclass
-class BudgetPlan:
-    """The candidate the run trains, with every measurement that chose it (the run's summary.json keeps it)."""
-
-    model: str
-    settings: list[str]  # what made the chosen model from the preset
-    epochs: int  # the preset's epochs: the chosen model completes them in the budget (or the clock ends it first)
-    minutes_left: float  # the training budget once the measuring is done
-    measurements: list[Measurement]
-
-    def describe(self) -> str:
-        rates = ", ".join(f"{m.model} {m.tokens_per_second:,.0f} tokens/s ({m.epochs_in_budget:.1f} epochs)"
-                          for m in self.measurements)
-        fits = any(m.epochs_in_budget >= self.epochs for m in self.measurements)
-        verdict = (f"the largest that completes {self.epochs} epochs" if fits
-                   else f"none completes {self.epochs} epochs: the clock ends the run")
-        return f"fitting the model to {self.minutes_left:.1f} minutes: {rates}; training {self.model} ({verdict})"
-
-
 def candidates(scale_up_models: Sequence[str]) -> list[Candidate]:
     """The preset's own model, then each ``scale_up_models`` entry (``section.key=value`` items separated by
     spaces)."""
@@ -71,11 +46,6 @@ def candidates(scale_up_models: Sequence[str]) -> list[Candidate]:
 
 
 PRESET_MODEL = "the preset's model"
-
-
-def settings_of(entry: str) -> tuple[str, ...]:
-    """The ``section.key=value`` items of one ``train.scale_up_models`` entry."""
-    return tuple(entry.split())
 
 
 def plan_for_budget(options: Sequence[Candidate], measure: Callable[[Candidate], tuple[float, int]],
@@ -110,6 +80,33 @@ def tokens_per_second(step: Callable[[], int], seconds: float, warmup_steps: int
             return tokens / elapsed
 
 
-def early_stopping_counts(decay_on_clock: bool, lr: float, peak_lr: float) -> bool:
-    """Whether an evaluation without improvement counts towards ``train.patience`` at learning rate ``lr``."""
-    return not decay_on_clock or lr <= EARLY_STOPPING_LR_FRACTION * peak_lr
+def fits_to_budget(config: RunConfig) -> bool:
+    """Whether a new run of ``config`` chooses its model by the clock: models to choose from, and a budget."""
+    training = config.train
+    return bool(training.scale_up_models) and training.max_minutes is not None and training.max_epochs is not None
+
+
+def fit_to_budget(config: RunConfig, run_dir: Path) -> tuple[RunConfig, BudgetPlan]:
+    """``config`` with the model that ``train.scale_up_models`` chooses for this machine, and the plan that chose
+    it. Each candidate trains on the run's own first batches in a Trainer of its own, which writes nothing and is
+    dropped; the measuring's time comes out of ``train.max_minutes``."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ConfigError("train.scale_up_models measures one process; under torchrun set the model yourself "
+                          "(train.scale_up_models=)", field="train.scale_up_models")
+    training, clock_started = config.train, time.perf_counter()
+
+    def measure(candidate: Candidate) -> tuple[float, int]:
+        settled, data = settle(apply_settings(config, list(candidate.settings)), run_dir)
+        trainer = Trainer(settled, run_dir, data=data)
+        rate = tokens_per_second(trainer.unrecorded_updates().__next__, training.scale_up_probe_seconds)
+        return rate, sum(trainer.data.target_tokens(b) for b in trainer.data.epoch_batches(0))
+
+    def seconds_left() -> float:
+        return 60 * training.max_minutes - (time.perf_counter() - clock_started)
+
+    plan = plan_for_budget(candidates(training.scale_up_models), measure, seconds_left, training.max_epochs)
+    print(plan.describe(), flush=True)
+    chosen = apply_settings(config, plan.settings)
+    # at least a few updates' time, even where the measuring took the whole budget
+    minutes_left = max(round(plan.minutes_left, 2), 0.01)
+    return dataclasses.replace(chosen, train=dataclasses.replace(chosen.train, max_minutes=minutes_left)), plan

@@ -17,10 +17,12 @@ any instant leaves every ``step_*`` directory complete, and :func:`latest_checkp
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,12 +48,26 @@ CHECKPOINT_FILES = ("model.safetensors", "model.json", "tokenizer.json", STATE_F
 STEP_NAME = re.compile(r"(?:\.replaced-)?step_(\d+)$")
 
 
+@dataclass(frozen=True)
+class TrainerState:
+    """A checkpoint's ``trainer_state.pt``: the optimizer, schedule and gradient-scaler states, the run's progress
+    (training/resume.py ``Progress``, as a mapping), the random number generators and the run's config as YAML.
+    The file holds these fields as one mapping of tensors and plain containers, so loading it never executes code."""
+
+    optimizer: dict[str, Any]
+    scheduler: dict[str, Any]
+    scaler: dict[str, Any]
+    progress: dict[str, Any]
+    rng: dict[str, Any]
+    config_yaml: str
+
+
 def save_checkpoint(
     checkpoints_dir: Path,
     name: str,
     model: Transformer,
     tokenizer_file: Path,
-    state: dict[str, Any],
+    state: TrainerState,
     meta: CheckpointMeta,
 ) -> Path:
     """Write checkpoint ``name`` (e.g. ``step_000600``) with the trainer state ``state`` (resume.trainer_state) and
@@ -63,7 +79,9 @@ def save_checkpoint(
     try:
         with staging_reported_as(staging, final), write_faults_named(staging):
             with write_faults_named(staging / STATE_FILE):
-                torch.save(state, staging / STATE_FILE)
+                # the fields themselves, not a copy: dataclasses.asdict would copy every tensor of the optimizer
+                torch.save({field.name: getattr(state, field.name) for field in dataclasses.fields(state)},
+                           staging / STATE_FILE)
             write_record(staging / META_FILE, meta)
             save_model(model, staging, tokenizer_file)
             write_manifest(staging, CHECKPOINT_KIND, {"step": meta.step})
@@ -138,7 +156,7 @@ def latest_checkpoint(checkpoints_dir: Path) -> Path | None:
     return max(candidates)[2] if candidates else None
 
 
-def load_trainer_state(path: str | Path) -> tuple[Path, dict[str, Any]]:
+def load_trainer_state(path: str | Path) -> tuple[Path, TrainerState]:
     """The checkpoint directory and its trainer state; ``path`` may be a run dir (uses ``last``) or a checkpoint."""
     path = Path(path)
     latest = latest_checkpoint(path / "checkpoints")
@@ -158,6 +176,7 @@ def load_trainer_state(path: str | Path) -> tuple[Path, dict[str, Any]]:
     except Exception as error:  # a truncated or foreign file: say which, not a pickle traceback
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise VaswaniError(f"{state_file}: cannot be read as a trainer state ({reason})") from None
-    if not isinstance(state, dict) or not {"optimizer", "scheduler", "progress", "rng", "config_yaml"} <= set(state):
+    names = [field.name for field in dataclasses.fields(TrainerState)]
+    if not isinstance(state, dict) or not set(names) <= set(state):
         raise VaswaniError(f"{state_file}: not a vaswani trainer state (keys missing)")
-    return directory, state
+    return directory, TrainerState(**{name: state[name] for name in names})

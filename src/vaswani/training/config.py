@@ -38,7 +38,6 @@ from vaswani.settings import (
     settle,
     validate_settings,
 )
-from vaswani.training.budget import settings_of
 from vaswani.training.file_settings import file_parts, named_parts, one_part
 
 
@@ -297,7 +296,10 @@ class RunConfig(Settles):
                 raise ConfigError(f"{setting}: {error}", field=setting) from None
 
     def settled(self) -> "RunConfig":
-        """A copy nothing changes, once a run's corpus, clock fit and vocabulary are resolved: assigning raises."""
+        """A copy nothing changes, once a run's corpus, clock fit and vocabulary are resolved: assigning raises. A
+        settled config is its own."""
+        if self.__dict__.get("_settled"):
+            return self
         frozen = copy.deepcopy(self)
         settle(frozen.model, frozen.data, frozen.train, frozen)
         return frozen
@@ -410,6 +412,11 @@ def read_config_text(path: Path, what: str) -> str:
         raise ConfigError(f"{path}: is a directory, not a {what} file") from None
     except OSError as error:
         raise ConfigError(f"{path}: cannot read the {what} ({error.strerror})") from None
+
+
+def settings_of(entry: str) -> tuple[str, ...]:
+    """The ``section.key=value`` items of one ``train.scale_up_models`` entry."""
+    return tuple(entry.split())
 
 
 def apply_settings(config: RunConfig, settings: list[str]) -> RunConfig:

@@ -31,7 +31,7 @@ from vaswani.data.prepared_tokenizer import PREPARED_KIND
 from vaswani.data.registry import LOCAL
 from vaswani.data.subwords import SubwordSplitter
 from vaswani.data.tokenizer import Tokenizer
-from vaswani.errors import VaswaniError
+from vaswani.errors import ConfigError, VaswaniError
 from vaswani.io import atomic_copy, atomic_write_json, directory_kind, file_sha256, read_json
 from vaswani.training.checkpoint import latest_checkpoint
 from vaswani.training.config import RunConfig
@@ -228,6 +228,25 @@ def load(config: RunConfig, run_dir: Path, world: World, resuming: bool = False)
                         prepared.corpora[valid_split], sampler, valid_sampler, corpus, parent, splitter, source_tags)
 
 
+def settle(config: RunConfig, run_dir: str | Path, world: World | None = None,
+           resuming: bool = False) -> tuple[RunConfig, TrainingData]:
+    """The run's data (:func:`load`), and ``config`` settled with it: the model's vocabulary (its size and padding
+    id) is the tokenizer's the data was prepared with, and nothing changes the config from here on."""
+    data = load(config, Path(run_dir), world or World(), resuming=resuming)
+    model = dataclasses.replace(config.model, vocab_size=data.tokenizer.vocab_size, pad_id=data.tokenizer.pad_id)
+    return dataclasses.replace(config, model=model).settled(), data
+
+
+def check_vocabulary(config: RunConfig, data: TrainingData) -> None:
+    """Refuse, in one line, a model whose vocabulary is not the one its data was prepared with."""
+    model, tokenizer = config.model, data.tokenizer
+    if (model.vocab_size, model.pad_id) != (tokenizer.vocab_size, tokenizer.pad_id):
+        raise ConfigError(f"model.vocab_size={model.vocab_size}, model.pad_id={model.pad_id}: the run's data was "
+                          f"prepared with a tokenizer of {tokenizer.vocab_size} tokens and padding id "
+                          f"{tokenizer.pad_id} ({data.prepared_tokenizer_file}); settle the config with its data "
+                          "(vaswani.training.data.settle)", field="model.vocab_size")
+
+
 def part_of_pair(split: FileSplit, record: SplitFingerprint, line_index: np.ndarray) -> np.ndarray:
     """The part (of ``split``) each encoded training pair's line came from, as an index into its parts."""
     records, lines = iter(record.files), []
@@ -348,5 +367,5 @@ def check_same_tokenizer(tokenizer_path: Path, run_dir: Path) -> None:
                            "a new run")
 
 
-__all__ = ["TrainingData", "check_same_tokenizer", "load", "corpus_record", "split_texts",
-           "valid_split_name"]
+__all__ = ["TrainingData", "check_same_tokenizer", "check_vocabulary", "corpus_record", "load", "settle",
+           "split_texts", "valid_split_name"]

@@ -45,8 +45,21 @@ def loss_over_all_positions(device: torch.device, compiled: bool) -> bool:
     return device.type == "cuda" or compiled
 
 
-def compile_options(compile: bool, cuda_graphs: bool, device: torch.device, bucketed: bool) -> dict[str, Any] | None:
-    """The keyword arguments of ``torch.compile`` for the training module, or None to run it eagerly.
+@dataclass(frozen=True)
+class CompileOptions:
+    """How ``torch.compile`` compiles the training module (:func:`compile_options`); None leaves torch's default."""
+
+    dynamic: bool | None = None
+    mode: str | None = None
+    backend: str | None = None
+
+    def arguments(self) -> dict[str, bool | str]:
+        """The keyword arguments of ``torch.compile``."""
+        return {name: value for name in ("dynamic", "mode", "backend") if (value := getattr(self, name)) is not None}
+
+
+def compile_options(compile: bool, cuda_graphs: bool, device: torch.device, bucketed: bool) -> CompileOptions | None:
+    """How ``torch.compile`` compiles the training module, or None to run it eagerly.
 
     - ``compile``: TorchInductor's generated kernels. With length buckets (``bucketed``) ``dynamic=False``: each
       batch shape gets a graph specialised to it, compiled once (:func:`recompile_limit` lets every shape have
@@ -65,10 +78,10 @@ def compile_options(compile: bool, cuda_graphs: bool, device: torch.device, buck
                           "train.cuda_graphs=false", field="train.cuda_graphs")
     if not (compile or cuda_graphs):
         return None
-    options: dict[str, Any] = {"dynamic": False} if bucketed else {}
-    if cuda_graphs:
-        options.update({"mode": "reduce-overhead"} if compile else {"backend": "cudagraphs"})
-    return options
+    dynamic = False if bucketed else None
+    if not cuda_graphs:
+        return CompileOptions(dynamic)
+    return CompileOptions(dynamic, mode="reduce-overhead") if compile else CompileOptions(dynamic, backend="cudagraphs")
 
 
 def recompile_limit(shapes: int) -> int:
@@ -111,7 +124,7 @@ def set_up_process(training: TrainConfig, device: torch.device) -> None:
 
 
 def training_module(model: torch.nn.Module, training: TrainConfig, device: torch.device,
-                    compiled: dict[str, Any] | None, distributed: bool, batch_shapes: int = 0) -> torch.nn.Module:
+                    compiled: CompileOptions | None, distributed: bool, batch_shapes: int = 0) -> torch.nn.Module:
     """The module a training step calls: the model inside its loss (over all positions or the gathered ones, as
     :func:`loss_over_all_positions` chooses), compiled with ``compiled`` (:func:`compile_options`; None: eager) and
     wrapped by DDP on several ranks. ``batch_shapes``: how many shapes length buckets give the batches."""
@@ -121,7 +134,7 @@ def training_module(model: torch.nn.Module, training: TrainConfig, device: torch
         if batch_shapes:  # one graph per batch shape: none may fall back to eager for want of room
             limit = recompile_limit(batch_shapes)
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, limit)
-        module = torch.compile(module, **compiled)
+        module = torch.compile(module, **compiled.arguments())
     if distributed:
         module = DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None)
     return module

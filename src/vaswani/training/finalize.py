@@ -42,7 +42,7 @@ from pathlib import Path
 import torch
 
 from vaswani.data.languages import parse_direction
-from vaswani.decoding.config import EngineOptions, SearchConfig, stored_settings, write_stored_search
+from vaswani.decoding.config import EngineOptions, SearchConfig, StoredSearch
 from vaswani.decoding.stored_ensemble import member_name, write_stored_ensemble
 from vaswani.decoding.translator import Translator
 from vaswani.errors import VaswaniError
@@ -121,7 +121,7 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
                 break
             translator = chosen_model.with_search(search, chosen_model.batch_size, chosen_model.max_tokens)
             scores = _score(translator, sources, references)
-            tried.append(SearchTried(_describe(search), stored_settings(search), scores))
+            tried.append(SearchTried(_describe(search), StoredSearch.of(search).settings, scores))
             _say(f"final search: {_describe(search):<22} val BLEU {scores.bleu:5.2f}  "
                  f"length ratio {scores.length_ratio:.3f}")
         best_search = max(tried, key=lambda row: row.valid.bleu)
@@ -137,7 +137,7 @@ def finalize(run_dir: str | Path, config: RunConfig, device: torch.device, preci
         else:
             quantization = choose_quantization(assembled, search, sources, references)
         if quantization.chosen is not None:
-            write_stored_search(search, assembled, quantization=quantization.chosen)
+            StoredSearch.of(search, quantization=quantization.chosen).write(assembled)
         final = _swap_in(assembled, checkpoints)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -288,7 +288,7 @@ def _assemble(source: Path, staging: Path, search: SearchConfig, members: list[P
         write_manifest(copy, CHECKPOINT_KIND)
     if members:
         write_stored_ensemble(assembled, [1.0] * len(members))
-    write_stored_search(search, assembled)
+    StoredSearch.of(search).write(assembled)
     return assembled
 
 

@@ -24,19 +24,13 @@ from vaswani.io import atomic_write_text, parse_yaml
 from vaswani.model import Transformer
 from vaswani.model.serialization import load_weights
 from vaswani.provenance import PROVENANCE_FILE, provenance
-from vaswani.training.checkpoint import (
-    STATE_FILE,
-    latest_checkpoint,
-    load_trainer_state,
-)
+from vaswani.training.checkpoint import STATE_FILE, TrainerState, latest_checkpoint, load_trainer_state
 from vaswani.training.config import DataConfig, RunConfig, apply_settings
 from vaswani.training.parent import Parent
 from vaswani.training.rundir import check_start
 
 # A training setting changed at a resume: {"train.lr_factor": (old, new)}.
 Changes = dict[str, tuple[Any, Any]]
-# The model settings the trainer takes from the prepared data's tokenizer, not from the config.
-SET_BY_THE_DATA = ("vocab_size", "pad_id")
 
 
 @dataclass
@@ -55,18 +49,18 @@ class Progress:
 
 def trainer_state(progress: Progress, optimizer: torch.optim.Optimizer,
                   scheduler: torch.optim.lr_scheduler.LRScheduler, scaler: torch.amp.GradScaler,
-                  config: RunConfig, device: torch.device) -> dict[str, Any]:
+                  config: RunConfig, device: torch.device) -> TrainerState:
     """The content of ``trainer_state.pt`` now."""
-    return {
-        "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict(),
-        "scaler": scaler.state_dict(),
-        "progress": dataclasses.asdict(progress),
-        "rng": {"torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if device.type == "cuda" else None,
-                "python": _python_rng_to_list(random.getstate())},
-        "config_yaml": config.to_yaml(),
-    }
+    return TrainerState(
+        optimizer=optimizer.state_dict(),
+        scheduler=scheduler.state_dict(),
+        scaler=scaler.state_dict(),
+        progress=dataclasses.asdict(progress),
+        rng={"torch": torch.get_rng_state(),
+             "cuda": torch.cuda.get_rng_state_all() if device.type == "cuda" else None,
+             "python": _python_rng_to_list(random.getstate())},
+        config_yaml=config.to_yaml(),
+    )
 
 
 @dataclass(frozen=True)
@@ -77,27 +71,24 @@ class ResumeState:
     checkpoint_dir: Path
     progress: Progress
     config: RunConfig
-    optimizer: dict[str, Any]
-    scheduler: dict[str, Any]
-    scaler: dict[str, Any]
-    rng: dict[str, Any]
+    state: TrainerState
 
 
 def read_resume_state(path: str | Path) -> ResumeState:
     """The trainer state of ``path``'s latest checkpoint (``path`` a run directory) or of the checkpoint ``path``."""
     checkpoint_dir, state = load_trainer_state(path)
     source = f"{checkpoint_dir}/{STATE_FILE}"
-    config = RunConfig.from_dict(parse_yaml(state["config_yaml"], source, "run's settings"), source=source)
-    return ResumeState(checkpoint_dir, Progress(**state["progress"]), config, state["optimizer"],
-                       state["scheduler"], state["scaler"], state["rng"])
+    config = RunConfig.from_dict(parse_yaml(state.config_yaml, source, "run's settings"), source=source)
+    return ResumeState(checkpoint_dir, Progress(**state.progress), config, state)
 
 
-def restore(saved: ResumeState, model: Transformer, optimizer: torch.optim.Optimizer,
+def restore(resumed: ResumeState, model: Transformer, optimizer: torch.optim.Optimizer,
             scheduler: torch.optim.lr_scheduler.LambdaLR, scaler: torch.amp.GradScaler, device: torch.device,
             rank: int) -> None:
     """Load a checkpoint's weights and trainer state into a run built from its config. The caller sets the run's
     progress first: a schedule on the clock reads its elapsed time here. Rank 0 says where the run continues."""
-    load_weights(model, saved.checkpoint_dir / "model.safetensors", device)
+    saved = resumed.state
+    load_weights(model, resumed.checkpoint_dir / "model.safetensors", device)
     optimizer.load_state_dict(saved.optimizer)
     scheduler.load_state_dict(saved.scheduler)  # restores the step count, keeps this run's schedule
     # Recompute the current lr from *this* run's schedule: identical when unchanged (bit-exact resume), and an
@@ -110,7 +101,7 @@ def restore(saved: ResumeState, model: Transformer, optimizer: torch.optim.Optim
         torch.cuda.set_rng_state(saved.rng["cuda"][min(rank, len(saved.rng["cuda"]) - 1)])
     random.setstate(_python_rng_from(saved.rng["python"]))
     if rank == 0:
-        announce_resume(saved.checkpoint_dir, saved.progress)
+        announce_resume(resumed.checkpoint_dir, resumed.progress)
 
 
 def announce_resume(checkpoint_dir: Path, progress: Progress) -> None:
@@ -124,8 +115,7 @@ def check_resumable(config: RunConfig, state: ResumeState, announce: bool) -> Ch
     saved = state.config
     if _without_data_dir(config.data) != _without_data_dir(saved.data):
         raise VaswaniError("`resume` cannot change data settings; start a new run directory instead")
-    changed_model = sorted(key for key, value in config.model.to_dict().items()
-                           if value != saved.model.to_dict()[key] and key not in SET_BY_THE_DATA)
+    changed_model = sorted(key for key, value in config.model.to_dict().items() if value != saved.model.to_dict()[key])
     if changed_model:
         raise VaswaniError(f"`resume` cannot change the architecture ({changed_model}); start a new run "
                            "directory instead")

@@ -4,19 +4,19 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import itertools
 import os
 import time
 from pathlib import Path
 from typing import Sequence
 
-from vaswani.errors import ConfigError, is_out_of_memory, out_of_memory
-from vaswani.training.budget import BudgetPlan, Candidate, candidates, plan_for_budget, tokens_per_second
+from vaswani.devices import device_type
+from vaswani.errors import is_out_of_memory, out_of_memory
+from vaswani.training.budget import fit_to_budget, fits_to_budget
 from vaswani.training.callbacks import Callback
-from vaswani.training.config import RunConfig, apply_settings
+from vaswani.training.config import RunConfig
+from vaswani.training.data import settle
 from vaswani.training.device_choices import check_threads
-from vaswani.training.distributed import rank_batches
+from vaswani.training.distributed import init_world
 from vaswani.training.rundir import check_start, lock_run_directory
 from vaswani.training.summary import RunSummary, Stop
 from vaswani.training.trainer import Trainer
@@ -40,8 +40,10 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False, start_ov
             plan = None
             if fits_to_budget(config) and not resume:  # a resumed run keeps the model it chose
                 config, plan = fit_to_budget(config, run_dir)
-            config = config.settled()  # the corpus and the clock fit are resolved: nothing below changes them
-            trainer = Trainer(config, run_dir, resume=resume, callbacks=callbacks)
+            world = init_world(device_type(config.train.device))
+            # the corpus, the clock fit and the data's vocabulary are resolved: nothing below changes the config
+            config, data = settle(config, run_dir, world, resuming=resume)
+            trainer = Trainer(config, run_dir, resume=resume, world=world, callbacks=callbacks, data=data)
             summary = trainer.fit()
         except (MemoryError, RuntimeError) as error:
             if not is_out_of_memory(error):
@@ -80,47 +82,6 @@ def unused_budget(config: RunConfig, summary: RunSummary) -> tuple[float | None,
     larger = (", and no larger model of train.scale_up_models completes them in the time" if training.scale_up_models
               else "")
     return unused, f"its {training.max_epochs} epochs (train.max_epochs) were done{larger}"
-
-
-def fits_to_budget(config: RunConfig) -> bool:
-    """Whether a new run of ``config`` chooses its model by the clock: models to choose from, and a budget."""
-    training = config.train
-    return bool(training.scale_up_models) and training.max_minutes is not None and training.max_epochs is not None
-
-
-def fit_to_budget(config: RunConfig, run_dir: Path) -> tuple[RunConfig, BudgetPlan]:
-    """``config`` with the model that ``train.scale_up_models`` chooses for this machine (training/budget.py), and
-    the plan that chose it. Each candidate trains on the run's own first batches in a Trainer of its own, which
-    writes nothing and is dropped; the measuring's time comes out of ``train.max_minutes``."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise ConfigError("train.scale_up_models measures one process; under torchrun set the model yourself "
-                          "(train.scale_up_models=)", field="train.scale_up_models")
-    training, clock_started = config.train, time.perf_counter()
-
-    def measure(candidate: Candidate) -> tuple[float, int]:
-        trainer = Trainer(apply_settings(config, list(candidate.settings)), run_dir)
-        trainer.callbacks = []  # nothing to report: no run has started
-        groups = trainer.epoch_updates(0)
-        own_batches = (b for group in itertools.cycle(groups) for b in rank_batches(group, training.grad_accum, 0)[0])
-        batches, next_group = trainer.data.loader(own_batches, trainer.device), itertools.cycle(groups).__next__
-
-        def step() -> int:
-            group = next_group()
-            trainer.update(group, batches)
-            return sum(trainer.data.target_tokens(b) for b in group)
-
-        rate = tokens_per_second(step, training.scale_up_probe_seconds)
-        return rate, sum(trainer.data.target_tokens(b) for b in trainer.data.epoch_batches(0))
-
-    def seconds_left() -> float:
-        return 60 * training.max_minutes - (time.perf_counter() - clock_started)
-
-    plan = plan_for_budget(candidates(training.scale_up_models), measure, seconds_left, training.max_epochs)
-    print(plan.describe(), flush=True)
-    chosen = apply_settings(config, plan.settings)
-    # at least a few updates' time, even where the measuring took the whole budget
-    minutes_left = max(round(plan.minutes_left, 2), 0.01)
-    return dataclasses.replace(chosen, train=dataclasses.replace(chosen.train, max_minutes=minutes_left)), plan
 
 
 def memory_settings(config: RunConfig) -> str:

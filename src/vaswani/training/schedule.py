@@ -1,4 +1,9 @@
-"""Learning-rate schedules as plain functions of the step (1-based), wrapped in a LambdaLR."""
+"""Learning-rate schedules as plain functions of the step (1-based), wrapped in a LambdaLR.
+
+Early stopping reads the schedule too: while a schedule that follows the clock (``train.decay_on_clock``) is still
+high, the validation loss stalls because the rate is high, not because the model is done, so an evaluation counts
+towards ``train.patience`` only once the rate has fallen below :data:`EARLY_STOPPING_LR_FRACTION` of its peak.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,10 @@ from typing import Callable
 import torch
 
 from vaswani.training.config import TrainConfig
+
+# An evaluation counts towards patience on a clock-driven schedule only below this fraction of the peak rate: on
+# the cosine that is its last fifth.
+EARLY_STOPPING_LR_FRACTION = 0.1
 
 
 def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0, ramp: bool = True) -> float:
@@ -66,3 +75,17 @@ def build_scheduler(
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda index: learning_rate(index + 1, config, d_model, total_steps, elapsed_seconds())
     )
+
+
+def planned_steps(config: TrainConfig, steps_per_epoch: int) -> int | None:
+    """The updates a run plans, the length of its schedule: the fewer of ``train.max_steps`` and
+    ``train.max_epochs``' updates (None: neither is set)."""
+    limits = [config.max_steps] if config.max_steps else []
+    if config.max_epochs:
+        limits.append(steps_per_epoch * config.max_epochs)
+    return min(limits) if limits else None
+
+
+def early_stopping_counts(decay_on_clock: bool, lr: float, peak_lr: float) -> bool:
+    """Whether an evaluation without improvement counts towards ``train.patience`` at learning rate ``lr``."""
+    return not decay_on_clock or lr <= EARLY_STOPPING_LR_FRACTION * peak_lr

@@ -1,4 +1,5 @@
-"""What a run did: the summary :meth:`Trainer.fit` returns and ``vaswani train`` writes as ``RUN/summary.json``."""
+"""What a run did: the summary :meth:`Trainer.fit` returns and ``vaswani train`` writes as ``RUN/summary.json``, with
+the plan that fitted its model to the clock (training/budget.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from pathlib import Path
 
 from vaswani.evaluation.selection import FinalChoice
 from vaswani.records import read_record, write_record
-from vaswani.training.budget import BudgetPlan
+from vaswani.training.config import TrainConfig
 from vaswani.training.device_choices import CompilationCounts
+from vaswani.training.resume import Progress
 
 SUMMARY_FILE = "summary.json"
 
@@ -22,6 +24,45 @@ class Stop(enum.Enum):
     MAX_MINUTES = "max_minutes"
     EARLY_STOP = "early_stop"
     INTERRUPTED = "interrupted"
+
+
+@dataclass
+class Measurement:
+    """How fast one candidate trained on this machine, and the epochs that rate completes in the time left."""
+
+    model: str
+    tokens_per_second: float
+    epochs_in_budget: float
+
+
+@dataclass
+class BudgetPlan:
+    """The candidate the run trains, with every measurement that chose it (the run's summary.json keeps it)."""
+
+    model: str
+    settings: list[str]  # what made the chosen model from the preset
+    epochs: int  # the preset's epochs: the chosen model completes them in the budget (or the clock ends it first)
+    minutes_left: float  # the training budget once the measuring is done
+    measurements: list[Measurement]
+
+    def describe(self) -> str:
+        rates = ", ".join(f"{m.model} {m.tokens_per_second:,.0f} tokens/s ({m.epochs_in_budget:.1f} epochs)"
+                          for m in self.measurements)
+        fits = any(m.epochs_in_budget >= self.epochs for m in self.measurements)
+        verdict = (f"the largest that completes {self.epochs} epochs" if fits
+                   else f"none completes {self.epochs} epochs: the clock ends the run")
+        return f"fitting the model to {self.minutes_left:.1f} minutes: {rates}; training {self.model} ({verdict})"
+
+
+def limit_reached(training: TrainConfig, progress: Progress) -> Stop | None:
+    """The limit of ``train.max_steps``, ``train.max_minutes`` or ``train.max_epochs`` a run has reached, if any."""
+    if training.max_steps is not None and progress.step >= training.max_steps:
+        return Stop.MAX_STEPS
+    if training.max_minutes is not None and progress.elapsed_seconds >= 60 * training.max_minutes:
+        return Stop.MAX_MINUTES
+    if training.max_epochs is not None and progress.epoch >= training.max_epochs:
+        return Stop.MAX_EPOCHS
+    return None
 
 
 @dataclass
@@ -56,4 +97,4 @@ class RunSummary:
         write_record(Path(run_dir) / SUMMARY_FILE, self)
 
 
-__all__ = ["SUMMARY_FILE", "RunSummary", "Stop"]
+__all__ = ["SUMMARY_FILE", "BudgetPlan", "Measurement", "RunSummary", "Stop", "limit_reached"]

@@ -1,7 +1,8 @@
 """The training loop: epochs of updates, evaluating and saving on the way, resumable bit for bit.
 
-    trainer = Trainer(config, run_dir)     # device, data, model, optimizer (or a resumed run's state); writes nothing
-    summary = trainer.fit()                # updates until a limit, evaluating and saving on the way
+    config, data = settle(config, run_dir)         # the data; the config with its vocabulary, frozen (training/data.py)
+    trainer = Trainer(config, run_dir, data=data)  # device, model, optimizer (or a resumed run's state); writes nothing
+    summary = trainer.fit()                        # updates until a limit, evaluating and saving on the way
 
 One *update* consumes a *group* of G = grad_accum × world_size consecutive batches of the epoch's deterministic
 batch list; rank r takes batches r·accum … r·accum+accum-1 of the group. Every rank therefore knows every batch
@@ -20,7 +21,7 @@ import itertools
 import math
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -33,29 +34,31 @@ from vaswani.evaluation.checkpoint_info import CheckpointMeta, ValidationResult
 from vaswani.precision import resolve_precision
 from vaswani.training import data as training_data
 from vaswani.training import device_choices as choices
-from vaswani.training.budget import early_stopping_counts
 from vaswani.training.callbacks import Callback, LogLine, ReadUpdate, reporting
 from vaswani.training.checkpoint import point_link_at, prune, save_checkpoint
 from vaswani.training.config import RunConfig
+from vaswani.training.data import TrainingData
 from vaswani.training.distributed import World, init_world, rank_batches, ranks_identical, shutdown
 from vaswani.training.optim import build_optimizer
 from vaswani.training.parent import initial_model
 from vaswani.training.resume import Progress, check_resumable, read_resume_state, record_start, restore, trainer_state
-from vaswani.training.schedule import build_scheduler
+from vaswani.training.schedule import build_scheduler, early_stopping_counts, planned_steps
 from vaswani.training.scoring import validate
 from vaswani.training.signals import StopSignals
 from vaswani.training.step import DeferredStepResult, StepResult, read_results, train_step
-from vaswani.training.summary import RunSummary, Stop
+from vaswani.training.summary import RunSummary, Stop, limit_reached
 
 
 class Trainer:
-    """One training run in ``run_dir``. ``resume=True`` continues the run from its latest checkpoint with
-    ``config`` (build it with :func:`~vaswani.training.resume.resumed_config` so the run keeps its own settings);
-    the model and data settings must be the run's, training settings may change, and each change is printed and
-    recorded in the run's provenance. Nothing is written until :meth:`fit`."""
+    """One training run in ``run_dir`` of a config settled with its data's vocabulary (another one is refused):
+    :func:`~vaswani.training.data.settle` gives both; without ``data`` the Trainer loads the config's.
+    ``resume=True`` continues the run from its latest checkpoint with ``config`` (build it with
+    :func:`~vaswani.training.resume.resumed_config` so the run keeps its own settings); the model and data settings
+    must be the run's, training settings may change, and each change is printed and recorded in the run's
+    provenance. Nothing is written until :meth:`fit`."""
 
     def __init__(self, config: RunConfig, run_dir: str | Path, resume: bool = False, world: World | None = None,
-                 callbacks: Sequence[Callback] = ()):
+                 callbacks: Sequence[Callback] = (), data: TrainingData | None = None):
         self.run_dir, self.config, training = Path(run_dir), config, config.train
         self.world = world or init_world(device_type(training.device))
         self.device = resolve_device(training.device, self.world.local_rank)
@@ -68,16 +71,15 @@ class Trainer:
         saved = read_resume_state(self.run_dir) if resume else None
         self.resumed_from = saved.checkpoint_dir if saved is not None else None
         self.changed_settings = check_resumable(config, saved, announce=self.world.is_main) if saved else {}
-        self.data = training_data.load(config, self.run_dir, self.world, resuming=resume)
-        # the data's vocabulary settles this Trainer's own config, which nothing changes; its caller's is left as given
-        self.config = config = dataclasses.replace(config, model=dataclasses.replace(
-            config.model, vocab_size=self.data.tokenizer.vocab_size, pad_id=self.data.tokenizer.pad_id)).settled()
+        self.data = data or training_data.load(config, self.run_dir, self.world, resuming=resume)
+        training_data.check_vocabulary(config, self.data)
+        self.config = config = config.settled()
         torch.manual_seed(training.seed)  # identical initial weights on every rank
         random.seed(training.seed)
         self.progress = Progress()
         self.model = initial_model(config.model, self.data.parent, training.freeze, self.device)
         self.optimizer = build_optimizer(self.model, training, self.device)
-        self.total_steps = self._planned_steps()
+        self.total_steps = planned_steps(training, self.steps_per_epoch)
         self.scheduler = build_scheduler(self.optimizer, training, config.model.d_model, self.total_steps,
                                          elapsed_seconds=lambda: self.progress.elapsed_seconds)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
@@ -105,13 +107,6 @@ class Trainer:
 
     def epochs_done(self) -> float:
         return round(self.progress.step / max(self.steps_per_epoch, 1), 3)
-
-    def _planned_steps(self) -> int | None:
-        training = self.config.train
-        candidates = [training.max_steps] if training.max_steps else []
-        if training.max_epochs:
-            candidates.append(self.steps_per_epoch * training.max_epochs)
-        return min(candidates) if candidates else None
 
     # ---- the loop ----------------------------------------------------------------------------------------------
     def fit(self) -> RunSummary:
@@ -147,12 +142,8 @@ class Trainer:
         save) when an evaluation is due or the run is about to stop, then stop if a limit was reached."""
         training, progress = self.config.train, self.progress
         while training.max_epochs is None or progress.epoch < training.max_epochs:
-            groups = self.epoch_updates(progress.epoch)
-            first = progress.group_in_epoch
-            # this rank's micro-batches for the rest of the epoch, each sent to the device while the one before it
-            # computes
-            own = (b for group in groups[first:] for b in rank_batches(group, training.grad_accum, self.world.rank)[0])
-            batches = self.data.loader(own, self.device)
+            groups, first = self.epoch_updates(progress.epoch), progress.group_in_epoch
+            batches = self.device_batches(groups[first:])
             for index in range(first, len(groups)):
                 if self.signals.received is not None:
                     return Stop.INTERRUPTED
@@ -165,7 +156,7 @@ class Trainer:
                 end_of_epoch = index + 1 == len(groups)
                 progress.group_in_epoch = 0 if end_of_epoch else index + 1
                 progress.epoch += end_of_epoch
-                stop = self._limit_reached()
+                stop = limit_reached(training, progress)
                 log_due = counted and progress.step % training.log_every_steps == 0
                 save_due = counted and bool(training.save_every_steps) and not progress.step % training.save_every_steps
                 evaluation_due = self._evaluation_due(counted, end_of_epoch, stopping=stop is not None)
@@ -180,16 +171,6 @@ class Trainer:
                 if stop is not None:
                     return stop
         return Stop.MAX_EPOCHS  # a run resumed after its last epoch: nothing left to do
-
-    def _limit_reached(self) -> Stop | None:
-        training = self.config.train
-        if training.max_steps is not None and self.progress.step >= training.max_steps:
-            return Stop.MAX_STEPS
-        if training.max_minutes is not None and self.progress.elapsed_seconds >= 60 * training.max_minutes:
-            return Stop.MAX_MINUTES
-        if training.max_epochs is not None and self.progress.epoch >= training.max_epochs:
-            return Stop.MAX_EPOCHS
-        return None
 
     def _evaluation_due(self, counted: bool, end_of_epoch: bool, stopping: bool) -> bool:
         """Every ``eval_every_steps`` updates, else at the end of every epoch; and always for the last weights of a
@@ -207,24 +188,41 @@ class Trainer:
         size = self.config.train.grad_accum * self.world.size
         return [batches[i : i + size] for i in range(0, len(batches), size)]
 
+    def device_batches(self, groups: Iterable[list[list[int]]]) -> Iterator[Batch]:
+        """This rank's micro-batches of these updates, each sent to the device while the one before it computes."""
+        own = (b for group in groups for b in rank_batches(group, self.config.train.grad_accum, self.world.rank)[0])
+        return self.data.loader(own, self.device)
+
     def update(self, group: list[list[int]], batches: Iterator[Batch]) -> StepResult | DeferredStepResult:
         """One optimizer update over a group of batches (this rank's share of it, taken from ``batches``). Read
         at once, a non-finite update is skipped and not counted; with deferred reads every update counts, and a
         skipped one is accounted for when it is read (:meth:`_read_updates`)."""
         self._notify("on_update_start")
-        training = self.config.train
-        micro_batches, weights = rank_batches(group, training.grad_accum, self.world.rank)
-        result = train_step(
-            self.loss_model, self.optimizer, itertools.islice(batches, len(micro_batches)),
-            tokens=sum(self.data.target_tokens(b) for b in group), precision=self.precision,
-            clip_grad_norm=training.clip_grad_norm, scaler=self.scaler, scheduler=self.scheduler, weights=weights,
-            world=self.world, defer_reads=self.defer_reads,
-        )
+        result = self._step(group, batches)
         self._unread.append((self.progress.step + 1, group, result))
         if isinstance(result, DeferredStepResult) or result.finite:
             self.progress.step += 1
         self._notify("on_update_end", result)
         return result
+
+    def unrecorded_updates(self) -> Iterator[int]:
+        """The first epoch's updates over and over, neither counted, reported nor saved, each yielding its target
+        tokens: how training/budget.py times a model on this machine, in a Trainer of its own."""
+        groups = self.epoch_updates(0)
+        batches = self.device_batches(itertools.cycle(groups))
+        for group in itertools.cycle(groups):
+            self._step(group, batches)
+            yield sum(self.data.target_tokens(b) for b in group)
+
+    def _step(self, group: list[list[int]], batches: Iterator[Batch]) -> StepResult | DeferredStepResult:
+        training = self.config.train
+        micro_batches, weights = rank_batches(group, training.grad_accum, self.world.rank)
+        return train_step(
+            self.loss_model, self.optimizer, itertools.islice(batches, len(micro_batches)),
+            tokens=sum(self.data.target_tokens(b) for b in group), precision=self.precision,
+            clip_grad_norm=training.clip_grad_norm, scaler=self.scaler, scheduler=self.scheduler, weights=weights,
+            world=self.world, defer_reads=self.defer_reads,
+        )
 
     def _read_updates(self) -> None:
         """Bring the results of the updates not read yet to the host (one wait for the device) and count them in
@@ -260,7 +258,7 @@ class Trainer:
         metric = result.loss if training.early_stopping_metric == "val_loss" else -(result.bleu or 0.0)
         improved = progress.best_metric is None or metric < progress.best_metric
         progress.best_metric = metric if improved else progress.best_metric
-        # a clock-driven rate that is still high stalls the metric without the model being done (training/budget.py)
+        # a clock-driven rate that is still high stalls the metric without the model being done (training/schedule.py)
         counts = early_stopping_counts(training.decay_on_clock, self.optimizer.param_groups[0]["lr"], training.lr)
         progress.evals_without_improvement = 0 if improved else progress.evals_without_improvement + counts
         self._validated = (progress.step, result)

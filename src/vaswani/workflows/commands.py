@@ -10,7 +10,7 @@ from vaswani.arguments import ranged
 from vaswani.data.languages import LanguagePair, code_from_suffix, language_name, recorded_languages
 from vaswani.data.textfiles import read_text_file
 from vaswani.decoding.commands import add_search_arguments, engine_options_from_args, search_config_from_args
-from vaswani.decoding.config import read_stored_engine, read_stored_search
+from vaswani.decoding.config import StoredSearch
 from vaswani.errors import ConfigError
 from vaswani.io import check_output
 from vaswani.model.serialization import resolve_checkpoint
@@ -60,8 +60,9 @@ def run(args: argparse.Namespace) -> int:
     _check_language(args.input, languages, backtranslating)
     text = read_text_file(args.input)
     directory = resolve_checkpoint(args.checkpoint)
-    search = search_config_from_args(args, read_stored_search(directory))
-    options = engine_options_from_args(args).with_stored(read_stored_engine(directory))
+    stored = StoredSearch.read(directory)
+    search = search_config_from_args(args, stored)
+    options = engine_options_from_args(args).with_stored(stored)
     corpus = synthesize(args.checkpoint, text, args.out, search, options, backtranslating, args.chunk_lines,
                         args.batch_size, args.max_tokens, args.command_name)
     print(f"{corpus.pairs:,} pairs: --src {corpus.source_file} --tgt {corpus.target_file}")

@@ -52,6 +52,7 @@ from vaswani.model.masks import causal_mask, sliding_window_mask
 from vaswani.model.window import window_block
 from vaswani.precision import autocast
 from vaswani.training.callbacks import Callback
+from vaswani.training.data import settle
 from vaswani.training.flops import self_attention_flops
 from vaswani.training.step import DeferredStepResult, StepResult
 from vaswani.training.trainer import Trainer
@@ -329,7 +330,8 @@ def _train_variant(settings: AttentionSettings, name: str, device: torch.device)
     log(f"  training {settings.train_preset} with attention {name} for {steps} steps")
     with tempfile.TemporaryDirectory(prefix=f"attention-{name}-") as run_dir:
         timer = UpdateTimer(device, profile_update=1 if device.type == "cpu" else None)
-        trainer = Trainer(config, Path(run_dir), callbacks=[timer])
+        config, data = settle(config, Path(run_dir))
+        trainer = Trainer(config, Path(run_dir), callbacks=[timer], data=data)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         start = time.perf_counter()
