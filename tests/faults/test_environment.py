@@ -117,8 +117,10 @@ def test_a_real_ctrl_c_during_start_up_is_one_line(tmp_path) -> None:
     own: the signal is the fault."""
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     # `bench` imports torch to describe its options: a second or more after vaswani.cli, for the signal to land in
+    # The child gets SIGINT's default handling: a test runner's worker may ignore SIGINT, and a child inherits that.
     process = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "vaswani", "bench", "--help"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     log = []
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # wait until the command line itself is importing
