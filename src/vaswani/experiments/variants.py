@@ -89,7 +89,7 @@ def _state(run_dir: Path, expected: RunConfig) -> str:
 
 
 def checked_runs_dir(runs_dir: Path, experiment: str, inputs: Sequence[Path | None] = ()) -> Path:
-    """``runs_dir`` once the output rule allows it (before a study writes its data or runs there)."""
+    """``runs_dir`` once the output rule allows it: checked ahead of any data or run a study writes there."""
     check_output(runs_dir, command=f"experiment {experiment}", writes="files", option="--runs-dir", inputs=inputs)
     return runs_dir
 
