@@ -183,10 +183,12 @@ def _train_in_parallel(pending: list[tuple[RunVariant, RunConfig, bool]], runs_d
                                               f"finished (exit {process.exitcode})"), file=sys.stderr)
             if stop.received is not None or interrupted:
                 queue.clear()
+    order = [variant.name for variant, _, _ in pending]  # name runs in the study's order, not the order they ended
     if failed:
-        raise VaswaniError(f"training failed for {', '.join(failed)}: see the logs in {runs_dir}")
+        raise VaswaniError(f"training failed for {', '.join(sorted(failed, key=order.index))}: see the logs in "
+                           f"{runs_dir}")
     if interrupted:
-        raise VaswaniError(_interrupted_message(interrupted, runs_dir))
+        raise VaswaniError(_interrupted_message(sorted(interrupted, key=order.index), runs_dir))
 
 
 def _ended_by_signal(run_dir: Path) -> bool:
