@@ -217,6 +217,19 @@ def test_resume_keeps_the_runs_own_settings_and_records_what_set_changes(workdir
     assert "changed_settings" not in starts[0]
 
 
+def test_a_resume_with_larger_batches_past_its_epochs_end_goes_on_with_the_next_epoch(workdir: Path, monkeypatch,
+                                                                                      capfd) -> None:
+    run_dir = workdir / "larger-batches"
+    assert _main(_train_command(run_dir, "train.max_steps=4", "train.max_tokens=500"), workdir, monkeypatch,
+                 capfd)[0] == 0
+    # resumed at update 4 of an epoch that, at 700 batches an update, has fewer updates than that
+    code, stderr = _main(_train_command(run_dir, "train.max_steps=5", "train.max_tokens=500", "train.grad_accum=700",
+                                        resume=True), workdir, monkeypatch, capfd)
+    assert code == 0, stderr[-3000:]
+    summary = RunSummary.read(run_dir)
+    assert (summary.step, summary.epoch) == (5, 1), stderr[-3000:]
+
+
 def test_resume_refuses_a_changed_architecture_in_one_line(workdir: Path, monkeypatch, capfd) -> None:
     run_dir = workdir / "architecture"
     assert _main(_train_command(run_dir, "train.max_steps=2"), workdir, monkeypatch, capfd)[0] == 0

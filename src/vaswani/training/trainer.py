@@ -143,6 +143,9 @@ class Trainer:
         training, progress = self.config.train, self.progress
         while training.max_epochs is None or progress.epoch < training.max_epochs:
             groups, first = self.epoch_updates(progress.epoch), progress.group_in_epoch
+            if first >= len(groups):  # resumed with larger batches (--set train.max_tokens): this epoch is done
+                progress.epoch, progress.group_in_epoch = progress.epoch + 1, 0
+                continue
             batches = self.device_batches(groups[first:])
             for index in range(first, len(groups)):
                 if self.signals.received is not None:
