@@ -73,6 +73,12 @@ def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Calla
     return directory
 
 
+@pytest.fixture(scope="session")
+def build_once(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, Callable[[Path], None]], Path]:
+    """``built_once`` for a test module's own session fixtures: build_once(name, build) -> the built directory."""
+    return lambda name, build: built_once(tmp_path_factory, name, build)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _one_thread_in_session_fixtures() -> Iterator[None]:
     """Session fixtures (a training run, a trained checkpoint) are set up before any test's own fixtures: they run on

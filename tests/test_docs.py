@@ -4,15 +4,13 @@ is one the command line accepts, and the map of the paper names functions that e
 from __future__ import annotations
 
 import re
-import shlex
 import unicodedata
 from pathlib import Path
 
 import pytest
+from documented_commands import COMMANDS, PAGES, ROOT, DocumentedCommand
 
-ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "vaswani"
-PAGES = [ROOT / "README.md", ROOT / "results" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 IDS = lambda page: str(page.relative_to(ROOT))  # noqa: E731
 
@@ -44,67 +42,19 @@ def test_every_link_leads_to_a_file_and_heading(page: Path) -> None:
     assert not broken, f"{page.relative_to(ROOT)}: " + "; ".join(broken)
 
 
-def shell_commands(page: Path) -> list[tuple[int, list[str]]]:
-    """(line, words) of every simple command in the page's ```bash blocks: split at |, &&, ; and &, comments
-    gone; a line ending in a backslash goes on in the next one."""
-    found, in_bash, pending, start = [], False, "", 0
-    for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
-        if line.startswith("```"):
-            in_bash = line.strip() == "```bash"
-            continue
-        if not in_bash:
-            continue
-        if not pending:
-            start = number
-        if line.endswith("\\"):
-            pending += line[:-1] + " "
-            continue
-        line, pending = pending + line, ""
-        lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
-        lexer.whitespace_split = True
-        words: list[str] = []
-        for word in [*lexer, "&&"]:
-            if word in ("|", "&&", ";", "||", "&"):
-                if words:
-                    found.append((start, words))
-                words = []
-            else:
-                words.append(word)
-    return found
-
-
-def vaswani_arguments(words: list[str]) -> list[str] | None:
-    """The arguments the ``vaswani`` command line gets from one shell command, or None for another program."""
-    while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):  # VASWANI_DATA=... vaswani ...
-        words = words[1:]
-    if words[:1] == ["nohup"]:
-        words = words[1:]
-    if words[:1] == ["vaswani"]:
-        return words[1:]
-    for entry in ("vaswani", "vaswani.cli"):  # python -m vaswani …, torchrun … -m vaswani.cli …
-        for i in range(len(words) - 1):
-            if words[i] == "-m" and words[i + 1] == entry and words[0] in ("python", "torchrun"):
-                return words[i + 2 :]
-    return None
-
-
-COMMANDS = [(page, line, args) for page in PAGES for line, words in shell_commands(page)
-            if (args := vaswani_arguments(words)) is not None]
-
-
 def test_the_pages_hold_commands_to_check() -> None:
     assert len(COMMANDS) > 25
-    assert {page.name for page, _, _ in COMMANDS} >= {"README.md", "training.md", "decoding.md", "benchmarks.md"}
+    assert {c.page.name for c in COMMANDS} >= {"README.md", "training.md", "decoding.md", "benchmarks.md"}
 
 
-@pytest.mark.parametrize("page,line,args", COMMANDS, ids=[f"{IDS(p)}:{n}" for p, n, _ in COMMANDS])
-def test_every_command_in_a_code_block_parses(page: Path, line: int, args: list[str]) -> None:
+@pytest.mark.parametrize("command", COMMANDS, ids=[c.where for c in COMMANDS])
+def test_every_command_in_a_code_block_parses(command: DocumentedCommand) -> None:
     from vaswani.cli import build_parser
 
     try:
-        build_parser().parse_args(args)
+        build_parser().parse_args(list(command.args))
     except SystemExit:
-        pytest.fail(f"{page.relative_to(ROOT)}:{line}: `vaswani {' '.join(args)}` is refused by the command line")
+        pytest.fail(f"{command.where}: `{command.text}` is refused by the command line")
 
 
 def map_entries(page: Path) -> list[tuple[str, str]]:
