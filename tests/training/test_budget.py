@@ -56,6 +56,15 @@ def test_a_machine_too_slow_for_the_epochs_keeps_the_presets_model_and_measures_
     assert "none completes 40 epochs: the clock ends the run" in plan.describe()
 
 
+@pytest.mark.parametrize("epochs, chosen", [(40, 0), (20, 1), (10, 2)])
+def test_fewer_epochs_asked_of_a_wider_model_choose_a_wider_one_on_the_same_machine(epochs: int, chosen: int) -> None:
+    """A 2-core AVX-512 CPU without bf16 units: d128 completes ~48 epochs in the hour, d192 ~28, d256 ~17."""
+    clock = SimulatedClock()
+    measure, _ = machine(5_500, clock)
+    plan = plan_for_budget(LADDER, measure, lambda: HOUR - clock.now, epochs=epochs)
+    assert plan.model == LADDER[chosen].name and plan.epochs == epochs
+
+
 @pytest.mark.parametrize("rate, chosen", [(12_500, 1), (25_000, 2), (200_000, 2)])
 def test_a_faster_machine_trains_the_largest_model_that_completes_the_epochs(rate: float, chosen: int) -> None:
     """A 2-core CPU with bf16 units (~3.3x AVX2) can afford d192 for 40 epochs; a faster one d256; nothing larger
@@ -134,6 +143,32 @@ def test_a_machine_fast_enough_trains_the_largest_listed_model_and_the_summary_s
     assert (saved.model.d_ff, saved.train.lr) == (192, 0.001)  # the run trained what the plan chose
     assert 9 < saved.train.max_minutes < 10 and saved.train.max_minutes == round(plan.minutes_left, 2)
     assert summary.epoch == 1 and "training model.d_ff=192 train.lr=0.001" in capsys.readouterr().out
+
+
+def test_a_wider_model_that_completes_the_fewest_epochs_asked_is_chosen_and_its_run_ends_on_the_clock(
+        in_workdir) -> None:
+    from vaswani.training.config import apply_settings, load_preset
+    from vaswani.training.run import train
+
+    # no model completes 100,000 epochs in the budget; every one completes 1
+    config = apply_settings(load_preset("smoke"), [*TINY_RUN, "train.max_epochs=100000", "train.max_minutes=10",
+                                                   "train.scale_up_min_epochs=1", "train.max_steps=2"])
+    summary = train(config, in_workdir / "run")
+    assert summary.scale_up.model == "model.d_ff=192 train.lr=0.001" and summary.scale_up.epochs == 1
+    assert "the largest that completes 1 epochs" in summary.scale_up.describe()
+    assert summary.step == 2
+
+
+def test_the_fewest_epochs_of_a_wider_model_are_at_most_the_presets_and_need_its_epochs() -> None:
+    from vaswani.errors import ConfigError
+    from vaswani.training.config import apply_settings, load_preset
+
+    preset = load_preset("multi30k-cpu")
+    for settings in (["train.scale_up_min_epochs=41"], ["train.max_epochs=null", "train.max_steps=100",
+                                                        "train.scale_up_min_epochs=20"]):
+        with pytest.raises(ConfigError) as error:
+            apply_settings(preset, settings)
+        assert str(error.value).startswith("train.scale_up_min_epochs=") and "\n" not in str(error.value)
 
 
 def test_a_machine_too_slow_keeps_the_presets_model_and_a_resume_keeps_it_without_measuring(in_workdir) -> None:

@@ -10,7 +10,8 @@ largest one that still completes the preset's epochs in the budget:
     tokens/s of each, measured on the run's own batches for train.scale_up_probe_seconds (smallest first; a model
       too slow to complete the epochs ends the measuring, since every larger one is slower still)
     epochs in budget = tokens/s × seconds left / target tokens of an epoch
-    chosen: the largest candidate whose epochs in budget ≥ train.max_epochs, else the preset's own model
+    chosen: the largest candidate whose epochs in budget ≥ train.scale_up_min_epochs (default train.max_epochs),
+      else the preset's own model; a model chosen for fewer epochs than train.max_epochs ends its cosine on the clock
 
 Early stopping follows the same idea (training/schedule.py ``early_stopping_counts``).
 """
@@ -104,7 +105,8 @@ def fit_to_budget(config: RunConfig, run_dir: Path) -> tuple[RunConfig, BudgetPl
     def seconds_left() -> float:
         return 60 * training.max_minutes - (time.perf_counter() - clock_started)
 
-    plan = plan_for_budget(candidates(training.scale_up_models), measure, seconds_left, training.max_epochs)
+    epochs = training.scale_up_min_epochs or training.max_epochs
+    plan = plan_for_budget(candidates(training.scale_up_models), measure, seconds_left, epochs)
     print(plan.describe(), flush=True)
     chosen = apply_settings(config, plan.settings)
     # at least a few updates' time, even where the measuring took the whole budget

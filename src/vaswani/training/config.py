@@ -166,6 +166,9 @@ class TrainConfig(Settles):
     # without both limits has no budget to fit: it trains the preset's model)
     scale_up_models: tuple[str, ...] = ()
     scale_up_probe_seconds: float = 15.0
+    # the epochs a larger model must complete in the budget to be chosen (null: train.max_epochs); with
+    # train.decay_on_clock its cosine then ends on the clock, after fewer epochs than the preset's schedule
+    scale_up_min_epochs: int | None = None
     clip_grad_norm: float | None = 1.0
     # precision and speed
     precision: Precision = "auto"  # auto: bf16 where supported, else fp16/fp32
@@ -222,6 +225,7 @@ class TrainConfig(Settles):
         "eval_every_steps": Limit(ge=1), "bleu_subset": Limit(ge=0), "patience": Limit(ge=1),
         "save_every_steps": Limit(ge=1), "keep_checkpoints": Limit(ge=0), "log_every_steps": Limit(ge=1),
         "max_consecutive_nonfinite": Limit(ge=1), "scale_up_probe_seconds": Limit(gt=0, le=600),
+        "scale_up_min_epochs": Limit(ge=1),
         "average_last": Limit(ge=0), "final_ensembles": Limit(ge=2, le=64), "final_beam": Limit(ge=1),
         "final_alphas": Limit(ge=0), "final_valid_sentences": Limit(ge=1), "final_max_minutes": Limit(gt=0),
     }
@@ -239,6 +243,11 @@ class TrainConfig(Settles):
                               "a clock to follow (train.max_minutes)", field="train.decay_on_clock")
         if self.scale_up_models:
             self._check_scale_up_models()
+        if self.scale_up_min_epochs is not None and (self.max_epochs is None
+                                                     or self.scale_up_min_epochs > self.max_epochs):
+            raise ConfigError(f"train.scale_up_min_epochs={self.scale_up_min_epochs} needs train.max_epochs, and at "
+                              "most as many: a larger model is chosen for completing fewer epochs than the preset's, "
+                              "never more", field="train.scale_up_min_epochs")
         if self.schedule == "noam" and self.warmup_steps < 1:
             raise ConfigError("train.schedule=noam needs train.warmup_steps >= 1 (its peak is at the warmup's end)",
                               field="train.warmup_steps")

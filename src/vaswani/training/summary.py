@@ -41,7 +41,7 @@ class BudgetPlan:
 
     model: str
     settings: list[str]  # what made the chosen model from the preset
-    epochs: int  # the preset's epochs: the chosen model completes them in the budget (or the clock ends it first)
+    epochs: int  # the epochs a model had to complete in the budget to be chosen (or the clock ends it first)
     minutes_left: float  # the training budget once the measuring is done
     measurements: list[Measurement]
 
