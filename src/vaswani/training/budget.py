@@ -10,7 +10,7 @@ largest one that still completes the preset's epochs in the budget:
     tokens/s of each, measured on the run's own batches for train.scale_up_probe_seconds (smallest first; a model
       too slow to complete the epochs ends the measuring, since every larger one is slower still)
     epochs in budget = tokens/s × seconds left / target tokens of an epoch
-    chosen: the largest candidate whose epochs in budget ≥ train.scale_up_min_epochs (default train.max_epochs),
+    chosen: the largest candidate whose epochs in budget ≥ train.scale_up_min_epochs (at most train.max_epochs),
       else the preset's own model; a model chosen for fewer epochs than train.max_epochs ends its cosine on the clock
 
 Early stopping follows the same idea (training/schedule.py ``early_stopping_counts``).
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vaswani.errors import ConfigError
-from vaswani.training.config import RunConfig, apply_settings, settings_of
+from vaswani.training.config import RunConfig, TrainConfig, apply_settings, settings_of
 from vaswani.training.data import settle
 from vaswani.training.summary import BudgetPlan, Measurement
 from vaswani.training.trainer import Trainer
@@ -81,6 +81,12 @@ def tokens_per_second(step: Callable[[], int], seconds: float, warmup_steps: int
             return tokens / elapsed
 
 
+def epochs_to_complete(training: TrainConfig) -> int:
+    """The epochs a larger model must complete in the budget to be chosen: ``train.scale_up_min_epochs``, at most
+    the schedule's ``train.max_epochs``."""
+    return min(training.scale_up_min_epochs or training.max_epochs, training.max_epochs)
+
+
 def fits_to_budget(config: RunConfig) -> bool:
     """Whether a new run of ``config`` chooses its model by the clock: models to choose from, and a budget."""
     training = config.train
@@ -105,8 +111,7 @@ def fit_to_budget(config: RunConfig, run_dir: Path) -> tuple[RunConfig, BudgetPl
     def seconds_left() -> float:
         return 60 * training.max_minutes - (time.perf_counter() - clock_started)
 
-    epochs = training.scale_up_min_epochs or training.max_epochs
-    plan = plan_for_budget(candidates(training.scale_up_models), measure, seconds_left, epochs)
+    plan = plan_for_budget(candidates(training.scale_up_models), measure, seconds_left, epochs_to_complete(training))
     print(plan.describe(), flush=True)
     chosen = apply_settings(config, plan.settings)
     # at least a few updates' time, even where the measuring took the whole budget

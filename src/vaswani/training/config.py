@@ -162,12 +162,12 @@ class TrainConfig(Settles):
     decay_on_clock: bool = False
     # a larger model where the machine is fast enough (training/budget.py): entries of space-separated
     # section.key=value items, smallest first; a new run measures the preset's model and then each entry for
-    # scale_up_probe_seconds, and trains the largest that completes train.max_epochs within train.max_minutes (a run
-    # without both limits has no budget to fit: it trains the preset's model)
+    # scale_up_probe_seconds, and trains the largest that completes train.scale_up_min_epochs within
+    # train.max_minutes (a run without both limits has no budget to fit: it trains the preset's model)
     scale_up_models: tuple[str, ...] = ()
     scale_up_probe_seconds: float = 15.0
-    # the epochs a larger model must complete in the budget to be chosen (null: train.max_epochs); with
-    # train.decay_on_clock its cosine then ends on the clock, after fewer epochs than the preset's schedule
+    # the epochs a larger model must complete in the budget to be chosen (null, or more than train.max_epochs:
+    # train.max_epochs); with train.decay_on_clock its cosine then ends on the clock, after fewer epochs than planned
     scale_up_min_epochs: int | None = None
     clip_grad_norm: float | None = 1.0
     # precision and speed
@@ -243,11 +243,6 @@ class TrainConfig(Settles):
                               "a clock to follow (train.max_minutes)", field="train.decay_on_clock")
         if self.scale_up_models:
             self._check_scale_up_models()
-        if self.scale_up_min_epochs is not None and (self.max_epochs is None
-                                                     or self.scale_up_min_epochs > self.max_epochs):
-            raise ConfigError(f"train.scale_up_min_epochs={self.scale_up_min_epochs} needs train.max_epochs, and at "
-                              "most as many: a larger model is chosen for completing fewer epochs than the preset's, "
-                              "never more", field="train.scale_up_min_epochs")
         if self.schedule == "noam" and self.warmup_steps < 1:
             raise ConfigError("train.schedule=noam needs train.warmup_steps >= 1 (its peak is at the warmup's end)",
                               field="train.warmup_steps")
