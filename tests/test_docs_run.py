@@ -71,8 +71,9 @@ NOT_RUN: dict[str, str] = {
     "vaswani experiment cleaning --smoke --seeds 0 --variants cleaned":
         "the smoke study tests/experiments/test_cleaning_experiment.py runs",
     "vaswani experiment memory --out results/memory": "a study: the memory of full-size models measured",
-    "vaswani experiment ensemble --seeds 0 1 2 3 --runs-dir runs/ensemble --jobs 2 --out results/ensemble":
-        "a study: hours of training runs",
+    "vaswani experiment ensemble --seeds 0 1 2 3 --runs-dir runs/ensemble --jobs 2 --set train.max_epochs=10 "
+    "--out results/ensemble":
+        "a study: four training runs of half an hour each",
     "vaswani experiment ensemble --runs runs/seed1 runs/seed2 runs/seed3 runs/seed4 --out /tmp/ensemble":
         "a study: four models and their ensembles scored and timed on Multi30k's test sets",
 }
