@@ -37,6 +37,21 @@ class Hypothesis:
     log_prob: float  # sum of the (penalised) log-probs of y1 .. yn and </s>
 
 
+@dataclass(frozen=True)
+class EngineDescription:
+    """What runs a search, as results files and ``/v1/model`` name it; a field that does not apply to the engine
+    is None."""
+
+    engine: str
+    device: str
+    quantization: str | None = None  # CTranslate2's compute type; None: the torch engine runs the weights as loaded
+    compiled: bool | None = None  # torch: the decoder runs through torch.compile
+    threads: int | None = None  # CTranslate2: threads per translation
+    model: str | None = None  # CTranslate2: the converted model's directory
+    ensemble: int | None = None  # models searched as one
+    weights: list[float] | None = None  # their weights in the ensemble's mean log-probability
+
+
 class Engine(Protocol):
     """A search implementation behind the Translator."""
 
@@ -71,8 +86,8 @@ class Engine(Protocol):
         and of the </s> after them, under the model (no penalty applies: nothing is searched)."""
         ...
 
-    def describe(self) -> dict[str, Any]:
-        """What runs the search, for results files and ``/v1/model``: engine, device, quantization/precision."""
+    def describe(self) -> EngineDescription:
+        """What runs the search, for results files and ``/v1/model``."""
         ...
 
     def parameters(self) -> int:
