@@ -179,7 +179,7 @@ class CTranslate2Engine:
         checked first as every engine checks it (its files against their fingerprint and manifest), since its
         conversion stands for it; a load whose files all are as the last full check found them skips the hashing
         (ct2_checked.py)."""
-        from vaswani.model.serialization import INFERENCE_FILES, check_checkpoint
+        from vaswani.model.serialization import INFERENCE_FILES, check_checkpoint  # torch: not for a conversion
 
         reason = cannot_express(model_config)
         if reason is not None:
@@ -288,7 +288,7 @@ class CTranslate2Engine:
         if self._reference is None:
             if self.checkpoint is None:
                 raise VaswaniError(f"{self.directory}: a converted model without its checkpoint has no torch model")
-            from vaswani.model.serialization import load_model
+            from vaswani.model.serialization import load_model  # torch: only for the reference model
 
             self._reference = load_model(self.checkpoint).eval()
         return self._reference

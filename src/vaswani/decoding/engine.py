@@ -165,7 +165,7 @@ def open_engine(checkpoint: Path, model_config: ModelConfig, tokenizer: Any, con
             if name == CTRANSLATE2:
                 raise
             reason = str(error)
-    from vaswani.decoding.torch_engine import TorchEngine
+    from vaswani.decoding.torch_engine import TorchEngine  # torch: only for this engine
 
     engine = TorchEngine.load(checkpoint, options)
     if reason is not None:  # said once the torch engine has loaded: a checkpoint neither can load gets one error
@@ -176,7 +176,7 @@ def open_engine(checkpoint: Path, model_config: ModelConfig, tokenizer: Any, con
 
 def _ctranslate2_engine(checkpoint: Path, model_config: ModelConfig, tokenizer: Any, config: SearchConfig,
                         options: EngineOptions, prefixed: bool, constrained: bool) -> Engine:
-    from vaswani.decoding.ct2_engine import CTranslate2Engine, cannot_run
+    from vaswani.decoding.ct2_engine import CTranslate2Engine, cannot_run  # only for this engine
 
     if options.compile:
         raise ConfigError("`compile` compiles the torch engine's decoding step; CTranslate2 runs compiled kernels "
