@@ -11,7 +11,7 @@ __all__ = ["ModelConfig", "MODEL_PRESETS", "ConfigError", "DataError", "VaswaniE
 def __getattr__(name: str):
     # Importing torch takes a second; only pay for it when the model is asked for.
     if name == "Transformer":
-        from vaswani.model import Transformer
+        from vaswani.model import Transformer  # imports torch
 
         return Transformer
     raise AttributeError(f"module 'vaswani' has no attribute {name!r}")

@@ -5,8 +5,8 @@ field checked.
     summary = read_record(RunSummary, path)           # a damaged field is one VaswaniError naming file and field
 
 A field's type hint is what reading checks: bool, int, float (a whole number is a number too), str, a string
-Enum, ``X | None``, ``list[X]``, ``dict[str, X]``, a nested dataclass, or ``Any`` (not checked). A field with a
-default may be missing from the file; keys the dataclass does not know are ignored.
+Enum or ``Literal``, ``X | None``, ``list[X]``, ``dict[str, X]``, a nested dataclass, or ``Any`` (not checked).
+A field with a default may be missing from the file; keys the dataclass does not know are ignored.
 """
 
 from __future__ import annotations
@@ -98,6 +98,10 @@ def _convert(value: Any, hint: Any, where: str) -> Any:
         if not isinstance(value, dict):
             raise _Problem(f"{name} is {_shown(value)}, not an object")
         return {key: _convert(item, args[1], f"{where}{key}.") for key, item in value.items()}
+    if origin is typing.Literal:
+        if value not in args:
+            raise _Problem(f"{name} is {_shown(value)}, not one of {', '.join(map(str, args))}")
+        return value
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         choices = [member.value for member in hint]
         if value not in choices:

@@ -69,7 +69,7 @@ def test_ctranslate2_float32_translates_like_the_torch_engine(trained_checkpoint
                                    options=EngineOptions(device="cpu", engine="torch"))
     ctranslate2 = Translator.load(trained_checkpoint, search,
                                   options=EngineOptions(device="cpu", engine="ctranslate2", threads=1))
-    assert ctranslate2.engine.describe()["quantization"] == "float32"
+    assert ctranslate2.engine.describe().quantization == "float32"
     ours, theirs = torch_engine.translate_nbest(test2016), ctranslate2.translate_nbest(test2016)
     limits = output_limits([len(s) for s in torch_engine.encode(test2016)], torch_engine.config)
     assert [nbest[0].text for nbest in theirs] == [nbest[0].text for nbest in ours]
@@ -181,7 +181,7 @@ def test_int8_is_a_conversion_of_its_own_computed_in_int8(trained_checkpoint: Pa
                               options=EngineOptions(device="cpu", engine="ctranslate2", threads=1))
     int8 = Translator.load(trained_checkpoint, search,
                            options=EngineOptions(device="cpu", engine="ctranslate2", quantization="int8", threads=1))
-    assert int8.engine.describe()["quantization"] == "int8" and int8.engine.translator.compute_type.startswith("int8")
+    assert int8.engine.describe().quantization == "int8" and int8.engine.translator.compute_type.startswith("int8")
     assert int8.engine.directory.name.startswith("int8-") and float32.engine.directory.name.startswith("float32-")
     # int8 matrices; the position tables and norms stay float32
     assert (int8.engine.directory / "model.bin").stat().st_size < 0.6 * (
@@ -260,16 +260,17 @@ def test_the_engine_and_quantization_are_chosen_by_search_json_and_the_options(c
     from vaswani.cli import build_parser
     from vaswani.decoding.commands import translator_from_args
 
-    def engine(*options: str) -> dict:
+    def engine(*options: str) -> tuple[str, str | None]:
         args = build_parser().parse_args(["translate", "--checkpoint", str(checkpoint), "--device", "cpu", *options])
-        return translator_from_args(args).engine.describe()
+        description = translator_from_args(args).engine.describe()
+        return description.engine, description.quantization
 
     StoredSearch.of(SearchConfig(beam_size=2, length_norm="power"), quantization="int8").write(checkpoint)
-    assert (engine()["engine"], engine()["quantization"]) == ("ctranslate2", "int8")
-    assert engine("--quantization", "float32")["quantization"] == "float32"
-    assert engine("--engine", "torch")["engine"] == "torch"
+    assert engine() == ("ctranslate2", "int8")
+    assert engine("--quantization", "float32") == ("ctranslate2", "float32")
+    assert engine("--engine", "torch")[0] == "torch"
     StoredSearch.of(SearchConfig(beam_size=2, length_norm="power"), engine="torch").write(checkpoint)
-    assert engine()["engine"] == "torch" and engine("--engine", "auto")["engine"] == "ctranslate2"
+    assert engine()[0] == "torch" and engine("--engine", "auto")[0] == "ctranslate2"
     (tmp_path / "in.de").write_text("Ein Mann.\n", encoding="utf-8")
     capsys.readouterr()
     code = main(["translate", "--checkpoint", str(checkpoint), "--input", str(tmp_path / "in.de"), "--quantization",

@@ -121,7 +121,7 @@ def test_a_checkpoint_that_is_an_ensemble_is_searched_as_its_members(tiny_checkp
     members = _stored_ensemble(tiny_checkpoint, stored)
     search = SearchConfig(beam_size=3, **SHORT)
     loaded = Translator.load(stored, search, TORCH)
-    assert loaded.engine.describe()["ensemble"] == 2 and loaded.engine.decoder.weights == [0.25, 0.75]
+    assert loaded.engine.describe().ensemble == 2 and loaded.engine.decoder.weights == [0.25, 0.75]
     expected = Translator.load_ensemble(members, search, TORCH, weights=[1.0, 3.0]).translate(test_pairs[0][:5])
     assert loaded.translate(test_pairs[0][:5]) == expected
     with pytest.warns(VaswaniWarning, match=rf"engine auto: torch, because CTranslate2 searches one model and "

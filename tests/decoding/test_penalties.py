@@ -56,3 +56,18 @@ def test_no_repeat_ngram_rows_are_independent() -> None:
     out = block_repeated_ngrams(torch.zeros(2, 8), generated, 2)
     assert torch.isinf(out[0]).nonzero().flatten().tolist() == [5]
     assert not torch.isinf(out[1]).any()
+
+
+@pytest.mark.parametrize("settings, summary", [
+    ({"beam_size": 1}, "greedy"),
+    ({"beam_size": 5, "length_norm": "gnmt", "alpha": 0.6}, "beam 5, gnmt α=0.6"),
+    ({"beam_size": 5, "length_norm": "power", "alpha": 1.5, "no_repeat_ngram": 3},
+     "beam 5, power α=1.5, no-repeat-3-gram"),
+    ({"beam_size": 4, "length_norm": "average", "repetition_penalty": 1.2}, "beam 4, average, repetition penalty 1.2"),
+    ({"beam_size": 4, "length_norm": "none"}, "beam 4"),
+    ({"beam_size": 1, "sample": True, "top_k": 10, "nbest": 2}, "sampling (top-k 10, top-p 1, temperature 1)"),
+])
+def test_a_search_is_summarised_by_the_settings_that_change_its_output(settings: dict, summary: str) -> None:
+    from vaswani.decoding.config import SearchConfig
+
+    assert SearchConfig(**settings).summary() == summary

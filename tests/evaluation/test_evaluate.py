@@ -60,7 +60,7 @@ def test_evaluate_command_prints_a_summary_into_a_chosen_directory(tiny_checkpoi
     from vaswani.evaluation.evaluate import EvaluationResult
 
     result = EvaluationResult.read(tmp_path / "ev")
-    assert result.sentences == 20 and result.search["beam_size"] == 1 and result.speed.sentences_per_second > 0
+    assert result.sentences == 20 and result.search.beam_size == 1 and result.speed.sentences_per_second > 0
     assert f"BLEU {result.bleu:.2f}" in printed and result.command.startswith("vaswani evaluate")
 
 
@@ -107,16 +107,18 @@ def test_best_worst_sample_is_seeded_ranked_and_rendered():
     best, worst = best_and_worst(sample, 3)
     assert best[0].bleu == pytest.approx(100.0) and best[0].hypothesis == best[0].reference
     assert worst[0].bleu == min(e.bleu for e in sample)
+    from vaswani.decoding.config import SearchConfig
+    from vaswani.decoding.engine import EngineDescription
     from vaswani.evaluation.evaluate import EvaluationResult, EvaluationSpeed
 
     result = EvaluationResult(
         test_set="t", checkpoint="c", sentences=100, bleu=1.0, chrf=2.0, signature="sig", chrf_signature="csig",
         length_ratio=1.0, brevity_penalty=1.0, precisions=[1.0] * 4, hyp_len=10, ref_len=10,
         speed=EvaluationSpeed(1.0, 1.0, 2, 2.0, "cpu", None, None), report_seed=7, sentence_bleu_sample=sample,
-        search={"beam_size": 4, "length_norm": "gnmt", "alpha": 0.6, "repetition_penalty": 1.0,
-                "no_repeat_ngram": 0, "precision": "fp32"}, engine={"engine": "torch"})
+        search=SearchConfig(beam_size=4, length_norm="gnmt", alpha=0.6, precision="fp32"),
+        engine=EngineDescription("torch", "cpu"))
     markdown = render_markdown(result, sample, 3)
-    assert best[0].source in markdown and worst[0].reference in markdown and "beam 4, gnmt α=0.6" in markdown
+    assert best[0].source in markdown and worst[0].reference in markdown and "beam 4, gnmt α=0.6, fp32" in markdown
 
 
 def test_compare_tabulates_evaluations_with_their_commands(tiny_checkpoint, test_files, tmp_path, capsys):

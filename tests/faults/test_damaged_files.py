@@ -289,6 +289,8 @@ def test_a_damaged_evaluation_is_named_by_compare_and_nothing_is_written(run, as
 
 @pytest.mark.parametrize("path, value, fragment", [
     (("search", "beam_size"), "4", 'search.beam_size is "4", not a whole number'),
+    (("search", "length_norm"), "gmnt", 'field "search.length_norm" is "gmnt", not one of gnmt, power, average, none'),
+    (("engine", "quantization"), 8, 'field "engine.quantization" is 8, not a string'),
     (("speed", "sentences_per_second"), None, "speed.sentences_per_second is null, not a number"),
     (("hardware",), [], "hardware is [], not an object"),
     (("bleu",), True, "bleu is true, not a number"),

@@ -26,7 +26,7 @@ def test_auto_device_is_the_gpu_and_float32_translates_like_the_torch_engine(tra
                            options=EngineOptions(device="cuda", engine="torch"))  # float32 on both: no autocast
     theirs = Translator.load(trained_checkpoint, search,
                              options=EngineOptions(engine="ctranslate2"))  # device auto: the GPU
-    assert theirs.engine.describe()["device"] == "cuda:0"
+    assert theirs.engine.describe().device == "cuda:0"
     assert theirs.translate(sentences) == ours.translate(sentences)
 
 

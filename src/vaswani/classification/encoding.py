@@ -12,6 +12,8 @@ from typing import Literal, Protocol, Sequence
 
 import torch
 
+from vaswani.classification.word_tokenizer import WordTokenizer
+
 TokenizerKind = Literal["bpe", "word"]
 TOKENIZER_KINDS: tuple[str, ...] = ("bpe", "word")
 TOKENIZER_FILES = {"bpe": "tokenizer.json", "word": "word_tokenizer.json"}
@@ -32,8 +34,6 @@ class TextTokenizer(Protocol):
 
 def _tokenizer_class(kind: str) -> type:
     if kind == "word":
-        from vaswani.classification.word_tokenizer import WordTokenizer
-
         return WordTokenizer
     if kind == "bpe":
         from vaswani.data.tokenizer import Tokenizer  # the project's BPE (HF tokenizers)

@@ -41,7 +41,7 @@ class Experiment:
 def load_experiment(folder: str | Path) -> Experiment:
     """The results.json of a ``classify experiment`` folder: checked against the folder's manifest, and every
     field against what the experiment writes."""
-    from vaswani.classification.experiment import EXPERIMENT_KIND
+    from vaswani.classification.experiment import EXPERIMENT_KIND  # its module trains: torch
 
     path = Path(folder) / "results.json"
     manifest = read_manifest(folder) if Path(folder).is_dir() else None

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from vaswani.data.files import FileSplit, decode_chunk, fingerprint, progress_bar, read_chunks
+from vaswani.data.language_id import LanguageCheck
 from vaswani.data.languages import LanguagePair, language_scripts
 from vaswani.errors import ConfigError, DataError
 
@@ -180,8 +181,6 @@ def clean_corpus(split: FileSplit, languages: LanguagePair | None, rules: Cleani
         checks = (ScriptCheck(languages.source, "source language"),
                   ScriptCheck(languages.target, "target language"))
     if rules.language_id:  # before the files are read: a missing package or language is refused at once
-        from vaswani.data.language_id import LanguageCheck
-
         language_checks = (LanguageCheck(languages.source, rules.min_language_confidence, "source language"),
                            LanguageCheck(languages.target, rules.min_language_confidence, "target language"))
     pairs = fingerprint(split, progress).pairs

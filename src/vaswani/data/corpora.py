@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from vaswani.data.download import resolve_file
+from vaswani.data.download import default_data_dir, resolve_file
 from vaswani.data.registry import (
     DEFAULT_DATASET,
     WMT17_HUB_CONFIG,
@@ -187,8 +187,6 @@ def wmt17_train_files(data_dir: str | Path | None, direction: str = "de-en") -> 
     the order of WMT17_TRAIN_FILES; None when none of them is there (the training split then comes from the hub).
     Some but not all of them is a DataError naming the missing ones: a corpus silently short of a part would train
     another model than the one asked for."""
-    from vaswani.data.download import default_data_dir
-
     root = Path(data_dir) if data_dir is not None else default_data_dir()
     if root is None:
         return None

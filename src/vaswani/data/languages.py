@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vaswani.errors import ConfigError, VaswaniError
+from vaswani.io import read_json, read_yaml
 
 CODE = re.compile(r"[a-z]{2,3}(?:_[A-Za-z0-9]{2,8})*")
 CODE_FORMAT = "an ISO 639 code of 2 or 3 lowercase letters, optionally with _SCRIPT or _REGION (fr, yue, zh_Hant)"
@@ -119,8 +120,6 @@ def recorded_languages(path: str | Path) -> LanguagePair | None:
     """The language pair a run recorded, for its run directory or a checkpoint inside it (``RUN/checkpoints/X``):
     from its ``corpus.json``, else from its ``config.yaml`` (``data.direction``); None when neither says (a
     checkpoint copied out of its run)."""
-    from vaswani.io import read_json
-
     path = Path(path).resolve()
     for run in (path, path.parent.parent):
         try:
@@ -136,8 +135,6 @@ def recorded_languages(path: str | Path) -> LanguagePair | None:
 
 
 def _configured_direction(config_file: Path) -> LanguagePair | None:
-    from vaswani.io import read_yaml
-
     try:
         config = read_yaml(config_file, "run's settings")
         return parse_direction(config["data"]["direction"])

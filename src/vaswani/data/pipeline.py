@@ -56,6 +56,7 @@ from vaswani.data.prepared_tokenizer import (
 )
 from vaswani.data.preprocess import DEFAULT_MAX_LEN, prepare, prepare_files
 from vaswani.data.registry import DEFAULT_DATASET, LOCAL, default_vocab_size, get_dataset, parse_direction
+from vaswani.data.textfiles import read_lines
 from vaswani.data.tokenizer import MIN_VOCAB_SIZE, Tokenizer
 from vaswani.errors import ConfigError, DataError
 from vaswani.io import MANIFEST_FILE, check_output, file_sha256, read_manifest, record_inputs
@@ -434,8 +435,6 @@ def _info(name: str, split: str, checksum: str, record: SplitFingerprint, langua
 
 def read_cached_text(path: Path) -> tuple[list[str], list[str]]:
     """The source and target text a cache entry of held-out pairs keeps beside their ids."""
-    from vaswani.data.textfiles import read_lines
-
     return read_lines(path / "source.txt"), read_lines(path / "target.txt")
 
 

@@ -90,6 +90,20 @@ class SearchConfig:
             raise ConfigError(f"{first} and {second} leave no room for a word in the translation of a one-word "
                               "sentence (2 · a + b must be at least 2)", field=field)
 
+    def summary(self) -> str:
+        """The search in a few words, as tables name it: "beam 5, gnmt α=0.6, no-repeat-3-gram"."""
+        if self.sample:
+            parts = [f"sampling (top-k {self.top_k}, top-p {self.top_p:g}, temperature {self.temperature:g})"]
+        else:
+            parts = ["greedy" if self.beam_size == 1 else f"beam {self.beam_size}"]
+        if self.beam_size > 1 and self.length_norm != "none":
+            parts.append(self.length_norm if self.length_norm == "average" else f"{self.length_norm} α={self.alpha:g}")
+        if self.repetition_penalty != 1.0:
+            parts.append(f"repetition penalty {self.repetition_penalty:g}")
+        if self.no_repeat_ngram:
+            parts.append(f"no-repeat-{self.no_repeat_ngram}-gram")
+        return ", ".join(parts)
+
 
 @dataclass(frozen=True)
 class EngineOptions:

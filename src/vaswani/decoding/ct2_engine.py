@@ -46,7 +46,7 @@ from vaswani.decoding.ct2_model import (
     vocabulary,
     weight_parameters,
 )
-from vaswani.decoding.engine import CTRANSLATE2, Hypothesis, length_penalty, output_limits
+from vaswani.decoding.engine import CTRANSLATE2, EngineDescription, Hypothesis, length_penalty, output_limits
 from vaswani.errors import ConfigError, EnvironmentFault, VaswaniError
 
 # The exponent that stands for "no length penalty": |Y|^p == 1.0 in float32 for every length, yet p != 0, which
@@ -179,7 +179,7 @@ class CTranslate2Engine:
         checked first as every engine checks it (its files against their fingerprint and manifest), since its
         conversion stands for it; a load whose files all are as the last full check found them skips the hashing
         (ct2_checked.py)."""
-        from vaswani.model.serialization import INFERENCE_FILES, check_checkpoint
+        from vaswani.model.serialization import INFERENCE_FILES, check_checkpoint  # torch: not for a conversion
 
         reason = cannot_express(model_config)
         if reason is not None:
@@ -270,9 +270,9 @@ class CTranslate2Engine:
         results = self.translator.score_batch(source_tokens, target_tokens, max_input_length=0)
         return [list(result.log_probs) for result in results]
 
-    def describe(self) -> dict[str, Any]:
-        return {"engine": self.name, "device": self.device, "quantization": self.quantization,
-                "threads": self.threads, "model": str(self.directory)}
+    def describe(self) -> EngineDescription:
+        return EngineDescription(self.name, self.device, self.quantization, threads=self.threads,
+                                 model=str(self.directory))
 
     def parameters(self) -> int:
         """Parameters of the checkpoint's weights, read from the safetensors header (no torch needed)."""
@@ -288,7 +288,7 @@ class CTranslate2Engine:
         if self._reference is None:
             if self.checkpoint is None:
                 raise VaswaniError(f"{self.directory}: a converted model without its checkpoint has no torch model")
-            from vaswani.model.serialization import load_model
+            from vaswani.model.serialization import load_model  # torch: only for the reference model
 
             self._reference = load_model(self.checkpoint).eval()
         return self._reference

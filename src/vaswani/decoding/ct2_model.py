@@ -96,7 +96,7 @@ def _position_table(model: Transformer, side: str) -> np.ndarray:
     """The table added to ``side``'s embeddings (rotary positions are applied inside attention instead)."""
     import numpy as np
 
-    from vaswani.model.positions import sinusoidal_table
+    from vaswani.model.positions import sinusoidal_table  # torch: only to convert
 
     config = model.config
     if config.positions == "learned":
@@ -192,7 +192,7 @@ def token_string(tokenizer: Tokenizer, token_id: int) -> str:
 def write_converted_model(checkpoint: Path, out: Path, quantization: str) -> Path:
     """Convert the checkpoint in directory ``checkpoint`` into ``out`` (model.bin, config.json, vocabulary) with
     weights in ``quantization``: the one conversion, used by the engine's copy and by ``vaswani export``."""
-    from vaswani.model.serialization import load_model
+    from vaswani.model.serialization import load_model  # torch: only to convert
 
     model = load_model(checkpoint).eval()
     reason = cannot_express(model.config)

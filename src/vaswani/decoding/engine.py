@@ -37,6 +37,21 @@ class Hypothesis:
     log_prob: float  # sum of the (penalised) log-probs of y1 .. yn and </s>
 
 
+@dataclass(frozen=True)
+class EngineDescription:
+    """What runs a search, as results files and ``/v1/model`` name it; a field that does not apply to the engine
+    is None."""
+
+    engine: str
+    device: str
+    quantization: str | None = None  # CTranslate2's compute type; None: the torch engine runs the weights as loaded
+    compiled: bool | None = None  # torch: the decoder runs through torch.compile
+    threads: int | None = None  # CTranslate2: threads per translation
+    model: str | None = None  # CTranslate2: the converted model's directory
+    ensemble: int | None = None  # models searched as one
+    weights: list[float] | None = None  # their weights in the ensemble's mean log-probability
+
+
 class Engine(Protocol):
     """A search implementation behind the Translator."""
 
@@ -71,8 +86,8 @@ class Engine(Protocol):
         and of the </s> after them, under the model (no penalty applies: nothing is searched)."""
         ...
 
-    def describe(self) -> dict[str, Any]:
-        """What runs the search, for results files and ``/v1/model``: engine, device, quantization/precision."""
+    def describe(self) -> EngineDescription:
+        """What runs the search, for results files and ``/v1/model``."""
         ...
 
     def parameters(self) -> int:
@@ -150,7 +165,7 @@ def open_engine(checkpoint: Path, model_config: ModelConfig, tokenizer: Any, con
             if name == CTRANSLATE2:
                 raise
             reason = str(error)
-    from vaswani.decoding.torch_engine import TorchEngine
+    from vaswani.decoding.torch_engine import TorchEngine  # torch: only for this engine
 
     engine = TorchEngine.load(checkpoint, options)
     if reason is not None:  # said once the torch engine has loaded: a checkpoint neither can load gets one error
@@ -161,7 +176,7 @@ def open_engine(checkpoint: Path, model_config: ModelConfig, tokenizer: Any, con
 
 def _ctranslate2_engine(checkpoint: Path, model_config: ModelConfig, tokenizer: Any, config: SearchConfig,
                         options: EngineOptions, prefixed: bool, constrained: bool) -> Engine:
-    from vaswani.decoding.ct2_engine import CTranslate2Engine, cannot_run
+    from vaswani.decoding.ct2_engine import CTranslate2Engine, cannot_run  # only for this engine
 
     if options.compile:
         raise ConfigError("`compile` compiles the torch engine's decoding step; CTranslate2 runs compiled kernels "

@@ -7,11 +7,13 @@ model, so an ensemble runs on the torch engine.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 import torch
 
 from vaswani.decoding.config import EngineOptions, SearchConfig
+from vaswani.decoding.engine import EngineDescription
 from vaswani.decoding.search import DecodingState
 from vaswani.decoding.torch_engine import TorchEngine
 from vaswani.errors import ConfigError
@@ -91,5 +93,5 @@ class EnsembleEngine(TorchEngine):
     def parameters(self) -> int:
         return sum(model.num_parameters() for model in self.models)
 
-    def describe(self) -> dict[str, object]:
-        return {**super().describe(), "ensemble": len(self.models), "weights": self.decoder.weights}
+    def describe(self) -> EngineDescription:
+        return dataclasses.replace(super().describe(), ensemble=len(self.models), weights=list(self.decoder.weights))

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 
 from vaswani.decoding.compiled import CompiledDecoder
 from vaswani.decoding.config import EngineOptions, SearchConfig
-from vaswani.decoding.engine import TORCH, Hypothesis
+from vaswani.decoding.engine import TORCH, EngineDescription, Hypothesis
 from vaswani.decoding.search import eval_mode, generate
 from vaswani.devices import resolve_device, synchronize
 from vaswani.model.serialization import load_model
@@ -92,6 +92,5 @@ class TorchEngine:
         """Wait for the device's queued work (a GPU timer would otherwise stop before the computation)."""
         synchronize(self.device)
 
-    def describe(self) -> dict[str, Any]:
-        return {"engine": self.name, "device": str(self.device), "quantization": None,
-                "compiled": isinstance(self.decoder, CompiledDecoder)}
+    def describe(self) -> EngineDescription:
+        return EngineDescription(self.name, str(self.device), compiled=isinstance(self.decoder, CompiledDecoder))

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
+from vaswani.data.languages import recorded_languages
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.decoding.config import EngineOptions, SearchConfig
 from vaswani.decoding.engine import TORCH, Engine, is_engine, open_engine, output_limits
@@ -72,7 +73,7 @@ class Translator:
         if is_engine(model):
             self.engine: Engine = model
         else:
-            from vaswani.decoding.torch_engine import TorchEngine
+            from vaswani.decoding.torch_engine import TorchEngine  # torch: not on CTranslate2
 
             options = options or EngineOptions()
             if options.engine not in (None, TORCH):
@@ -159,10 +160,9 @@ class Translator:
                   **batching: Any) -> "Translator":
         """:meth:`load_ensemble`; ``what`` says what the ensemble is, ``instead`` what else the user may do, in
         the engine's refusal or warning."""
-        from vaswani.data.languages import recorded_languages
-        from vaswani.decoding.ensemble import EnsembleEngine
-        from vaswani.devices import resolve_device
-        from vaswani.model.serialization import load_model
+        from vaswani.decoding.ensemble import EnsembleEngine  # torch: not on CTranslate2
+        from vaswani.devices import resolve_device  # torch: not on CTranslate2
+        from vaswani.model.serialization import load_model  # torch: not on CTranslate2
 
         directories = [resolve_checkpoint(checkpoint) for checkpoint in checkpoints]
         first = directories[0]

@@ -61,18 +61,6 @@ def load_results(paths: list[Path]) -> list[LoadedResult]:
     return results
 
 
-def describe_search(search: dict[str, Any]) -> str:
-    parts = ["greedy" if search["beam_size"] == 1 else f"beam {search['beam_size']}"]
-    if search["beam_size"] > 1 and search.get("length_norm") != "none":
-        parts.append(f"{search['length_norm']} α={search['alpha']}" if search["length_norm"] == "gnmt"
-                     else search["length_norm"])
-    if search.get("repetition_penalty", 1.0) != 1.0:
-        parts.append(f"repetition penalty {search['repetition_penalty']}")
-    if search.get("no_repeat_ngram"):
-        parts.append(f"no-repeat-{search['no_repeat_ngram']}-gram")
-    return ", ".join(parts)
-
-
 def comparison_table(loaded: list[LoadedResult]) -> str:
     first = loaded[0].result
     hardware = first.hardware or {}
@@ -86,7 +74,7 @@ def comparison_table(loaded: list[LoadedResult]) -> str:
         "|---|---:|---:|---:|---:|---:|",
     ]
     for r in (item.result for item in loaded):
-        lines.append(f"| {describe_search(r.search)} | {r.bleu:.2f} | {r.chrf:.2f} | {r.length_ratio:.3f} "
+        lines.append(f"| {r.search.summary()} | {r.bleu:.2f} | {r.chrf:.2f} | {r.length_ratio:.3f} "
                      f"| {r.speed.sentences_per_second:.1f} | {r.speed.target_tokens_per_second:.0f} |")
     lines += ["", f"BLEU signature: `{first.signature}`", "", "Commands:", ""]
     lines += [f"- `{r.result.command}` (commit `{(r.result.git or {}).get('commit')}`)" for r in loaded]
@@ -100,7 +88,7 @@ def write_comparison(paths: list[Path], out_dir: Path) -> str:
     if not loaded:
         raise VaswaniError("no results to compare")
     table = comparison_table(loaded)
-    summary = [{"search": describe_search(r.result.search), "bleu": r.result.bleu, "chrf": r.result.chrf,
+    summary = [{"search": r.result.search.summary(), "bleu": r.result.bleu, "chrf": r.result.chrf,
                 "length_ratio": r.result.length_ratio, "speed": to_json(r.result.speed),
                 "command": r.result.command, "git": r.result.git, "results_file": r.path} for r in loaded]
     with directory_written_whole(out_dir, kind=COMPARISON_KIND, writer="compare") as staging:

@@ -20,7 +20,8 @@ from typing import Any
 
 from vaswani.data.corpora import load_corpus, load_parallel_files, load_tsv
 from vaswani.data.languages import LanguagePair, pair_from_files, parse_direction
-from vaswani.decoding.engine import output_limits
+from vaswani.decoding.config import SearchConfig
+from vaswani.decoding.engine import EngineDescription, output_limits
 from vaswani.decoding.translator import Translator
 from vaswani.errors import DataError, VaswaniError
 from vaswani.evaluation.metrics import corpus_scores
@@ -95,8 +96,8 @@ class EvaluationResult:
     hyp_len: int
     ref_len: int
     speed: EvaluationSpeed
-    search: dict[str, Any]  # the SearchConfig's fields, as search.json stores them
-    engine: dict[str, Any]  # what ran the search: engine, device, quantization or precision
+    search: SearchConfig
+    engine: EngineDescription
     report_seed: int
     sentence_bleu_sample: list[Example]
     languages: dict[str, str] | None = None
@@ -162,7 +163,7 @@ def evaluate(
                             str(translator.device), translator.batch_size, translator.max_tokens)
     result = EvaluationResult(
         test_set=test_set.name, checkpoint=str(checkpoint), sentences=len(hypotheses), **dataclasses.asdict(scores),
-        speed=speed, search=dataclasses.asdict(translator.config), engine=translator.engine.describe(),
+        speed=speed, search=dataclasses.replace(translator.config), engine=translator.engine.describe(),
         report_seed=seed, sentence_bleu_sample=examples,
         languages=test_set.languages.to_dict() if test_set.languages else None, command=recorded["command"],
         git=recorded["git"], hardware=recorded["hardware"], versions=recorded["versions"])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from vaswani.evaluation.metrics import sentence_bleu
 
@@ -63,7 +63,7 @@ def render_markdown(result: EvaluationResult, examples: list[Example], shown: in
         f"- checkpoint: `{result.checkpoint}`",
         f"- BLEU **{result.bleu:.2f}**, chrF **{result.chrf:.2f}**, length ratio {result.length_ratio:.3f}",
         f"- sacreBLEU signature: `{result.signature}`",
-        f"- search: {_search_summary(result.search)}",
+        f"- search: {result.search.summary()}, {result.search.precision}",
         f"- speed: {speed.sentences_per_second:.1f} sentences/s, "
         f"{speed.target_tokens_per_second:.0f} target tokens/s on {speed.device}",
         "",
@@ -99,16 +99,3 @@ def render_text(examples: list[Example], shown: int = SHOWN) -> str:
                 f"    ref: {e.reference}",
             ]
     return "\n".join(lines)
-
-
-def _search_summary(search: dict[str, Any]) -> str:
-    text = "greedy" if search["beam_size"] == 1 else f"beam {search['beam_size']}, {search['length_norm']}"
-    if search["beam_size"] > 1 and search["length_norm"] == "gnmt":
-        text += f" α={search['alpha']}"
-    if search["repetition_penalty"] != 1.0:
-        text += f", repetition penalty {search['repetition_penalty']}"
-    if search["no_repeat_ngram"]:
-        text += f", no-repeat-{search['no_repeat_ngram']}-gram"
-    # Some published results.json files (results/bench/decode-cache-small.json) record a bf16 flag instead.
-    precision = search.get("precision") or ("bf16" if search.get("bf16") else "fp32")
-    return f"{text}, {precision}"

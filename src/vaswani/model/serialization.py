@@ -105,7 +105,7 @@ def _article(word: str) -> str:
 def load_model(path: str | Path, device: torch.device | str = "cpu") -> Transformer:
     """Build the model from ``model.json`` and load its weights from safetensors (no pickle anywhere), after
     checking that the checkpoint's files belong together and are as they were written (:func:`check_checkpoint`)."""
-    from vaswani.model.transformer import Transformer
+    from vaswani.model.transformer import Transformer  # torch: not for reading or checking a checkpoint's files
 
     directory = resolve_checkpoint(path)
     config = check_checkpoint(directory)

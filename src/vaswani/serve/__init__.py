@@ -17,6 +17,6 @@ __all__ = ["ServeSettings", "create_app"]
 def create_app(model, settings: ServeSettings | None = None):  # noqa: ANN001, ANN201 - lazy FastAPI import
     """The FastAPI app serving ``model``: a checkpoint, a Translator or a ServedModel (imported lazily so
     ``vaswani --help`` never needs FastAPI)."""
-    from vaswani.serve.app import create_app as create
+    from vaswani.serve.app import create_app as create  # FastAPI: not for `--help`
 
     return create(model, settings)

@@ -173,7 +173,7 @@ async def model_info(request: Request) -> dict[str, Any]:
     translator: Translator = state.served.translator
     return {
         **dataclasses.asdict(state.served.info),
-        **translator.engine.describe(),  # engine, device, quantization (ctranslate2)
+        **dataclasses.asdict(translator.engine.describe()),
         **dataclasses.asdict(state.worker),
         "parallel_batches": len(state.served.translators),
         "threads": state.served.layout.threads_per_batch if state.served.layout else None,  # per batch

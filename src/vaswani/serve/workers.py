@@ -28,6 +28,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from vaswani.errors import EnvironmentFault, VaswaniError
+from vaswani.serve.app import create_app, load_served_model
 from vaswani.serve.settings import ServeSettings
 
 # How long a worker may take to load its model before the server gives up (a --compile start-up takes minutes).
@@ -235,8 +236,6 @@ def run_worker(number: int, listener: socket.socket, checkpoint: str, settings: 
     """One worker process: load the model on this worker's threads, say so, serve ``listener`` until SIGTERM."""
     os.setpgrp()  # the terminal's Ctrl-C reaches the parent alone, which passes on one SIGTERM
     import uvicorn
-
-    from vaswani.serve.app import create_app, load_served_model
 
     try:
         served = load_served_model(checkpoint, settings)

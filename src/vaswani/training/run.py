@@ -17,6 +17,7 @@ from vaswani.training.config import RunConfig
 from vaswani.training.data import settle
 from vaswani.training.device_choices import check_threads
 from vaswani.training.distributed import init_world
+from vaswani.training.finalize import finalize
 from vaswani.training.rundir import check_start, lock_run_directory
 from vaswani.training.summary import RunSummary, Stop
 from vaswani.training.trainer import Trainer
@@ -52,8 +53,6 @@ def train(config: RunConfig, run_dir: str | Path, resume: bool = False, start_ov
         if not trainer.world.is_main:
             return None
         if config.train.final_model and summary.stop_reason is not Stop.INTERRUPTED:
-            from vaswani.training.finalize import finalize
-
             finalizing = time.perf_counter()
             summary.final = finalize(run_dir, config, trainer.device, trainer.precision).headline()
             summary.final_minutes = round((time.perf_counter() - finalizing) / 60, 2)

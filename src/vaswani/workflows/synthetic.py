@@ -103,7 +103,7 @@ def synthesize(checkpoint: Path, text: TextFile, out: Path, search: SearchConfig
     its run records them. What ``vaswani backtranslate`` and ``vaswani distill`` run, and the studies that make
     synthetic data."""
     translator = Translator.load(checkpoint, search, options, batch_size=batch_size, max_tokens=max_tokens)
-    decides = {"search": asdict(translator.config), "engine": translator.engine.describe(),
+    decides = {"search": asdict(translator.config), "engine": asdict(translator.engine.describe()),
                "batch_size": translator.batch_size, "max_tokens": translator.max_tokens}
     weights = resolve_checkpoint(checkpoint) / "model.safetensors"
     plan = SyntheticPlan(model=file_sha256(weights), input=text.sha256, lines=len(text.lines),
