@@ -33,6 +33,8 @@ from vaswani.arguments import ranged
 from vaswani.benchmarks.profiling import add_passes_argument
 from vaswani.config import ModelConfig
 from vaswani.data.commands import add_data_dir_argument
+from vaswani.data.corpora import load_corpus
+from vaswani.data.tokenizer import Tokenizer
 from vaswani.decoding.compiled import CompiledDecoder
 from vaswani.decoding.config import SearchConfig
 from vaswani.decoding.reference import UncachedModel
@@ -41,6 +43,7 @@ from vaswani.devices import resolve_device, synchronize
 from vaswani.errors import VaswaniError
 from vaswani.io import atomic_write_json, atomic_write_text, check_output
 from vaswani.model import Transformer
+from vaswani.model.serialization import load_model, resolve_checkpoint
 from vaswani.precision import resolve_precision
 from vaswani.provenance import provenance, provenance_lines
 from vaswani.settings import MAX_BATCH, MAX_COUNT, MAX_LENGTH, MAX_THREADS, PRECISIONS
@@ -86,9 +89,6 @@ def random_sources(n: int, vocab_size: int, seed: int) -> list[list[int]]:
 
 
 def test_set_sources(tokenizer_file: Path, dataset: str, split: str, data_dir: str | None, n: int) -> list[list[int]]:
-    from vaswani.data.corpora import load_corpus
-    from vaswani.data.tokenizer import Tokenizer
-
     tokenizer = Tokenizer.load(tokenizer_file)
     sentences = list(load_corpus(dataset, split, data_dir=data_dir).source)[:n]
     return [ids + [tokenizer.eos_id] for ids in tokenizer.encode_batch(sentences)]
@@ -190,7 +190,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     _check_outputs(args)
     if args.peer:
-        from vaswani.benchmarks.decode_peers import run_peers
+        from vaswani.benchmarks.decode_peers import run_peers  # it builds on this module's batches
 
         return run_peers(args)
     if args.threads:
@@ -384,8 +384,6 @@ def _compiled_lines(compiled: dict | None) -> list[str]:
 def _model_and_sources(args: argparse.Namespace, device: torch.device) -> tuple[Transformer, list[list[int]], bool]:
     """(model, source ids, whether outputs have a fixed length)."""
     if args.checkpoint:
-        from vaswani.model.serialization import load_model, resolve_checkpoint
-
         directory = resolve_checkpoint(args.checkpoint)
         model = load_model(directory, device=device).eval()
         sources = test_set_sources(directory / "tokenizer.json", args.dataset, args.split, args.data_dir,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from vaswani.errors import VaswaniError
+from vaswani.provenance import provenance_lines
 
 # The start-up's phases: (what, how the profile names the function whose cumulative time it is). Nested phases
 # follow their parent; the rest of the profiled time is Python's own start, argument parsing and small files.
@@ -134,8 +135,6 @@ def _top(stats: pstats.Stats, count: int) -> list[str]:
 
 
 def render_profile(profile: EngineProfile, report: dict[str, Any]) -> str:
-    from vaswani.provenance import provenance_lines
-
     lines = [
         f"# Where `vaswani translate` on CTranslate2 {profile.quantization} spends its time",
         "",

@@ -37,10 +37,18 @@ from pathlib import Path
 from typing import Any
 
 from vaswani.arguments import ranged
+from vaswani.benchmarks.engine_profile import profile_translate, render_profile
 from vaswani.data.commands import add_data_dir_argument
-from vaswani.decoding.config import QUANTIZATIONS
+from vaswani.data.corpora import load_corpus
+from vaswani.decoding import EngineOptions
+from vaswani.decoding.config import QUANTIZATIONS, StoredSearch
+from vaswani.decoding.ct2_engine import length_exponent
+from vaswani.decoding.translator import Translator
 from vaswani.errors import VaswaniError
+from vaswani.evaluation.metrics import corpus_scores
 from vaswani.io import atomic_write_json, atomic_write_text, check_output
+from vaswani.model.serialization import resolve_checkpoint
+from vaswani.provenance import provenance, provenance_lines
 from vaswani.settings import MAX_COUNT, MAX_LENGTH, MAX_THREADS
 
 BARE_SCRIPT = Path(__file__).with_name("bare_ctranslate2.py")
@@ -73,15 +81,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vaswani.data.corpora import load_corpus
-    from vaswani.decoding import EngineOptions
-    from vaswani.decoding.config import StoredSearch
-    from vaswani.decoding.ct2_engine import length_exponent
-    from vaswani.decoding.translator import Translator
-    from vaswani.evaluation.metrics import corpus_scores
-    from vaswani.model.serialization import resolve_checkpoint
-    from vaswani.provenance import provenance
-
     if args.out is not None:
         check_output(args.out, command="bench engines", writes="files", inputs=[args.checkpoint, args.data_dir],
                      names=RESULT_FILES)
@@ -119,8 +118,6 @@ def run(args: argparse.Namespace) -> int:
         outputs = {name: (work / f"{name}.txt").read_text(encoding="utf-8") for name in commands}
         profile = None
         if args.profile and quantizations:
-            from vaswani.benchmarks.engine_profile import profile_translate
-
             quantization = quantizations[-1]
             profile = profile_translate(commands[f"vaswani translate, ctranslate2 {quantization}"], work, env,
                                         quantization)
@@ -133,8 +130,6 @@ def run(args: argparse.Namespace) -> int:
         atomic_write_text(args.out / RESULT_FILES[1], render_table(report))
         print(f"wrote {args.out / RESULT_FILES[0]} and {args.out / RESULT_FILES[1]}")
         if profile is not None:
-            from vaswani.benchmarks.engine_profile import render_profile
-
             atomic_write_text(args.out / RESULT_FILES[2], render_profile(profile, report))
             print(f"wrote {args.out / RESULT_FILES[2]}")
     return 0
@@ -234,8 +229,6 @@ def _differing(one: str, other: str) -> int:
 
 
 def render_table(report: dict[str, Any]) -> str:
-    from vaswani.provenance import provenance_lines
-
     search = report["search"]
     lines = [
         "# `vaswani translate` on each engine, and a bare CTranslate2 script",

@@ -18,12 +18,16 @@ from typing import Any
 import torch
 
 from vaswani.arguments import add_settings_argument, ranged
+from vaswani.benchmarks.train_batches import make_batches, sentence_lengths
 from vaswani.config import ModelConfig
 from vaswani.devices import synchronize as sync
+from vaswani.errors import VaswaniError
 from vaswani.experiments.measurement import MiB, TrainingStep, free_memory, preset_model_config
 from vaswani.experiments.reporting import device_label, log, markdown_table, provenance_line, pyplot, write_results
+from vaswani.model import Transformer
 from vaswani.precision import resolve_precision
 from vaswani.settings import MAX_BATCH, MAX_COUNT, MAX_THREADS, PRECISIONS
+from vaswani.training.config import load_preset
 from vaswani.training.step import TeacherForcedBatch
 
 MULTI30K_TRAIN_PAIRS = 29_000
@@ -64,8 +68,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def resolve_settings(args: argparse.Namespace) -> DevicesSettings:
-    from vaswani.training.config import load_preset
-
     defaults = SMOKE if args.smoke else DEFAULTS
     preset = args.preset or defaults["preset"]
     max_tokens = args.max_tokens or defaults["max_tokens"] or load_preset(preset).train.max_tokens
@@ -82,8 +84,6 @@ def epoch_steps(max_tokens: int, n_pairs: int = MULTI30K_TRAIN_PAIRS) -> int:
     The trainer's sampler sorts pairs by length within chunks and so pads less: its epochs have somewhat fewer
     steps, which makes this extrapolation err long.
     """
-    from vaswani.benchmarks.train_batches import sentence_lengths
-
     steps = size = longest = 0
     for pair in sentence_lengths(n_pairs):
         longer = max(pair)
@@ -124,13 +124,10 @@ def run(args: argparse.Namespace) -> int:
     if args.device != "cpu" and torch.cuda.is_available():
         devices.append(torch.device("cuda"))
     elif args.device == "cuda":
-        from vaswani.errors import VaswaniError
-
         raise VaswaniError("--device cuda but no CUDA device is visible")
     if settings.threads:
         torch.set_num_threads(settings.threads)
 
-    from vaswani.benchmarks.train_batches import make_batches
 
     batches = make_batches(config, settings.max_tokens, settings.warmup + settings.steps)
     n_epoch_steps = epoch_steps(settings.max_tokens)
@@ -163,8 +160,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _meta_model(config: ModelConfig) -> torch.nn.Module:
-    from vaswani.model import Transformer
-
     with torch.device("meta"):
         return Transformer(config)
 

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from vaswani.errors import VaswaniError
+from vaswani.serve.app import load_served_model
+from vaswani.serve.batcher import Batcher
 from vaswani.serve.settings import ServeSettings
 
 BARE_SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bare_ctranslate2.py"
@@ -49,9 +51,6 @@ async def drive_batcher(checkpoint: str | Path, settings: ServeSettings, levels:
                         sentences: list[str], beam: int) -> list[ModelAlone]:
     """At each level, that many closed-loop callers of the server's batcher in this process for ``seconds``: the
     rate of the model with no HTTP, the ceiling the served rate approaches."""
-    from vaswani.serve.app import load_served_model
-    from vaswani.serve.batcher import Batcher
-
     served = load_served_model(checkpoint, settings)
     translator = served.translator
     config = translator.engine.bind(dataclasses.replace(translator.config, beam_size=beam))

@@ -34,9 +34,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vaswani.data.corpora import load_corpus
 from vaswani.errors import ConfigError, VaswaniError
+from vaswani.model.serialization import resolve_checkpoint
+from vaswani.provenance import provenance, usable_cores
 from vaswani.serve.settings import ServeSettings
 from vaswani.tools.serve_ceilings import BareRun, BareScript, ModelAlone, drive_batcher
+from vaswani.tools.serve_report import save_screenshots, write_report
 
 MODES = {"batching": [], "no batching": ["--no-batching"]}
 READY_LINE = re.compile(r"^vaswani serve: http://", re.MULTILINE)
@@ -327,10 +331,6 @@ def run_load_test(
     ``layouts``: the thread layouts compared at the largest level (None: :func:`layouts_for` the usable cores)."""
     import torch
 
-    from vaswani.data.corpora import load_corpus
-    from vaswani.model.serialization import resolve_checkpoint
-    from vaswani.provenance import provenance, usable_cores
-    from vaswani.tools.serve_report import save_screenshots, write_report
 
     stamp = provenance("cpu")  # before anything is written: the tree is still the committed one
     settings = settings or ServeSettings()
