@@ -64,6 +64,19 @@ class TrainedRun:
     finished: bool = True  # False: a run read as it stands, still training or cut off (runs_as_they_stand)
 
 
+@dataclass(frozen=True)
+class VariantRun:
+    """A trained run as an experiment's results.json records it."""
+
+    run_dir: str
+    reused: bool  # a finished run of the same config found in --runs-dir
+    settings: list[str]
+
+    @classmethod
+    def of(cls, run: TrainedRun) -> VariantRun:
+        return cls(str(run.run_dir), run.reused, list(run.variant.settings))
+
+
 def variant_config(recipe: str, variant: RunVariant, extra: Sequence[str] = ()) -> RunConfig:
     """The resolved config a variant trains with (what its run's config.yaml must hold)."""
     return run_config(recipe, variant, None, extra)
