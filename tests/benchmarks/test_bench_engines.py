@@ -42,20 +42,20 @@ def test_the_bare_script_translates_as_the_ctranslate2_engine(trained_checkpoint
 def test_the_report_gives_the_ratio_over_the_bare_script_per_repeat_with_or_without_torch() -> None:
     import argparse
 
-    from vaswani.benchmarks.engines import _report, command_environment, render_table
+    from vaswani.benchmarks.engines import EngineRun, Stamp, _report, command_environment, render_table
     from vaswani.provenance import provenance
 
     names = ["vaswani translate, ctranslate2 int8", "bare ctranslate2 script, int8"]
     seconds = {(names[0], 0): 10.0, (names[1], 0): 9.0, (names[0], 1): 8.0, (names[1], 1): 8.4}
-    runs = [{"command": name, "repeat": repeat, "seconds": value, "start_up_seconds": 0.3 if "vaswani" in name else 0.2}
+    runs = [EngineRun(name, repeat, value, 0.3 if "vaswani" in name else 0.2)
             for (name, repeat), value in seconds.items()]
     args = argparse.Namespace(dataset="multi30k", split="test2016", threads=2, device="cpu", repeats=2)
-    report = _report(provenance("cpu"), args, Path("ck"), SearchConfig(beam_size=5, length_norm="power"),
+    report = _report(Stamp(**provenance("cpu")), args, Path("ck"), SearchConfig(beam_size=5, length_norm="power"),
                      dict.fromkeys(names), runs, dict.fromkeys(names, 30.0), {name: "a\nb\n" for name in names}, 100)
-    (ratio,) = report["ratios"]
-    assert ratio["over_bare"] == pytest.approx(8.7 / 9.0, abs=1e-3)  # medians: 8.7 s bare against 9.0 s ours
-    assert ratio["over_bare_per_repeat"] == [0.9, 1.05] and ratio["start_up_over_bare"] == pytest.approx(0.667, 1e-3)
-    assert "over_torch" not in ratio
+    (ratio,) = report.ratios
+    assert ratio.over_bare == pytest.approx(8.7 / 9.0, abs=1e-3)  # medians: 8.7 s bare against 9.0 s ours
+    assert ratio.over_bare_per_repeat == [0.9, 1.05] and ratio.start_up_over_bare == pytest.approx(0.667, 1e-3)
+    assert ratio.over_torch is None
     assert ("0.97× the bare script's sentences/s on the same converted model (per repeat 0.90–1.05)"
             in render_table(report))
     env = command_environment(Path("/tmp/bytecode"))  # the timed commands keep their bytecode, outside the tree

@@ -23,26 +23,38 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from vaswani.arguments import ranged
+from vaswani.benchmarks.decode_report import (
+    BackendComparison,
+    BenchModel,
+    Comparisons,
+    CompiledComparison,
+    DecodeReport,
+    TimingRow,
+)
 from vaswani.benchmarks.profiling import add_passes_argument
 from vaswani.config import ModelConfig
 from vaswani.data.commands import add_data_dir_argument
+from vaswani.data.corpora import load_corpus
+from vaswani.data.tokenizer import Tokenizer
 from vaswani.decoding.compiled import CompiledDecoder
 from vaswani.decoding.config import SearchConfig
 from vaswani.decoding.reference import UncachedModel
-from vaswani.decoding.search import generate
+from vaswani.decoding.search import SearchableModel, generate
 from vaswani.devices import resolve_device, synchronize
 from vaswani.errors import VaswaniError
-from vaswani.io import atomic_write_json, atomic_write_text, check_output
+from vaswani.io import atomic_write_text, check_output
 from vaswani.model import Transformer
+from vaswani.model.serialization import load_model, resolve_checkpoint
 from vaswani.precision import resolve_precision
 from vaswani.provenance import provenance, provenance_lines
+from vaswani.records import to_json, write_record
 from vaswani.settings import MAX_BATCH, MAX_COUNT, MAX_LENGTH, MAX_THREADS, PRECISIONS
 
 RANDOM_SOURCE_LENGTHS = (8, 24)  # tokens incl. </s>: roughly Multi30k German with a 10k BPE vocabulary
@@ -71,9 +83,9 @@ class SearchTiming:
     def tokens_per_s(self) -> float:
         return self.tokens / self.seconds
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "seconds": self.seconds, "sentences_per_s": self.sentences_per_s,
-                "tokens_per_s": self.tokens_per_s}
+    def row(self) -> TimingRow:
+        return TimingRow(self.name, self.sentences, self.tokens, self.runs, self.seconds, self.sentences_per_s,
+                         self.tokens_per_s)
 
 
 # ---- inputs ---------------------------------------------------------------------------------------------------
@@ -86,9 +98,6 @@ def random_sources(n: int, vocab_size: int, seed: int) -> list[list[int]]:
 
 
 def test_set_sources(tokenizer_file: Path, dataset: str, split: str, data_dir: str | None, n: int) -> list[list[int]]:
-    from vaswani.data.corpora import load_corpus
-    from vaswani.data.tokenizer import Tokenizer
-
     tokenizer = Tokenizer.load(tokenizer_file)
     sentences = list(load_corpus(dataset, split, data_dir=data_dir).source)[:n]
     return [ids + [tokenizer.eos_id] for ids in tokenizer.encode_batch(sentences)]
@@ -124,7 +133,7 @@ def time_search(name: str, model: Any, src_batches: list[torch.Tensor], config: 
 
 
 
-def time_interleaved(models: dict[str, Any], src_batches: list[torch.Tensor], config: SearchConfig,
+def time_interleaved(models: dict[str, SearchableModel], src_batches: list[torch.Tensor], config: SearchConfig,
                      repeats: int, configs: dict[str, SearchConfig] | None = None) -> list[SearchTiming]:
     """Like :func:`time_search` for several models, their repeats interleaved (A, B, A, B, …) so that a change of
     load on the machine hits all of them alike. ``configs`` gives some of them a search of their own."""
@@ -190,7 +199,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     _check_outputs(args)
     if args.peer:
-        from vaswani.benchmarks.decode_peers import run_peers
+        from vaswani.benchmarks.decode_peers import run_peers  # it builds on this module's batches
 
         return run_peers(args)
     if args.threads:
@@ -211,19 +220,14 @@ def run(args: argparse.Namespace) -> int:
     batched = speeds[beam_label]
     # What preallocating the self-attention caches buys against growing them by a copy per step (the default).
     preallocation = session.speedups(searches, "preallocated caches", model, "caches grown per step (default)",
-                                     model, candidate_settings={"preallocate_cache": True})
+                                     model, preallocate_candidate_cache=True)
     backends = _attention_backend_speedups(session, searches, model, device)
     compiled = _compiled_speedups(session, searches, model) if args.compile else None
 
-    comparisons = {
-        **cache,
-        "batched_beam_speedup_per_sentence": (one_by_one.seconds / one_by_one.sentences)
-        / (batched.seconds / batched.sentences),
-        "preallocated_cache_speedup": preallocation,  # median over interleaved repeats of grown / preallocated
-        # median over interleaved repeats of (time with the other backend) / (time with the model's own)
-        "attention_backend": backends,
-        "compiled_step": compiled,  # speedup: median of eager / compiled; first pass: seconds, compiling included
-    }
+    comparisons = Comparisons(
+        cache["cache_speedup"], cache["cache_speedup_decoder_only"],
+        (one_by_one.seconds / one_by_one.sentences) / (batched.seconds / batched.sentences), preallocation,
+        backends, compiled)
     _print_comparisons(comparisons, beam_label)
     if args.out:
         _write_report(args, device, model, fixed_length, natural, fixed, session, comparisons)
@@ -272,15 +276,16 @@ class _Session:
 
     def speedups(self, searches: list[tuple[str, SearchConfig]], candidate_name: str, candidate: Any,
                  reference_name: str, reference: Any,
-                 candidate_settings: dict[str, Any] | None = None) -> dict[str, float]:
+                 preallocate_candidate_cache: bool = False) -> dict[str, float]:
         """Per search, the median over interleaved repeats of reference time / candidate time (> 1: the candidate
-        is faster); ``candidate_settings``: search settings that only the candidate searches with."""
+        is faster); ``preallocate_candidate_cache``: only the candidate searches with preallocated caches."""
         ratios = {}
         for label, search in searches:
             candidate_label = f"{label}, {candidate_name}"
+            candidate_search = replace(search, preallocate_cache=True) if preallocate_candidate_cache else search
             timed_candidate, timed_reference = time_interleaved(
                 {candidate_label: candidate, f"{label}, {reference_name}": reference}, self.batches, search,
-                self.repeats, configs={candidate_label: replace(search, **(candidate_settings or {}))})
+                self.repeats, configs={candidate_label: candidate_search})
             for row in (timed_candidate, timed_reference):
                 self.rows.append(self.table.add(row))
             ratios[label] = statistics.median(r / c for c, r in zip(timed_candidate.runs, timed_reference.runs))
@@ -301,18 +306,18 @@ def _cache_speedups(session: _Session, model: Transformer, few: list[torch.Tenso
 
 
 def _attention_backend_speedups(session: _Session, searches: list[tuple[str, SearchConfig]], model: Transformer,
-                                device: torch.device) -> dict[str, Any]:
+                                device: torch.device) -> BackendComparison:
     """What the attention backend costs when decoding: the same weights under the other backend, interleaved."""
     other = "sdpa" if model.config.attention == "standard" else "standard"
     twin = Transformer(replace(model.config, attention=other)).to(device).eval()
     twin.load_state_dict(model.state_dict())
     own = session.speedups(searches, f"{model.config.attention} attention (the model's)", model,
                            f"{other} attention", twin)
-    return {"model": model.config.attention, "other": other, "own_speedup": own}
+    return BackendComparison(model.config.attention, other, own)
 
 
 def _compiled_speedups(session: _Session, searches: list[tuple[str, SearchConfig]],
-                       model: Transformer) -> dict[str, Any]:
+                       model: Transformer) -> CompiledComparison:
     """What torch.compile buys once compiled, and what the first pass over the batches costs (it compiles)."""
     decoder = CompiledDecoder(model)
     first_pass = {}
@@ -321,71 +326,69 @@ def _compiled_speedups(session: _Session, searches: list[tuple[str, SearchConfig
         for src in session.batches:
             generate(decoder, src, search)
         first_pass[label] = time.perf_counter() - start
-    return {"speedup": session.speedups(searches, "compiled decoding step", decoder, "eager", model),
-            "first_pass_seconds": first_pass}
+    return CompiledComparison(session.speedups(searches, "compiled decoding step", decoder, "eager", model),
+                              first_pass)
 
 
-def _print_comparisons(comparisons: dict[str, Any], beam_label: str) -> None:
-    backends = comparisons["attention_backend"]
-    print(f"KV cache: {comparisons['cache_speedup']:.1f}x faster than model(src, prefix) "
-          f"({comparisons['cache_speedup_decoder_only']:.1f}x than recomputing the decoder only)")
+def _print_comparisons(comparisons: Comparisons, beam_label: str) -> None:
+    backends = comparisons.attention_backend
+    print(f"KV cache: {comparisons.cache_speedup:.1f}x faster than model(src, prefix) "
+          f"({comparisons.cache_speedup_decoder_only:.1f}x than recomputing the decoder only)")
     print("preallocated caches: " + ", ".join(f"{label} {x:.2f}x" for label, x in
-                                              comparisons["preallocated_cache_speedup"].items())
+                                              comparisons.preallocated_cache_speedup.items())
           + " faster than caches grown per step")
-    print(f"batched {beam_label}: {comparisons['batched_beam_speedup_per_sentence']:.1f}x faster per sentence than "
+    print(f"batched {beam_label}: {comparisons.batched_beam_speedup_per_sentence:.1f}x faster per sentence than "
           "one sentence at a time")
-    print(f"{backends['model']} attention vs {backends['other']}: "
-          + ", ".join(f"{label} {x:.2f}x" for label, x in backends["own_speedup"].items()))
-    if comparisons["compiled_step"]:
+    print(f"{backends.model} attention vs {backends.other}: "
+          + ", ".join(f"{label} {x:.2f}x" for label, x in backends.own_speedup.items()))
+    if comparisons.compiled_step:
         print("compiled decoding step vs eager: " + ", ".join(f"{label} {x:.2f}x" for label, x in
-                                                              comparisons["compiled_step"]["speedup"].items()))
+                                                              comparisons.compiled_step.speedup.items()))
 
 
 def _write_report(args: argparse.Namespace, device: torch.device, model: Transformer, fixed_length: bool,
-                  natural: SearchConfig, fixed: SearchConfig, session: _Session, comparisons: dict[str, Any]) -> None:
+                  natural: SearchConfig, fixed: SearchConfig, session: _Session, comparisons: Comparisons) -> None:
     """The JSON at ``--out`` and its markdown table beside it."""
-    report = {
+    report = DecodeReport(
         **provenance(device),
-        "arguments": {key: (str(v) if isinstance(v, Path) else v) for key, v in vars(args).items()
-                      if key not in ("handler",)},
-        "model": {"checkpoint": args.checkpoint, "preset": None if args.checkpoint else args.preset,
-                  "parameters": model.num_parameters(), "config": model.config.to_dict()},
-        "fixed_output_length": fixed_length,
-        "search": {"natural": asdict(natural), "fixed": asdict(fixed)},
-        "results": [row.to_dict() for row in session.rows],
-        "comparisons": comparisons,
-    }
-    atomic_write_json(args.out, report)
-    backends = comparisons["attention_backend"]
-    preallocation = ", ".join(f"{label} {x:.2f}×" for label, x in comparisons["preallocated_cache_speedup"].items())
+        arguments={key: (str(v) if isinstance(v, Path) else v) for key, v in vars(args).items()
+                   if key not in ("handler",)},
+        model=BenchModel(args.checkpoint, None if args.checkpoint else args.preset, model.num_parameters(),
+                         model.config.to_dict()),
+        fixed_output_length=fixed_length,
+        search={"natural": natural, "fixed": fixed},
+        results=[row.row() for row in session.rows],
+        comparisons=comparisons,
+    )
+    write_record(args.out, report)
+    backends = comparisons.attention_backend
+    preallocation = ", ".join(f"{label} {x:.2f}×" for label, x in comparisons.preallocated_cache_speedup.items())
     atomic_write_text(args.out.with_suffix(".md"), "\n".join([
         f"# `vaswani bench decode`: {session.table.title}", "", *session.table.markdown, "",
         f"Preallocated caches vs caches grown per step (median of interleaved repeats): {preallocation}.  ",
-        f"KV cache vs model(src, prefix): {comparisons['cache_speedup']:.1f}×.  ",
-        f"The model's {backends['model']} attention vs the same weights with {backends['other']} attention (median "
+        f"KV cache vs model(src, prefix): {comparisons.cache_speedup:.1f}×.  ",
+        f"The model's {backends.model} attention vs the same weights with {backends.other} attention (median "
         "of interleaved repeats, > 1: the model's own is faster): "
-        + ", ".join(f"{label} {x:.2f}×" for label, x in backends["own_speedup"].items()) + ".",
-        *_compiled_lines(comparisons["compiled_step"]), "", *provenance_lines(report), ""]))
+        + ", ".join(f"{label} {x:.2f}×" for label, x in backends.own_speedup.items()) + ".",
+        *_compiled_lines(comparisons.compiled_step), "", *provenance_lines(to_json(report)), ""]))
     print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
 
 
-def _compiled_lines(compiled: dict | None) -> list[str]:
+def _compiled_lines(compiled: CompiledComparison | None) -> list[str]:
     if compiled is None:
         return []
     return ["",
             "Compiled decoding step (`torch.compile`) vs eager, same weights (median of interleaved repeats, > 1: "
-            "compiled is faster): " + ", ".join(f"{label} {x:.2f}×" for label, x in compiled["speedup"].items())
+            "compiled is faster): " + ", ".join(f"{label} {x:.2f}×" for label, x in compiled.speedup.items())
             + ".  ",
             "First pass over the same batches with the compiled step, compiling included (each search reuses what "
             "the ones before it compiled): " + ", ".join(f"{label} {x:.1f} s" for label, x in
-                                                          compiled["first_pass_seconds"].items()) + "."]
+                                                          compiled.first_pass_seconds.items()) + "."]
 
 
 def _model_and_sources(args: argparse.Namespace, device: torch.device) -> tuple[Transformer, list[list[int]], bool]:
     """(model, source ids, whether outputs have a fixed length)."""
     if args.checkpoint:
-        from vaswani.model.serialization import load_model, resolve_checkpoint
-
         directory = resolve_checkpoint(args.checkpoint)
         model = load_model(directory, device=device).eval()
         sources = test_set_sources(directory / "tokenizer.json", args.dataset, args.split, args.data_dir,

@@ -56,12 +56,19 @@ from vaswani.benchmarks.decode_peers_report import (
 )
 from vaswani.benchmarks.profiling import PROFILE_PASSES, matmul_peak, profile_by_kind
 from vaswani.config import ModelConfig
+from vaswani.data.corpora import load_corpus
+from vaswani.data.tokenizer import Tokenizer
 from vaswani.decoding.compiled import CompiledDecoder
 from vaswani.decoding.config import SearchConfig
+from vaswani.decoding.ct2_model import model_spec
+from vaswani.decoding.ct2_model import vocabulary as ct2_vocabulary
 from vaswani.decoding.search import generate
 from vaswani.errors import VaswaniError
+from vaswani.evaluation.metrics import corpus_scores
+from vaswani.export.hf import to_marian
 from vaswani.io import atomic_write_json, atomic_write_text
 from vaswani.model import Transformer
+from vaswani.model.serialization import load_model, resolve_checkpoint
 from vaswani.provenance import PROVENANCE_FILE, first_training_start, provenance
 from vaswani.records import to_json
 from vaswani.training.summary import SUMMARY_FILE, RunSummary
@@ -138,8 +145,6 @@ def ours(model: Transformer, batches: list[torch.Tensor], limits: list[int], fix
 
 
 def marian(model: Transformer, batches: list[torch.Tensor], limits: list[int], fixed: bool) -> Engine:
-    from vaswani.export.hf import to_marian
-
     ids = SimpleNamespace(pad_id=0, bos_id=1, eos_id=2)  # our special ids (the tokenizer's fixed convention)
     hf_model = to_marian(model, ids)
 
@@ -161,7 +166,6 @@ def ctranslate2_engines(model: Transformer, vocabulary: list[str], batches: list
                         fixed: bool, workdir: Path, thread_counts: list[int]) -> list[Engine]:
     import ctranslate2
 
-    from vaswani.decoding.ct2_model import model_spec
 
     index = {token: i for i, token in enumerate(vocabulary)}
     # Token strings prepared outside the timed region, as our engine gets ready-made id tensors.
@@ -258,11 +262,6 @@ def run_peers(args: argparse.Namespace) -> int:
 
 
 def _trained(args: argparse.Namespace):
-    from vaswani.data.corpora import load_corpus
-    from vaswani.data.tokenizer import Tokenizer
-    from vaswani.decoding.ct2_model import vocabulary as ct2_vocabulary
-    from vaswani.model.serialization import load_model, resolve_checkpoint
-
     directory = resolve_checkpoint(args.checkpoint)
     model = load_model(directory).eval()
     tokenizer = Tokenizer.load(directory / "tokenizer.json")
@@ -299,8 +298,6 @@ def _random(args: argparse.Namespace):
 def _bleu(tokenizer: Any, outputs: list[list[int]], ordered_sources: list[list[int]], sources: list[list[int]],
           references: list[str]) -> float:
     """Corpus BLEU of outputs given in batch order, matched back to their references by source."""
-    from vaswani.evaluation.metrics import corpus_scores
-
     by_source: dict[tuple[int, ...], list[int]] = {}
     for src, ids in zip(ordered_sources, outputs):
         by_source[tuple(t for t in src if t != 0)] = ids

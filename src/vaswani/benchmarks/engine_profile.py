@@ -11,9 +11,14 @@ import pstats
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from vaswani.errors import VaswaniError
+from vaswani.provenance import provenance_lines
+from vaswani.records import to_json
+
+if TYPE_CHECKING:
+    from vaswani.benchmarks.engines import EnginesReport
 
 # The start-up's phases: (what, how the profile names the function whose cumulative time it is). Nested phases
 # follow their parent; the rest of the profiled time is Python's own start, argument parsing and small files.
@@ -46,16 +51,20 @@ TRANSLATION_PHASES = [
 ]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Phase:
+    """A phase of a profiled run: a function's cumulative (or own) time and calls."""
+
     what: str
     seconds: float  # cumulative, profiled
     share: float  # of the profiled total
     calls: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class EngineProfile:
+    """Where `vaswani translate` on CTranslate2 spends its time: the "profile" of results.json and profile.md."""
+
     quantization: str
     startup_seconds: float  # profiled, from the interpreter's first vaswani import to exit
     startup: list[Phase]
@@ -133,9 +142,7 @@ def _top(stats: pstats.Stats, count: int) -> list[str]:
     return [text for _, text in rows[:count]]
 
 
-def render_profile(profile: EngineProfile, report: dict[str, Any]) -> str:
-    from vaswani.provenance import provenance_lines
-
+def render_profile(profile: EngineProfile, report: EnginesReport) -> str:
     lines = [
         f"# Where `vaswani translate` on CTranslate2 {profile.quantization} spends its time",
         "",
@@ -149,7 +156,7 @@ def render_profile(profile: EngineProfile, report: dict[str, Any]) -> str:
         "|---|---:|---:|",
         *(f"| {phase.what} | {phase.seconds:.4f} | {100 * phase.share:.1f} % |" for phase in profile.startup),
         "",
-        f"## Translation ({report['sentences']} sentences): {profile.translation_seconds:.3f} s profiled in "
+        f"## Translation ({report.sentences} sentences): {profile.translation_seconds:.3f} s profiled in "
         f"`Translator.translate_nbest`, {profile.batches} batches",
         "",
         "| part | seconds | share | calls |",
@@ -164,7 +171,7 @@ def render_profile(profile: EngineProfile, report: dict[str, Any]) -> str:
         "",
         *(f"- {line}" for line in profile.startup_top),
         "",
-        *provenance_lines(report),
+        *provenance_lines(to_json(report)),
         "",
     ]
     return "\n".join(lines)

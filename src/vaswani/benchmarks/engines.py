@@ -33,19 +33,121 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from vaswani.arguments import ranged
+from vaswani.benchmarks.engine_profile import profile_translate, render_profile
 from vaswani.data.commands import add_data_dir_argument
-from vaswani.decoding.config import QUANTIZATIONS
+from vaswani.data.corpora import load_corpus
+from vaswani.decoding import EngineOptions
+from vaswani.decoding.config import QUANTIZATIONS, StoredSearch
+from vaswani.decoding.ct2_engine import length_exponent
+from vaswani.decoding.translator import Translator
 from vaswani.errors import VaswaniError
+from vaswani.evaluation.metrics import corpus_scores
 from vaswani.io import atomic_write_json, atomic_write_text, check_output
+from vaswani.model.serialization import resolve_checkpoint
+from vaswani.provenance import provenance, provenance_lines
+from vaswani.records import to_json
 from vaswani.settings import MAX_COUNT, MAX_LENGTH, MAX_THREADS
+
+if TYPE_CHECKING:
+    from vaswani.benchmarks.engine_profile import EngineProfile
+    from vaswani.decoding.config import SearchConfig
 
 BARE_SCRIPT = Path(__file__).with_name("bare_ctranslate2.py")
 RESULT_FILES = ("results.json", "table.md", "profile.md")
 DEFAULT_QUANTIZATIONS = {"cpu": ["float32", "int8"], "cuda": ["float16", "int8_float16", "bfloat16"]}
+
+Command = Callable[[Path, Path], list[str]]  # (input, output) -> argv
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """Where and how a report was made (vaswani.provenance.provenance): the first keys of results.json."""
+
+    command: str
+    git: dict[str, Any]
+    hardware: dict[str, Any]
+    versions: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class EngineRun:
+    """One timed run of one command: on the test set, and on an empty input (its start-up)."""
+
+    command: str
+    repeat: int
+    seconds: float
+    start_up_seconds: float
+
+
+@dataclass(frozen=True)
+class EngineRow:
+    """A command's line of table.md: the median of its repeats, with their spread."""
+
+    command: str
+    bare: bool
+    quantization: str | None  # None: the torch engine
+    seconds: float
+    sentences_per_s: float
+    sentences_per_s_min: float
+    sentences_per_s_max: float
+    start_up_seconds: float
+    bleu: float
+
+
+@dataclass(frozen=True)
+class EngineRatio:
+    """`vaswani translate` on CTranslate2 at one quantization against the bare script (and torch, when timed)."""
+
+    quantization: str
+    over_bare: float
+    over_bare_per_repeat: list[float]
+    start_up_over_bare: float
+    lines_unlike_bare: int
+    over_torch: float | None = None  # None, and absent from the JSON, without the torch engine
+    lines_unlike_torch: int | None = None
+
+
+@dataclass(frozen=True)
+class BenchSearch:
+    """The search every command ran with."""
+
+    beam_size: int
+    length_norm: str
+    alpha: float
+    max_len_a: float
+    max_len_b: int
+
+
+@dataclass(frozen=True)
+class EnginesReport(Stamp):
+    """results.json of `vaswani bench engines`."""
+
+    checkpoint: str
+    test_set: str
+    sentences: int
+    search: BenchSearch
+    threads: int
+    device: str
+    repeats: int
+    runs: list[EngineRun]
+    rows: list[EngineRow]
+    ratios: list[EngineRatio]
+    profile: EngineProfile | None = None  # None, and absent from the JSON, without --profile
+
+    def write(self, path: Path) -> None:
+        """Write results.json, without the keys of what a run did not measure."""
+        value = to_json(self)
+        if self.profile is None:
+            del value["profile"]
+        for ratio in value["ratios"]:
+            if ratio["over_torch"] is None:
+                del ratio["over_torch"], ratio["lines_unlike_torch"]
+        atomic_write_json(path, value)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,19 +175,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vaswani.data.corpora import load_corpus
-    from vaswani.decoding import EngineOptions
-    from vaswani.decoding.config import StoredSearch
-    from vaswani.decoding.ct2_engine import length_exponent
-    from vaswani.decoding.translator import Translator
-    from vaswani.evaluation.metrics import corpus_scores
-    from vaswani.model.serialization import resolve_checkpoint
-    from vaswani.provenance import provenance
-
     if args.out is not None:
         check_output(args.out, command="bench engines", writes="files", inputs=[args.checkpoint, args.data_dir],
                      names=RESULT_FILES)
-    stamp = provenance(args.device)  # before anything is written
+    stamp = Stamp(**provenance(args.device))  # before anything is written
     quantizations = args.quantizations or DEFAULT_QUANTIZATIONS[args.device]
     checkpoint = resolve_checkpoint(args.checkpoint)
     search = StoredSearch.read(checkpoint).search(beam_size=args.beam)
@@ -105,36 +198,31 @@ def run(args: argparse.Namespace) -> int:
                              args.torch)
         for name, command in commands.items():  # untimed: file and bytecode caches, lazily built things
             _timed(command(work / "source.txt", work / "warm-up.txt"), env)
-        runs: list[dict[str, Any]] = []
+        runs: list[EngineRun] = []
         names = list(commands)
         for repeat in range(args.repeats):
             order = names[repeat % len(names):] + names[: repeat % len(names)]
             for name in order:
                 seconds = _timed(commands[name](work / "source.txt", work / f"{name}.txt"), env)
                 start_up = _timed(commands[name](work / "empty.txt", work / "empty-out.txt"), env)
-                runs.append({"command": name, "repeat": repeat, "seconds": seconds, "start_up_seconds": start_up})
+                runs.append(EngineRun(name, repeat, seconds, start_up))
             print(f"repeat {repeat + 1}/{args.repeats} done", flush=True)
         bleu = {name: round(corpus_scores((work / f"{name}.txt").read_text(encoding="utf-8").splitlines(),
                                           references).bleu, 2) for name in commands}
         outputs = {name: (work / f"{name}.txt").read_text(encoding="utf-8") for name in commands}
         profile = None
         if args.profile and quantizations:
-            from vaswani.benchmarks.engine_profile import profile_translate
-
             quantization = quantizations[-1]
             profile = profile_translate(commands[f"vaswani translate, ctranslate2 {quantization}"], work, env,
                                         quantization)
-    report = _report(stamp, args, checkpoint, search, commands, runs, bleu, outputs, len(sources))
-    if profile is not None:
-        report["profile"] = dataclasses.asdict(profile)
+    report = dataclasses.replace(_report(stamp, args, checkpoint, search, commands, runs, bleu, outputs,
+                                         len(sources)), profile=profile)
     print(render_table(report))
     if args.out is not None:
-        atomic_write_json(args.out / RESULT_FILES[0], report)
+        report.write(args.out / RESULT_FILES[0])
         atomic_write_text(args.out / RESULT_FILES[1], render_table(report))
         print(f"wrote {args.out / RESULT_FILES[0]} and {args.out / RESULT_FILES[1]}")
         if profile is not None:
-            from vaswani.benchmarks.engine_profile import render_profile
-
             atomic_write_text(args.out / RESULT_FILES[2], render_profile(profile, report))
             print(f"wrote {args.out / RESULT_FILES[2]}")
     return 0
@@ -147,16 +235,16 @@ def command_environment(bytecode: Path) -> dict[str, str]:
     return env
 
 
-def _commands(checkpoint: Path, search: Any, exponent: float, conversions: dict[str, Path], threads: int,
-              device: str, torch: bool = True) -> dict[str, Any]:
+def _commands(checkpoint: Path, search: SearchConfig, exponent: float, conversions: dict[str, Path], threads: int,
+              device: str, torch: bool = True) -> dict[str, Command]:
     """Command name -> function(input, output) -> argv."""
-    def translate(engine: str, *extra: str):
+    def translate(engine: str, *extra: str) -> Command:
         return lambda source, out: [sys.executable, "-m", "vaswani", "translate", "--checkpoint", str(checkpoint),
                                     "--engine", engine, *extra, "--beam", str(search.beam_size), "--length-norm",
                                     search.length_norm, "--alpha", repr(search.alpha), "--threads", str(threads),
                                     "--device", device, "--input", str(source), "--output", str(out)]
 
-    def bare(quantization: str):
+    def bare(quantization: str) -> Command:
         return lambda source, out: [sys.executable, str(BARE_SCRIPT), str(conversions[quantization]),
                                     str(checkpoint / "tokenizer.json"), str(source), str(out), "--beam",
                                     str(search.beam_size), "--length-penalty", repr(exponent), "--max-len-a",
@@ -181,51 +269,41 @@ def _timed(argv: list[str], env: dict[str, str] | None = None) -> float:
     return seconds
 
 
-def _report(stamp: dict[str, Any], args: argparse.Namespace, checkpoint: Path, search: Any, commands: dict[str, Any],
-            runs: list[dict[str, Any]], bleu: dict[str, float], outputs: dict[str, str],
-            sentences: int) -> dict[str, Any]:
+def _report(stamp: Stamp, args: argparse.Namespace, checkpoint: Path, search: SearchConfig,
+            commands: dict[str, Command], runs: list[EngineRun], bleu: dict[str, float], outputs: dict[str, str],
+            sentences: int) -> EnginesReport:
     rows = []
     for name in commands:
-        seconds = [r["seconds"] for r in runs if r["command"] == name]
-        start_up = statistics.median(r["start_up_seconds"] for r in runs if r["command"] == name)
+        seconds = [r.seconds for r in runs if r.command == name]
+        start_up = statistics.median(r.start_up_seconds for r in runs if r.command == name)
         median = statistics.median(seconds)
         quantization = None if name.endswith("torch") else name.rsplit(" ", 1)[-1]
-        rows.append({"command": name, "bare": name.startswith("bare"), "quantization": quantization,
-                     "seconds": median, "sentences_per_s": sentences / median,
-                     "sentences_per_s_min": sentences / max(seconds), "sentences_per_s_max": sentences / min(seconds),
-                     "start_up_seconds": start_up, "bleu": bleu[name]})
-    by = {row["command"]: row for row in rows}
+        rows.append(EngineRow(name, name.startswith("bare"), quantization, median, sentences / median,
+                              sentences / max(seconds), sentences / min(seconds), start_up, bleu[name]))
+    by = {row.command: row for row in rows}
     torch_row = by.get("vaswani translate, torch")
     ratios = []
     for row in rows:
-        if row["bare"] or row["quantization"] is None:
+        if row.bare or row.quantization is None:
             continue
-        bare = by[f"bare ctranslate2 script, {row['quantization']}"]
+        bare = by[f"bare ctranslate2 script, {row.quantization}"]
         # The bare script's time over ours in each repeat (both ran in it, one after the other): the spread of these
         # says how far the machine's load moved the ratio.
-        per_repeat = sorted(theirs["seconds"] / ours["seconds"] for ours in runs if ours["command"] == row["command"]
-                            for theirs in runs if theirs["command"] == bare["command"]
-                            and theirs["repeat"] == ours["repeat"])
-        start_ups = sorted(theirs["start_up_seconds"] / ours["start_up_seconds"] for ours in runs
-                           if ours["command"] == row["command"] for theirs in runs
-                           if theirs["command"] == bare["command"] and theirs["repeat"] == ours["repeat"])
-        ratio = {"quantization": row["quantization"],
-                 "over_bare": round(bare["seconds"] / row["seconds"], 3),
-                 "over_bare_per_repeat": [round(value, 3) for value in per_repeat],
-                 "start_up_over_bare": round(statistics.median(start_ups), 3),
-                 "lines_unlike_bare": _differing(outputs[row["command"]], outputs[bare["command"]])}
-        if torch_row is not None:
-            ratio.update(over_torch=round(torch_row["seconds"] / row["seconds"], 3),
-                         lines_unlike_torch=_differing(outputs[row["command"]], outputs[torch_row["command"]]))
-        ratios.append(ratio)
-    return {
-        **stamp,
-        "checkpoint": str(checkpoint), "test_set": f"{args.dataset} {args.split}", "sentences": sentences,
-        "search": {"beam_size": search.beam_size, "length_norm": search.length_norm, "alpha": search.alpha,
-                   "max_len_a": search.max_len_a, "max_len_b": search.max_len_b},
-        "threads": args.threads, "device": args.device, "repeats": args.repeats, "runs": runs, "rows": rows,
-        "ratios": ratios,
-    }
+        pairs = [(ours, theirs) for ours in runs if ours.command == row.command for theirs in runs
+                 if theirs.command == bare.command and theirs.repeat == ours.repeat]
+        per_repeat = sorted(theirs.seconds / ours.seconds for ours, theirs in pairs)
+        start_ups = sorted(theirs.start_up_seconds / ours.start_up_seconds for ours, theirs in pairs)
+        ratios.append(EngineRatio(
+            row.quantization, round(bare.seconds / row.seconds, 3), [round(value, 3) for value in per_repeat],
+            round(statistics.median(start_ups), 3), _differing(outputs[row.command], outputs[bare.command]),
+            None if torch_row is None else round(torch_row.seconds / row.seconds, 3),
+            None if torch_row is None else _differing(outputs[row.command], outputs[torch_row.command])))
+    return EnginesReport(
+        **dataclasses.asdict(stamp),
+        checkpoint=str(checkpoint), test_set=f"{args.dataset} {args.split}", sentences=sentences,
+        search=BenchSearch(search.beam_size, search.length_norm, search.alpha, search.max_len_a, search.max_len_b),
+        threads=args.threads, device=args.device, repeats=args.repeats, runs=runs, rows=rows, ratios=ratios,
+    )
 
 
 def _differing(one: str, other: str) -> int:
@@ -233,32 +311,30 @@ def _differing(one: str, other: str) -> int:
     return sum(a != b for a, b in zip(one.splitlines(), other.splitlines()))
 
 
-def render_table(report: dict[str, Any]) -> str:
-    from vaswani.provenance import provenance_lines
-
-    search = report["search"]
+def render_table(report: EnginesReport) -> str:
+    search = report.search
     lines = [
         "# `vaswani translate` on each engine, and a bare CTranslate2 script",
         "",
-        f"{report['test_set']} ({report['sentences']} sentences), beam {search['beam_size']}, length penalty "
-        f"{search['length_norm']} {search['alpha']:g}, every engine on {report['device']} ({report['threads']} CPU "
+        f"{report.test_set} ({report.sentences} sentences), beam {search.beam_size}, length penalty "
+        f"{search.length_norm} {search.alpha:g}, every engine on {report.device} ({report.threads} CPU "
         "threads); each command "
-        f"timed as a process (start-up included), {report['repeats']} interleaved repeats, median (min–max).",
+        f"timed as a process (start-up included), {report.repeats} interleaved repeats, median (min–max).",
         "",
         "| command | sentences/s | spread | start-up s | BLEU |",
         "|---|---:|---|---:|---:|",
     ]
-    for row in report["rows"]:
-        lines.append(f"| {row['command']} | {row['sentences_per_s']:.1f} | {row['sentences_per_s_min']:.1f}–"
-                     f"{row['sentences_per_s_max']:.1f} | {row['start_up_seconds']:.2f} | {row['bleu']:.2f} |")
+    for row in report.rows:
+        lines.append(f"| {row.command} | {row.sentences_per_s:.1f} | {row.sentences_per_s_min:.1f}–"
+                     f"{row.sentences_per_s_max:.1f} | {row.start_up_seconds:.2f} | {row.bleu:.2f} |")
     lines.append("")
-    for ratio in report["ratios"]:
-        torch = (f"{ratio['over_torch']:.2f}× the torch engine's sentences/s ({ratio['lines_unlike_torch']} of "
-                 f"{report['sentences']} translations differ from torch's), " if "over_torch" in ratio else "")
-        spread = ratio.get("over_bare_per_repeat") or []
+    for ratio in report.ratios:
+        torch = (f"{ratio.over_torch:.2f}× the torch engine's sentences/s ({ratio.lines_unlike_torch} of "
+                 f"{report.sentences} translations differ from torch's), " if ratio.over_torch is not None else "")
+        spread = ratio.over_bare_per_repeat
         repeats = f" (per repeat {spread[0]:.2f}–{spread[-1]:.2f})" if spread else ""
-        lines.append(f"- ctranslate2 {ratio['quantization']}: {torch}{ratio['over_bare']:.2f}× the bare script's "
+        lines.append(f"- ctranslate2 {ratio.quantization}: {torch}{ratio.over_bare:.2f}× the bare script's "
                      f"sentences/s on the same converted model{repeats}, "
-                     f"{ratio['lines_unlike_bare']} translations differ from its.")
-    lines += ["", *provenance_lines(report), ""]
+                     f"{ratio.lines_unlike_bare} translations differ from its.")
+    lines += ["", *provenance_lines(to_json(report)), ""]
     return "\n".join(lines)

@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from vaswani.arguments import ranged
 from vaswani.settings import MAX_COUNT
+from vaswani.training.flops import measured_matmul_flops
 
 OTHER = "other (views, allocation, small ops)"
 MATRIX_PRODUCTS, ATTENTION_KERNEL = "matrix products", "attention kernel"
@@ -147,7 +148,6 @@ def matmul_peak(threads: int, size: int = 1024, repeats: int = 25) -> float:
     all land in a slow moment and put the profiled products above "the peak"."""
     import torch
 
-    from vaswani.training.flops import measured_matmul_flops
 
     before = torch.get_num_threads()
     torch.set_num_threads(threads)

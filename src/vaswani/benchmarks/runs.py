@@ -11,12 +11,13 @@ cores); the table records when each started.
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from vaswani.errors import VaswaniError
 from vaswani.io import atomic_write_json, atomic_write_text, check_output
 from vaswani.provenance import first_training_start, provenance
+from vaswani.records import to_json
 from vaswani.training.metrics import METRICS_FILE, read_metrics, training_speed
 
 RESULT_FILES = ("results.json", "table.md")
@@ -28,7 +29,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None, help="write results.json and table.md here")
 
 
-def run_speed(run_dir: Path) -> dict[str, Any]:
+@dataclass(frozen=True)
+class RunSpeed:
+    """One run's row of the table and of results.json: its speed and the commit, command and machine it trained on."""
+
+    label: str
+    run_dir: str
+    updates: int
+    seconds_per_step: float | None
+    tokens_per_s: float | None
+    commit: str | None
+    dirty: bool | None
+    command: str | None
+    threads: int | None
+    processor: str | None
+
+
+def run_speed(label: str, run_dir: Path) -> RunSpeed:
     """Tokens/s, seconds per update and what trained the run, from its own files."""
     path = run_dir / METRICS_FILE
     if not path.is_file():
@@ -38,10 +55,11 @@ def run_speed(run_dir: Path) -> dict[str, Any]:
         raise VaswaniError(f"{path} is empty: the run logged no step; train it longer or give another run")
     train = [r for r in records if r["kind"] == "train"]
     first = first_training_start(run_dir)
-    return {"run_dir": str(run_dir), "updates": train[-1]["step"] if train else 0, **training_speed(records),
-            "commit": (first.get("git") or {}).get("commit"), "dirty": (first.get("git") or {}).get("dirty"),
-            "command": first.get("command"), "threads": first.get("torch_threads"),
-            "processor": (first.get("hardware") or {}).get("processor")}
+    speed = training_speed(records)
+    git = first.get("git") or {}
+    return RunSpeed(label, str(run_dir), train[-1]["step"] if train else 0, speed["seconds_per_step"],
+                    speed["tokens_per_s"], git.get("commit"), git.get("dirty"), first.get("command"),
+                    first.get("torch_threads"), (first.get("hardware") or {}).get("processor"))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -50,18 +68,18 @@ def run(args: argparse.Namespace) -> int:
     labels = args.labels or [path.name for path in args.runs]
     if len(labels) != len(args.runs):
         raise VaswaniError(f"--labels names {len(labels)} runs but {len(args.runs)} were given")
-    rows = [{"label": label, **run_speed(path)} for label, path in zip(labels, args.runs)]
-    base = rows[0]["tokens_per_s"]
+    rows = [run_speed(label, path) for label, path in zip(labels, args.runs)]
+    base = rows[0].tokens_per_s
     lines = ["| run | commit | updates | tokens/s (median) | s/update | vs first |", "|---|---|---:|---:|---:|---:|"]
     for row in rows:
-        ratio = row["tokens_per_s"] / base if base and row["tokens_per_s"] else None
-        lines.append(f"| {row['label']} | `{(row['commit'] or '?')[:10]}`{' + changes' if row['dirty'] else ''} | "
-                     f"{row['updates']:,} | {row['tokens_per_s'] or 0:,.0f} | {row['seconds_per_step'] or 0:.3f} | "
+        ratio = row.tokens_per_s / base if base and row.tokens_per_s else None
+        lines.append(f"| {row.label} | `{(row.commit or '?')[:10]}`{' + changes' if row.dirty else ''} | "
+                     f"{row.updates:,} | {row.tokens_per_s or 0:,.0f} | {row.seconds_per_step or 0:.3f} | "
                      + (f"{ratio:.2f}×" if ratio else "–") + " |")
         print(lines[-1])
     if args.out:
         record = provenance("cpu")
-        atomic_write_json(args.out / RESULT_FILES[0], {**record, "runs": rows})
+        atomic_write_json(args.out / RESULT_FILES[0], {**record, "runs": [to_json(row) for row in rows]})
         table = "\n".join(["# Training speed of real runs", "", f"Command: `{record['command']}`", "",
                            "tokens/s: median over each run's logging windows without an evaluation, from its "
                            "metrics.jsonl; commit and machine from its provenance.jsonl.", "", *lines])

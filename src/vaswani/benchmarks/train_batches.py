@@ -15,6 +15,9 @@ import numpy as np
 import torch
 
 from vaswani.config import ModelConfig
+from vaswani.data.batching import TokenBudgetSampler, collate
+from vaswani.data.buckets import BucketSampler, bucket_lengths, pad_to_shape
+from vaswani.data.pipeline import default_out_dir, prepare_dataset
 from vaswani.errors import VaswaniError
 from vaswani.training.flops import training_flops
 
@@ -96,10 +99,6 @@ def multi30k_batches(vocab_size: int, max_tokens: int, n_batches: int, data_dir:
                      seed: int = 0, length_buckets: int | None = None) -> list[TrainBatch]:
     """The first ``n_batches`` of a shuffled Multi30k training epoch, through our tokenizer, sampler and collate
     (with ``length_buckets``, the fixed shapes of ``train.length_buckets``)."""
-    from vaswani.data.batching import TokenBudgetSampler, collate
-    from vaswani.data.buckets import BucketSampler, bucket_lengths, pad_to_shape
-    from vaswani.data.pipeline import default_out_dir, prepare_dataset
-
     prepared = prepare_dataset("multi30k", splits=("train",), data_dir=data_dir, vocab_size=vocab_size,
                                out_dir=default_out_dir("multi30k", "de-en", vocab_size))
     train, tokenizer = prepared.splits["train"], prepared.tokenizer

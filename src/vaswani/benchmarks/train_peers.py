@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from vaswani.benchmarks.train_batches import PAD
 from vaswani.config import ModelConfig
+from vaswani.export.hf import marian_config
 from vaswani.model import Dropout, Transformer, sinusoidal_table
 
 
@@ -70,7 +71,6 @@ class MarianPeer(nn.Module):
         super().__init__()
         from transformers import MarianMTModel
 
-        from vaswani.export.hf import marian_config
 
         self.config = config
         self.label_smoothing = label_smoothing

@@ -23,6 +23,7 @@ from vaswani.experiments.reporting import device_label, log, markdown_table, pro
 from vaswani.experiments.variants import (
     POSITION_LABELS,
     TrainedRun,
+    VariantRun,
     add_variant_arguments,
     final_validation,
     load_final_model,
@@ -43,13 +44,6 @@ DEFAULT_GROUP_SIZES = (1, 2, 4, 6)
 
 
 # ---- the records: results.json's "settings" and "results" --------------------------------------------------
-@dataclass
-class VariantRun:
-    run_dir: str
-    reused: bool  # a finished run of the same config found in --runs-dir
-    settings: list[str]
-
-
 @dataclass
 class AblationSettings:
     recipe: str
@@ -156,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     settings = AblationSettings(
         recipe, test_split, len(sources), group_sizes, longest_training_source, precision,
         list(args.settings),
-        runs={r.variant.name: VariantRun(str(r.run_dir), r.reused, list(r.variant.settings)) for r in runs})
+        runs={r.variant.name: VariantRun.of(r) for r in runs})
     results = AblationResults(device_label(device), rows, length_rows, findings(rows),
                               curves={name: _curve(records) for name, records in curves.items()})
     table = _table(rows, length_rows, settings, results.findings, device, args.command_line)

@@ -24,6 +24,10 @@ from pathlib import Path
 import numpy as np
 
 from vaswani.arguments import ranged
+from vaswani.data.corpora import load_corpus
+from vaswani.data.textfiles import read_text_file
+from vaswani.decoding.config import EngineOptions, SearchConfig
+from vaswani.devices import resolve_device
 from vaswani.experiments.corpus_studies import (
     TEST_SETS,
     score_last_weights,
@@ -37,6 +41,7 @@ from vaswani.experiments.regularization import SMOKE_SETTINGS, STUDY_SETTINGS
 from vaswani.experiments.reporting import device_label, log, provenance_line, write_results
 from vaswani.experiments.variants import RunVariant, add_runs_arguments, checked_runs_dir, train_variants
 from vaswani.settings import MAX_COUNT
+from vaswani.workflows.synthetic import synthesize
 
 RECIPE, SMOKE_RECIPE = "multi30k-cpu", "smoke"
 SMOKE_PAIRS, SMOKE_TEST_LINES = 160, 8  # --smoke: the first pairs of each split only
@@ -66,8 +71,6 @@ class StudyFiles:
 
 def write_study_files(folder: Path, data_dir: Path | None, smoke: bool) -> tuple[StudyFiles, dict]:
     """The halves of Multi30k's training pairs and its validation pairs as files; the test sets' text."""
-    from vaswani.data.corpora import load_corpus
-
     corpora = {split: load_corpus("multi30k", split, "de-en", data_dir=data_dir)
                for split in ("train", "val", *TEST_SETS)}
     limit = SMOKE_PAIRS if smoke else None
@@ -87,11 +90,6 @@ def write_study_files(folder: Path, data_dir: Path | None, smoke: bool) -> tuple
 
 
 def run(args: argparse.Namespace) -> int:
-    from vaswani.data.textfiles import read_text_file
-    from vaswani.decoding.config import EngineOptions, SearchConfig
-    from vaswani.devices import resolve_device
-    from vaswani.workflows.synthetic import synthesize
-
     device = resolve_device(args.device)
     recipe = SMOKE_RECIPE if args.smoke else RECIPE
     extra = [*STUDY_SETTINGS, *(SMOKE_SETTINGS if args.smoke else ()), *args.settings]

@@ -33,6 +33,11 @@ from pathlib import Path
 import numpy as np
 
 from vaswani.arguments import ranged
+from vaswani.data.cleaning import KEPT, RULES, CleaningRules, clean_corpus
+from vaswani.data.corpora import load_corpus
+from vaswani.data.files import FileSplit, file_part
+from vaswani.data.languages import LanguagePair
+from vaswani.devices import resolve_device
 from vaswani.experiments.corpus_studies import (
     TEST_SETS,
     score_last_weights,
@@ -128,12 +133,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vaswani.data.cleaning import KEPT, RULES, CleaningRules, clean_corpus
-    from vaswani.data.corpora import load_corpus
-    from vaswani.data.files import FileSplit, file_part
-    from vaswani.data.languages import LanguagePair
-    from vaswani.devices import resolve_device
-
     device = resolve_device(args.device)
     recipe = SMOKE_RECIPE if args.smoke else RECIPE
     extra = [*STUDY_SETTINGS, *(SMOKE_SETTINGS if args.smoke else ()), *args.settings]

@@ -18,6 +18,8 @@ import numpy as np
 from vaswani.experiments.reporting import fixed, log, markdown_table, pyplot
 from vaswani.experiments.variants import load_final_model
 from vaswani.io import atomic_write_text
+from vaswani.training.config import RunConfig, apply_settings, load_preset
+from vaswani.training.scoring import greedy_scores
 
 TEST_SETS = ("test2016", "test2017")
 
@@ -34,7 +36,6 @@ def study_preset(base: str, extra: Sequence[str], out: Path, direction: str, par
     """A preset file for runs on these files: ``base`` with ``extra`` and its data section on the files."""
     import yaml
 
-    from vaswani.training.config import RunConfig, apply_settings, load_preset
 
     config = json.loads(json.dumps(apply_settings(load_preset(base), list(extra)).to_dict()))
     config["data"].update(dataset="local", direction=direction, train_files=[[str(p) for p in part] for part in parts],
@@ -57,8 +58,6 @@ class VariantResult:
 def score_last_weights(run_dir: Path, variant: str, seed: int, tests: dict[str, tuple[list[str], list[str]]],
                        device) -> VariantResult:
     """Greedy BLEU of the run's last weights on each test set (``name -> (sources, references)``)."""
-    from vaswani.training.scoring import greedy_scores
-
     model, tokenizer = load_final_model(run_dir, device)
     bleu = {name: greedy_scores(model, tokenizer, sources, references, device, "fp32")[0].bleu
             for name, (sources, references) in tests.items()}

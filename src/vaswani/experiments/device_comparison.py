@@ -18,16 +18,50 @@ from typing import Any
 import torch
 
 from vaswani.arguments import add_settings_argument, ranged
+from vaswani.benchmarks.train_batches import make_batches, sentence_lengths
 from vaswani.config import ModelConfig
 from vaswani.devices import synchronize as sync
+from vaswani.errors import VaswaniError
 from vaswani.experiments.measurement import MiB, TrainingStep, free_memory, preset_model_config
 from vaswani.experiments.reporting import device_label, log, markdown_table, provenance_line, pyplot, write_results
+from vaswani.model import Transformer
 from vaswani.precision import resolve_precision
+from vaswani.records import to_json
 from vaswani.settings import MAX_BATCH, MAX_COUNT, MAX_THREADS, PRECISIONS
+from vaswani.training.config import load_preset
 from vaswani.training.step import TeacherForcedBatch
 
 MULTI30K_TRAIN_PAIRS = 29_000
 PHASES = ("forward", "backward", "optimizer", "step")
+
+
+@dataclass(frozen=True)
+class PhaseTimes:
+    """What timing the training steps on one device measured: seconds per step of each phase, the target tokens
+    the timed steps saw, and the peak memory of one step on the largest batch."""
+
+    seconds: dict[str, list[float]]
+    target_tokens: int
+    peak_memory: float
+    peak_method: str
+
+
+@dataclass(frozen=True)
+class DeviceHalf:
+    """One device's side of the comparison (a value of results.json "devices"): the raw times and their means."""
+
+    seconds: dict[str, list[float]]
+    target_tokens: int
+    peak_memory: float
+    peak_method: str
+    device: str
+    precision: str
+    forward_ms: float
+    backward_ms: float
+    optimizer_ms: float
+    step_ms: float
+    tokens_per_s: float
+    epoch_minutes: float
 
 
 @dataclass
@@ -64,8 +98,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def resolve_settings(args: argparse.Namespace) -> DevicesSettings:
-    from vaswani.training.config import load_preset
-
     defaults = SMOKE if args.smoke else DEFAULTS
     preset = args.preset or defaults["preset"]
     max_tokens = args.max_tokens or defaults["max_tokens"] or load_preset(preset).train.max_tokens
@@ -82,8 +114,6 @@ def epoch_steps(max_tokens: int, n_pairs: int = MULTI30K_TRAIN_PAIRS) -> int:
     The trainer's sampler sorts pairs by length within chunks and so pads less: its epochs have somewhat fewer
     steps, which makes this extrapolation err long.
     """
-    from vaswani.benchmarks.train_batches import sentence_lengths
-
     steps = size = longest = 0
     for pair in sentence_lengths(n_pairs):
         longer = max(pair)
@@ -94,7 +124,7 @@ def epoch_steps(max_tokens: int, n_pairs: int = MULTI30K_TRAIN_PAIRS) -> int:
 
 
 def time_training_phases(config: ModelConfig, batches: list[TeacherForcedBatch], device: torch.device,
-                         precision: str, warmup: int) -> dict[str, Any]:
+                         precision: str, warmup: int) -> PhaseTimes:
     """Per-step seconds of forward, backward, optimizer and the whole step, after ``warmup`` untimed steps;
     then the peak memory of one more step on the largest batch."""
     step = TrainingStep(config, device, precision)
@@ -114,7 +144,7 @@ def time_training_phases(config: ModelConfig, batches: list[TeacherForcedBatch],
     peak = step.peak_memory(largest)
     del step, batches
     free_memory(device)
-    return {"seconds": seconds, "target_tokens": tokens, "peak_memory": peak.peak, "peak_method": peak.method}
+    return PhaseTimes(seconds=seconds, target_tokens=tokens, peak_memory=peak.peak, peak_method=peak.method)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -124,29 +154,26 @@ def run(args: argparse.Namespace) -> int:
     if args.device != "cpu" and torch.cuda.is_available():
         devices.append(torch.device("cuda"))
     elif args.device == "cuda":
-        from vaswani.errors import VaswaniError
-
         raise VaswaniError("--device cuda but no CUDA device is visible")
     if settings.threads:
         torch.set_num_threads(settings.threads)
 
-    from vaswani.benchmarks.train_batches import make_batches
 
     batches = make_batches(config, settings.max_tokens, settings.warmup + settings.steps)
     n_epoch_steps = epoch_steps(settings.max_tokens)
-    halves: dict[str, dict[str, Any]] = {}
+    halves: dict[str, DeviceHalf] = {}
     for device in devices:
         precision = resolve_precision(settings.precision, device)
         log(f"devices: {settings.steps} steps of the {settings.preset} model on {device_label(device)}, {precision}")
-        half = time_training_phases(config, batches, device, precision, settings.warmup)
-        half.update(device=device_label(device), precision=precision, **_summary(half, n_epoch_steps))
-        halves[device.type] = half
+        times = time_training_phases(config, batches, device, precision, settings.warmup)
+        halves[device.type] = _summary(times, device_label(device), precision, n_epoch_steps)
 
     ratios = _ratios(halves)
     gpu_note = None if "cuda" in halves else "No GPU visible: only the CPU half ran; there is no CPU/GPU ratio"
     n_params = sum(p.numel() for p in _meta_model(config).parameters())
     results = {"model": config.to_dict(), "parameters": n_params, "max_tokens": settings.max_tokens,
-               "epoch_steps": n_epoch_steps, "epoch_pairs": MULTI30K_TRAIN_PAIRS, "devices": halves,
+               "epoch_steps": n_epoch_steps, "epoch_pairs": MULTI30K_TRAIN_PAIRS,
+               "devices": {name: to_json(half) for name, half in halves.items()},
                "cpu_over_gpu": ratios, "gpu_available": "cuda" in halves, "note": gpu_note}
     main_device = devices[-1]
     table = _table(settings, config, n_params, halves, ratios, n_epoch_steps, gpu_note, main_device,
@@ -154,43 +181,43 @@ def run(args: argparse.Namespace) -> int:
     write_results(args.out, "devices", args.command_line, main_device, dataclasses.asdict(settings), results, table,
                   {"phases": _plot(halves, settings)})
     for name, half in halves.items():
-        print(f"{name}: forward {half['forward_ms']:.1f} ms, backward {half['backward_ms']:.1f} ms, optimizer "
-              f"{half['optimizer_ms']:.1f} ms, step {half['step_ms']:.1f} ms, "
-              f"epoch ≈ {half['epoch_minutes']:.1f} min (extrapolated), peak {half['peak_memory'] / MiB:.1f} MiB")
+        print(f"{name}: forward {half.forward_ms:.1f} ms, backward {half.backward_ms:.1f} ms, optimizer "
+              f"{half.optimizer_ms:.1f} ms, step {half.step_ms:.1f} ms, "
+              f"epoch ≈ {half.epoch_minutes:.1f} min (extrapolated), peak {half.peak_memory / MiB:.1f} MiB")
     print(gpu_note or "cpu/gpu: " + ", ".join(f"{k} {v:.1f}x" for k, v in ratios.items()))
     print(f"results in {args.out}")
     return 0
 
 
 def _meta_model(config: ModelConfig) -> torch.nn.Module:
-    from vaswani.model import Transformer
-
     with torch.device("meta"):
         return Transformer(config)
 
 
-def _summary(half: dict[str, Any], n_epoch_steps: int) -> dict[str, float]:
-    seconds = half["seconds"]
+def _summary(times: PhaseTimes, device: str, precision: str, n_epoch_steps: int) -> DeviceHalf:
+    seconds = times.seconds
     mean = {name: sum(v) / len(v) for name, v in seconds.items()}
-    return {**{f"{name}_ms": 1000 * mean[name] for name in PHASES},
-            "tokens_per_s": half["target_tokens"] / sum(seconds["step"]),
-            "epoch_minutes": mean["step"] * n_epoch_steps / 60}
+    return DeviceHalf(**dataclasses.asdict(times), device=device, precision=precision,
+                      **{f"{name}_ms": 1000 * mean[name] for name in PHASES},
+                      tokens_per_s=times.target_tokens / sum(seconds["step"]),
+                      epoch_minutes=mean["step"] * n_epoch_steps / 60)
 
 
-def _ratios(halves: dict[str, dict[str, Any]]) -> dict[str, float]:
+def _ratios(halves: dict[str, DeviceHalf]) -> dict[str, float]:
     if "cuda" not in halves:
         return {}
     cpu, gpu = halves["cpu"], halves["cuda"]
     keys = [f"{name}_ms" for name in PHASES] + ["epoch_minutes", "peak_memory"]
-    return {key: cpu[key] / gpu[key] for key in keys if gpu[key]}
+    return {key: getattr(cpu, key) / getattr(gpu, key) for key in keys if getattr(gpu, key)}
 
 
-def _table(settings: DevicesSettings, config: ModelConfig, n_params: int, halves: dict, ratios: dict,
-           n_epoch_steps: int, gpu_note: str | None, device: torch.device, command: str) -> str:
+def _table(settings: DevicesSettings, config: ModelConfig, n_params: int, halves: dict[str, DeviceHalf],
+           ratios: dict[str, float], n_epoch_steps: int, gpu_note: str | None, device: torch.device,
+           command: str) -> str:
     headers = ["device", "precision", "forward (ms)", "backward (ms)", "optimizer (ms)", "step (ms)",
                "target tok/s", "epoch (min, extrapolated)", "peak memory (MiB)"]
-    body = [[h["device"], h["precision"], h["forward_ms"], h["backward_ms"], h["optimizer_ms"], h["step_ms"],
-             h["tokens_per_s"], h["epoch_minutes"], h["peak_memory"] / MiB] for h in halves.values()]
+    body = [[h.device, h.precision, h.forward_ms, h.backward_ms, h.optimizer_ms, h.step_ms, h.tokens_per_s,
+             h.epoch_minutes, h.peak_memory / MiB] for h in halves.values()]
     if ratios:
         body.append(["**CPU / GPU**", "", *[f"{ratios.get(k, float('nan')):.1f}×" for k in
                                             ("forward_ms", "backward_ms", "optimizer_ms", "step_ms")],
@@ -222,14 +249,14 @@ def _table(settings: DevicesSettings, config: ModelConfig, n_params: int, halves
         "",
         "Phases: *forward* includes the loss; *optimizer* is gradient clipping + AdamW step + zeroing the "
         "gradients. Peak memory is one step on the largest of these batches: "
-        + "; ".join(f"{name}: {h['peak_method']}" for name, h in halves.items()) + ". Dropout keeps a 1-byte "
+        + "; ".join(f"{name}: {h.peak_method}" for name, h in halves.items()) + ". Dropout keeps a 1-byte "
         "mask per element on every device (`vaswani.model.Dropout`); only dropout on the attention weights keeps "
         f"a noise tensor of their dtype on the CPU (`model.attention_dropout`: {config.attention_dropout:g} here).",
     ]
     return "\n".join(lines)
 
 
-def _plot(halves: dict[str, dict[str, Any]], settings: DevicesSettings) -> Any:
+def _plot(halves: dict[str, DeviceHalf], settings: DevicesSettings) -> Any:
     """Grouped bars, one group per phase, one bar per device, on a log axis (the devices differ by orders of
     magnitude)."""
     plt = pyplot()
@@ -237,8 +264,8 @@ def _plot(halves: dict[str, dict[str, Any]], settings: DevicesSettings) -> Any:
     names = list(halves)
     width = 0.8 / len(names)
     for index, name in enumerate(names):
-        values = [halves[name][f"{phase}_ms"] for phase in PHASES]
-        axis.bar([p + index * width for p in range(len(PHASES))], values, width=width, label=halves[name]["device"])
+        values = [getattr(halves[name], f"{phase}_ms") for phase in PHASES]
+        axis.bar([p + index * width for p in range(len(PHASES))], values, width=width, label=halves[name].device)
     axis.set_xticks([p + width * (len(names) - 1) / 2 for p in range(len(PHASES))], PHASES)
     axis.set_yscale("log")
     axis.set_ylabel("ms (mean per training step)")

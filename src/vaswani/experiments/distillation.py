@@ -18,6 +18,11 @@ from pathlib import Path
 from typing import Sequence
 
 from vaswani.arguments import ranged
+from vaswani.data.corpora import load_corpus
+from vaswani.data.textfiles import read_text_file
+from vaswani.decoding.config import EngineOptions, SearchConfig
+from vaswani.decoding.translator import Translator
+from vaswani.devices import resolve_device
 from vaswani.experiments.corpus_studies import TEST_SETS, study_preset, write_lines
 from vaswani.experiments.regularization import SMOKE_SETTINGS, STUDY_SETTINGS, WIDTHS
 from vaswani.experiments.reporting import (
@@ -37,6 +42,8 @@ from vaswani.experiments.variants import (
     train_variants,
 )
 from vaswani.settings import MAX_COUNT
+from vaswani.training.scoring import greedy_scores
+from vaswani.workflows.synthetic import synthesize
 
 TEACHER, STUDENT = "multi30k-cpu", "multi30k-student"
 TEACHER_SETTINGS = WIDTHS["d256"]
@@ -47,7 +54,6 @@ SPEED_ENGINE = {"engine": "ctranslate2", "quantization": "int8"}
 
 
 def _beam():  # noqa: ANN202 - a SearchConfig; the decoding package is imported when a study runs, not at --help
-    from vaswani.decoding.config import SearchConfig
 
     # beam 4 with the length penalty CTranslate2 runs (|Y|^0.6), so that the fastest engine can decode
     return SearchConfig(beam_size=4, length_norm="power", alpha=0.6)
@@ -70,12 +76,6 @@ class ModelResult:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vaswani.data.corpora import load_corpus
-    from vaswani.data.textfiles import read_text_file
-    from vaswani.decoding.config import EngineOptions, SearchConfig
-    from vaswani.devices import resolve_device
-    from vaswani.workflows.synthetic import synthesize
-
     device = resolve_device(args.device)
     teacher_recipe, student_recipe = (SMOKE_RECIPE, SMOKE_RECIPE) if args.smoke else (TEACHER, STUDENT)
     extra = [*STUDY_SETTINGS, *(SMOKE_SETTINGS if args.smoke else ()), *args.settings]
@@ -133,10 +133,6 @@ def run(args: argparse.Namespace) -> int:
 
 def score(run_dir: Path, model_name: str, seed: int, tests: dict, device) -> ModelResult:
     """Greedy BLEU of the run's last weights on each test set, and test2016 translated by beam on CT2 int8."""
-    from vaswani.decoding.config import EngineOptions
-    from vaswani.decoding.translator import Translator
-    from vaswani.training.scoring import greedy_scores
-
     model, tokenizer = load_final_model(run_dir, device)
     bleu = {name: greedy_scores(model, tokenizer, sources, references, device, "fp32")[0].bleu
             for name, (sources, references) in tests.items()}

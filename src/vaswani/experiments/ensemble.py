@@ -23,7 +23,11 @@ from pathlib import Path
 from typing import Sequence
 
 from vaswani.arguments import ranged
+from vaswani.data.corpora import load_corpus
+from vaswani.decoding import EngineOptions, SearchConfig, Translator
+from vaswani.devices import resolve_device
 from vaswani.errors import ConfigError
+from vaswani.evaluation.metrics import corpus_scores
 from vaswani.experiments.regularization import SMOKE_SETTINGS, STUDY_SETTINGS
 from vaswani.experiments.reporting import (
     device_label,
@@ -35,7 +39,9 @@ from vaswani.experiments.reporting import (
     write_results,
 )
 from vaswani.experiments.variants import RunVariant, add_runs_arguments, checked_runs_dir, train_variants
+from vaswani.model.serialization import resolve_checkpoint
 from vaswani.settings import MAX_BATCH, MAX_COUNT
+from vaswani.training.config import load_preset
 
 RECIPE, SMOKE_RECIPE = "multi30k-cpu", "smoke"
 SPLITS = ("val", "test2016")  # the split timed is the last
@@ -90,10 +96,6 @@ def groups(runs: Sequence[int], size: int) -> list[list[int]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vaswani.data.corpora import load_corpus
-    from vaswani.devices import resolve_device
-    from vaswani.model.serialization import resolve_checkpoint
-
     device = resolve_device(args.device)
     runs, trained = _runs(args)
     sizes = sorted(set(args.sizes))
@@ -153,8 +155,6 @@ def _runs(args: argparse.Namespace) -> tuple[list[Path], dict | None]:
 
 def _shared_data(runs: Sequence[Path]) -> tuple[str, str]:
     """The dataset and direction every run trained on (its config.yaml); runs that differ are refused."""
-    from vaswani.training.config import load_preset
-
     found = {}
     for run_dir in runs:
         config = run_dir / "config.yaml"
@@ -169,7 +169,6 @@ def _shared_data(runs: Sequence[Path]) -> tuple[str, str]:
 
 
 def _translator(checkpoints: list[Path], beam: int, device):  # noqa: ANN001, ANN202 - a torch device, a Translator
-    from vaswani.decoding import EngineOptions, SearchConfig, Translator
 
     search, options = SearchConfig(beam_size=beam), EngineOptions(engine="torch", device=str(device))
     if len(checkpoints) == 1:
@@ -178,7 +177,6 @@ def _translator(checkpoints: list[Path], beam: int, device):  # noqa: ANN001, AN
 
 
 def _bleu(translator, sources: list[str], references: list[str]) -> float:  # noqa: ANN001 - a Translator
-    from vaswani.evaluation.metrics import corpus_scores
 
     return corpus_scores(translator.translate(sources), references).bleu
 

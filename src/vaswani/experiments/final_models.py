@@ -15,6 +15,8 @@ from pathlib import Path
 
 import torch
 
+from vaswani.decoding.config import EngineOptions, StoredSearch
+from vaswani.decoding.translator import Translator
 from vaswani.errors import VaswaniError
 from vaswani.evaluation.selection import SELECTION_FILE, Selection
 from vaswani.experiments.reporting import fixed, log, markdown_table, pyplot, write_results
@@ -137,9 +139,6 @@ def final_model_row(run_dir: Path) -> FinalModelRow:
 
 def probe_translations(run_dir: Path, device: str = "auto") -> list[dict[str, str]]:
     """The final model's translations of :data:`PROBES`, with its stored search."""
-    from vaswani.decoding.config import EngineOptions, StoredSearch
-    from vaswani.decoding.translator import Translator
-
     final = run_dir / "checkpoints" / FINAL
     translator = Translator.load(final, StoredSearch.read(final).search(), EngineOptions(device=device))
     outputs = translator.translate([source for _, source in PROBES])

@@ -24,7 +24,12 @@ from pathlib import Path
 
 from vaswani.arguments import ranged
 from vaswani.data.download import default_data_dir
+from vaswani.decoding.config import EngineOptions, SearchConfig
+from vaswani.decoding.translator import Translator
+from vaswani.devices import resolve_device
 from vaswani.errors import ConfigError
+from vaswani.evaluation.evaluate import load_test_set
+from vaswani.evaluation.metrics import corpus_scores
 from vaswani.experiments.reporting import (
     device_label,
     fixed,
@@ -35,7 +40,9 @@ from vaswani.experiments.reporting import (
     write_results,
 )
 from vaswani.experiments.variants import RunVariant, add_runs_arguments, checked_runs_dir, train_variants
+from vaswani.model.serialization import resolve_checkpoint
 from vaswani.settings import MAX_COUNT
+from vaswani.training.parent import find_parent
 
 RECIPE, SMOKE_RECIPE = "multi30k-cpu", "smoke"
 NEWS_YEARS = ("news-test2008", "newstest2009", "newstest2010", "newstest2011", "newstest2012", "newstest2013",
@@ -112,9 +119,6 @@ def condition_variants(conditions: Sequence[str], parent: Path | None, files: di
 
 
 def run(args: argparse.Namespace) -> int:
-    from vaswani.devices import resolve_device
-    from vaswani.training.parent import find_parent
-
     device = resolve_device(args.device)
     # where the runs go is checked before what they read: a wrong destination is named first, as in every study
     runs_dir = checked_runs_dir(args.runs_dir or Path("runs") / "experiments" / "fine-tuning", "fine-tuning",
@@ -152,12 +156,6 @@ def run(args: argparse.Namespace) -> int:
 def score_model(condition: str, run_or_checkpoint: Path, data_dir: Path, device, smoke: bool) -> ModelScores:
     """BLEU of the model's last weights on the three sets, with beam 5 (length penalty power 1.0) on the engine
     `vaswani translate` would choose."""
-    from vaswani.decoding.config import EngineOptions, SearchConfig
-    from vaswani.decoding.translator import Translator
-    from vaswani.evaluation.evaluate import load_test_set
-    from vaswani.evaluation.metrics import corpus_scores
-    from vaswani.model.serialization import resolve_checkpoint
-
     checkpoint = resolve_checkpoint(run_or_checkpoint / "checkpoints" / "last"
                                     if (run_or_checkpoint / "checkpoints").is_dir() else run_or_checkpoint)
     search = SearchConfig(beam_size=SCORING_BEAM, length_norm="power", alpha=1.0)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
@@ -27,8 +28,11 @@ from vaswani.config import ModelConfig, apply_model_settings
 from vaswani.data.batching import Batch
 from vaswani.devices import synchronize as sync
 from vaswani.errors import is_out_of_memory
-from vaswani.training.config import load_preset
-from vaswani.training.step import TeacherForcedBatch
+from vaswani.model import Transformer
+from vaswani.training.config import TrainConfig, load_preset
+from vaswani.training.loss import TranslationLoss
+from vaswani.training.optim import build_optimizer
+from vaswani.training.step import TeacherForcedBatch, train_step
 
 MiB = 2**20
 GiB = 2**30
@@ -193,8 +197,6 @@ def free_memory(device: torch.device) -> None:
     """Return cached GPU blocks between measurements, so one measurement's leftovers never count in the next
     (on CPU, reference counting already freed everything that is unreachable; a full gc pass costs ~0.2 s)."""
     if device.type == "cuda":
-        import gc
-
         gc.collect()
         torch.cuda.empty_cache()
 
@@ -231,11 +233,6 @@ class TrainingStep:
     """
 
     def __init__(self, config: Any, device: torch.device, precision: str, seed: int = 0):
-        from vaswani.model import Transformer
-        from vaswani.training.config import TrainConfig
-        from vaswani.training.loss import TranslationLoss
-        from vaswani.training.optim import build_optimizer
-
         torch.manual_seed(seed)
         self.config, self.device, self.precision = config, device, precision
         self.train_config = TrainConfig()
@@ -246,8 +243,6 @@ class TrainingStep:
         self.loss = TranslationLoss(self.model, self.train_config.label_smoothing).train()
 
     def __call__(self, batch: TeacherForcedBatch, marks: list[float] | None = None) -> int:
-        from vaswani.training.step import train_step
-
         def mark(phase: str) -> None:
             if marks is not None:
                 sync(self.device)

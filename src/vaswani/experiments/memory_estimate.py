@@ -28,6 +28,7 @@ import torch
 import torch.nn as nn
 
 from vaswani.config import ModelConfig
+from vaswani.model import Transformer
 
 # Categories of the breakdown, in the order the stacked bars draw them.
 CATEGORIES = (
@@ -210,8 +211,6 @@ def decoder_layer_activations(c: ModelConfig, dt: _Dtypes, batch: int, src_len: 
 def parameter_counts(config: ModelConfig) -> tuple[int, int]:
     """(trainable parameters, parameters of nn.Linear modules), from a model built on the meta device: exact
     and free (no memory is allocated)."""
-    from vaswani.model import Transformer
-
     with torch.device("meta"):
         model = Transformer(config)
     linear = {id(p): p.numel() for m in model.modules() if isinstance(m, nn.Linear) for p in m.parameters()}

@@ -21,6 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from vaswani.arguments import parse_variant, ranged
+from vaswani.data.corpora import load_corpus
+from vaswani.devices import resolve_device
 from vaswani.errors import ConfigError
 from vaswani.experiments.reporting import device_label, fixed, log, markdown_table, pyplot, write_results
 from vaswani.experiments.variants import (
@@ -33,6 +35,7 @@ from vaswani.experiments.variants import (
     train_variants,
     variant_config,
 )
+from vaswani.precision import resolve_precision
 from vaswani.training.config import load_preset
 from vaswani.training.scoring import greedy_scores
 
@@ -77,9 +80,6 @@ def parse_run_variant(spec: str) -> RunVariant:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vaswani.devices import resolve_device
-    from vaswani.precision import resolve_precision
-
     device = resolve_device(args.device)
     precision = resolve_precision("auto", device)
     variants = _chosen_variants(args)
@@ -90,7 +90,6 @@ def run(args: argparse.Namespace) -> int:
     runs_dir = args.runs_dir or Path("runs") / "experiments" / "recipe"
     runs = train_variants(variants, recipe, runs_dir, args.data_dir, extra, args.jobs)
 
-    from vaswani.data.corpora import load_corpus
 
     config = load_preset(recipe)
     valid = load_corpus(config.data.dataset, config.data.valid_split, config.data.direction,

@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from vaswani.arguments import ranged
+from vaswani.data.corpora import load_corpus
+from vaswani.devices import resolve_device
 from vaswani.errors import ConfigError
 from vaswani.experiments.reporting import (
     device_label,
@@ -44,6 +46,8 @@ from vaswani.experiments.variants import (
     variant_config,
 )
 from vaswani.settings import MAX_COUNT
+from vaswani.training.config import load_preset
+from vaswani.training.scoring import greedy_scores
 
 RECIPE, SMOKE_RECIPE = "multi30k-cpu", "smoke"
 # Every cell: the preset's schedule by epochs (no clock, no clock fit), no early stop and no final-model step, in
@@ -149,8 +153,6 @@ def study_settings(smoke: bool, jobs: int, settings: Sequence[str]) -> list[str]
 
 
 def run(args: argparse.Namespace) -> int:
-    from vaswani.devices import resolve_device
-
     device = resolve_device(args.device)
     recipe = SMOKE_RECIPE if args.smoke else RECIPE
     cells = args.cells or list(SMOKE_GRID if args.smoke else GRID)
@@ -186,10 +188,6 @@ def score_run(run_dir: Path, cell: str, seed: int, device, data_dir: Path | None
               finished: bool = True) -> RunResult:
     """A run's curves from its metrics, and greedy BLEU of its last weights on the whole validation split (the
     first sentences only with ``smoke``)."""
-    from vaswani.data.corpora import load_corpus
-    from vaswani.training.config import load_preset
-    from vaswani.training.scoring import greedy_scores
-
     records = metrics(run_dir)
     valid = [r for r in records if r["kind"] == "valid"]
     if not valid:

@@ -26,8 +26,13 @@ import torch
 
 from vaswani.arguments import add_settings_argument, ranged
 from vaswani.data.commands import add_data_dir_argument
+from vaswani.data.pipeline import default_out_dir, prepare_dataset
+from vaswani.data.tokenizer import Tokenizer
+from vaswani.devices import resolve_device
 from vaswani.errors import VaswaniError
 from vaswani.io import check_output, read_yaml
+from vaswani.model.serialization import load_model, resolve_checkpoint
+from vaswani.precision import resolve_precision
 from vaswani.settings import MAX_COUNT, MAX_THREADS
 from vaswani.training.config import RunConfig, apply_settings, load_preset
 from vaswani.training.metrics import METRICS_FILE, read_metrics
@@ -57,6 +62,19 @@ class TrainedRun:
     run_dir: Path
     reused: bool
     finished: bool = True  # False: a run read as it stands, still training or cut off (runs_as_they_stand)
+
+
+@dataclass(frozen=True)
+class VariantRun:
+    """A trained run as an experiment's results.json records it."""
+
+    run_dir: str
+    reused: bool  # a finished run of the same config found in --runs-dir
+    settings: list[str]
+
+    @classmethod
+    def of(cls, run: TrainedRun) -> VariantRun:
+        return cls(str(run.run_dir), run.reused, list(run.variant.settings))
 
 
 def variant_config(recipe: str, variant: RunVariant, extra: Sequence[str] = ()) -> RunConfig:
@@ -220,9 +238,6 @@ def _train_logged(config: RunConfig, run_dir: Path, resume: bool, log: Path) -> 
 def load_final_model(run_dir: Path, device: torch.device):
     """The model and tokenizer of the run's last checkpoint: every variant is compared after the same number of
     updates (not at its own best point, which would favour whichever curve is noisier)."""
-    from vaswani.data.tokenizer import Tokenizer
-    from vaswani.model.serialization import load_model, resolve_checkpoint
-
     directory = resolve_checkpoint(run_dir / "checkpoints" / "last")
     model = load_model(directory, device=device).eval()
     return model, Tokenizer.load(directory / "tokenizer.json")
@@ -246,8 +261,6 @@ def final_validation(records: list[dict[str, Any]]) -> dict[str, Any]:
 def load_splits(config: RunConfig, splits: Sequence[str], data_dir: Path | None):
     """The recipe's prepared splits (the same tokenizer and length filter the runs trained with): the
     ``PreparedData`` of :func:`vaswani.data.pipeline.prepare_dataset`, from its cache after the first call."""
-    from vaswani.data.pipeline import default_out_dir, prepare_dataset
-
     dc = config.data
     return prepare_dataset(dc.dataset, splits=tuple(splits), data_dir=data_dir or dc.data_dir,
                            out_dir=default_out_dir(dc.dataset, dc.direction, dc.vocab_size),
@@ -316,9 +329,6 @@ def setup(args: argparse.Namespace, names: Sequence[str]) -> tuple[torch.device,
                                                               RunConfig]:
     """What both variant experiments start with: the device and its precision, the trained runs of ``names``,
     and the recipe's resolved config (the data settings every run shares)."""
-    from vaswani.devices import resolve_device
-    from vaswani.precision import resolve_precision
-
     device = resolve_device(args.device)
     recipe, runs = train_from_args(args, [VARIANTS[name] for name in names])
     config = variant_config(recipe, VARIANTS["sinusoidal"], args.settings)

@@ -36,6 +36,17 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from vaswani.io import atomic_write_json, atomic_write_text
+from vaswani.model.serialization import load_model
+from vaswani.provenance import provenance
+from vaswani.training.callbacks import Callback
+from vaswani.training.checkpoint import is_complete, latest_checkpoint, load_trainer_state
+from vaswani.training.config import apply_settings, load_preset
+from vaswani.training.metrics import read_metrics
+from vaswani.training.resume import resumed_config
+from vaswani.training.run import train
+from vaswani.training.rundir import run_evidence
+
 # A tiny model on short sentences that still does everything a real run does: dropout (RNG state), epochs ending
 # mid-run (the sampler's order), periodic checkpoints, pruning, evaluations with greedy BLEU, and checkpoints re-saved
 # at the same update (an evaluation right after a periodic save).
@@ -63,11 +74,6 @@ def _mark(name: str, step: int) -> None:
 
 def train_announcing_phases(preset: str, run_dir: Path, settings: list[str], resume: bool, start_over: bool) -> int:
     """Train as ``vaswani train`` does, announcing each phase on stdout."""
-    from vaswani.training.callbacks import Callback
-    from vaswani.training.config import apply_settings, load_preset
-    from vaswani.training.resume import resumed_config
-    from vaswani.training.run import train
-
     class PhaseReporter(Callback):
         def on_update_start(self, trainer):
             _mark("step", trainer.progress.step + 1)
@@ -114,9 +120,6 @@ class TrainingProcess:
     """A training process of the loop: the process and the phases it has announced so far."""
 
     def __init__(self, context, preset: str, run_dir: Path, settings: list[str], workdir: Path, log: Path):
-        from vaswani.training.checkpoint import latest_checkpoint
-        from vaswani.training.rundir import run_evidence
-
         resume = latest_checkpoint(run_dir / "checkpoints") is not None
         start_over = not resume and run_dir.exists() and bool(run_evidence(run_dir))
         self.channel, child_end = context.Pipe(duplex=False)
@@ -158,9 +161,6 @@ def _context() -> multiprocessing.context.BaseContext:
 
 def check_checkpoints(run_dir: Path) -> dict[str, Any]:
     """Every ``step_*`` directory left on disk must be complete, and its weights and trainer state must load."""
-    from vaswani.model.serialization import load_model
-    from vaswani.training.checkpoint import is_complete, load_trainer_state
-
     checked, broken = [], []
     for directory in sorted((run_dir / "checkpoints").glob("step_*")):
         try:
@@ -175,8 +175,6 @@ def check_checkpoints(run_dir: Path) -> dict[str, Any]:
 
 
 def _train_steps(run_dir: Path) -> list[int]:
-    from vaswani.training.metrics import read_metrics
-
     return [r["step"] for r in read_metrics(run_dir / "metrics.jsonl") if r.get("kind") == "train"]
 
 
@@ -231,8 +229,6 @@ class FaultLoop:
 
     def resumes_from(self) -> int | None:
         """The update the next training process of the faulty run continues from (None: it starts from scratch)."""
-        from vaswani.training.checkpoint import latest_checkpoint
-
         latest = latest_checkpoint(self.faulty_dir / "checkpoints")
         return json.loads((latest / "meta.json").read_text())["step"] if latest is not None else None
 
@@ -333,9 +329,6 @@ def fault_loop(workdir: Path, kills: int = 20, seed: int = 0, max_steps: int | N
 
 
 def write_results(result: dict[str, Any], out: Path, command: str | None = None) -> None:
-    from vaswani.io import atomic_write_json, atomic_write_text
-    from vaswani.provenance import provenance
-
     out.mkdir(parents=True, exist_ok=True)
     result = {**result, "provenance": provenance("cpu", command=command)}
     atomic_write_json(out / "results.json", result)

@@ -12,9 +12,11 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from vaswani.decoding.config import StoredSearch
 from vaswani.errors import VaswaniError
+from vaswani.serve.app import load_served_model
+from vaswani.serve.batcher import Batcher
 from vaswani.serve.settings import ServeSettings
 
 BARE_SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bare_ctranslate2.py"
@@ -49,9 +51,6 @@ async def drive_batcher(checkpoint: str | Path, settings: ServeSettings, levels:
                         sentences: list[str], beam: int) -> list[ModelAlone]:
     """At each level, that many closed-loop callers of the server's batcher in this process for ``seconds``: the
     rate of the model with no HTTP, the ceiling the served rate approaches."""
-    from vaswani.serve.app import load_served_model
-    from vaswani.serve.batcher import Batcher
-
     served = load_served_model(checkpoint, settings)
     translator = served.translator
     config = translator.engine.bind(dataclasses.replace(translator.config, beam_size=beam))
@@ -80,20 +79,19 @@ async def drive_batcher(checkpoint: str | Path, settings: ServeSettings, levels:
 
 
 class BareScript:
-    """The bare CTranslate2 script on the servers' converted model, in batches of ``batch``, on ``threads`` threads
-    spent as one batch at a time (inter 1 × intra ``threads``) or several at once (inter ``threads`` × intra 1),
-    with the sentences sorted by length or in arrival order. Each run's input is the sentences repeated to last
-    about ``seconds`` (:meth:`calibrate` finds how many copies do), and its start-up (the same command on an empty
-    input) is subtracted."""
+    """The bare CTranslate2 script on the servers' converted model ``converted`` with their ``search``, in batches
+    of ``batch``, on ``threads`` threads spent as one batch at a time (inter 1 × intra ``threads``) or several at
+    once (inter ``threads`` × intra 1), with the sentences sorted by length or in arrival order. Each run's input is
+    the sentences repeated to last about ``seconds`` (:meth:`calibrate` finds how many copies do), and its start-up
+    (the same command on an empty input) is subtracted."""
 
-    def __init__(self, model: dict[str, Any], checkpoint: Path, sentences: list[str], beam: int, batch: int,
-                 threads: int, seconds: float, work: Path):
-        search = model.get("search") or {}
-        self.options = ["--beam", str(beam), "--length-penalty",
-                        repr(search.get("alpha", 1.0) if search.get("length_norm") == "power" else 1.0),
-                        "--max-len-a", repr(search.get("max_len_a", 1.5)), "--max-len-b",
-                        str(search.get("max_len_b", 10)), "--batch-size", str(batch)]
-        self.files = [model["model"], str(checkpoint / "tokenizer.json")]
+    def __init__(self, converted: str, search: StoredSearch, checkpoint: Path, sentences: list[str], beam: int,
+                 batch: int, threads: int, seconds: float, work: Path):
+        power = search.length_norm == "power" and search.alpha is not None
+        self.options = ["--beam", str(beam), "--length-penalty", repr(search.alpha if power else 1.0),
+                        "--max-len-a", repr(1.5 if search.max_len_a is None else search.max_len_a), "--max-len-b",
+                        str(10 if search.max_len_b is None else search.max_len_b), "--batch-size", str(batch)]
+        self.files = [converted, str(checkpoint / "tokenizer.json")]
         self.sentences, self.batch, self.seconds, self.work = sentences, batch, seconds, work
         self.layouts = [(inter, intra, order) for inter, intra in sorted({(1, threads), (threads, 1)})
                         for order in BARE_ORDERS]

@@ -34,9 +34,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vaswani.data.corpora import load_corpus
+from vaswani.decoding.config import StoredSearch
 from vaswani.errors import ConfigError, VaswaniError
+from vaswani.model.serialization import resolve_checkpoint
+from vaswani.provenance import provenance, usable_cores
+from vaswani.records import from_json
 from vaswani.serve.settings import ServeSettings
 from vaswani.tools.serve_ceilings import BareRun, BareScript, ModelAlone, drive_batcher
+from vaswani.tools.serve_report import save_screenshots, write_report
 
 MODES = {"batching": [], "no batching": ["--no-batching"]}
 READY_LINE = re.compile(r"^vaswani serve: http://", re.MULTILINE)
@@ -327,10 +333,6 @@ def run_load_test(
     ``layouts``: the thread layouts compared at the largest level (None: :func:`layouts_for` the usable cores)."""
     import torch
 
-    from vaswani.data.corpora import load_corpus
-    from vaswani.model.serialization import resolve_checkpoint
-    from vaswani.provenance import provenance, usable_cores
-    from vaswani.tools.serve_report import save_screenshots, write_report
 
     stamp = provenance("cpu")  # before anything is written: the tree is still the committed one
     settings = settings or ServeSettings()
@@ -383,8 +385,9 @@ def run_load_test(
         bare = None
         if model.get("engine") == "ctranslate2":
             threads = max(layout.total_threads for layout in layouts) if layouts else cores
-            bare = BareScript(model, resolve_checkpoint(checkpoint), sentences, beam, top, threads, seconds,
-                              Path(workdir))
+            search = from_json(StoredSearch, model.get("search") or {}, "the server's /v1/model search")
+            bare = BareScript(model["model"], search, resolve_checkpoint(checkpoint), sentences, beam, top, threads,
+                              seconds, Path(workdir))
             bare.calibrate()
         rivals = {layout.name: Server(checkpoint, [*chosen, *layout.flags()]) for layout in layouts}
         try:

@@ -12,6 +12,7 @@ import torch
 from vaswani.arguments import ranged
 from vaswani.config import DEFAULT_SLIDING_WINDOW
 from vaswani.data.commands import add_data_dir_argument
+from vaswani.devices import resolve_device
 from vaswani.errors import ConfigError
 from vaswani.experiments.attention import report
 from vaswani.experiments.attention.measure import measure
@@ -89,8 +90,6 @@ def resolve_settings(args: argparse.Namespace, device: torch.device) -> Attentio
 
 
 def run(args: argparse.Namespace) -> int:
-    from vaswani.devices import resolve_device
-
     device = resolve_device(args.device)
     settings = resolve_settings(args, device)
     precision = settings.precision

@@ -52,8 +52,10 @@ from vaswani.model.masks import causal_mask, sliding_window_mask
 from vaswani.model.window import window_block
 from vaswani.precision import autocast
 from vaswani.training.callbacks import Callback
+from vaswani.training.config import apply_settings, load_preset
 from vaswani.training.data import settle
 from vaswani.training.flops import self_attention_flops
+from vaswani.training.metrics import read_metrics
 from vaswani.training.step import DeferredStepResult, StepResult
 from vaswani.training.trainer import Trainer
 
@@ -310,9 +312,6 @@ def _train_variant(settings: AttentionSettings, name: str, device: torch.device)
     measures the memory of the second one with the profiler (the first creates the AdamW moments). That profiled
     update is left out of the timing because the profiler slows it down.
     """
-    from vaswani.training.config import apply_settings, load_preset
-    from vaswani.training.metrics import read_metrics
-
     chosen = variant(name)
     steps = settings.train_steps
     base = apply_settings(load_preset(settings.train_preset), settings.train_settings)
