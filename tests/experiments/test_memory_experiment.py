@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from vaswani.config import ModelConfig
-from vaswani.experiments.memory import measure_training_peak
+from vaswani.experiments.memory import MemoryResults, measure_training_peak
 from vaswani.experiments.memory_estimate import BatchShape, estimate_training_memory, largest_batch_within
 from vaswani.model import Transformer
+from vaswani.records import from_json
 
 CONFIGS = {
     "tiny": ModelConfig.preset("tiny"),
@@ -22,13 +23,12 @@ CONFIGS = {
 
 def test_smoke_run_writes_results(tmp_path: Path, device, experiment) -> None:
     payload = experiment("memory", tmp_path / "memory", "--smoke", device=device)
-    results = payload["results"]
+    results = from_json(MemoryResults, payload["results"], "results.json")  # every field read back checked
     tolerance = 0.15 if device.type == "cpu" else 0.35
-    for row in results["rows"]:
-        assert row["measured_peak"] > 0
-        assert abs(row["relative_error"]) < tolerance, row
-    budget = results["budget"]
-    assert budget["predicted_batch_size"] > 0 and budget["checks"]
+    for row in results.rows:
+        assert row.measured.measured_peak > 0
+        assert abs(row.relative_error) < tolerance, row
+    assert results.budget.predicted_batch_size > 0 and results.budget.checks
     assert (tmp_path / "memory" / "breakdown.png").is_file()
 
 

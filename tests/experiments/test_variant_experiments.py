@@ -33,7 +33,7 @@ from vaswani.experiments.variants import RunVariant, train_variants
 from vaswani.model import Transformer
 from vaswani.records import from_json, to_json
 from vaswani.training.loss import translation_loss
-from vaswani.training.metrics import training_speed
+from vaswani.training.metrics import MetricsRecord, training_speed
 from vaswani.training.scoring import id_batches, teacher_forced_scores
 
 PAD = 0
@@ -149,12 +149,12 @@ def test_the_published_ablation_reads_back_as_its_records() -> None:
 
 
 def test_step_time_leaves_out_the_windows_with_an_evaluation() -> None:
-    records = [{"kind": "train", "step": 10, "elapsed_s": 10.0, "tokens_per_s": 100.0},
-               {"kind": "train", "step": 20, "elapsed_s": 20.0, "tokens_per_s": 100.0},
-               {"kind": "valid", "step": 20},  # the trainer evaluates right after logging step 20
-               {"kind": "train", "step": 30, "elapsed_s": 90.0, "tokens_per_s": 100.0},  # includes the evaluation
-               {"kind": "train", "step": 40, "elapsed_s": 100.0, "tokens_per_s": 100.0}]
-    assert training_speed(records)["seconds_per_step"] == pytest.approx(1.0)
+    records = [MetricsRecord("train", 10, elapsed_s=10.0, tokens_per_s=100.0),
+               MetricsRecord("train", 20, elapsed_s=20.0, tokens_per_s=100.0),
+               MetricsRecord("valid", 20),  # the trainer evaluates right after logging step 20
+               MetricsRecord("train", 30, elapsed_s=90.0, tokens_per_s=100.0),  # includes the evaluation
+               MetricsRecord("train", 40, elapsed_s=100.0, tokens_per_s=100.0)]
+    assert training_speed(records).seconds_per_step == pytest.approx(1.0)
 
 
 # ---- the experiments end to end -----------------------------------------------------------------------------

@@ -59,7 +59,7 @@ def test_tensorboards_writer_thread_fails_in_one_line_without_a_thread_traceback
         log.close()
     err = capfd.readouterr().err
     assert "Traceback" not in err and "Exception in thread" not in err, err
-    assert all(r["kind"] == "train" for r in read_metrics(tmp_path / "metrics.jsonl"))  # whole records only
+    assert all(r.kind == "train" for r in read_metrics(tmp_path / "metrics.jsonl"))  # whole records only
 
 
 @pytest.mark.parametrize("existing", [False, True], ids=["new", "replacing"])

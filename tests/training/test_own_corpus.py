@@ -71,7 +71,7 @@ def test_a_run_on_files_records_them_and_its_final_model_is_scored_on_their_test
     assert [f["path"] for f in train_files] == [str(multi30k / "train.en.gz"), str(multi30k / "train.de.gz")]
     assert [f["lines"] for f in train_files] == [29_000, 29_000]
     assert train_files[0]["sha256"] == hashlib.sha256((multi30k / "train.en.gz").read_bytes()).hexdigest()
-    assert corpus["splits"]["valid"]["pairs"] == 1014 and "held_out" not in corpus["splits"]["valid"]
+    assert corpus["splits"]["valid"]["pairs"] == 1014 and corpus["splits"]["valid"]["held_out"] is None
     selection = json.loads((en_de_run / "checkpoints" / "final" / "selection.json").read_text())
     assert selection["languages"]["source"] == "en" and selection["valid_split"] == "valid"
     assert list(selection["test"]) == ["local-test_2016_flickr"] and selection["test"]["local-test_2016_flickr"][

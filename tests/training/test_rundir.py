@@ -18,7 +18,7 @@ from vaswani.training.checkpoint import (
     point_link_at,
     save_checkpoint,
 )
-from vaswani.training.metrics import read_metrics
+from vaswani.training.metrics import MetricsRecord, read_metrics
 
 
 @pytest.fixture
@@ -80,7 +80,7 @@ def test_a_step_saved_twice_is_replaced_by_renames_and_never_half_deleted(checkp
 def test_a_torn_last_metrics_line_is_dropped_and_a_torn_middle_one_named(tmp_path) -> None:
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"kind": "train", "step": 1}\n{"kind": "train", "st')
-    assert read_metrics(path) == [{"kind": "train", "step": 1}]
+    assert read_metrics(path) == [MetricsRecord("train", 1)]
     path.write_text('{"kind": "train", "st\n{"kind": "train", "step": 2}\n')
     with pytest.raises(VaswaniError, match="metrics.jsonl:1"):
         read_metrics(path)
@@ -93,7 +93,19 @@ def test_a_last_line_holding_two_records_is_damage_not_a_torn_record(tmp_path: P
     first, second = '{"kind": "train", "step": 1, "loss": 2.0}', '{"kind": "valid", "step": 1, "loss": 1.5}'
     log = tmp_path / "metrics.jsonl"
     log.write_text(f"{first}\n{second[:20]}")  # a kill while appending: the torn start is dropped
-    assert [r["step"] for r in read_metrics(log)] == [1]
+    assert [r.step for r in read_metrics(log)] == [1]
     log.write_text(f"{first[:-1]}{second}\n")  # a closing brace lost: two records on one line
     with pytest.raises(VaswaniError, match=f"{log}:1: not a JSON record"):
         read_metrics(log)
+
+
+def test_truncating_the_metrics_log_keeps_every_field_of_the_records_it_keeps(tmp_path: Path) -> None:
+    from vaswani.training.metrics import MetricsLog
+
+    kept = '{"kind": "valid", "step": 2, "nll": 1.5, "example": {"source": "Ein Hund"}, "improved": true}'
+    (tmp_path / "metrics.jsonl").write_text(f'{{"kind": "train", "step": 1, "loss": 2.0}}\n{kept}\n'
+                                            '{"kind": "train", "step": 3, "loss": 1.0}\n')
+    MetricsLog(tmp_path, tensorboard=False).truncate_after(2)
+    assert (tmp_path / "metrics.jsonl").read_text().splitlines()[1] == kept
+    assert [(r.kind, r.step, r.nll) for r in read_metrics(tmp_path / "metrics.jsonl")] == [("train", 1, None),
+                                                                                          ("valid", 2, 1.5)]

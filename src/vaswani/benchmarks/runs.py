@@ -53,12 +53,12 @@ def run_speed(label: str, run_dir: Path) -> RunSpeed:
     records = read_metrics(path)
     if not records:
         raise VaswaniError(f"{path} is empty: the run logged no step; train it longer or give another run")
-    train = [r for r in records if r["kind"] == "train"]
+    train = [r for r in records if r.kind == "train"]
     first = first_training_start(run_dir)
     speed = training_speed(records)
     git = first.get("git") or {}
-    return RunSpeed(label, str(run_dir), train[-1]["step"] if train else 0, speed["seconds_per_step"],
-                    speed["tokens_per_s"], git.get("commit"), git.get("dirty"), first.get("command"),
+    return RunSpeed(label, str(run_dir), train[-1].step if train else 0, speed.seconds_per_step,
+                    speed.tokens_per_s, git.get("commit"), git.get("dirty"), first.get("command"),
                     first.get("torch_threads"), (first.get("hardware") or {}).get("processor"))
 
 

@@ -33,7 +33,7 @@ from vaswani.experiments.variants import (
 )
 from vaswani.records import to_json
 from vaswani.settings import MAX_COUNT
-from vaswani.training.metrics import training_speed
+from vaswani.training.metrics import MetricsRecord, training_speed
 from vaswani.training.scoring import greedy_scores, id_batches, teacher_forced_scores
 from vaswani.training.summary import RunSummary
 
@@ -163,22 +163,22 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _summary_row(run_: TrainedRun, records: list[dict[str, Any]]) -> AblationRow:
+def _summary_row(run_: TrainedRun, records: list[MetricsRecord]) -> AblationRow:
     valid = final_validation(records)
-    train = [r for r in records if r["kind"] == "train"]
+    train = [r for r in records if r.kind == "train"]
     summary = RunSummary.read(run_.run_dir)
     speed = training_speed(records)
     return AblationRow(run_.variant.name, run_.variant.label, list(run_.variant.settings),
-                       steps=valid["step"], val_loss=valid["loss"], val_nll=valid["nll"],
-                       val_accuracy=valid["accuracy"],
-                       final_train_loss=train[-1]["loss"] if train else None,
+                       steps=valid.step, val_loss=valid.loss, val_nll=valid.nll,
+                       val_accuracy=valid.accuracy,
+                       final_train_loss=train[-1].loss if train else None,
                        skipped_updates=summary.skipped_updates, stop_reason=summary.stop_reason.value,
-                       seconds_per_step=speed["seconds_per_step"], tokens_per_s=speed["tokens_per_s"])
+                       seconds_per_step=speed.seconds_per_step, tokens_per_s=speed.tokens_per_s)
 
 
-def _curve(records: list[dict[str, Any]]) -> dict[str, list[list[float]]]:
+def _curve(records: list[MetricsRecord]) -> dict[str, list[list[float]]]:
     """The learning curve as (update, NLL) pairs, so the plot can be redrawn from results.json alone."""
-    return {kind: [[r["step"], r["nll"]] for r in records if r["kind"] == kind] for kind in ("train", "valid")}
+    return {kind: [[r.step, r.nll] for r in records if r.kind == kind] for kind in ("train", "valid")}
 
 
 def join_groups(lines: Sequence[str], size: int) -> list[str]:
@@ -323,15 +323,15 @@ def _table(rows: list[AblationRow], length_rows: list[LengthRow], settings: Abla
     return "\n".join(lines)
 
 
-def _plot_curves(curves: dict[str, list[dict[str, Any]]], runs: list[TrainedRun]):
+def _plot_curves(curves: dict[str, list[MetricsRecord]], runs: list[TrainedRun]):
     plt = pyplot()
     figure, (train_ax, valid_ax) = plt.subplots(1, 2, figsize=(13, 4.5))
     for run_ in runs:
         records = curves[run_.variant.name]
-        train = [r for r in records if r["kind"] == "train"]
-        valid = [r for r in records if r["kind"] == "valid"]
-        line, = train_ax.plot([r["step"] for r in train], [r["nll"] for r in train], label=run_.variant.label)
-        valid_ax.plot([r["step"] for r in valid], [r["nll"] for r in valid], "o-", color=line.get_color(),
+        train = [r for r in records if r.kind == "train"]
+        valid = [r for r in records if r.kind == "valid"]
+        line, = train_ax.plot([r.step for r in train], [r.nll for r in train], label=run_.variant.label)
+        valid_ax.plot([r.step for r in valid], [r.nll for r in valid], "o-", color=line.get_color(),
                       label=run_.variant.label)
     train_ax.set(xlabel="update", ylabel="training NLL (batch average)", title="Training")
     valid_ax.set(xlabel="update", ylabel="validation NLL", title="Validation")

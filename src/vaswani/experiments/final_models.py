@@ -107,7 +107,7 @@ def final_model_row(run_dir: Path) -> FinalModelRow:
     selection = Selection.read(selection_file.parent)
     config: RunConfig = load_preset(str(run_dir / "config.yaml"))
     provenance = first_training_start(run_dir)
-    valid = [r for r in metrics(run_dir) if r.get("kind") == "valid"]
+    valid = [r for r in metrics(run_dir) if r.kind == "valid"]
     candidates = {c.weights: c.greedy_valid.bleu for c in selection.candidates}
     chosen_greedy = next(s.valid.bleu for s in selection.searches if s.search == "greedy")
     m = config.model
@@ -125,8 +125,8 @@ def final_model_row(run_dir: Path) -> FinalModelRow:
         training_minutes=summary.minutes,
         final_minutes=summary.final_minutes,
         updates=summary.step,
-        epochs=valid[-1]["epoch"] if valid else None,
-        val_nll=valid[-1]["nll"] if valid else None,
+        epochs=valid[-1].epoch if valid else None,
+        val_nll=valid[-1].nll if valid else None,
         val_bleu_best_checkpoint_greedy=candidates.get("best", candidates.get("last")),
         final_weights=selection.weights,
         val_bleu_final_weights_greedy=chosen_greedy,

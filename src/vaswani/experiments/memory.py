@@ -39,6 +39,7 @@ from vaswani.experiments.memory_estimate import (
 from vaswani.experiments.memory_report import breakdown_figure, memory_table, print_summary
 from vaswani.experiments.reporting import device_label, log, write_results
 from vaswani.precision import resolve_precision
+from vaswani.records import to_json
 from vaswani.settings import MAX_BATCH, MAX_LENGTH, PRECISIONS
 
 
@@ -117,42 +118,100 @@ def run(args: argparse.Namespace) -> int:
     rows = [_row(config, BatchShape(b, settings.length, settings.length), device, settings.precision)
             for b in settings.batch_sizes]
     budget = _budget_check(config, settings, device)
-    results = {"model": config.to_dict(), "parameters": n_params, "precision": settings.precision,
-               "device": device_label(device), "measurement_method": memory_method(device), "rows": rows,
-               "budget": budget}
+    results = MemoryResults(config.to_dict(), n_params, settings.precision, device_label(device),
+                            memory_method(device), rows, budget)
     table = memory_table(settings, config, n_params, rows, budget, device, args.command_line)
     figures = {"breakdown": breakdown_figure(rows, settings, device)}
-    write_results(args.out, "memory", args.command_line, device, dataclasses.asdict(settings), results, table,
-                  figures)
+    write_results(args.out, "memory", args.command_line, device, dataclasses.asdict(settings), to_json(results),
+                  table, figures)
     print_summary(rows, budget, args.out)
     return 0
 
 
-def _row(config: ModelConfig, shape: BatchShape, device: torch.device, precision: str) -> dict[str, Any]:
+@dataclass
+class MeasuredStep:
+    """What one measured training step peaked at (bytes); every figure None and an error when it ran out of
+    memory."""
+
+    measured_peak: int | None
+    measured_at_start: int | None = None
+    measured_above_start: int | None = None
+    allocator_peak: int | None = None
+    error: str | None = None
+
+
+@dataclass
+class MemoryRow:
+    """One batch shape: the estimate part by part against the measured step (bytes)."""
+
+    batch_size: int
+    length: int
+    tokens: int
+    estimate: dict[str, float]
+    estimate_peak: float
+    estimate_sum: float
+    estimate_activations: float
+    encoder_layer: dict[str, float]
+    decoder_layer: dict[str, float]
+    measured: MeasuredStep
+    relative_error: float | None  # (estimate - measured) / measured
+
+
+@dataclass
+class BudgetCheck:
+    """One batch near the budget's predicted largest: estimated and measured against the budget."""
+
+    batch_size: int
+    max_tokens: int
+    estimate_peak: float
+    fits_estimate: bool
+    measured: MeasuredStep
+    fits_measured: bool | None  # None: out of memory before a peak was measured
+    runs_under_cap: bool | None = None  # CUDA only: the step ran with the budget enforced
+
+
+@dataclass
+class BudgetResult:
+    budget_gb: float
+    length: int
+    predicted_batch_size: int
+    predicted_max_tokens: int
+    checks: list[BudgetCheck]
+    note: str | None = None
+
+
+@dataclass
+class MemoryResults:
+    model: dict[str, Any]  # the ModelConfig, as config.yaml writes it
+    parameters: int
+    precision: str
+    device: str
+    measurement_method: str
+    rows: list[MemoryRow]
+    budget: BudgetResult
+
+
+def _row(config: ModelConfig, shape: BatchShape, device: torch.device, precision: str) -> MemoryRow:
     estimate = estimate_training_memory(config, shape, precision, device.type)
-    row: dict[str, Any] = {"batch_size": shape.batch_size, "length": shape.src_len, "tokens": shape.tokens,
-                           "estimate": dict(estimate.parts), "estimate_peak": estimate.peak,
-                           "estimate_sum": estimate.total, "estimate_activations": estimate.activations,
-                           "encoder_layer": estimate.encoder_layer, "decoder_layer": estimate.decoder_layer}
-    row.update(_measure(config, shape, device, precision))
-    if row["measured_peak"]:
-        row["relative_error"] = (estimate.peak - row["measured_peak"]) / row["measured_peak"]
+    measured = _measure(config, shape, device, precision)
+    peak = measured.measured_peak
+    row = MemoryRow(shape.batch_size, shape.src_len, shape.tokens, dict(estimate.parts), estimate.peak,
+                    estimate.total, estimate.activations, estimate.encoder_layer, estimate.decoder_layer, measured,
+                    relative_error=(estimate.peak - peak) / peak if peak else None)
     log(f"  batch {shape.batch_size:>5} × {shape.src_len}: estimated peak {estimate.peak / MiB:9.1f} MiB, measured "
-        + (f"{row['measured_peak'] / MiB:9.1f} MiB ({row['relative_error']:+.1%})" if row["measured_peak"]
-           else str(row.get("error"))))
+        + (f"{peak / MiB:9.1f} MiB ({row.relative_error:+.1%})" if peak else str(measured.error)))
     return row
 
 
-def _measure(config: ModelConfig, shape: BatchShape, device: torch.device, precision: str) -> dict[str, Any]:
+def _measure(config: ModelConfig, shape: BatchShape, device: torch.device, precision: str) -> MeasuredStep:
     peak, out_of_memory = unless_out_of_memory(lambda: measure_training_peak(config, shape, device, precision),
                                                device)
     if out_of_memory:
-        return {"measured_peak": None, "error": "out of memory"}
-    return {"measured_peak": peak.peak, "measured_at_start": peak.at_start, "measured_above_start": peak.above_start,
-            "allocator_peak": peak.allocator_peak}
+        return MeasuredStep(None, error="out of memory")
+    return MeasuredStep(peak.peak, peak.at_start, peak.above_start, peak.allocator_peak)
 
 
-def _budget_check(config: ModelConfig, settings: MemorySettings, device: torch.device) -> dict[str, Any]:
+def _budget_check(config: ModelConfig, settings: MemorySettings, device: torch.device) -> BudgetResult:
     """Predict the largest batch within the budget, then measure it and a 10 % larger one.
 
     On CUDA the budget is also enforced (``set_per_process_memory_fraction``), so "runs under the cap" means a
@@ -162,26 +221,24 @@ def _budget_check(config: ModelConfig, settings: MemorySettings, device: torch.d
     budget = settings.budget_gb * GiB
     length = settings.length
     predicted = largest_batch_within(config, length, budget, settings.precision, device.type)
-    result: dict[str, Any] = {"budget_gb": settings.budget_gb, "length": length, "predicted_batch_size": predicted,
-                              "predicted_max_tokens": predicted * length, "checks": []}
+    result = BudgetResult(settings.budget_gb, length, predicted, predicted * length, checks=[])
     if predicted == 0:
-        result["note"] = "not even one sentence fits the budget by the estimate"
+        result.note = "not even one sentence fits the budget by the estimate"
         return result
     for batch_size in (predicted, max(predicted + 1, round(predicted * 1.1))):
         shape = BatchShape(batch_size, length, length)
         estimate = estimate_training_memory(config, shape, settings.precision, device.type).peak
-        check: dict[str, Any] = {"batch_size": batch_size, "max_tokens": batch_size * length,
-                                 "estimate_peak": estimate, "fits_estimate": estimate <= budget}
-        check.update(_measure(config, shape, device, settings.precision))
+        measured = _measure(config, shape, device, settings.precision)
         # What decides an OOM is everything allocated (on CUDA also cuBLAS workspaces), not only the model's part.
-        absolute = check.get("allocator_peak") or check["measured_peak"]
-        check["fits_measured"] = None if absolute is None else absolute <= budget
+        absolute = measured.allocator_peak or measured.measured_peak
+        check = BudgetCheck(batch_size, batch_size * length, estimate, estimate <= budget, measured,
+                            fits_measured=None if absolute is None else absolute <= budget)
         if device.type == "cuda":
-            check["runs_under_cap"] = _runs_under_cap(config, shape, device, settings.precision, budget)
-        result["checks"].append(check)
-        measured = "OOM" if check["measured_peak"] is None else f"{check['measured_peak'] / MiB:.1f} MiB"
+            check.runs_under_cap = _runs_under_cap(config, shape, device, settings.precision, budget)
+        result.checks.append(check)
+        shown = "OOM" if measured.measured_peak is None else f"{measured.measured_peak / MiB:.1f} MiB"
         log(f"  budget {settings.budget_gb:g} GiB: batch {batch_size}: estimated peak {estimate / MiB:.1f} MiB, "
-            f"measured {measured}")
+            f"measured {shown}")
     return result
 
 

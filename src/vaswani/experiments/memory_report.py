@@ -13,23 +13,23 @@ from vaswani.experiments.memory_estimate import ALWAYS_LIVE, CATEGORIES, TRAININ
 from vaswani.experiments.reporting import markdown_table, provenance_line, pyplot
 
 if TYPE_CHECKING:
-    from vaswani.experiments.memory import MemorySettings
+    from vaswani.experiments.memory import BudgetResult, MemoryRow, MemorySettings
 
 
-def _shown(rows: list[dict]) -> list[str]:
-    return [c for c in CATEGORIES if any(r["estimate"].get(c) for r in rows)]
+def _shown(rows: list[MemoryRow]) -> list[str]:
+    return [c for c in CATEGORIES if any(r.estimate.get(c) for r in rows)]
 
 
-def memory_table(settings: MemorySettings, config: ModelConfig, n_params: int, rows: list[dict], budget: dict,
-           device: torch.device, command: str) -> str:
+def memory_table(settings: MemorySettings, config: ModelConfig, n_params: int, rows: list[MemoryRow],
+                 budget: BudgetResult, device: torch.device, command: str) -> str:
     shown = _shown(rows)
     headers = ["batch × len", "tokens", *shown, "sum of parts", "estimated peak", "measured peak", "error"]
-    body = [[f"{r['batch_size']} × {r['length']}", r["tokens"], *[r["estimate"].get(c, 0) / MiB for c in shown],
-             r["estimate_sum"] / MiB, r["estimate_peak"] / MiB,
-             None if r["measured_peak"] is None else r["measured_peak"] / MiB,
-             f"{r['relative_error']:+.1%}" if "relative_error" in r else r.get("error")] for r in rows]
+    body = [[f"{r.batch_size} × {r.length}", r.tokens, *[r.estimate.get(c, 0) / MiB for c in shown],
+             r.estimate_sum / MiB, r.estimate_peak / MiB,
+             None if r.measured.measured_peak is None else r.measured.measured_peak / MiB,
+             f"{r.relative_error:+.1%}" if r.relative_error is not None else r.measured.error] for r in rows]
     per_layer = [c for c in shown if c not in TRAINING_STATE and c not in ("autocast weight copies", "logits")]
-    errors = [abs(r["relative_error"]) for r in rows if "relative_error" in r]
+    errors = [abs(r.relative_error) for r in rows if r.relative_error is not None]
     first = rows[0] if rows else None
     lines = [
         f"# Training memory: estimate vs measured peak ({settings.preset} model, {settings.precision})",
@@ -49,10 +49,11 @@ def memory_table(settings: MemorySettings, config: ModelConfig, n_params: int, r
         lines += [f"Mean |relative error| of the estimated peak: **{sum(errors) / len(errors):.1%}** "
                   f"(largest {max(errors):.1%}).", ""]
     if first:
-        lines += [f"Activations saved by one layer at batch {first['batch_size']} × {first['length']} (MiB):", "",
+        lines += [f"Activations saved by one layer at batch {first.batch_size} × {first.length} (MiB):", "",
                   markdown_table(["layer", *per_layer],
-                                 [[name.split("_")[0], *[first[name].get(c, 0) / MiB for c in per_layer]]
-                                  for name in ("encoder_layer", "decoder_layer")]), ""]
+                                 [[name, *[layer.get(c, 0) / MiB for c in per_layer]]
+                                  for name, layer in (("encoder", first.encoder_layer),
+                                                      ("decoder", first.decoder_layer))]), ""]
     lines += [
         "**The estimate.** Parameters, gradients and both AdamW moments are fp32: 4 × 4 bytes per parameter. "
         "Activations are what autograd saves for backward, operation by operation: each Linear's input, the "
@@ -75,25 +76,26 @@ def memory_table(settings: MemorySettings, config: ModelConfig, n_params: int, r
     return "\n".join(lines)
 
 
-def _budget_lines(budget: dict, device: torch.device) -> list[str]:
-    lines = [f"## Largest batch within {budget['budget_gb']:g} GiB", "",
-             f"Predicted by the estimate: **{budget['predicted_batch_size']:,} sentences of {budget['length']} "
-             f"tokens = max_tokens {budget['predicted_max_tokens']:,}** (sentences of the full length: the worst "
+def _budget_lines(budget: BudgetResult, device: torch.device) -> list[str]:
+    lines = [f"## Largest batch within {budget.budget_gb:g} GiB", "",
+             f"Predicted by the estimate: **{budget.predicted_batch_size:,} sentences of {budget.length} "
+             f"tokens = max_tokens {budget.predicted_max_tokens:,}** (sentences of the full length: the worst "
              "case of a token budget, since attention grows with the square of the length).", ""]
-    if not budget["checks"]:
-        return lines + [budget.get("note", ""), ""]
+    if not budget.checks:
+        return lines + [budget.note or "", ""]
     headers = ["batch", "max_tokens", "estimated peak", "measured peak", "within budget (measured)"]
     if device.type == "cuda":
         headers[4:4] = ["allocator peak"]
         headers.append("runs under an enforced cap")
     body = []
-    for c in budget["checks"]:
-        row = [c["batch_size"], c["max_tokens"], c["estimate_peak"] / MiB,
-               None if c["measured_peak"] is None else c["measured_peak"] / MiB,
-               {True: "yes", False: "no", None: c.get("error")}[c["fits_measured"]]]
+    for c in budget.checks:
+        measured = c.measured
+        row = [c.batch_size, c.max_tokens, c.estimate_peak / MiB,
+               None if measured.measured_peak is None else measured.measured_peak / MiB,
+               {True: "yes", False: "no", None: measured.error}[c.fits_measured]]
         if device.type == "cuda":
-            row[4:4] = [None if c.get("allocator_peak") is None else c["allocator_peak"] / MiB]
-            row.append("yes" if c["runs_under_cap"] else "no (OOM)")
+            row[4:4] = [None if measured.allocator_peak is None else measured.allocator_peak / MiB]
+            row.append("yes" if c.runs_under_cap else "no (OOM)")
         body.append(row)
     lines += [markdown_table(headers, body), ""]
     if device.type == "cuda":
@@ -110,7 +112,7 @@ def _budget_lines(budget: dict, device: torch.device) -> list[str]:
     return lines + [""]
 
 
-def breakdown_figure(rows: list[dict], settings: MemorySettings, device: torch.device) -> Any:
+def breakdown_figure(rows: list[MemoryRow], settings: MemorySettings, device: torch.device) -> Any:
     """Stacked bars of the peak's composition per batch; gradients (not live at the peak) as a hatched bar
     beside; the measured peak as a black tick."""
     plt = pyplot()
@@ -119,18 +121,18 @@ def breakdown_figure(rows: list[dict], settings: MemorySettings, device: torch.d
     bottom = [0.0] * len(rows)
     colors = plt.get_cmap("tab20").colors
     for index, category in enumerate(c for c in _shown(rows) if c != "gradients"):
-        values = [r["estimate"].get(category, 0) / MiB for r in rows]
+        values = [r.estimate.get(category, 0) / MiB for r in rows]
         axis.bar([i - 0.15 for i in x], values, bottom=bottom, width=0.5, label=category,
                  color=colors[index % len(colors)])
         bottom = [b + v for b, v in zip(bottom, values)]
-    always = [sum(r["estimate"].get(c, 0) for c in ALWAYS_LIVE) / MiB for r in rows]
-    axis.bar([i + 0.25 for i in x], [r["estimate"]["gradients"] / MiB for r in rows], bottom=always, width=0.2,
+    always = [sum(r.estimate.get(c, 0) for c in ALWAYS_LIVE) / MiB for r in rows]
+    axis.bar([i + 0.25 for i in x], [r.estimate["gradients"] / MiB for r in rows], bottom=always, width=0.2,
              color="white", edgecolor="grey", hatch="//", label="gradients (live in the optimizer step instead)")
-    measured = [(i - 0.15, r["measured_peak"] / MiB) for i, r in enumerate(rows) if r["measured_peak"]]
+    measured = [(i - 0.15, r.measured.measured_peak / MiB) for i, r in enumerate(rows) if r.measured.measured_peak]
     if measured:
         axis.scatter(*zip(*measured), color="black", marker="_", s=1200, linewidths=2.5, zorder=5,
                      label="measured peak")
-    axis.set_xticks(x, [f"{r['batch_size']}×{r['length']}" for r in rows])
+    axis.set_xticks(x, [f"{r.batch_size}×{r.length}" for r in rows])
     axis.set_xlabel("batch (sentences × tokens)")
     axis.set_ylabel("MiB")
     axis.set_title(f"Training memory by part: {settings.preset} model, {settings.precision}, {device.type}")
@@ -138,14 +140,15 @@ def breakdown_figure(rows: list[dict], settings: MemorySettings, device: torch.d
     return figure
 
 
-def print_summary(rows: list[dict], budget: dict, out: Any) -> None:
+def print_summary(rows: list[MemoryRow], budget: BudgetResult, out: Any) -> None:
     for r in rows:
-        measured = f"{r['measured_peak'] / MiB:.1f} MiB" if r["measured_peak"] else r.get("error", "–")
-        error = f" ({r['relative_error']:+.1%})" if "relative_error" in r else ""
-        print(f"batch {r['batch_size']}x{r['length']}: estimated peak {r['estimate_peak'] / MiB:.1f} MiB, "
+        peak = r.measured.measured_peak
+        measured = f"{peak / MiB:.1f} MiB" if peak else r.measured.error or "–"
+        error = f" ({r.relative_error:+.1%})" if r.relative_error is not None else ""
+        print(f"batch {r.batch_size}x{r.length}: estimated peak {r.estimate_peak / MiB:.1f} MiB, "
               f"measured {measured}{error}")
-    print(f"largest batch within {budget['budget_gb']:g} GiB: {budget['predicted_batch_size']} x {budget['length']} "
-          f"= {budget['predicted_max_tokens']} tokens (predicted); results in {out}")
+    print(f"largest batch within {budget.budget_gb:g} GiB: {budget.predicted_batch_size} x {budget.length} "
+          f"= {budget.predicted_max_tokens} tokens (predicted); results in {out}")
 
 
 __all__ = ["breakdown_figure", "memory_table", "print_summary"]

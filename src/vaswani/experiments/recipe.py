@@ -181,20 +181,20 @@ def _score(trained: TrainedRun, sources: list[str], references: list[str], devic
     records = metrics(trained.run_dir)
     model, tokenizer = load_final_model(trained.run_dir, device)
     scores, _ = greedy_scores(model, tokenizer, sources, references, device, precision)
-    train_records = [r for r in records if r["kind"] == "train"]
-    steps = np.array([r["step"] for r in train_records]) if train_records else np.zeros(0)
-    seconds = np.array([r["elapsed_s"] for r in train_records]) if train_records else np.zeros(0)
+    train_records = [r for r in records if r.kind == "train"]
+    steps = np.array([r.step for r in train_records]) if train_records else np.zeros(0)
+    seconds = np.array([r.elapsed_s for r in train_records]) if train_records else np.zeros(0)
 
     def minutes_at(step: int) -> float:
         return float(np.interp(step, steps, seconds) / 60) if len(steps) else 0.0
 
-    valid = [r for r in records if r["kind"] == "valid"]
-    curve = [CurvePoint(minutes_at(r["step"]), r["step"], r.get("bleu"), r["nll"]) for r in valid]
+    valid = [r for r in records if r.kind == "valid"]
+    curve = [CurvePoint(minutes_at(r.step), r.step, r.bleu, r.nll) for r in valid]
     last = final_validation(records)
-    speeds = [r["tokens_per_s"] for r in train_records if "tokens_per_s" in r]
-    row = ProxyResult(trained.variant.name, trained.variant.label, list(trained.variant.settings), last["step"],
-                      last["epoch"], minutes_at(last["step"]), float(np.median(speeds)) if speeds else None,
-                      model.num_parameters(), _warmup(trained.run_dir), last["nll"], scores.bleu, scores.chrf,
+    speeds = [r.tokens_per_s for r in train_records if r.tokens_per_s is not None]
+    row = ProxyResult(trained.variant.name, trained.variant.label, list(trained.variant.settings), last.step,
+                      last.epoch, minutes_at(last.step), float(np.median(speeds)) if speeds else None,
+                      model.num_parameters(), _warmup(trained.run_dir), last.nll, scores.bleu, scores.chrf,
                       scores.length_ratio, trained.reused)
     return row, curve
 

@@ -189,10 +189,10 @@ def score_run(run_dir: Path, cell: str, seed: int, device, data_dir: Path | None
     """A run's curves from its metrics, and greedy BLEU of its last weights on the whole validation split (the
     first sentences only with ``smoke``)."""
     records = metrics(run_dir)
-    valid = [r for r in records if r["kind"] == "valid"]
+    valid = [r for r in records if r.kind == "valid"]
     if not valid:
         raise ConfigError(f"{run_dir}: the run has no validation record; train it again")
-    best = min(valid, key=lambda r: r["nll"])
+    best = min(valid, key=lambda r: r.nll)
     data = load_preset(str(run_dir / "config.yaml")).data
     corpus = load_corpus(data.dataset, data.valid_split, data.direction, data_dir=data_dir or data.data_dir)
     sources, references = corpus.source, corpus.target
@@ -200,8 +200,8 @@ def score_run(run_dir: Path, cell: str, seed: int, device, data_dir: Path | None
         sources, references = sources[:8], references[:8]
     model, tokenizer = load_final_model(run_dir, device)
     scores, _ = greedy_scores(model, tokenizer, sources, references, device, "fp32")
-    return RunResult(cell, seed, valid[-1]["epoch"], valid[-1]["step"], best["nll"], best["epoch"],
-                     valid[-1]["nll"], scores.bleu, [(r["epoch"], r["nll"], r.get("bleu")) for r in valid],
+    return RunResult(cell, seed, valid[-1].epoch, valid[-1].step, best.nll, best.epoch,
+                     valid[-1].nll, scores.bleu, [(r.epoch, r.nll, r.bleu) for r in valid],
                      finished)
 
 

@@ -120,8 +120,8 @@ def run(args: argparse.Namespace) -> int:
             rows.append(RobustnessRow(variant=run_.variant.name, label=POSITION_LABELS[run_.variant.name],
                                       condition=condition, **dataclasses.asdict(scores), bleu=bleu,
                                       first_hypothesis=hypotheses[0] if hypotheses else None,
-                                      training_val_nll=trained["nll"], training_val_accuracy=trained["accuracy"],
-                                      steps=trained["step"]))
+                                      training_val_nll=trained.nll, training_val_accuracy=trained.accuracy,
+                                      steps=trained.step))
     _add_deltas(rows)
 
     settings = RobustnessSettings(

@@ -20,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 
@@ -35,7 +35,7 @@ from vaswani.model.serialization import load_model, resolve_checkpoint
 from vaswani.precision import resolve_precision
 from vaswani.settings import MAX_COUNT, MAX_THREADS
 from vaswani.training.config import RunConfig, apply_settings, load_preset
-from vaswani.training.metrics import METRICS_FILE, read_metrics
+from vaswani.training.metrics import METRICS_FILE, MetricsRecord, read_metrics
 from vaswani.training.run import train
 from vaswani.training.signals import StopSignals
 from vaswani.training.summary import SUMMARY_FILE, RunSummary, Stop
@@ -243,16 +243,16 @@ def load_final_model(run_dir: Path, device: torch.device):
     return model, Tokenizer.load(directory / "tokenizer.json")
 
 
-def metrics(run_dir: Path) -> list[dict[str, Any]]:
+def metrics(run_dir: Path) -> list[MetricsRecord]:
     path = run_dir / METRICS_FILE
     if not path.is_file():
         raise VaswaniError(f"{path}: missing; was {run_dir} trained by `vaswani train`?")
     return read_metrics(path)
 
 
-def final_validation(records: list[dict[str, Any]]) -> dict[str, Any]:
+def final_validation(records: list[MetricsRecord]) -> MetricsRecord:
     """The last full-validation record (the trainer evaluates at the end of every run)."""
-    valid = [r for r in records if r["kind"] == "valid"]
+    valid = [r for r in records if r.kind == "valid"]
     if not valid:
         raise VaswaniError("the run has no validation record: it ended before its first evaluation")
     return valid[-1]

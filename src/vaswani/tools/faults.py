@@ -175,7 +175,7 @@ def check_checkpoints(run_dir: Path) -> dict[str, Any]:
 
 
 def _train_steps(run_dir: Path) -> list[int]:
-    return [r["step"] for r in read_metrics(run_dir / "metrics.jsonl") if r.get("kind") == "train"]
+    return [r.step for r in read_metrics(run_dir / "metrics.jsonl") if r.kind == "train"]
 
 
 def _weights(run_dir: Path) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import sys
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -24,15 +24,16 @@ from vaswani.data.batching import Batch, TokenBudgetSampler, WeightedSampler, co
 from vaswani.data.buckets import BucketSampler, bucket_lengths, pad_to_shape
 from vaswani.data.cache import EncodedCorpus
 from vaswani.data.corpora import ParallelCorpus, load_corpus
-from vaswani.data.files import TRAIN, VALID, FileCorpus, FileSplit, SplitFingerprint, fingerprint
+from vaswani.data.files import TRAIN, VALID, FileCorpus, FileRecord, FileSplit, SplitFingerprint, fingerprint
 from vaswani.data.languages import CORPUS_RECORD, parse_direction
-from vaswani.data.pipeline import PreparedData, default_out_dir, prepare_dataset
+from vaswani.data.pipeline import HeldOut, PreparedData, default_out_dir, prepare_dataset
 from vaswani.data.prepared_tokenizer import PREPARED_KIND
 from vaswani.data.registry import LOCAL
 from vaswani.data.subwords import SubwordSplitter
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.errors import ConfigError, VaswaniError
-from vaswani.io import atomic_copy, atomic_write_json, directory_kind, file_sha256, read_json
+from vaswani.io import atomic_copy, directory_kind, file_sha256, read_json
+from vaswani.records import write_record
 from vaswani.training.checkpoint import latest_checkpoint
 from vaswani.training.config import RunConfig
 from vaswani.training.distributed import World
@@ -53,7 +54,7 @@ class TrainingData:
     # over train: every rank's batches; the trainer gives each its share
     sampler: TokenBudgetSampler | BucketSampler | WeightedSampler
     valid_sampler: TokenBudgetSampler | BucketSampler
-    corpus_record: dict[str, Any] | None = None  # corpus.json of the run (on the main rank)
+    corpus_record: CorpusRecord | None = None  # corpus.json of the run (on the main rank)
     parent: Parent | None = None  # a new fine-tuned run's parent: its tokenizer prepared this data
     # data.subword_split: the training pairs re-segmented each epoch (batches keep the sampler's pairs; their
     # token counts follow the segmentation)
@@ -155,7 +156,7 @@ class TrainingData:
         writes nothing)."""
         atomic_copy(self.prepared_tokenizer_file, self.tokenizer_file)
         if self.corpus_record is not None:
-            atomic_write_json(run_dir / CORPUS_RECORD, self.corpus_record)
+            write_record(run_dir / CORPUS_RECORD, self.corpus_record)
 
     def valid_text(self, n: int) -> tuple[list[str], list[str]]:
         """The first n raw validation sentence pairs (for a quick BLEU against untokenized references)."""
@@ -295,62 +296,96 @@ def recorded_out_dir(run_dir: Path) -> Path | None:
     return Path(recorded) if directory_kind(recorded) == PREPARED_KIND else None
 
 
-def corpus_record(run_dir: Path, config: RunConfig, prepared: PreparedData) -> dict[str, Any]:
+@dataclass
+class CorpusPart:
+    """One part of a weighted or tagged training corpus: its files, how often its pairs are drawn, its tag."""
+
+    files: list[str]
+    weight: float
+    tag: str
+
+
+@dataclass
+class SplitRecord:
+    """What a run trained or validated on for one split: its pairs and checksum; the files it was read from (a
+    corpus of the user's files), the validation pairs held out of them, and the parts of a mixed training corpus."""
+
+    pairs: int
+    checksum: str | None
+    files: list[FileRecord] | None = None
+    held_out: HeldOut | None = None
+    weights: list[float] | None = None
+    tags: list[str] | None = None
+    parts: list[CorpusPart] | None = None
+
+
+@dataclass
+class CorpusRecord:
+    """A run's ``corpus.json``: the dataset, the language pair, where it was prepared and each split's record."""
+
+    dataset: str
+    languages: dict[str, str]  # LanguagePair.to_dict(): the codes and the pair's name for people
+    prepared: str
+    splits: dict[str, SplitRecord]
+
+
+def corpus_record(run_dir: Path, config: RunConfig, prepared: PreparedData) -> CorpusRecord:
     """What ``run_dir/corpus.json`` records (written when the run starts, :meth:`TrainingData.record_run_files`): the
     language pair, each split's files (path, line count, sha256) or the registered dataset's splits, and where the
     data was prepared. A run that already recorded a corpus continues only on the same one: a file whose content
     changed is refused, naming it."""
     dc = config.data
-    record = {"dataset": dc.dataset, "languages": parse_direction(dc.direction).to_dict(),
-              "prepared": str(prepared.out_dir.resolve()),
-              "splits": {name: {"pairs": encoded.stats.pairs_in, "checksum": encoded.meta.get("corpus_checksum")}
-                         for name, encoded in prepared.splits.items()}}
+    splits = {name: SplitRecord(encoded.stats.pairs_in, encoded.meta.get("corpus_checksum"))
+              for name, encoded in prepared.splits.items()}
     for name, files in prepared.files.items():
-        record["splits"][name].update(files=[dataclasses.asdict(file) for file in files.files])
+        splits[name].files = list(files.files)
     if prepared.held_out is not None:
-        record["splits"][VALID]["held_out"] = dataclasses.asdict(prepared.held_out)
+        splits[VALID].held_out = prepared.held_out
     if dc.train_weights:
-        record["splits"][TRAIN]["weights"] = list(dc.train_weights)
+        splits[TRAIN].weights = list(dc.train_weights)
     if any(dc.train_tags):
-        record["splits"][TRAIN]["tags"] = list(dc.train_tags)
+        splits[TRAIN].tags = list(dc.train_tags)
     if dc.train_files and (dc.train_weights or any(dc.train_tags)):  # each part with how it is taken
-        record["splits"][TRAIN]["parts"] = [
-            {"files": list(part), "weight": dc.train_weights[i] if dc.train_weights else 1.0,
-             "tag": dc.train_tags[i] if dc.train_tags else ""} for i, part in enumerate(dc.train_files)]
+        splits[TRAIN].parts = [CorpusPart(list(part), dc.train_weights[i] if dc.train_weights else 1.0,
+                                  dc.train_tags[i] if dc.train_tags else "") for i, part in enumerate(dc.train_files)]
+    record = CorpusRecord(dc.dataset, parse_direction(dc.direction).to_dict(), str(prepared.out_dir.resolve()), splits)
     path = run_dir / CORPUS_RECORD
     if path.is_file():
-        earlier = read_json(path, "corpus record")
-        problem = _changed(earlier, record) if isinstance(earlier, dict) else "it is not a JSON object"
-        if problem:
-            raise VaswaniError(f"{problem}; this run continues only on the corpus it started on: put the files back "
-                               f"as they were, or start a new run (--start-over or another --run-dir)")
+        _refuse_another_corpus(read_json(path, "corpus record"),
+                               {name: split.files or [] for name, split in splits.items()},
+                               {name: split.checksum for name, split in splits.items()})
     return record
 
 
 def check_files_unchanged(run_dir: Path, files: FileCorpus) -> None:
     """Refuse, naming the file, a run whose recorded files have another content now (read for their sha256)."""
-    earlier = read_json(run_dir / CORPUS_RECORD, "corpus record")
-    now = {"splits": {split.name: {"files": [dataclasses.asdict(record) for record in fingerprint(split).files]}
-                      for split in files.splits()}}
-    problem = _changed(earlier, now) if isinstance(earlier, dict) else "it is not a JSON object"
+    _refuse_another_corpus(read_json(run_dir / CORPUS_RECORD, "corpus record"),
+                           {split.name: fingerprint(split).files for split in files.splits()}, checksums={})
+
+
+def _refuse_another_corpus(earlier: object, files: dict[str, list[FileRecord]],
+                           checksums: dict[str, str | None]) -> None:
+    """Refuse a corpus that differs from the one a run recorded (``earlier``, its corpus.json as read): a file
+    whose sha256 changed, or a split whose checksum did."""
+    problem = _changed(earlier, files, checksums) if isinstance(earlier, dict) else "it is not a JSON object"
     if problem:
         raise VaswaniError(f"{problem}; this run continues only on the corpus it started on: put the files back "
                            f"as they were, or start a new run (--start-over or another --run-dir)")
 
 
-def _changed(earlier: dict, now: dict) -> str | None:
-    """How the corpus ``now`` differs from the one a run recorded (None: the same)."""
-    files_then = {file.get("path"): file for split in (earlier.get("splits") or {}).values()
+def _changed(earlier: dict, files: dict[str, list[FileRecord]], checksums: dict[str, str | None]) -> str | None:
+    """How the corpus now differs from the one a run recorded (None: the same)."""
+    recorded_splits = earlier.get("splits") or {}
+    files_then = {file.get("path"): file for split in recorded_splits.values()
                   if isinstance(split, dict) for file in split.get("files") or [] if isinstance(file, dict)}
-    for split in now["splits"].values():
-        for file in split.get("files", []):
-            then = files_then.get(file["path"])
-            if then is not None and then.get("sha256") != file["sha256"]:
-                return (f"{file['path']} changed since this run started (sha256 {str(then.get('sha256'))[:12]}… then, "
-                        f"{file['sha256'][:12]}… now)")
-    for name, split in now["splits"].items():
-        then = (earlier.get("splits") or {}).get(name)
-        if isinstance(then, dict) and "checksum" in split and then.get("checksum") != split["checksum"]:
+    for file in (file for split_files in files.values() for file in split_files):
+        then = files_then.get(file.path)
+        if then is not None and then.get("sha256") != file.sha256:
+            return (f"{file.path} changed since this run started (sha256 {str(then.get('sha256'))[:12]}… then, "
+                    f"{file.sha256[:12]}… now)")
+    for name, checksum in checksums.items():
+        then = recorded_splits.get(name)
+        if isinstance(then, dict) and then.get("checksum") != checksum:
             return f"the {name} split is not the one this run started on (its checksum changed)"
     return None
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +38,10 @@ class MetricsLog:
                 self.writer = SummaryWriter(log_dir=str(self.events))
 
     def truncate_after(self, step: int) -> None:
-        """On resume, drop records written after the checkpoint we continue from: they will be redone."""
-        records = [r for r in read_metrics(self.path) if r.get("step", 0) <= step]
-        atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in records))
+        """On resume, drop records written after the checkpoint we continue from: they will be redone. The lines
+        kept are kept as written, every field of them."""
+        kept = [line for record, line in _checked_lines(self.path) if record.step <= step]
+        atomic_write_text(self.path, "".join(line + "\n" for line in kept))
 
     def write(self, kind: str, step: int, **values: Any) -> None:
         record = {"kind": kind, "step": step, **values}
@@ -92,10 +94,33 @@ def _quiet_event_writer_threads() -> None:
 NUMERIC_FIELDS = ("epoch", "loss", "nll", "accuracy", "lr", "grad_norm", "tokens_per_s", "elapsed_s", "mfu", "bleu")
 
 
-def read_metrics(path: Path) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class MetricsRecord:
+    """One checked line of ``metrics.jsonl``: its kind ("train", "valid", "nonfinite"), its update step, and the
+    numbers of :data:`NUMERIC_FIELDS` that a "train" or "valid" record holds (None where it has none)."""
+
+    kind: str
+    step: int
+    epoch: float | None = None
+    loss: float | None = None
+    nll: float | None = None
+    accuracy: float | None = None
+    lr: float | None = None
+    grad_norm: float | None = None
+    tokens_per_s: float | None = None
+    elapsed_s: float | None = None
+    mfu: float | None = None
+    bleu: float | None = None
+
+
+def read_metrics(path: Path) -> list[MetricsRecord]:
     """The records of ``metrics.jsonl``, each checked (see :func:`metrics_record_problem`); a torn last line (the
     process was killed while appending it: the start of a record) is dropped. Any other damaged line is a
     VaswaniError naming ``path:line``, so no reader of the log meets a record it cannot use."""
+    return [record for record, _ in _checked_lines(path)]
+
+
+def _checked_lines(path: Path) -> list[tuple[MetricsRecord, str]]:
     if not path.is_file():
         return []
     lines = [(number, line) for number, line in
@@ -112,7 +137,8 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
         problem = metrics_record_problem(record)
         if problem:
             raise VaswaniError(f"{path}:{number}: not a metrics record ({problem}); the metrics log is damaged")
-        records.append(record)
+        numbers = {name: record.get(name) for name in NUMERIC_FIELDS} if record["kind"] in ("train", "valid") else {}
+        records.append((MetricsRecord(record["kind"], record["step"], **numbers), line))
     return records
 
 
@@ -143,20 +169,28 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def training_speed(records: list[dict[str, Any]]) -> dict[str, float | None]:
+@dataclass(frozen=True)
+class TrainingSpeed:
+    """Medians over a run's logging windows; None where the log holds no window to measure."""
+
+    seconds_per_step: float | None
+    tokens_per_s: float | None
+
+
+def training_speed(records: list[MetricsRecord]) -> TrainingSpeed:
     """Median seconds per update and tokens/s over the logging windows that contain no evaluation (the
     trainer evaluates right after logging a step, so the window that starts there includes the evaluation)."""
-    train = [r for r in records if r["kind"] == "train"]
-    eval_steps = {r["step"] for r in records if r["kind"] == "valid"}
+    train = [r for r in records if r.kind == "train"]
+    eval_steps = {r.step for r in records if r.kind == "valid"}
     seconds = []
-    for before, after in zip(train, train[1:]):
-        if any(before["step"] <= s < after["step"] for s in eval_steps) or after["step"] <= before["step"]:
+    for start, end in zip(train, train[1:]):
+        if any(start.step <= s < end.step for s in eval_steps) or end.step <= start.step:
             continue
-        if before.get("elapsed_s") is None or after.get("elapsed_s") is None:  # a log older than the field
+        if start.elapsed_s is None or end.elapsed_s is None:  # a log older than the field
             continue
-        seconds.append((after["elapsed_s"] - before["elapsed_s"]) / (after["step"] - before["step"]))
-    rates = [r["tokens_per_s"] for r in train if r.get("tokens_per_s")]
-    return {"seconds_per_step": _median(seconds), "tokens_per_s": _median(rates)}
+        seconds.append((end.elapsed_s - start.elapsed_s) / (end.step - start.step))
+    rates = [r.tokens_per_s for r in train if r.tokens_per_s]
+    return TrainingSpeed(_median(seconds), _median(rates))
 
 
 def _median(values: list[float]) -> float | None:
@@ -175,8 +209,8 @@ def plot_run(run_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     records = read_metrics(run_dir / METRICS_FILE)
-    train = [r for r in records if r["kind"] == "train"]
-    valid = [r for r in records if r["kind"] == "valid"]
+    train = [r for r in records if r.kind == "train"]
+    valid = [r for r in records if r.kind == "valid"]
     out_dir = run_dir / "plots"
     with write_faults_named(out_dir):
         out_dir.mkdir(exist_ok=True)
@@ -184,10 +218,10 @@ def plot_run(run_dir: Path) -> list[Path]:
 
     fig, ax = plt.subplots(figsize=(6, 4))
     if train:
-        ax.plot([r["step"] for r in train], [r["loss"] for r in train], label="train (label-smoothed)", alpha=0.7)
+        ax.plot([r.step for r in train], [r.loss for r in train], label="train (label-smoothed)", alpha=0.7)
     if valid:
-        ax.plot([r["step"] for r in valid], [r["loss"] for r in valid], "o-", label="validation (label-smoothed)")
-        ax.plot([r["step"] for r in valid], [r["nll"] for r in valid], "s--", label="validation NLL")
+        ax.plot([r.step for r in valid], [r.loss for r in valid], "o-", label="validation (label-smoothed)")
+        ax.plot([r.step for r in valid], [r.nll for r in valid], "s--", label="validation NLL")
     ax.set(xlabel="update step", ylabel="loss per target token", title="Loss")
     ax.grid(alpha=0.3)
     ax.legend()
@@ -195,15 +229,15 @@ def plot_run(run_dir: Path) -> list[Path]:
 
     fig, ax = plt.subplots(figsize=(6, 4))
     if train:
-        ax.plot([r["step"] for r in train], [r["lr"] for r in train])
+        ax.plot([r.step for r in train], [r.lr for r in train])
     ax.set(xlabel="update step", ylabel="learning rate", title="Learning-rate schedule")
     ax.grid(alpha=0.3)
     written.append(_save(fig, out_dir / "lr.png"))
 
-    with_bleu = [r for r in valid if r.get("bleu") is not None]
+    with_bleu = [r for r in valid if r.bleu is not None]
     fig, ax = plt.subplots(figsize=(6, 4))
     if with_bleu:
-        ax.plot([r["epoch"] for r in with_bleu], [r["bleu"] for r in with_bleu], "o-")
+        ax.plot([r.epoch for r in with_bleu], [r.bleu for r in with_bleu], "o-")
     ax.set(xlabel="epoch", ylabel="BLEU (greedy, validation subset)", title="Validation BLEU")
     ax.grid(alpha=0.3)
     written.append(_save(fig, out_dir / "bleu.png"))

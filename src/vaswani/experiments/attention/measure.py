@@ -338,15 +338,15 @@ def _train_variant(settings: AttentionSettings, name: str, device: torch.device)
         total = time.perf_counter() - start
         peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else timer.peak_memory
         times = timer.seconds
-        valid = [r for r in read_metrics(Path(run_dir) / "metrics.jsonl") if r["kind"] == "valid"]
+        valid = [r for r in read_metrics(Path(run_dir) / "metrics.jsonl") if r.kind == "valid"]
         parameters = trainer.model.num_parameters()
     timed = times[1:] if len(times) > 1 else times  # the first update also warms up kernels and the allocator
     return TrainingRun(name, summary.step, summary.stop_reason.value,
                        seconds_per_batch=sum(timed) / len(timed) if timed else None, update_seconds=times,
                        total_seconds=total, peak_memory=peak, parameters=parameters,
-                       final_val_loss=valid[-1]["loss"] if valid else None,
-                       final_val_nll=valid[-1]["nll"] if valid else None,
-                       final_val_bleu=valid[-1].get("bleu") if valid else None, bleu_sentences=bleu_sentences,
+                       final_val_loss=valid[-1].loss if valid else None,
+                       final_val_nll=valid[-1].nll if valid else None,
+                       final_val_bleu=valid[-1].bleu if valid else None, bleu_sentences=bleu_sentences,
                        seed=seed)
 
 
