@@ -33,15 +33,18 @@ import shutil
 import signal
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
+
+import torch
 
 from vaswani.benchmarks.engines import Stamp
 from vaswani.io import atomic_write_text
 from vaswani.model.serialization import load_model
 from vaswani.provenance import provenance
 from vaswani.records import write_record
+from vaswani.tools.faults_report import CheckpointCheck, Comparison, FaultLoopResult, Kill
 from vaswani.training.callbacks import Callback
 from vaswani.training.checkpoint import is_complete, latest_checkpoint, load_trainer_state
 from vaswani.training.config import apply_settings, load_preset
@@ -49,9 +52,6 @@ from vaswani.training.metrics import read_metrics
 from vaswani.training.resume import resumed_config
 from vaswani.training.run import train
 from vaswani.training.rundir import run_evidence
-
-if TYPE_CHECKING:
-    import torch
 
 # A tiny model on short sentences that still does everything a real run does: dropout (RNG state), epochs ending
 # mid-run (the sampler's order), periodic checkpoints, pruning, evaluations with greedy BLEU, and checkpoints re-saved
@@ -69,66 +69,6 @@ MAX_DELAY = {"step": 0.01, "checkpoint": 0.004, "evaluation": 0.05}
 # Imported once by the fork server, before the lives are forked from it.
 PRELOAD = ["vaswani.training.run", "torch.utils.tensorboard", "matplotlib.pyplot", "tokenizers"]
 _channel = None  # this training process's end of the pipe
-
-
-@dataclass(frozen=True)
-class CheckpointCheck:
-    """The ``step_*`` directories of a run that loaded, and one line for each that did not."""
-
-    checked: list[str]
-    broken: list[str]
-
-
-@dataclass(frozen=True)
-class Kill:
-    """One kill of the faulty run: where it was aimed, where it landed, what it left on disk."""
-
-    kill: int
-    target: str
-    landed: str  # the last phase the process announced before it died
-    step: int
-    delay_ms: float
-    resumed_from: int | None  # None: the process started from scratch
-    partial_files_left: list[str]
-    checkpoints_on_disk: int
-    checkpoints_loaded: int
-    broken: list[str]
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """The finished faulty run against the uninterrupted reference."""
-
-    bit_identical: bool
-    differing_tensors: list[str]
-    tensors_compared: int
-    final_checkpoints_broken: list[str]
-    metrics_hold_each_update_once: bool
-
-
-@dataclass(frozen=True)
-class FaultLoopResult:
-    """The whole loop: what results/reliability/results.json holds."""
-
-    kills: list[Kill]
-    kills_done: int
-    kills_asked: int
-    finished_before_all_kills: bool
-    final_resumed_from: int | None
-    max_steps: int
-    reference_updates: int
-    bit_identical: bool
-    differing_tensors: list[str]
-    tensors_compared: int
-    metrics_hold_each_update_once: bool
-    every_checkpoint_loaded: bool
-    landed: dict[str, int]  # kills per phase they landed in
-    process_start_method: str
-    seed: int
-    settings: list[str]
-    preset: str
-    seconds: float
-    provenance: Stamp | None = None  # added by write_results
 
 
 # ---- the child: one training process, reporting its phases ---------------------------------------------------
@@ -334,7 +274,7 @@ class FaultLoop:
         return record
 
     def compare(self, max_steps: int) -> Comparison:
-        """The finished faulty run against the reference: weights bit for bit, checkpoints, the metrics log."""
+        """The finished faulty run against the reference: weights bit for bit, the metrics log."""
         expected, actual = _weights(self.reference_dir), _weights(self.faulty_dir)
         differing = sorted(name for name in expected
                            if name not in actual or not bool((expected[name] == actual[name]).all()))
@@ -342,7 +282,6 @@ class FaultLoop:
             bit_identical=not differing and expected.keys() == actual.keys(),
             differing_tensors=differing,
             tensors_compared=len(expected),
-            final_checkpoints_broken=check_checkpoints(self.faulty_dir).broken,
             metrics_hold_each_update_once=_train_steps(self.faulty_dir) == list(range(1, max_steps + 1)),
         )
 
@@ -371,7 +310,7 @@ def fault_loop(workdir: Path, kills: int = 20, seed: int = 0, max_steps: int | N
     final_resumed_from = loop.resumes_from()
     loop.log("final training process: runs to the end")
     loop.run_to_end(loop.faulty_dir, workdir / "faulty.log")
-    comparison = loop.compare(max_steps)
+    broken_at_the_end = check_checkpoints(loop.faulty_dir).broken
     return FaultLoopResult(
         kills=records,
         kills_done=len(records),
@@ -380,11 +319,8 @@ def fault_loop(workdir: Path, kills: int = 20, seed: int = 0, max_steps: int | N
         final_resumed_from=final_resumed_from,
         max_steps=max_steps,
         reference_updates=sum(1 for name, _ in reference_phases if name == "step"),
-        bit_identical=comparison.bit_identical,
-        differing_tensors=comparison.differing_tensors,
-        tensors_compared=comparison.tensors_compared,
-        metrics_hold_each_update_once=comparison.metrics_hold_each_update_once,
-        every_checkpoint_loaded=all(not r.broken for r in records) and not comparison.final_checkpoints_broken,
+        **vars(loop.compare(max_steps)),
+        every_checkpoint_loaded=all(not r.broken for r in records) and not broken_at_the_end,
         landed={phase: sum(1 for r in records if r.landed == phase) for phase in sorted({r.landed for r in records})},
         process_start_method=loop.context.get_start_method(),
         seed=seed,
