@@ -19,4 +19,4 @@ def test_the_fault_loop_runs_from_a_process_holding_a_cuda_context(tmp_path: Pat
     monkeypatch.setenv("VASWANI_DATA", str(data_dir))
     monkeypatch.setenv("VASWANI_CACHE", str(tmp_path / "cache"))
     result = fault_loop(tmp_path / "work", kills=1, seed=0, max_steps=6, log=lambda message: None)
-    assert result["kills_done"] == 1 and result["bit_identical"] and result["every_checkpoint_loaded"]
+    assert result.kills_done == 1 and result.bit_identical and result.every_checkpoint_loaded

@@ -5,16 +5,30 @@ runs; and the whole command as docs/benchmarks.md shows it, whose documented `va
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
 from pathlib import Path
 
+import pytest
+
 from vaswani.cli import main
+from vaswani.errors import VaswaniError
 from vaswani.io import write_manifest
+from vaswani.records import to_json
 from vaswani.tools.data_benchmark import measure_prepare, render_table
+from vaswani.tools.data_benchmark_report import BenchSettings, DataScaleResults, Measurement, Prepared, Row, Trained
 
 PHASES = ["reading", "checking", "tokenizer", "encoding"]
+SETTINGS = BenchSettings(seed=0, vocab_size=300, max_len=32)
+TRAINED = Trained(first_update_seconds=9.0, peak_gb_until_first_update=1.0, seconds=12.0, peak_gb=1.0,
+                  load_before=[], load_after=[])
+
+
+def _row(pairs: int, prepare: Prepared) -> Row:
+    return Row(pairs=pairs, prepare=prepare, train=TRAINED, command="vaswani bench data", commit=None, dirty=None,
+               measured="2026-01-01 00:00")
 
 
 def test_each_phase_of_prepare_reports_its_cpu_over_wall_seconds(tmp_path, capfd, monkeypatch) -> None:
@@ -24,21 +38,19 @@ def test_each_phase_of_prepare_reports_its_cpu_over_wall_seconds(tmp_path, capfd
     src.write_text("".join(f"ein Haus {i} und {i % 7} Hunde\n" for i in range(pairs)), encoding="utf-8")
     tgt.write_text("".join(f"a house {i} and {i % 7} dogs\n" for i in range(pairs)), encoding="utf-8")
     prepared = measure_prepare(src, tgt, tmp_path / "size", vocab_size=300, max_len=32)
-    assert list(prepared["phases"]) == list(prepared["phase_cpu_seconds"]) == PHASES
-    busy = prepared["phase_cpu_over_wall"]
+    assert list(prepared.phases) == list(prepared.phase_cpu_seconds) == PHASES
+    busy = prepared.phase_cpu_over_wall
     # a phase long enough to say (≥ 0.1 s) has its ratio: above 0, at most every core (with the clocks' slack)
     assert set(busy) <= set(PHASES)
-    assert {phase for phase, seconds in prepared["phases"].items() if seconds >= 0.2} <= set(busy)
+    assert {phase for phase, seconds in prepared.phases.items() if seconds >= 0.2} <= set(busy)
     assert all(0 < ratio <= len(os.sched_getaffinity(0)) + 0.5 for ratio in busy.values())
     shown = capfd.readouterr().err
     assert shown.startswith("vaswani prepare --src ") and "\r" not in shown
     assert re.search(r"^  encoding train: 3,000 pairs in \d+:\d\d ", shown, re.M)  # the command's, relayed
 
-    busy = {"tokenizer": 1.0, "encoding": 1.93}
-    row = {"pairs": pairs, "prepare": {**prepared, "phase_cpu_over_wall": busy},
-           "train": {"first_update_seconds": 4.2, "peak_gb_until_first_update": 0.5, "load_after": []}}
-    settings = {"seed": 0, "vocab_size": 300, "max_len": 32}
-    table = render_table({"settings": settings, "command": "vaswani bench data", "rows": [row]})
+    row = _row(pairs, dataclasses.replace(prepared, phase_cpu_over_wall={"tokenizer": 1.0, "encoding": 1.93}))
+    table = render_table(DataScaleResults(command="vaswani bench data", git={}, hardware={}, versions={},
+                                          settings=SETTINGS, rows=[row]))
     header, _, line = table.splitlines()[4:7]
     assert "| CPU/wall by phase |" in header and "| tokenizer 1.00, encoding 1.93 |" in line
 
@@ -71,21 +83,28 @@ def test_bench_data_work_folder_is_checked(tmp_path: Path, data_dir: Path, capsy
 def test_rows_of_another_machine_stay_beside_this_ones_each_naming_its_machine(tmp_path: Path, monkeypatch) -> None:
     import vaswani.tools.data_benchmark as bench
 
-    def row(pairs: int, seconds: float) -> dict:
-        return {"pairs": pairs, "prepare": {"seconds": seconds, "peak_gb": 0.7, "load_before": []},
-                "train": {"first_update_seconds": 9.0, "peak_gb_until_first_update": 1.0, "load_after": []}}
+    def prepared(seconds: float) -> Prepared:  # without CPU seconds: a figure a row may lack
+        return Prepared(seconds=seconds, peak_gb=0.7, phases={}, load_before=[], load_after=[])
 
-    settings = {"seed": 0, "vocab_size": 300, "max_len": 32}
-    earlier = {"hardware": {"processor": "AMD EPYC", "cpu_count": 2}, "settings": settings,
-               "rows": [row(1000, 1.0), row(2000, 2.0)]}  # written before rows named their machine
+    earlier = to_json(DataScaleResults(command="vaswani bench data", git={}, hardware={"processor": "AMD EPYC",
+                                       "cpu_count": 2}, versions={}, settings=SETTINGS,
+                                       rows=[_row(1000, prepared(1.0)), _row(2000, prepared(2.0))]))
+    for row in earlier["rows"]:  # written before rows named their machine
+        del row["machine"], row["prepare"]["cpu_seconds"]
     (tmp_path / bench.RESULTS).write_text(json.dumps(earlier))
     here = {"command": "vaswani bench data", "git": {"commit": "abc", "dirty": False},
-            "hardware": {"processor": "Intel Xeon", "cpu_count": 2}}
+            "hardware": {"processor": "Intel Xeon", "cpu_count": 2}, "versions": {}}
     monkeypatch.setattr(bench, "provenance", lambda device: here)
     monkeypatch.setattr(bench, "plot", lambda rows, path: None)
-    bench.write_results(tmp_path, [row(2000, 3.0)], None)
+    bench.write_results(tmp_path, [Measurement(2000, prepared(3.0), TRAINED)], None)
     rows = json.loads((tmp_path / bench.RESULTS).read_text())["rows"]
     assert [(r["pairs"], r["machine"], r["prepare"]["seconds"]) for r in rows] == [
         (1000, "AMD EPYC, 2 cores", 1.0), (2000, "AMD EPYC, 2 cores", 2.0), (2000, "Intel Xeon, 2 cores", 3.0)]
+    assert all("cpu_seconds" not in r["prepare"] for r in rows)  # a figure a row lacks stays out, not null
     table = (tmp_path / bench.TABLE).read_text()
     assert "| 2,000 | Intel Xeon, 2 cores | 3.0 s |" in table and "| 2,000 | AMD EPYC, 2 cores | 2.0 s |" in table
+
+    rows[0]["train"]["peak_gb"] = "1 GB"  # a damaged row: one error naming the file and the field
+    (tmp_path / bench.RESULTS).write_text(json.dumps({**earlier, "rows": rows}))
+    with pytest.raises(VaswaniError, match=r'results.json: field "rows\[0\].train.peak_gb" is "1 GB", not a number'):
+        bench.write_results(tmp_path, [], None)

@@ -15,17 +15,17 @@ def test_sigkill_anywhere_then_resume_is_bit_identical(tmp_path_factory, data_di
     monkeypatch.setenv("VASWANI_CACHE", str(workdir / "cache"))
     result = fault_loop(workdir, kills=3, seed=0, max_steps=8, log=lambda message: None)
 
-    assert result["kills_done"] == 3, result  # one aimed at each phase, none missed by a finished run
-    assert [r["target"] for r in result["kills"]] == ["step", "checkpoint", "evaluation"]
-    for record in result["kills"]:
-        assert record["broken"] == [], record  # every step_* left on disk is complete and loads
-    assert result["every_checkpoint_loaded"]
-    assert result["metrics_hold_each_update_once"]
-    assert result["tensors_compared"] > 0 and result["differing_tensors"] == []
-    assert result["bit_identical"]
+    assert result.kills_done == 3, result  # one aimed at each phase, none missed by a finished run
+    assert [r.target for r in result.kills] == ["step", "checkpoint", "evaluation"]
+    for record in result.kills:
+        assert record.broken == [], record  # every step_* left on disk is complete and loads
+    assert result.every_checkpoint_loaded
+    assert result.metrics_hold_each_update_once
+    assert result.tensors_compared > 0 and result.differing_tensors == []
+    assert result.bit_identical
     # training processes never fork the caller's process: a CUDA context (or any other state) of the caller cannot
     # reach them
-    assert result["process_start_method"] in ("forkserver", "spawn")
+    assert result.process_start_method in ("forkserver", "spawn")
 
 
 def test_a_training_process_that_fails_on_its_own_ends_the_loop_with_its_error_in_one_line(tmp_path, monkeypatch,

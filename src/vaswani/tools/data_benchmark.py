@@ -28,12 +28,14 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from vaswani.arguments import ranged
+from vaswani.benchmarks.engines import Stamp
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.data.corpora import load_corpus
 from vaswani.data.tokenizer import MAX_VOCAB_SIZE
@@ -45,17 +47,24 @@ from vaswani.io import (
     atomic_write_json,
     atomic_write_text,
     check_output,
-    read_json,
 )
 from vaswani.progress import progress_reporter
 from vaswani.provenance import provenance
+from vaswani.records import read_record, to_json
 from vaswani.settings import MAX_COUNT, MAX_LENGTH
+from vaswani.tools.data_benchmark_report import (
+    OPTIONAL_FIGURES,
+    BenchSettings,
+    DataScaleResults,
+    Measurement,
+    Prepared,
+    Row,
+    Trained,
+)
 
 WRITE_CHUNK = 100_000  # lines generated and written at a time
 SAMPLE_SECONDS = 0.2
 RESULTS, TABLE, PLOT = "results.json", "table.md", "scale.png"
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pairs", nargs="+", type=ranged(int, ge=10, le=MAX_COUNT), default=[], metavar="N",
                         help="corpus sizes in sentence pairs, e.g. 500000 1000000 2000000 4500000")
@@ -94,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         rows.append(measure(src, tgt, pairs, args.work, args.vocab_size, args.max_len))
         print(format_row(rows[-1]), file=sys.stderr)
     if args.out is not None and rows:
-        write_results(args.out, rows, {"seed": args.seed, "vocab_size": args.vocab_size, "max_len": args.max_len})
+        write_results(args.out, rows, BenchSettings(args.seed, args.vocab_size, args.max_len))
         print(f"wrote {args.out / RESULTS}, {args.out / TABLE}, {args.out / PLOT}")
     return 0
 
@@ -137,7 +146,7 @@ def _line_count(path: Path) -> int:
 # ---- measuring a command ---------------------------------------------------------------------------------------
 
 
-def measure(src: Path, tgt: Path, pairs: int, work: Path, vocab_size: int, max_len: int) -> dict[str, Any]:
+def measure(src: Path, tgt: Path, pairs: int, work: Path, vocab_size: int, max_len: int) -> Measurement:
     """Prepare the corpus from nothing, then train on it until the first update: times, peak memory, load before and
     after. Both commands run in ``work/size-PAIRS/``, which the prepared data goes to (``runs/data``, as a user's
     would): what an earlier measurement prepared there is deleted first, so the prepare is never a cache's."""
@@ -152,18 +161,15 @@ def measure(src: Path, tgt: Path, pairs: int, work: Path, vocab_size: int, max_l
                              "--set", "train.max_steps=1", "--set", "train.log_every_steps=1",
                              "--set", "train.bleu_subset=0", "--set", "train.progress=false"], here,
                             event=lambda: _first_update_logged(metrics))
-    return {
-        "pairs": pairs,
-        "prepare": prepared,
-        "train": {"first_update_seconds": round(trained.event_seconds, 1) if trained.event_seconds else None,
-                  "peak_gb_until_first_update": round(trained.peak_at_event / 1e9, 3),
-                  "seconds": round(trained.seconds, 1), "cpu_seconds": round(trained.cpu_seconds, 1),
-                  "peak_gb": round(trained.peak_bytes / 1e9, 3),
-                  "load_before": trained.load_before, "load_after": trained.load_after},
-    }
+    train = Trained(first_update_seconds=round(trained.event_seconds, 1) if trained.event_seconds else None,
+                    peak_gb_until_first_update=round(trained.peak_at_event / 1e9, 3),
+                    seconds=round(trained.seconds, 1), cpu_seconds=round(trained.cpu_seconds, 1),
+                    peak_gb=round(trained.peak_bytes / 1e9, 3),
+                    load_before=trained.load_before, load_after=trained.load_after)
+    return Measurement(pairs, prepared, train)
 
 
-def measure_prepare(src: Path, tgt: Path, here: Path, vocab_size: int, max_len: int) -> dict[str, Any]:
+def measure_prepare(src: Path, tgt: Path, here: Path, vocab_size: int, max_len: int) -> Prepared:
     """``vaswani prepare`` of the two files from nothing, in ``here``: wall and CPU seconds, peak memory,
     load, and per phase its wall seconds, CPU seconds and CPU over wall seconds (the cores it kept busy)."""
     shutil.rmtree(here / "runs", ignore_errors=True)
@@ -173,10 +179,10 @@ def measure_prepare(src: Path, tgt: Path, here: Path, vocab_size: int, max_len: 
     phases, phase_cpu = (_seconds_by_phase(prepared.stdout, line) for line in ("phases", "phases CPU"))
     if "encoding" not in phases:
         raise VaswaniError(f"vaswani prepare in {here} encoded nothing: it found the data prepared already")
-    return {"seconds": round(prepared.seconds, 1), "cpu_seconds": round(prepared.cpu_seconds, 1),
-            "peak_gb": round(prepared.peak_bytes / 1e9, 3), "phases": phases, "phase_cpu_seconds": phase_cpu,
-            "phase_cpu_over_wall": _cpu_over_wall(prepared.stdout),
-            "load_before": prepared.load_before, "load_after": prepared.load_after}
+    return Prepared(seconds=round(prepared.seconds, 1), cpu_seconds=round(prepared.cpu_seconds, 1),
+                    peak_gb=round(prepared.peak_bytes / 1e9, 3), phases=phases, phase_cpu_seconds=phase_cpu,
+                    phase_cpu_over_wall=_cpu_over_wall(prepared.stdout),
+                    load_before=prepared.load_before, load_after=prepared.load_after)
 
 
 def _seconds_by_phase(report: str, line: str) -> dict[str, float]:
@@ -298,35 +304,41 @@ def _load_average() -> list[float]:
 # ---- results ---------------------------------------------------------------------------------------------------
 
 
-def format_row(row: dict[str, Any]) -> str:
-    prepare, train = row["prepare"], row["train"]
-    return (f"{row['pairs']:>10,} pairs: prepare {prepare['seconds']:7.1f} s, peak {prepare['peak_gb']:.2f} GB; "
-            f"train: first update after {train['first_update_seconds']} s, peak "
-            f"{train['peak_gb_until_first_update']:.2f} GB; load {prepare['load_before']} -> {train['load_after']}")
+def format_row(row: Measurement) -> str:
+    prepare, train = row.prepare, row.train
+    return (f"{row.pairs:>10,} pairs: prepare {prepare.seconds:7.1f} s, peak {prepare.peak_gb:.2f} GB; "
+            f"train: first update after {train.first_update_seconds} s, peak "
+            f"{train.peak_gb_until_first_update:.2f} GB; load {prepare.load_before} -> {train.load_after}")
 
 
-def write_results(out: Path, rows: list[dict[str, Any]], settings: dict[str, Any] | None) -> None:
+def write_results(out: Path, rows: list[Measurement], settings: BenchSettings | None) -> None:
     """Merge ``rows`` into ``out/results.json`` (by size) and write its table and plot (``settings`` None: the
     earlier results' own)."""
-    earlier = read_json(out / RESULTS, "benchmark results") if (out / RESULTS).is_file() else {}
-    settings = settings if settings is not None else earlier["settings"]
-    record = provenance("cpu")
+    earlier = read_record(DataScaleResults, out / RESULTS) if (out / RESULTS).is_file() else None
+    stamp = Stamp(**provenance("cpu"))
     # A row is one size on one machine: rows from other machines stay beside this one's, each naming its machine
     # (a row written without one was measured on the machine that wrote the file it comes from).
-    earlier_hardware = earlier.get("hardware", {})
-    earlier_machine = machine_of(earlier_hardware.get("processor"), earlier_hardware.get("cpu_count"))
-    machine = machine_of(record["hardware"].get("processor"), record["hardware"].get("cpu_count"))
-    kept = {(row["pairs"], row.get("machine", earlier_machine)): {"machine": earlier_machine, **row}
-            for row in earlier.get("rows", []) if isinstance(row, dict)}
+    kept: dict[tuple[int, str], Row] = {}
+    if earlier is not None:
+        earlier_machine = machine_of(earlier.hardware.get("processor"), earlier.hardware.get("cpu_count"))
+        kept = {(row.pairs, row.machine or earlier_machine): replace(row, machine=row.machine or earlier_machine)
+                for row in earlier.rows}
+    machine = machine_of(stamp.hardware.get("processor"), stamp.hardware.get("cpu_count"))
     for row in rows:
-        kept[(row["pairs"], machine)] = {
-            **row, "machine": machine, "command": record["command"],
-            "commit": record["git"].get("commit"), "dirty": record["git"].get("dirty"),
-            "measured": time.strftime("%Y-%m-%d %H:%M")}
-    results = {**record, "settings": settings, "rows": [kept[key] for key in sorted(kept)]}
-    atomic_write_json(out / RESULTS, results)
+        kept[(row.pairs, machine)] = Row(
+            machine=machine, pairs=row.pairs, prepare=row.prepare, train=row.train, command=stamp.command,
+            commit=stamp.git.get("commit"), dirty=stamp.git.get("dirty"), measured=time.strftime("%Y-%m-%d %H:%M"))
+    results = DataScaleResults(**vars(stamp), settings=settings or earlier.settings,
+                               rows=[kept[key] for key in sorted(kept)])
+    written = to_json(results)
+    for row in written["rows"]:
+        for part in (row["prepare"], row["train"]):
+            for name in OPTIONAL_FIGURES:
+                if name in part and part[name] is None:
+                    del part[name]
+    atomic_write_json(out / RESULTS, written)
     atomic_write_text(out / TABLE, render_table(results))
-    plot(results["rows"], out / PLOT)
+    plot(results.rows, out / PLOT)
 
 
 def machine_of(processor: str | None, cores: int | None) -> str:
@@ -334,12 +346,12 @@ def machine_of(processor: str | None, cores: int | None) -> str:
     return f"{processor or '?'}, {cores or '?'} cores"
 
 
-def render_table(results: dict[str, Any]) -> str:
+def render_table(results: DataScaleResults) -> str:
     lines = [
         "# Preparing a corpus at scale, and starting to train on it",
         "",
-        f"Synthetic corpus (two Multi30k captions a line, seed {results['settings']['seed']}), vocabulary "
-        f"{results['settings']['vocab_size']:,}, max_len {results['settings']['max_len']}; each row on the "
+        f"Synthetic corpus (two Multi30k captions a line, seed {results.settings.seed}), vocabulary "
+        f"{results.settings.vocab_size:,}, max_len {results.settings.max_len}; each row on the "
         "machine it names. Peak memory: the largest sum "
         "of the resident set sizes of the command and its workers. CPU: the user and system seconds of `vaswani "
         "prepare` and its workers, which the load of other users does not inflate as it does the wall time (on 2 "
@@ -352,19 +364,19 @@ def render_table(results: dict[str, Any]) -> str:
         "| CPU/wall by phase | first update | peak memory | load before → after | commit |",
         "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---|",
     ]
-    for row in results["rows"]:
-        prepare, train, phases = row["prepare"], row["train"], row["prepare"].get("phases", {})
+    for row in results.rows:
+        prepare, train, phases = row.prepare, row.train, row.prepare.phases
         lines.append(
-            f"| {row['pairs']:,} | {row.get('machine', '?')} | {prepare['seconds']:.1f} s | "
-            + (f"{prepare['cpu_seconds']:.1f} s" if "cpu_seconds" in prepare else "–")
-            + f" | {prepare['peak_gb']:.2f} GB | "
+            f"| {row.pairs:,} | {row.machine or '?'} | {prepare.seconds:.1f} s | "
+            + (f"{prepare.cpu_seconds:.1f} s" if prepare.cpu_seconds is not None else "–")
+            + f" | {prepare.peak_gb:.2f} GB | "
             + " | ".join(f"{phases[p]:.1f} s" if p in phases else "–" for p in ("reading", "checking", "tokenizer",
                                                                                "encoding"))
-            + f" | {_busy(prepare.get('phase_cpu_over_wall', {}))}"
-            + f" | {train['first_update_seconds']} s | {train['peak_gb_until_first_update']:.2f} GB | "
-            f"{_load(prepare['load_before'])} → {_load(train['load_after'])} | `{(row.get('commit') or '?')[:10]}`"
-            f"{' + changes' if row.get('dirty') else ''} |")
-    lines += ["", f"Command: `{results['command']}` (each row names its own in results.json)."]
+            + f" | {_busy(prepare.phase_cpu_over_wall or {})}"
+            + f" | {train.first_update_seconds} s | {train.peak_gb_until_first_update:.2f} GB | "
+            f"{_load(prepare.load_before)} → {_load(train.load_after)} | `{(row.commit or '?')[:10]}`"
+            f"{' + changes' if row.dirty else ''} |")
+    lines += ["", f"Command: `{results.command}` (each row names its own in results.json)."]
     return "\n".join(lines) + "\n"
 
 
@@ -376,22 +388,22 @@ def _load(values: list[float]) -> str:
     return " ".join(f"{value:.2f}" for value in values) or "?"
 
 
-def plot(rows: list[dict[str, Any]], path: Path) -> None:
+def plot(rows: list[Row], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    pairs = [row["pairs"] / 1e6 for row in rows]
+    pairs = [row.pairs / 1e6 for row in rows]
     figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    left.plot(pairs, [row["prepare"]["seconds"] for row in rows], "o-", label="vaswani prepare (wall)")
-    timed = [row for row in rows if "cpu_seconds" in row["prepare"]]
-    left.plot([row["pairs"] / 1e6 for row in timed], [row["prepare"]["cpu_seconds"] for row in timed], "o--",
+    left.plot(pairs, [row.prepare.seconds for row in rows], "o-", label="vaswani prepare (wall)")
+    timed = [row for row in rows if row.prepare.cpu_seconds is not None]
+    left.plot([row.pairs / 1e6 for row in timed], [row.prepare.cpu_seconds for row in timed], "o--",
               label="vaswani prepare (CPU seconds)")
-    left.plot(pairs, [row["train"]["first_update_seconds"] or 0 for row in rows], "s-", label="train: first update")
+    left.plot(pairs, [row.train.first_update_seconds or 0 for row in rows], "s-", label="train: first update")
     left.set(xlabel="million sentence pairs", ylabel="seconds", title="time")
-    right.plot(pairs, [row["prepare"]["peak_gb"] for row in rows], "o-", label="vaswani prepare")
-    right.plot(pairs, [row["train"]["peak_gb_until_first_update"] for row in rows], "s-", label="train: first update")
+    right.plot(pairs, [row.prepare.peak_gb for row in rows], "o-", label="vaswani prepare")
+    right.plot(pairs, [row.train.peak_gb_until_first_update for row in rows], "s-", label="train: first update")
     right.set(xlabel="million sentence pairs", ylabel="GB", title="peak memory", ylim=(0, None))
     for axes in (left, right):
         axes.grid(alpha=0.3)

@@ -33,12 +33,18 @@ import shutil
 import signal
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
-from vaswani.io import atomic_write_json, atomic_write_text
+import torch
+
+from vaswani.benchmarks.engines import Stamp
+from vaswani.io import atomic_write_text
 from vaswani.model.serialization import load_model
 from vaswani.provenance import provenance
+from vaswani.records import write_record
+from vaswani.tools.faults_report import CheckpointCheck, Comparison, FaultLoopResult, Kill
 from vaswani.training.callbacks import Callback
 from vaswani.training.checkpoint import is_complete, latest_checkpoint, load_trainer_state
 from vaswani.training.config import apply_settings, load_preset
@@ -159,7 +165,7 @@ def _context() -> multiprocessing.context.BaseContext:
     return context
 
 
-def check_checkpoints(run_dir: Path) -> dict[str, Any]:
+def check_checkpoints(run_dir: Path) -> CheckpointCheck:
     """Every ``step_*`` directory left on disk must be complete, and its weights and trainer state must load."""
     checked, broken = [], []
     for directory in sorted((run_dir / "checkpoints").glob("step_*")):
@@ -171,14 +177,14 @@ def check_checkpoints(run_dir: Path) -> dict[str, Any]:
             checked.append(directory.name)
         except Exception as error:  # noqa: BLE001 - any failure to load is what this check reports
             broken.append(f"{directory.name}: {error}")
-    return {"checked": checked, "broken": broken}
+    return CheckpointCheck(checked, broken)
 
 
 def _train_steps(run_dir: Path) -> list[int]:
     return [r.step for r in read_metrics(run_dir / "metrics.jsonl") if r.kind == "train"]
 
 
-def _weights(run_dir: Path) -> dict[str, Any]:
+def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
     return load_file(run_dir / "checkpoints" / "last" / "model.safetensors")
@@ -232,7 +238,7 @@ class FaultLoop:
         latest = latest_checkpoint(self.faulty_dir / "checkpoints")
         return json.loads((latest / "meta.json").read_text())["step"] if latest is not None else None
 
-    def kill_once(self, index: int, kills: int) -> dict[str, Any] | None:
+    def kill_once(self, index: int, kills: int) -> Kill | None:
         """Start a training process of the faulty run, SIGKILL it in the phase picked for kill ``index``, check what
         it left on disk; None when it finished before the kill came."""
         resumed_from = self.resumes_from()
@@ -259,32 +265,30 @@ class FaultLoop:
         checkpoints_dir = self.faulty_dir / "checkpoints"
         staging = sorted(p.name for p in checkpoints_dir.glob(".*-step_*")) if checkpoints_dir.is_dir() else []
         checkpoints = check_checkpoints(self.faulty_dir)
-        record = {"kill": index, "target": target, "landed": landed, "step": step, "delay_ms": round(1e3 * delay, 2),
-                  "resumed_from": resumed_from, "partial_files_left": staging,
-                  "checkpoints_on_disk": len(checkpoints["checked"]) + len(checkpoints["broken"]),
-                  "checkpoints_loaded": len(checkpoints["checked"]), "broken": checkpoints["broken"]}
+        record = Kill(index, target, landed, step, round(1e3 * delay, 2), resumed_from, staging,
+                      checkpoints_on_disk=len(checkpoints.checked) + len(checkpoints.broken),
+                      checkpoints_loaded=len(checkpoints.checked), broken=checkpoints.broken)
         self.log(f"kill {index}/{kills}: aimed at {target}, landed in {landed} at update {step} "
-                 f"(resumed from {resumed_from}); {record['checkpoints_loaded']}/{record['checkpoints_on_disk']} "
+                 f"(resumed from {resumed_from}); {record.checkpoints_loaded}/{record.checkpoints_on_disk} "
                  f"checkpoints load" + (f"; left {staging}" if staging else ""))
         return record
 
-    def compare(self, max_steps: int) -> dict[str, Any]:
-        """The finished faulty run against the reference: weights bit for bit, checkpoints, the metrics log."""
+    def compare(self, max_steps: int) -> Comparison:
+        """The finished faulty run against the reference: weights bit for bit, the metrics log."""
         expected, actual = _weights(self.reference_dir), _weights(self.faulty_dir)
         differing = sorted(name for name in expected
                            if name not in actual or not bool((expected[name] == actual[name]).all()))
-        return {
-            "bit_identical": not differing and expected.keys() == actual.keys(),
-            "differing_tensors": differing,
-            "tensors_compared": len(expected),
-            "final_checkpoints_broken": check_checkpoints(self.faulty_dir)["broken"],
-            "metrics_hold_each_update_once": _train_steps(self.faulty_dir) == list(range(1, max_steps + 1)),
-        }
+        return Comparison(
+            bit_identical=not differing and expected.keys() == actual.keys(),
+            differing_tensors=differing,
+            tensors_compared=len(expected),
+            metrics_hold_each_update_once=_train_steps(self.faulty_dir) == list(range(1, max_steps + 1)),
+        )
 
 
 def fault_loop(workdir: Path, kills: int = 20, seed: int = 0, max_steps: int | None = None,
                preset: str = "smoke", settings: list[str] | None = None, process_timeout: float = 300.0,
-               log: Callable[[str], None] = print) -> dict[str, Any]:
+               log: Callable[[str], None] = print) -> FaultLoopResult:
     """Run the reference, then the loop of ``kills`` kills and a final training process; return the record of it all."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -295,7 +299,7 @@ def fault_loop(workdir: Path, kills: int = 20, seed: int = 0, max_steps: int | N
     loop.log(f"reference: {max_steps} uninterrupted updates")
     reference_phases = loop.run_reference()
 
-    records: list[dict[str, Any]] = []
+    records: list[Kill] = []
     for index in range(1, kills + 1):
         record = loop.kill_once(index, kills)
         if record is None:
@@ -306,57 +310,54 @@ def fault_loop(workdir: Path, kills: int = 20, seed: int = 0, max_steps: int | N
     final_resumed_from = loop.resumes_from()
     loop.log("final training process: runs to the end")
     loop.run_to_end(loop.faulty_dir, workdir / "faulty.log")
-    comparison = loop.compare(max_steps)
-    broken_at_the_end = comparison.pop("final_checkpoints_broken")
-    return {
-        "kills": records,
-        "kills_done": len(records),
-        "kills_asked": kills,
-        "finished_before_all_kills": len(records) < kills,
-        "final_resumed_from": final_resumed_from,
-        "max_steps": max_steps,
-        "reference_updates": sum(1 for name, _ in reference_phases if name == "step"),
-        **comparison,
-        "every_checkpoint_loaded": all(not r["broken"] for r in records) and not broken_at_the_end,
-        "landed": {phase: sum(1 for r in records if r["landed"] == phase) for phase in
-                   sorted({r["landed"] for r in records})},
-        "process_start_method": loop.context.get_start_method(),
-        "seed": seed,
-        "settings": settings,
-        "preset": preset,
-        "seconds": round(loop.seconds(), 1),
-    }
+    broken_at_the_end = check_checkpoints(loop.faulty_dir).broken
+    return FaultLoopResult(
+        kills=records,
+        kills_done=len(records),
+        kills_asked=kills,
+        finished_before_all_kills=len(records) < kills,
+        final_resumed_from=final_resumed_from,
+        max_steps=max_steps,
+        reference_updates=sum(1 for name, _ in reference_phases if name == "step"),
+        **vars(loop.compare(max_steps)),
+        every_checkpoint_loaded=all(not r.broken for r in records) and not broken_at_the_end,
+        landed={phase: sum(1 for r in records if r.landed == phase) for phase in sorted({r.landed for r in records})},
+        process_start_method=loop.context.get_start_method(),
+        seed=seed,
+        settings=settings,
+        preset=preset,
+        seconds=round(loop.seconds(), 1),
+    )
 
 
-def write_results(result: dict[str, Any], out: Path, command: str | None = None) -> None:
+def write_results(result: FaultLoopResult, out: Path, command: str | None = None) -> None:
+    """``out/results.json`` (``result`` with this machine's provenance) and ``out/table.md``."""
     out.mkdir(parents=True, exist_ok=True)
-    result = {**result, "provenance": provenance("cpu", command=command)}
-    atomic_write_json(out / "results.json", result)
-    prov = result["provenance"]
-    commit = (prov.get("git") or {}).get("commit") or "unknown"
+    prov = Stamp(**provenance("cpu", command=command))
+    write_record(out / "results.json", replace(result, provenance=prov))
+    commit = prov.git.get("commit") or "unknown"
     lines = [
         "# Fault loop: SIGKILL at random points, resume, compare bit for bit",
         "",
-        f"Command: `{prov.get('command')}` at commit `{commit[:12]}`; "
-        f"{prov.get('hardware', {}).get('device_name', 'CPU')}, {result['seconds']} s.",
+        f"Command: `{prov.command}` at commit `{commit[:12]}`; "
+        f"{prov.hardware.get('device_name', 'CPU')}, {result.seconds} s.",
         "",
-        f"**bit_identical: {str(result['bit_identical']).lower()}** — the final weights after "
-        f"{result['kills_done']} kills and resumes against an uninterrupted run of {result['max_steps']} updates "
-        f"({result['tensors_compared']} tensors compared).  ",
-        f"Every checkpoint left on disk loaded after every kill: {str(result['every_checkpoint_loaded']).lower()}.  ",
-        f"The metrics log holds each update exactly once: {str(result['metrics_hold_each_update_once']).lower()}.  ",
-        "Kills landed in: " + ", ".join(f"{phase} {count}" for phase, count in result["landed"].items()) + ".",
+        f"**bit_identical: {str(result.bit_identical).lower()}** — the final weights after "
+        f"{result.kills_done} kills and resumes against an uninterrupted run of {result.max_steps} updates "
+        f"({result.tensors_compared} tensors compared).  ",
+        f"Every checkpoint left on disk loaded after every kill: {str(result.every_checkpoint_loaded).lower()}.  ",
+        f"The metrics log holds each update exactly once: {str(result.metrics_hold_each_update_once).lower()}.  ",
+        "Kills landed in: " + ", ".join(f"{phase} {count}" for phase, count in result.landed.items()) + ".",
         "",
         "| kill | aimed at | landed in | at update | delay ms | resumed from | checkpoints load | partial files left |",
         "|---:|---|---|---:|---:|---:|---:|---|",
     ]
-    for r in result["kills"]:
-        resumed = "start" if r["resumed_from"] is None else r["resumed_from"]
-        lines.append(f"| {r['kill']} | {r['target']} | {r['landed']} | {r['step']} | {r['delay_ms']} | {resumed} "
-                     f"| {r['checkpoints_loaded']}/{r['checkpoints_on_disk']} "
-                     f"| {', '.join(r['partial_files_left']) or '–'} |")
-    lines += ["", f"The final training process resumed from update {result['final_resumed_from']} and ran to "
-              f"{result['max_steps']}. 'landed in' is the last phase the process announced before it died "
+    for r in result.kills:
+        resumed = "start" if r.resumed_from is None else r.resumed_from
+        lines.append(f"| {r.kill} | {r.target} | {r.landed} | {r.step} | {r.delay_ms} | {resumed} "
+                     f"| {r.checkpoints_loaded}/{r.checkpoints_on_disk} | {', '.join(r.partial_files_left) or '–'} |")
+    lines += ["", f"The final training process resumed from update {result.final_resumed_from} and ran to "
+              f"{result.max_steps}. 'landed in' is the last phase the process announced before it died "
               "(`after-checkpoint`: the checkpoint is complete and the next phase has not begun). Partial files are "
               "staging directories of a checkpoint write the kill interrupted; the next save removes them, and resume "
               "never reads them.",
@@ -383,9 +384,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     write_results(result, args.out, command=shlex.join(["python", "-m", "vaswani.tools.faults", *sys.argv[1:]]))
-    print(f"bit_identical: {result['bit_identical']}; every checkpoint loaded: {result['every_checkpoint_loaded']}; "
+    print(f"bit_identical: {result.bit_identical}; every checkpoint loaded: {result.every_checkpoint_loaded}; "
           f"wrote {args.out}/results.json and table.md")
-    return 0 if result["bit_identical"] and result["every_checkpoint_loaded"] else 1
+    return 0 if result.bit_identical and result.every_checkpoint_loaded else 1
 
 
 if __name__ == "__main__":
