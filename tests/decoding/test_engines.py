@@ -23,7 +23,7 @@ from vaswani.config import ModelConfig  # noqa: E402
 from vaswani.decoding import EngineOptions, SearchConfig, Translator  # noqa: E402
 from vaswani.decoding.config import StoredSearch  # noqa: E402
 from vaswani.decoding.ct2_model import CONVERSION_KIND, CONVERTED_DIRECTORY, converted_model, weight_parameters  # noqa: E402
-from vaswani.decoding.engine import output_limits  # noqa: E402
+from vaswani.decoding.engine import EngineDescription, output_limits  # noqa: E402
 from vaswani.errors import ConfigError, VaswaniError, VaswaniWarning
 from vaswani.io import MANIFEST_FILE, write_manifest
 from vaswani.model.serialization import CHECKPOINT_KIND, load_model, save_model
@@ -417,3 +417,13 @@ def test_the_vocabulary_is_read_from_the_conversion_and_is_the_tokenizers(checkp
     assert stored_vocabulary(elsewhere, len(expected)) is None  # a list of another length is not trusted
     (elsewhere / SHARED_VOCABULARY_FILE).write_text("[1, 2", encoding="utf-8")
     assert stored_vocabulary(elsewhere, len(expected)) is None and stored_vocabulary(tmp_path, 3) is None
+
+
+@pytest.mark.parametrize(("description", "line"), [
+    (EngineDescription("ctranslate2", "cpu", quantization="int8", threads=2, model="/m"),
+     "ctranslate2 int8 on cpu, 2 threads"),
+    (EngineDescription("torch", "cuda:0", compiled=True, ensemble=4), "torch on cuda:0, compiled, 4 models"),
+    (EngineDescription("torch", "cpu", compiled=False), "torch on cpu"),
+])
+def test_an_engine_is_summarised_in_one_line_for_a_log(description: EngineDescription, line: str) -> None:
+    assert description.summary() == line

@@ -51,6 +51,14 @@ class EngineDescription:
     ensemble: int | None = None  # models searched as one
     weights: list[float] | None = None  # their weights in the ensemble's mean log-probability
 
+    def summary(self) -> str:
+        """One line for a log: ``ctranslate2 int8 on cpu, 2 threads``; ``torch on cuda:0, compiled, 4 models``."""
+        parts = [" ".join(filter(None, [self.engine, self.quantization])) + f" on {self.device}"]
+        parts += ["compiled"] if self.compiled else []
+        parts += [f"{self.threads} threads"] if self.threads else []
+        parts += [f"{self.ensemble} models"] if self.ensemble else []
+        return ", ".join(parts)
+
 
 class Engine(Protocol):
     """A search implementation behind the Translator."""

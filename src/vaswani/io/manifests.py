@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from vaswani.errors import VaswaniError
-from vaswani.io.reading import read_json
+from vaswani.io.reading import JsonObject, read_json
 from vaswani.io.writing import (
     atomic_write_json,
     fsync_directory,
@@ -25,7 +25,7 @@ from vaswani.io.writing import (
 
 
 @contextlib.contextmanager
-def directory_written_whole(out: str | Path, kind: str | None = None, details: dict[str, Any] | None = None,
+def directory_written_whole(out: str | Path, kind: str | None = None, details: JsonObject | None = None,
                             writer: str | None = None, keep: Callable[[Path], bool] | None = None) -> Iterator[Path]:
     """Yield an empty staging directory beside ``out``; when the block succeeds it takes ``out``'s place, and an
     existing ``out`` is deleted only after that. With ``kind``, the manifest (see :func:`write_manifest`) is written
@@ -48,7 +48,7 @@ def directory_written_whole(out: str | Path, kind: str | None = None, details: d
 
 @contextlib.contextmanager
 def files_written_together(directory: str | Path, kind: str | None = None,
-                           details: dict[str, Any] | None = None) -> Iterator[Path]:
+                           details: JsonObject | None = None) -> Iterator[Path]:
     """Yield an empty staging directory inside ``directory`` (which may hold other things, e.g. other experiments'
     folders); when the block succeeds, each file written there is renamed into ``directory``, the manifest (with
     ``kind``) last. Every byte is written before the first file moves, so a full disk or a failure leaves the earlier
@@ -89,7 +89,7 @@ class Manifest:
 
     kind: str
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
-    details: dict[str, Any] = field(default_factory=dict)
+    details: JsonObject = field(default_factory=dict)
     writer: str | None = None  # the command that wrote it, where several write the same kind (a checkpoint)
 
 
@@ -126,7 +126,7 @@ def files_sha256(directory: str | Path, names: Iterable[str]) -> str:
     return bytes_sha256("".join(lines).encode())
 
 
-def write_manifest(directory: str | Path, kind: str, details: dict[str, Any] | None = None,
+def write_manifest(directory: str | Path, kind: str, details: JsonObject | None = None,
                    files: Iterable[str] | None = None, writer: str | None = None) -> Manifest:
     """Write ``directory``'s manifest: its ``kind``, the command that wrote it (``writer``), ``details``, and the
     size and sha256 of ``files`` (default: every visible regular file directly in it). Written last, atomically: a

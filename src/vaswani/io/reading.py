@@ -9,7 +9,7 @@ import os
 import stat
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 import yaml
 
@@ -63,6 +63,13 @@ def document_shape_problem(value: Any, nesting: int = MAX_NESTING, values: int =
             children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
             stack.extend((child, depth + 1) for child in children)
     return None
+
+
+# What a JSON or YAML document holds. An open object (JsonObject) is the honest type only where a file format leaves
+# its content to the writer (a manifest's details) or before a reader has checked it (a config's sections);
+# everywhere else a document is read into a dataclass (vaswani.records).
+JsonValue = Union[str, int, float, bool, None, list["JsonValue"], dict[str, "JsonValue"]]
+JsonObject = dict[str, JsonValue]
 
 
 def read_json(path: str | Path, what: str = "JSON file") -> Any:

@@ -148,7 +148,7 @@ async def lifespan(app: FastAPI):  # noqa: ANN201 - FastAPI's lifespan protocol
     served = state.model if isinstance(state.model, ServedModel) else load_served_model(state.model, state.settings)
     state.served, state.batcher = served, Batcher(served.translators, state.settings)
     state.batcher.start()
-    log.info("model %s ready (%s)", served.info.id, served.translator.engine.describe())
+    log.info("model %s ready (%s)", served.info.id, served.translator.engine.describe().summary())
     yield
     await state.batcher.stop()  # uvicorn has already finished the requests in flight
     del state.served, state.batcher

@@ -27,7 +27,7 @@ from vaswani.data.languages import parse_direction as parse_pair
 from vaswani.data.registry import DATASETS, DIRECTIONS, LOCAL, get_dataset
 from vaswani.data.tokenizer import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE, check_tag
 from vaswani.errors import ConfigError, DataError, VaswaniError
-from vaswani.io import MAX_DOCUMENT_BYTES, absolute_path, parse_yaml
+from vaswani.io import MAX_DOCUMENT_BYTES, JsonObject, absolute_path, parse_yaml
 from vaswani.settings import (
     MAX_LENGTH,
     Limit,
@@ -308,7 +308,8 @@ class RunConfig(Settles):
         settle(frozen.model, frozen.data, frozen.train, frozen)
         return frozen
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
+        """The settings as config.yaml holds them: a section each."""
         return {
             "model": self.model.to_dict(),
             "data": _plain(dataclasses.asdict(self.data)),
@@ -319,7 +320,9 @@ class RunConfig(Settles):
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any], source: str = "config") -> "RunConfig":
+    def from_dict(cls, values: object, source: str = "config") -> "RunConfig":
+        """The config in ``values`` (a parsed config.yaml, not yet checked: anything YAML can hold), every section and
+        setting checked; a problem is one ConfigError naming ``source`` and the setting."""
         if not isinstance(values, dict):
             raise ConfigError(f"{source}: expected sections model, data, train; got {type(values).__name__}")
         unknown = sorted(set(map(str, values)) - {"model", "data", "train"})
@@ -359,7 +362,7 @@ def _plain(values: Any) -> Any:
 MEANINGLESS = {"train": ("num_workers",)}
 
 
-def _build(cls: type, values: dict[str, Any], source: str) -> Any:
+def _build(cls: type, values: JsonObject, source: str) -> Any:
     values = {key: value for key, value in values.items() if key not in MEANINGLESS.get(cls.SECTION, ())}
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - known)
