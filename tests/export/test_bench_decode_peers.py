@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("transformers", reason="the peer benchmark needs transformers: pip install 'vaswani[export]'")
 pytest.importorskip("ctranslate2", reason="the peer benchmark needs ctranslate2: pip install 'vaswani[export]'")
 
+from vaswani.benchmarks.decode_peers_report import PeersReport, render_profile, render_table  # noqa: E402
 from vaswani.cli import main  # noqa: E402
 
 
@@ -43,6 +44,7 @@ def test_peer_decode_benchmark_writes_results(trained_checkpoint: Path, tmp_path
     assert {(r["engine"], r["search"]) for r in report["thread_scaling"]} == {(e, s) for e, s, _ in keys}
     assert report["command"].startswith("vaswani") and "commit" in report["git"]
     assert "| marian | greedy | 2 |" in (out / "table.md").read_text()
+    assert render_table(PeersReport.read(out / "results.json")) == (out / "table.md").read_text()
 
     # The profile covers the torch engines only, and its kinds account for the profiled pass.
     profiles = report["profile"]
@@ -59,6 +61,7 @@ def test_peer_decode_benchmark_writes_results(trained_checkpoint: Path, tmp_path
     assert "- ours' matrix products ran at " in text and "ours would run at most at " in text
     assert "× marian's speed (marian's unprofiled median" in text
     assert "× ctranslate2 float32's speed (ctranslate2 float32's unprofiled median" in text
+    assert render_profile(PeersReport.read(out / "results.json")) == text
 
 
 def test_each_of_our_engines_is_compared_with_each_peer() -> None:
@@ -66,17 +69,17 @@ def test_each_of_our_engines_is_compared_with_each_peer() -> None:
     from types import SimpleNamespace
 
     from vaswani.benchmarks.decode_peers import Row, _report
-    from vaswani.benchmarks.decode_peers_report import OURS, OURS_COMPILED, render_table
+    from vaswani.benchmarks.decode_peers_report import OURS, OURS_COMPILED, RandomModel, render_table
 
     def row(engine: str, seconds: float) -> Row:
         return Row(engine, "greedy", 2, 8, runs=[seconds, seconds], tokens=80, bleu=30.0)
 
     args = SimpleNamespace(sentences=8, batch_size=8, repeats=2, output_len=32, profile_passes=1)
-    model_info = {"random_weights": True, "config": {"d_model": 8, "n_encoder_layers": 1, "n_decoder_layers": 1,
-                                                     "n_heads": 2, "d_ff": 16, "vocab_size": 40, "norm": "post",
-                                                     "positions": "sinusoidal", "attention": "sdpa"}}
+    model_info = RandomModel(True, {"d_model": 8, "n_encoder_layers": 1, "n_decoder_layers": 1, "n_heads": 2,
+                                    "d_ff": 16, "vocab_size": 40, "norm": "post", "positions": "sinusoidal",
+                                    "attention": "sdpa"})
     report = _report(args, model_info, [row(OURS, 1.0), row(OURS_COMPILED, 0.8), row("marian", 1.2)], True, [2], [], {})
-    assert {(r["ours"], r["engine"]): r["ours_over_peer"] for r in report["speed_ratios"]} == {
+    assert {(r.ours, r.engine): r.ours_over_peer for r in report.speed_ratios} == {
         (OURS, "marian"): 1.2, (OURS_COMPILED, "marian"): 1.5}
     table = render_table(report)
     assert f"ours ÷ engine ({OURS} / {OURS_COMPILED})" in table

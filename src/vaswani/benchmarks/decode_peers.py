@@ -49,6 +49,14 @@ from vaswani.benchmarks.decode_peers_report import (
     OURS,
     OURS_COMPILED,
     EngineProfile,
+    PeerRow,
+    PeersReport,
+    PeerThreads,
+    RandomModel,
+    SpeedRatio,
+    ThreadScaling,
+    TrainedModel,
+    TrainingRecord,
     is_ours,
     print_report,
     render_profile,
@@ -66,7 +74,7 @@ from vaswani.decoding.search import generate
 from vaswani.errors import VaswaniError
 from vaswani.evaluation.metrics import corpus_scores
 from vaswani.export.hf import to_marian
-from vaswani.io import atomic_write_json, atomic_write_text
+from vaswani.io import atomic_write_text
 from vaswani.model import Transformer
 from vaswani.model.serialization import load_model, resolve_checkpoint
 from vaswani.provenance import PROVENANCE_FILE, first_training_start, provenance
@@ -103,13 +111,10 @@ class Row:
     def median(self) -> float:
         return statistics.median(self.runs)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"engine": self.engine, "search": self.search, "threads": self.threads,
-                "sentences": self.sentences, "runs": self.runs,
-                "median_s": self.median, "sentences_per_s": self.sentences / self.median,
-                "sentences_per_s_min": self.sentences / max(self.runs),
-                "sentences_per_s_max": self.sentences / min(self.runs),
-                "tokens": self.tokens, "bleu": self.bleu}
+    def result(self) -> PeerRow:
+        return PeerRow(self.engine, self.search, self.threads, self.sentences, self.runs, self.median,
+                       self.sentences / self.median, self.sentences / max(self.runs), self.sentences / min(self.runs),
+                       self.tokens, self.bleu)
 
 
 # ---- inputs ---------------------------------------------------------------------------------------------------
@@ -207,7 +212,7 @@ def run_peers(args: argparse.Namespace) -> int:
     else:
         model, vocabulary, sources = _random(args)
         references, tokenizer = None, None
-        model_info = {"random_weights": True, "config": model.config.to_dict()}
+        model_info = RandomModel(random_weights=True, config=model.config.to_dict())
     batches = _cpu_batches(sources, args.batch_size)
     limits = _batch_limits(batches, args.output_len if fixed else None)
 
@@ -253,10 +258,10 @@ def run_peers(args: argparse.Namespace) -> int:
     print_report(report)
     if args.out:
         out = Path(args.out)
-        atomic_write_json(out / "results.json", report)
+        report.write(out / "results.json")
         atomic_write_text(out / "table.md", render_table(report))
         if profiles:
-            atomic_write_text(out / "profile.md", render_profile(report, profiles))
+            atomic_write_text(out / "profile.md", render_profile(report))
         print(f"wrote {out / 'results.json'} and {out / 'table.md'}" + (" and profile.md" if profiles else ""))
     return 0
 
@@ -269,21 +274,18 @@ def _trained(args: argparse.Namespace):
     sentences = list(corpus.source)[: args.sentences]
     references = list(corpus.target)[: args.sentences]
     sources = [ids + [tokenizer.eos_id] for ids in tokenizer.encode_batch(sentences)]
-    info = {"checkpoint": str(directory), "parameters": model.num_parameters(), "config": model.config.to_dict(),
-            "test_set": f"{args.dataset} {args.split}, first {len(sentences)} sentences",
-            "training": _training_record(directory)}
+    info = TrainedModel(str(directory), model.num_parameters(), model.config.to_dict(),
+                        f"{args.dataset} {args.split}, first {len(sentences)} sentences", _training_record(directory))
     return model, ct2_vocabulary(tokenizer, model.config.vocab_size), sources, references, tokenizer, info
 
 
-def _training_record(checkpoint: Path) -> dict[str, Any] | None:
+def _training_record(checkpoint: Path) -> TrainingRecord | None:
     """How the checkpoint was trained, from its run directory (command, commit, where it stopped), if there."""
     run_dir = checkpoint.resolve().parent.parent if checkpoint.resolve().parent.name == "checkpoints" else None
     if run_dir is None or not (run_dir / PROVENANCE_FILE).is_file():
         return None
-    record = {"provenance": first_training_start(run_dir) or None}
-    if (run_dir / SUMMARY_FILE).is_file():
-        record["summary"] = to_json(RunSummary.read(run_dir))
-    return record
+    summary = to_json(RunSummary.read(run_dir)) if (run_dir / SUMMARY_FILE).is_file() else None
+    return TrainingRecord(first_training_start(run_dir) or None, summary)
 
 
 def _random(args: argparse.Namespace):
@@ -305,34 +307,30 @@ def _bleu(tokenizer: Any, outputs: list[list[int]], ordered_sources: list[list[i
     return round(corpus_scores([" ".join(h.splitlines()) for h in hypotheses], references).bleu, 2)
 
 
-def _report(args: argparse.Namespace, model_info: dict, rows: list[Row], fixed: bool, thread_counts: list[int],
-            profiles: list[EngineProfile], peaks: dict[str, float]) -> dict[str, Any]:
+def _report(args: argparse.Namespace, model_info: RandomModel | TrainedModel, rows: list[Row], fixed: bool,
+            thread_counts: list[int], profiles: list[EngineProfile], peaks: dict[str, float]) -> PeersReport:
     by = {(r.engine, r.search, r.threads): r for r in rows}
-    # > 1: ours is faster (sentences/s of ours ÷ the peer's, same search and threads), for each of our engines
-    ratios = [{"ours": own, "engine": engine, "search": search, "threads": threads,
-               "ours_over_peer": round(row.median / by[own, search, threads].median, 3)}
+    ratios = [SpeedRatio(own, engine, search, threads, round(row.median / by[own, search, threads].median, 3))
               for (engine, search, threads), row in by.items() if not is_ours(engine)
               for own in (OURS, OURS_COMPILED) if (own, search, threads) in by]
-    scaling = [{"engine": engine, "search": search, "threads": threads,
-                "over_one_thread": round(by[engine, search, 1].median / row.median, 3)}
+    scaling = [ThreadScaling(engine, search, threads, round(by[engine, search, 1].median / row.median, 3))
                for (engine, search, threads), row in by.items() if threads != 1 and (engine, search, 1) in by]
-    return {
+    return PeersReport(
         **provenance("cpu"),
-        "setting": "random weights, fixed output length" if fixed else "trained checkpoint, outputs end at </s>",
-        "model": model_info,
-        "threads": {"counts": thread_counts, "ctranslate2_inter": 1},
-        "sentences": args.sentences,
-        "batch_size": args.batch_size,
-        "repeats": args.repeats,
-        "output_len": args.output_len if fixed else "1.5 x longest source in the batch + 10",
-        "results": [r.to_dict() for r in rows],
-        "speed_ratios": ratios,
-        "thread_scaling": scaling,  # sentences/s at n threads ÷ at 1 thread, per engine
-        "profile": [{"engine": p.engine, "search": p.search, "threads": p.threads, **to_json(p.profile)}
-                    for p in profiles],
-        "matmul_peak_gflops": peaks,
-        "profile_passes": args.profile_passes,
-    }
+        setting="random weights, fixed output length" if fixed else "trained checkpoint, outputs end at </s>",
+        model=model_info,
+        threads=PeerThreads(thread_counts, ctranslate2_inter=1),
+        sentences=args.sentences,
+        batch_size=args.batch_size,
+        repeats=args.repeats,
+        output_len=args.output_len if fixed else "1.5 x longest source in the batch + 10",
+        results=[r.result() for r in rows],
+        speed_ratios=ratios,
+        thread_scaling=scaling,
+        profile=profiles,
+        matmul_peak_gflops=peaks,
+        profile_passes=args.profile_passes,
+    )
 
 
 # ---- where the time goes ----------------------------------------------------------------------------------------
@@ -341,4 +339,4 @@ def profile_engine(engine: Engine, search: str, beam: int, threads: int, n_batch
     """Untimed passes of ``engine`` over every batch under torch.profiler: self CPU ms by operator kind."""
     torch.set_num_threads(threads)
     profile = profile_by_kind(lambda: [engine.decode(i, beam, threads) for i in range(n_batches)], passes=passes)
-    return EngineProfile(engine.name, search, threads, profile)
+    return EngineProfile(engine=engine.name, search=search, threads=threads, **vars(profile))
