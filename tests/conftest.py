@@ -226,7 +226,7 @@ def finished_run(tmp_path_factory, data_dir: Path, prepared_multi30k) -> tuple[P
     from vaswani.training.summary import RunSummary
 
     def build(root: Path) -> None:
-        from vaswani.training.config import apply_settings, load_preset
+        from vaswani.training.presets import apply_settings, load_preset
         from vaswani.training.run import train
 
         with pytest.MonkeyPatch.context() as patch:

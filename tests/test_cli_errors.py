@@ -89,7 +89,7 @@ def test_invalid_settings_are_refused_naming_the_field(run, setting: str, field:
 
 
 def test_finalize_refuses_settings_that_the_trained_weights_cannot_follow(run, tmp_path) -> None:
-    from vaswani.training.config import load_preset
+    from vaswani.training.presets import load_preset
 
     (tmp_path / "config.yaml").write_text(load_preset("smoke").to_yaml())
     assert_clean(*run("finalize", "--run-dir", tmp_path, "--set", "model.d_model=8"), 2,

@@ -20,7 +20,8 @@ from hypothesis import strategies as st  # noqa: E402
 from vaswani.config import ModelConfig  # noqa: E402
 from vaswani.decoding.config import EngineOptions, SearchConfig  # noqa: E402
 from vaswani.errors import ConfigError, VaswaniError  # noqa: E402
-from vaswani.training.config import DataConfig, RunConfig, TrainConfig, apply_settings, load_preset  # noqa: E402
+from vaswani.training.config import DataConfig, RunConfig, TrainConfig  # noqa: E402
+from vaswani.training.presets import apply_settings, load_preset  # noqa: E402
 
 PER_FIELD = settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)

@@ -14,8 +14,8 @@ from vaswani.data.batching import TokenBudgetSampler
 from vaswani.data.cache import EncodedCorpus
 from vaswani.data.subwords import SubwordSplitter, merge_parts
 from vaswani.errors import ConfigError
-from vaswani.training.config import apply_settings, load_preset
 from vaswani.training.data import TrainingData
+from vaswani.training.presets import apply_settings, load_preset
 
 
 @pytest.fixture(scope="module")

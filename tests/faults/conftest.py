@@ -126,7 +126,7 @@ def workdir(tmp_path_factory, data_dir: Path) -> Path:
 @pytest.fixture(scope="session")
 def trained_run(workdir: Path, data_dir: Path) -> Path:
     """A tiny run of two updates, with its checkpoint, metrics and manifest (trained once)."""
-    from vaswani.training.config import apply_settings, load_preset
+    from vaswani.training.presets import apply_settings, load_preset
     from vaswani.training.run import train
 
     threads = torch.get_num_threads()

@@ -69,7 +69,7 @@ def recorded(tmp_path) -> tuple[Path, Path]:
 
 
 def test_a_recorded_folder_that_is_not_prepared_data_is_never_used(recorded) -> None:
-    from vaswani.training.data import recorded_out_dir
+    from vaswani.training.corpus_record import recorded_out_dir
 
     run_dir, folder = recorded
     assert recorded_out_dir(run_dir) is None  # a folder of the user's: the data goes to the default folder
@@ -114,7 +114,7 @@ def preset_beside_its_files(tmp_path, local_corpus) -> Path:
 
 
 def test_relative_paths_in_a_preset_name_files_beside_it(preset_beside_its_files, tmp_path, monkeypatch) -> None:
-    from vaswani.training.config import load_preset
+    from vaswani.training.presets import load_preset
 
     monkeypatch.chdir(tmp_path / "elsewhere" / "corpus")  # where "../corpus/t16.de" is another file
     data = load_preset(str(preset_beside_its_files)).data
@@ -131,8 +131,8 @@ def test_the_references_of_a_run_are_the_files_it_recorded_unchanged(preset_besi
     import dataclasses
 
     from vaswani.data.files import fingerprint
-    from vaswani.training.config import load_preset
     from vaswani.training.data import split_texts
+    from vaswani.training.presets import load_preset
 
     monkeypatch.chdir(tmp_path)
     config = load_preset(str(preset_beside_its_files))

@@ -28,7 +28,7 @@ def workspace(tmp_path_factory, tiny_checkpoint: Path) -> Path:
     from vaswani.classification.model import TransformerClassifier
     from vaswani.classification.word_tokenizer import WordTokenizer
     from vaswani.config import ModelConfig
-    from vaswani.training.config import load_preset
+    from vaswani.training.presets import load_preset
 
     root = tmp_path_factory.mktemp("outputs")
     run = root / "run"

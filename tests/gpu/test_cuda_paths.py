@@ -25,9 +25,9 @@ from vaswani.model.kernels import sdpa_backends
 from vaswani.model.masks import sliding_window_mask
 from vaswani.model.window import windowed_attention
 from vaswani.precision import choose_precision, resolve_precision
-from vaswani.training.config import apply_settings, load_preset
 from vaswani.training.loss import TranslationLoss
 from vaswani.training.optim import build_optimizer
+from vaswani.training.presets import apply_settings, load_preset
 from vaswani.training.run import train
 from vaswani.training.step import train_step
 

@@ -20,7 +20,7 @@ from vaswani.config import ModelConfig
 from vaswani.data.batching import Batch
 from vaswani.data.buckets import pad_to_shape
 from vaswani.model import Dropout, Transformer
-from vaswani.training.config import TrainConfig, apply_settings, load_preset
+from vaswani.training.config import TrainConfig
 from vaswani.training.device_choices import (
     CompilationWatch,
     CompileOptions,
@@ -30,6 +30,7 @@ from vaswani.training.device_choices import (
 )
 from vaswani.training.loss import TranslationLoss
 from vaswani.training.optim import build_optimizer
+from vaswani.training.presets import apply_settings, load_preset
 from vaswani.training.run import train
 from vaswani.training.schedule import build_scheduler
 from vaswani.training.step import read_results, train_step

@@ -20,7 +20,7 @@ import pytest
 from vaswani.cli import build_parser
 from vaswani.config import ModelConfig, apply_model_settings
 from vaswani.provenance import git_state
-from vaswani.training.config import apply_settings, load_preset
+from vaswani.training.presets import apply_settings, load_preset
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "gpu-session.sh"

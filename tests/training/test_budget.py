@@ -127,7 +127,8 @@ def in_workdir(tmp_path, data_dir, monkeypatch):
 
 
 def test_a_machine_fast_enough_trains_the_largest_listed_model_and_the_summary_says_why(in_workdir, capsys) -> None:
-    from vaswani.training.config import RunConfig, apply_settings, load_preset
+    from vaswani.training.config import RunConfig
+    from vaswani.training.presets import apply_settings, load_preset
     from vaswani.training.run import train
     from vaswani.training.summary import RunSummary
 
@@ -147,7 +148,7 @@ def test_a_machine_fast_enough_trains_the_largest_listed_model_and_the_summary_s
 
 def test_a_wider_model_that_completes_the_fewest_epochs_asked_is_chosen_and_its_run_ends_on_the_clock(
         in_workdir) -> None:
-    from vaswani.training.config import apply_settings, load_preset
+    from vaswani.training.presets import apply_settings, load_preset
     from vaswani.training.run import train
 
     # no model completes 100,000 epochs in the budget; every one completes 1
@@ -165,14 +166,14 @@ def test_a_wider_model_that_completes_the_fewest_epochs_asked_is_chosen_and_its_
 def test_a_wider_model_must_complete_the_fewest_epochs_asked_and_never_more_than_the_schedule(
         settings: list[str], epochs: int) -> None:
     from vaswani.training.budget import epochs_to_complete
-    from vaswani.training.config import apply_settings, load_preset
+    from vaswani.training.presets import apply_settings, load_preset
 
     preset = apply_settings(load_preset("multi30k-cpu"), ["train.scale_up_min_epochs=null", *settings])
     assert epochs_to_complete(preset.train) == epochs
 
 
 def test_a_machine_too_slow_keeps_the_presets_model_and_a_resume_keeps_it_without_measuring(in_workdir) -> None:
-    from vaswani.training.config import apply_settings, load_preset
+    from vaswani.training.presets import apply_settings, load_preset
     from vaswani.training.resume import resumed_config
     from vaswani.training.run import train
 
@@ -188,7 +189,7 @@ def test_the_trainer_gets_the_config_the_clock_fit_chose_settled(in_workdir, mon
     import dataclasses
 
     from vaswani.training import run
-    from vaswani.training.config import apply_settings, load_preset
+    from vaswani.training.presets import apply_settings, load_preset
 
     class Handed(Exception):
         pass
@@ -210,8 +211,8 @@ def test_the_trainer_gets_the_config_the_clock_fit_chose_settled(in_workdir, mon
 
 def test_a_trainer_times_updates_it_neither_counts_reports_nor_saves(in_workdir) -> None:
     from vaswani.training.callbacks import Callback
-    from vaswani.training.config import apply_settings, load_preset
     from vaswani.training.data import settle
+    from vaswani.training.presets import apply_settings, load_preset
     from vaswani.training.trainer import Trainer
 
     class Hooks(Callback):
@@ -237,7 +238,7 @@ def test_a_trainer_times_updates_it_neither_counts_reports_nor_saves(in_workdir)
 
 def test_the_rule_applies_only_with_a_budget_and_a_wrong_entry_is_named_in_one_line() -> None:
     from vaswani.errors import ConfigError
-    from vaswani.training.config import apply_settings, load_preset
+    from vaswani.training.presets import apply_settings, load_preset
     from vaswani.training.run import fits_to_budget
 
     preset = load_preset("multi30k-cpu")
@@ -250,7 +251,7 @@ def test_the_rule_applies_only_with_a_budget_and_a_wrong_entry_is_named_in_one_l
 
 
 def test_a_run_that_ends_before_its_clock_says_how_much_it_left_and_why() -> None:
-    from vaswani.training.config import apply_settings, load_preset
+    from vaswani.training.presets import apply_settings, load_preset
     from vaswani.training.run import unused_budget
     from vaswani.training.summary import RunSummary, Stop
 

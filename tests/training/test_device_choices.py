@@ -11,7 +11,6 @@ from torch._dynamo.utils import counters
 from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError
 from vaswani.model import Transformer
-from vaswani.training.config import apply_settings, load_preset
 from vaswani.training.device_choices import (
     CompilationCounts,
     CompilationWatch,
@@ -22,6 +21,7 @@ from vaswani.training.device_choices import (
     recompile_limit,
 )
 from vaswani.training.loss import TranslationLoss
+from vaswani.training.presets import apply_settings, load_preset
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 

@@ -18,7 +18,7 @@ from vaswani.decoding.config import SEARCH_FILE, EngineOptions, SearchConfig, St
 from vaswani.errors import ConfigError
 from vaswani.evaluation.selection import Selection
 from vaswani.model.serialization import resolve_checkpoint
-from vaswani.training.config import apply_settings, load_preset
+from vaswani.training.presets import apply_settings, load_preset
 from vaswani.training.summary import RunSummary
 
 

@@ -14,8 +14,8 @@ import pytest
 from vaswani.config import ModelConfig
 from vaswani.errors import ConfigError, VaswaniError
 from vaswani.model import Transformer
-from vaswani.training.config import load_preset
 from vaswani.training.parent import find_parent, fine_tune_config, freeze, initial_model
+from vaswani.training.presets import load_preset
 
 
 def tiny(**settings) -> Transformer:

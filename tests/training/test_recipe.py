@@ -16,9 +16,10 @@ from vaswani.errors import ConfigError
 from vaswani.evaluation.checkpoint_info import CheckpointMeta
 from vaswani.model import Transformer
 from vaswani.training.checkpoint import TrainerState, point_link_at, save_checkpoint
-from vaswani.training.config import RunConfig, TrainConfig, apply_settings, load_preset, preset_names
+from vaswani.training.config import RunConfig, TrainConfig
 from vaswani.training.loss import translation_loss
 from vaswani.training.optim import build_optimizer, parameter_groups
+from vaswani.training.presets import apply_settings, load_preset, preset_names
 from vaswani.training.schedule import build_scheduler, decay_lr, noam_lr
 
 

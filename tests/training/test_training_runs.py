@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 
 from vaswani.errors import VaswaniError
 from vaswani.evaluation.selection import Selection
-from vaswani.training.config import apply_settings, load_preset
+from vaswani.training.presets import apply_settings, load_preset
 from vaswani.training.schedule import noam_lr
 from vaswani.training.summary import RunSummary, Stop
 

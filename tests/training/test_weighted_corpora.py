@@ -55,7 +55,7 @@ def test_a_run_on_weighted_parts_takes_each_part_as_often_as_its_weight_and_reco
     corpus = json.loads((tmp_path / "run" / "corpus.json").read_text())
     assert corpus["splits"]["train"]["weights"] == [1.0, 3.0]
 
-    from vaswani.training.config import load_preset
+    from vaswani.training.presets import load_preset
     from vaswani.training.trainer import Trainer
 
     trainer = Trainer(load_preset(str(tmp_path / "run" / "config.yaml")), tmp_path / "run", resume=True)
@@ -101,7 +101,7 @@ def test_a_tagged_part_has_its_tag_token_in_front_of_each_source_and_the_other_p
     assert tag == 4  # the first id after <pad> <s> </s> <unk>
     assert tag not in tokenizer.encode("<BT> ein katze")  # the characters in a text stay ordinary text
 
-    from vaswani.training.config import load_preset
+    from vaswani.training.presets import load_preset
     from vaswani.training.trainer import Trainer
 
     data = Trainer(load_preset(str(tmp_path / "run" / "config.yaml")), tmp_path / "run", resume=True).data

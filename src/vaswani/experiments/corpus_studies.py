@@ -18,7 +18,8 @@ import numpy as np
 from vaswani.experiments.reporting import fixed, log, markdown_table, pyplot
 from vaswani.experiments.variants import load_final_model
 from vaswani.io import atomic_write_text
-from vaswani.training.config import RunConfig, apply_settings, load_preset
+from vaswani.training.config import RunConfig
+from vaswani.training.presets import apply_settings, load_preset
 from vaswani.training.scoring import greedy_scores
 
 TEST_SETS = ("test2016", "test2017")

@@ -28,7 +28,7 @@ from vaswani.model import Transformer
 from vaswani.precision import resolve_precision
 from vaswani.records import to_json
 from vaswani.settings import MAX_BATCH, MAX_COUNT, MAX_THREADS, PRECISIONS
-from vaswani.training.config import load_preset
+from vaswani.training.presets import load_preset
 from vaswani.training.step import TeacherForcedBatch
 
 MULTI30K_TRAIN_PAIRS = 29_000

@@ -41,7 +41,7 @@ from vaswani.experiments.reporting import (
 from vaswani.experiments.variants import RunVariant, add_runs_arguments, checked_runs_dir, train_variants
 from vaswani.model.serialization import resolve_checkpoint
 from vaswani.settings import MAX_BATCH, MAX_COUNT
-from vaswani.training.config import load_preset
+from vaswani.training.presets import load_preset
 
 RECIPE, SMOKE_RECIPE = "multi30k-cpu", "smoke"
 SPLITS = ("val", "test2016")  # the split timed is the last

@@ -23,8 +23,9 @@ from vaswani.experiments.reporting import fixed, log, markdown_table, pyplot, wr
 from vaswani.experiments.variants import metrics
 from vaswani.io import atomic_copy
 from vaswani.provenance import first_training_start
-from vaswani.training.config import RunConfig, load_preset
+from vaswani.training.config import RunConfig
 from vaswani.training.finalize import FINAL
+from vaswani.training.presets import load_preset
 from vaswani.training.summary import SUMMARY_FILE, RunSummary
 
 # What a run directory holds that a reader of the results needs (weights stay in the run: they are not results).

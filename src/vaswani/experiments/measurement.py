@@ -29,9 +29,10 @@ from vaswani.data.batching import Batch
 from vaswani.devices import synchronize as sync
 from vaswani.errors import is_out_of_memory
 from vaswani.model import Transformer
-from vaswani.training.config import TrainConfig, load_preset
+from vaswani.training.config import TrainConfig
 from vaswani.training.loss import TranslationLoss
 from vaswani.training.optim import build_optimizer
+from vaswani.training.presets import load_preset
 from vaswani.training.step import TeacherForcedBatch, train_step
 
 MiB = 2**20

@@ -36,7 +36,7 @@ from vaswani.experiments.variants import (
     variant_config,
 )
 from vaswani.precision import resolve_precision
-from vaswani.training.config import load_preset
+from vaswani.training.presets import load_preset
 from vaswani.training.scoring import greedy_scores
 
 RECIPE = "multi30k-cpu"

@@ -46,7 +46,7 @@ from vaswani.experiments.variants import (
     variant_config,
 )
 from vaswani.settings import MAX_COUNT
-from vaswani.training.config import load_preset
+from vaswani.training.presets import load_preset
 from vaswani.training.scoring import greedy_scores
 
 RECIPE, SMOKE_RECIPE = "multi30k-cpu", "smoke"

@@ -34,8 +34,9 @@ from vaswani.io import check_output, read_yaml
 from vaswani.model.serialization import load_model, resolve_checkpoint
 from vaswani.precision import resolve_precision
 from vaswani.settings import MAX_COUNT, MAX_THREADS
-from vaswani.training.config import RunConfig, apply_settings, load_preset
+from vaswani.training.config import RunConfig
 from vaswani.training.metrics import METRICS_FILE, MetricsRecord, read_metrics
+from vaswani.training.presets import apply_settings, load_preset
 from vaswani.training.run import train
 from vaswani.training.signals import StopSignals
 from vaswani.training.summary import SUMMARY_FILE, RunSummary, Stop

@@ -47,8 +47,8 @@ from vaswani.records import write_record
 from vaswani.tools.faults_report import CheckpointCheck, Comparison, FaultLoopResult, Kill
 from vaswani.training.callbacks import Callback
 from vaswani.training.checkpoint import is_complete, latest_checkpoint, load_trainer_state
-from vaswani.training.config import apply_settings, load_preset
 from vaswani.training.metrics import read_metrics
+from vaswani.training.presets import apply_settings, load_preset
 from vaswani.training.resume import resumed_config
 from vaswani.training.run import train
 from vaswani.training.rundir import run_evidence

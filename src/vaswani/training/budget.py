@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vaswani.errors import ConfigError
-from vaswani.training.config import RunConfig, TrainConfig, apply_settings, settings_of
+from vaswani.training.config import RunConfig, TrainConfig, settings_of
 from vaswani.training.data import settle
+from vaswani.training.presets import apply_settings
 from vaswani.training.summary import BudgetPlan, Measurement
 from vaswani.training.trainer import Trainer
 

@@ -69,10 +69,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    import dataclasses
-
     from vaswani.records import to_json
-    from vaswani.training.config import RunConfig, apply_settings, load_preset
+    from vaswani.training.corpus_settings import with_corpus, with_weights_and_tags
+    from vaswani.training.presets import apply_settings, load_preset
     from vaswani.training.resume import resumed_config
     from vaswani.training.run import train
 
@@ -86,14 +85,10 @@ def run_train(args: argparse.Namespace) -> int:
         config = apply_settings(load_preset(args.preset), args.settings)
     corpus = corpus_arguments(args)
     if corpus is not None:
-        config = with_files(config, corpus, replace=not args.resume)
+        config = with_corpus(config, corpus, replace=not args.resume)
     if args.data_dir is not None:
         config.data.data_dir = str(args.data_dir)
-    if args.weight:
-        config = RunConfig(config.model, dataclasses.replace(config.data, train_weights=tuple(args.weight)),
-                           config.train)
-    if args.tag:
-        config = RunConfig(config.model, dataclasses.replace(config.data, train_tags=tuple(args.tag)), config.train)
+    config = with_weights_and_tags(config, args.weight, args.tag)
     if not args.resume and (args.init_from is not None or config.train.init_from is not None):
         from vaswani.training.parent import find_parent, fine_tune_config
 
@@ -116,7 +111,7 @@ def _check_run_settings(config_file: Path) -> None:
     """The run's config.yaml holds what `vaswani train` wrote there (its model, data and train sections): an empty or
     cut file is not "all defaults", which would describe other weights than the run trained."""
     from vaswani.io import parse_yaml
-    from vaswani.training.config import read_config_text
+    from vaswani.training.presets import read_config_text
 
     try:
         text = read_config_text(config_file, "run's settings")
@@ -128,43 +123,10 @@ def _check_run_settings(config_file: Path) -> None:
                            "sections); restore the run's config.yaml (its checkpoints' trainer_state.pt holds a copy)")
 
 
-def with_files(config, corpus, replace: bool = True):
-    """``config`` training on the files the command line named (``replace``: they are the whole corpus, whatever
-    the preset's dataset), or with their test sets added to the run's own (``vaswani finalize``). The test sets are
-    then the ones the final model is scored on."""
-    import dataclasses
-
-    from vaswani.data.pipeline import corpus_languages
-    from vaswani.errors import ConfigError
-    from vaswani.training.config import RunConfig
-
-    data, train = config.data, config.train
-    tests = {name: tuple(map(str, part)) for name, part in corpus.tests.items()}
-    if replace:
-        if not corpus.train:
-            raise ConfigError("your own corpus needs training files: --src and --tgt, or --tsv")
-        aligned = next((part for part in [*corpus.train, *corpus.tests.values()] if len(part) == 2), ())
-        languages = corpus_languages(aligned, corpus.src_lang, corpus.tgt_lang)
-        data = dataclasses.replace(data, dataset="local", direction=languages.direction,
-                                   train_files=tuple(tuple(map(str, part)) for part in corpus.train),
-                                   valid_files=tuple(map(str, corpus.valid)), test_files=tests)
-        train = dataclasses.replace(train, final_test_splits=tuple(tests))
-    else:
-        if corpus.train or corpus.valid or corpus.src_lang or corpus.tgt_lang:
-            raise ConfigError("a run keeps the corpus it was trained on: only test sets (--test-src/--test-tgt, "
-                              "--test-tsv) can be added now")
-        if data.dataset != "local":
-            raise ConfigError(f"this run trained on {data.dataset}: score other test files with vaswani evaluate "
-                              "--src FILE --ref FILE")
-        data = dataclasses.replace(data, test_files={**data.test_files, **tests})
-        train = dataclasses.replace(train, final_test_splits=tuple(dict.fromkeys([*train.final_test_splits,
-                                                                                  *tests])))
-    return RunConfig(model=config.model, data=data, train=train)
-
-
 def run_finalize(args: argparse.Namespace) -> int:
     from vaswani.settings import parse_settings
-    from vaswani.training.config import apply_settings, load_preset
+    from vaswani.training.corpus_settings import with_corpus
+    from vaswani.training.presets import apply_settings, load_preset
 
     config_file = args.run_dir / "config.yaml"
     if not config_file.is_file():
@@ -175,7 +137,7 @@ def run_finalize(args: argparse.Namespace) -> int:
     config = apply_settings(load_preset(str(config_file)), args.settings)
     corpus = corpus_arguments(args)
     if corpus is not None:
-        config = with_files(config, corpus, replace=False)
+        config = with_corpus(config, corpus, replace=False)
     if args.data_dir is not None:
         config.data.data_dir = str(args.data_dir)
 

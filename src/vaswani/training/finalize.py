@@ -60,9 +60,11 @@ from vaswani.evaluation.selection import (
 from vaswani.io import check_name, install_directory, staging_directory, write_faults_named, write_manifest
 from vaswani.model.serialization import CHECKPOINT_KIND
 from vaswani.training.checkpoint import STEP_NAME, nearest
-from vaswani.training.config import RunConfig, load_preset
-from vaswani.training.data import recorded_out_dir, split_texts, valid_split_name
+from vaswani.training.config import RunConfig
+from vaswani.training.corpus_record import recorded_out_dir
+from vaswani.training.data import split_texts, valid_split_name
 from vaswani.training.device_choices import decoding_batches
+from vaswani.training.presets import load_preset
 
 FINAL = "final"
 MODEL_FILES = ("model.safetensors", "model.json", "tokenizer.json")

@@ -25,8 +25,9 @@ from vaswani.model import Transformer
 from vaswani.model.serialization import load_weights
 from vaswani.provenance import PROVENANCE_FILE, provenance
 from vaswani.training.checkpoint import STATE_FILE, TrainerState, latest_checkpoint, load_trainer_state
-from vaswani.training.config import DataConfig, RunConfig, apply_settings
+from vaswani.training.config import DataConfig, RunConfig
 from vaswani.training.parent import Parent
+from vaswani.training.presets import apply_settings
 from vaswani.training.rundir import check_start
 
 # A training setting changed at a resume: {"train.lr_factor": (old, new)}.

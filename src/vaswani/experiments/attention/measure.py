@@ -52,10 +52,10 @@ from vaswani.model.masks import causal_mask, sliding_window_mask
 from vaswani.model.window import window_block
 from vaswani.precision import autocast
 from vaswani.training.callbacks import Callback
-from vaswani.training.config import apply_settings, load_preset
 from vaswani.training.data import settle
 from vaswani.training.flops import self_attention_flops
 from vaswani.training.metrics import read_metrics
+from vaswani.training.presets import apply_settings, load_preset
 from vaswani.training.step import DeferredStepResult, StepResult
 from vaswani.training.trainer import Trainer
 
