@@ -31,7 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from vaswani.data.files import FileSplit, decode_chunk, fingerprint, progress_bar, read_chunks
+from vaswani.data.files import FileSplit, decode_chunk, progress_bar, read_chunks
+from vaswani.data.fingerprint import fingerprint
 from vaswani.data.language_id import LanguageCheck
 from vaswani.data.languages import LanguagePair, language_scripts
 from vaswani.errors import ConfigError, DataError

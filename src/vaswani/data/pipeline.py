@@ -34,17 +34,8 @@ import numpy as np
 from vaswani.data.cache import EncodedCorpus, cache_path, load_cached, save_encoded
 from vaswani.data.corpora import CorpusInfo, ParallelCorpus, load_corpus, wmt17_train_files
 from vaswani.data.download import resolve_file
-from vaswani.data.files import (
-    TRAIN,
-    VALID,
-    FileCorpus,
-    FileSplit,
-    SplitFingerprint,
-    file_part,
-    fingerprint,
-    held_out_count,
-    scan,
-)
+from vaswani.data.files import TRAIN, VALID, FileCorpus, FileSplit, file_part, held_out_count, scan
+from vaswani.data.fingerprint import SplitFingerprint, fingerprint
 from vaswani.data.languages import LanguagePair, pair_from_files
 from vaswani.data.languages import parse_direction as parse_pair
 from vaswani.data.prepared_tokenizer import (
