@@ -236,18 +236,19 @@ def test_two_processes_converting_at_once_both_get_a_whole_model(checkpoint: Pat
     assert len(conversions) == 1 and (conversions[0] / MANIFEST_FILE).is_file()
 
 
-def test_translate_on_ctranslate2_never_imports_torch_or_numpy(checkpoint: Path, tmp_path: Path) -> None:
-    """Neither is needed to translate with a conversion; each is a tenth of a second or more of a start-up."""
+def test_translate_on_ctranslate2_never_imports_torch_numpy_or_yaml(checkpoint: Path, tmp_path: Path) -> None:
+    """None is needed to translate with a conversion; torch and numpy are each a tenth of a second or more of a
+    start-up, yaml (its resolver's regular expressions) a few hundredths."""
     converted_model(checkpoint, "int8")  # converting needs torch; translating with the conversion must not
     StoredSearch.of(SearchConfig(beam_size=2, length_norm="power", alpha=1.0), quantization="int8").write(checkpoint)
     (tmp_path / "in.de").write_text("Ein Mann fährt Fahrrad.\nZwei Hunde spielen im Schnee.\n", encoding="utf-8")
     argv = ["translate", "--checkpoint", str(checkpoint), "--input", str(tmp_path / "in.de"), "--output",
             str(tmp_path / "out.en"), "--threads", "1"]
     script = (f"import sys\nfrom vaswani.cli import main\ncode = main({argv!r})\n"
-              "print(code, 'torch' in sys.modules, 'numpy' in sys.modules)")
+              "print(code, 'torch' in sys.modules, 'numpy' in sys.modules, 'yaml' in sys.modules)")
     env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
-    assert done.stdout.split() == ["0", "False", "False"], done.stderr
+    assert done.stdout.split() == ["0", "False", "False", "False"], done.stderr
     assert "engine auto" not in done.stderr and "error" not in done.stderr  # (a progress bar only)
     expected = Translator.load(checkpoint, SearchConfig(beam_size=2, length_norm="power"),
                                options=EngineOptions(device="cpu", engine="ctranslate2", quantization="int8"))

@@ -3,17 +3,19 @@ their shape checked before a field is used."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import stat
 import sys
 from pathlib import Path
-from typing import Any, Union
-
-import yaml
+from typing import TYPE_CHECKING, Any, Union
 
 from vaswani.errors import VaswaniError
+
+if TYPE_CHECKING:
+    import yaml
 
 MAX_DOCUMENT_BYTES = 256 << 20
 
@@ -109,8 +111,12 @@ def parse_yaml(text: str, source: str, what: str = "YAML file") -> Any:
     so a few hundred bytes of nested aliases ("billion laughs") are refused at once. A key given twice in one
     mapping is an error (a settings file edited by hand easily holds a setting twice, and YAML would keep the
     last one silently). Anything wrong is one VaswaniError naming ``source`` as ``what``."""
+    # Here, not at the top: importing yaml compiles its resolver's regular expressions, a cost that `vaswani
+    # translate`, which reads no YAML, would pay in its start-up.
+    import yaml
+
     try:
-        return yaml.load(text, Loader=_BoundedLoader)
+        return yaml.load(text, Loader=_bounded_loader())
     except _TooLarge as error:
         raise VaswaniError(f"{source}: the {what} {error}; it is not what vaswani reads") from None
     except yaml.YAMLError as error:
@@ -126,27 +132,32 @@ class _TooLarge(Exception):
     pass
 
 
-class _BoundedLoader(yaml.SafeLoader):
+@functools.cache
+def _bounded_loader() -> type[yaml.SafeLoader]:
     """yaml.SafeLoader that measures the node graph before it builds a value and refuses a key given twice."""
+    import yaml  # see parse_yaml
 
-    def compose_document(self) -> yaml.Node:
-        node = super().compose_document()
-        problem = _node_graph_problem(node)
-        if problem is not None:
-            raise _TooLarge(problem)
-        return node
+    class BoundedLoader(yaml.SafeLoader):
+        def compose_document(self) -> yaml.Node:
+            node = super().compose_document()
+            problem = _node_graph_problem(node)
+            if problem is not None:
+                raise _TooLarge(problem)
+            return node
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if not isinstance(key, str):
-                continue  # other keys are left to the reader, which names them
-            if key in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} is given twice",
-                                                        key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if not isinstance(key, str):
+                    continue  # other keys are left to the reader, which names them
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"key {key!r} is given twice",
+                                                            key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return BoundedLoader
 
 
 def _node_graph_problem(root: yaml.Node, nesting: int = MAX_NESTING, values: int = MAX_VALUES) -> str | None:
@@ -181,9 +192,9 @@ def _node_graph_problem(root: yaml.Node, nesting: int = MAX_NESTING, values: int
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:
-    if isinstance(node, yaml.SequenceNode):
+    if node.id == "sequence":  # yaml.SequenceNode
         return list(node.value)
-    if isinstance(node, yaml.MappingNode):
+    if node.id == "mapping":  # yaml.MappingNode
         return [item for pair in node.value for item in pair]
     return []
 
