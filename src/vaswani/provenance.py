@@ -91,6 +91,15 @@ def git_state() -> dict[str, Any]:
     return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}
 
 
+def load_averages() -> list[float]:
+    """The machine's 1, 5 and 15-minute load averages ([] where the system has none): how many processes wanted a
+    core, a measurement's and every other job's, so that a reader can tell a quiet run from a crowded one."""
+    try:
+        return [round(value, 2) for value in os.getloadavg()]
+    except (AttributeError, OSError):
+        return []
+
+
 def versions() -> dict[str, str]:
     import platform  # here and below, not at the top: `platform` compiles regular expressions at import, a cost
     from importlib import metadata  # every command's start-up would pay for recording its command line

@@ -17,10 +17,11 @@ import pytest
 from vaswani.cli import main
 from vaswani.data import preprocess
 from vaswani.data.cache import load_encoded
-from vaswani.data.files import MAX_CORPUS_FILE_BYTES, FileSplit, file_part, read_chunks
-from vaswani.data.fingerprint import fingerprint
+from vaswani.data.files import MAX_CORPUS_FILE_BYTES, FileSplit, file_part, local_corpus, read_chunks
+from vaswani.data.fingerprints import fingerprint
 from vaswani.data.languages import LanguagePair, code_from_suffix, pair_from_files, parse_direction
-from vaswani.data.pipeline import PhaseClock, local_corpus, prepare_dataset
+from vaswani.data.phase_clock import PhaseClock
+from vaswani.data.pipeline import prepare_dataset
 from vaswani.data.preprocess import prepare_files
 from vaswani.errors import ConfigError
 

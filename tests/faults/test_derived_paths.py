@@ -130,7 +130,7 @@ def test_the_references_of_a_run_are_the_files_it_recorded_unchanged(preset_besi
     recorded it (corpus.json: path and sha256) is refused, naming it, instead of scored."""
     import dataclasses
 
-    from vaswani.data.fingerprint import fingerprint
+    from vaswani.data.fingerprints import fingerprint
     from vaswani.training.data import split_texts
     from vaswani.training.presets import load_preset
 

@@ -17,8 +17,16 @@ from vaswani.cli import main
 from vaswani.errors import VaswaniError
 from vaswani.io import write_manifest
 from vaswani.records import to_json
-from vaswani.tools.data_benchmark import measure_prepare, render_table
-from vaswani.tools.data_benchmark_report import BenchSettings, DataScaleResults, Measurement, Prepared, Row, Trained
+from vaswani.tools.data_benchmark import measure_prepare
+from vaswani.tools.data_benchmark_report import (
+    BenchSettings,
+    DataScaleResults,
+    Measurement,
+    Prepared,
+    Row,
+    Trained,
+    render_table,
+)
 
 PHASES = ["reading", "checking", "tokenizer", "encoding"]
 SETTINGS = BenchSettings(seed=0, vocab_size=300, max_len=32)

@@ -8,7 +8,8 @@ import pytest
 from vaswani.errors import ConfigError
 from vaswani.provenance import provenance
 from vaswani.tools.serve_ceilings import BareRun, ModelAlone
-from vaswani.tools.serve_load import Layout, LoadTest, Run, layouts_for
+from vaswani.tools.serve_layouts import Layout, layouts_for
+from vaswani.tools.serve_load import LoadTest, Run
 from vaswani.tools.serve_report import summarise, table
 
 
@@ -67,7 +68,7 @@ def test_the_report_reads_ratios_per_repeat_and_states_each_target_with_its_ceil
 
 
 def test_layouts_none_skips_the_comparison_and_the_torch_engine_leaves_out_parallel_batches() -> None:
-    from vaswani.tools.serve_load import parse_layouts, runnable_layouts
+    from vaswani.tools.serve_layouts import parse_layouts, runnable_layouts
 
     assert parse_layouts(None) is None and parse_layouts(["none"]) == parse_layouts([]) == []
     assert [layout.name for layout in parse_layouts(["1x2x1", "2x1x1"])] == ["1x2x1", "2x1x1"]

@@ -37,6 +37,8 @@ from vaswani.benchmarks.decode_report import (
     CompiledComparison,
     DecodeReport,
     TimingRow,
+    compiled_lines,
+    print_comparisons,
 )
 from vaswani.benchmarks.profiling import add_passes_argument
 from vaswani.config import ModelConfig
@@ -228,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
         cache["cache_speedup"], cache["cache_speedup_decoder_only"],
         (one_by_one.seconds / one_by_one.sentences) / (batched.seconds / batched.sentences), preallocation,
         backends, compiled)
-    _print_comparisons(comparisons, beam_label)
+    print_comparisons(comparisons, beam_label)
     if args.out:
         _write_report(args, device, model, fixed_length, natural, fixed, session, comparisons)
     return 0
@@ -330,22 +332,6 @@ def _compiled_speedups(session: _Session, searches: list[tuple[str, SearchConfig
                               first_pass)
 
 
-def _print_comparisons(comparisons: Comparisons, beam_label: str) -> None:
-    backends = comparisons.attention_backend
-    print(f"KV cache: {comparisons.cache_speedup:.1f}x faster than model(src, prefix) "
-          f"({comparisons.cache_speedup_decoder_only:.1f}x than recomputing the decoder only)")
-    print("preallocated caches: " + ", ".join(f"{label} {x:.2f}x" for label, x in
-                                              comparisons.preallocated_cache_speedup.items())
-          + " faster than caches grown per step")
-    print(f"batched {beam_label}: {comparisons.batched_beam_speedup_per_sentence:.1f}x faster per sentence than "
-          "one sentence at a time")
-    print(f"{backends.model} attention vs {backends.other}: "
-          + ", ".join(f"{label} {x:.2f}x" for label, x in backends.own_speedup.items()))
-    if comparisons.compiled_step:
-        print("compiled decoding step vs eager: " + ", ".join(f"{label} {x:.2f}x" for label, x in
-                                                              comparisons.compiled_step.speedup.items()))
-
-
 def _write_report(args: argparse.Namespace, device: torch.device, model: Transformer, fixed_length: bool,
                   natural: SearchConfig, fixed: SearchConfig, session: _Session, comparisons: Comparisons) -> None:
     """The JSON at ``--out`` and its markdown table beside it."""
@@ -370,20 +356,8 @@ def _write_report(args: argparse.Namespace, device: torch.device, model: Transfo
         f"The model's {backends.model} attention vs the same weights with {backends.other} attention (median "
         "of interleaved repeats, > 1: the model's own is faster): "
         + ", ".join(f"{label} {x:.2f}×" for label, x in backends.own_speedup.items()) + ".",
-        *_compiled_lines(comparisons.compiled_step), "", *provenance_lines(to_json(report)), ""]))
+        *compiled_lines(comparisons.compiled_step), "", *provenance_lines(to_json(report)), ""]))
     print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
-
-
-def _compiled_lines(compiled: CompiledComparison | None) -> list[str]:
-    if compiled is None:
-        return []
-    return ["",
-            "Compiled decoding step (`torch.compile`) vs eager, same weights (median of interleaved repeats, > 1: "
-            "compiled is faster): " + ", ".join(f"{label} {x:.2f}×" for label, x in compiled.speedup.items())
-            + ".  ",
-            "First pass over the same batches with the compiled step, compiling included (each search reuses what "
-            "the ones before it compiled): " + ", ".join(f"{label} {x:.1f} s" for label, x in
-                                                          compiled.first_pass_seconds.items()) + "."]
 
 
 def _model_and_sources(args: argparse.Namespace, device: torch.device) -> tuple[Transformer, list[list[int]], bool]:

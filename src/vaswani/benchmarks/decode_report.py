@@ -72,3 +72,33 @@ class DecodeReport(Stamp):
     search: dict[str, SearchConfig]  # "natural" and "fixed"
     results: list[TimingRow]
     comparisons: Comparisons
+
+
+def print_comparisons(comparisons: Comparisons, beam_label: str) -> None:
+    """The comparisons, a line each, for the terminal."""
+    backends = comparisons.attention_backend
+    print(f"KV cache: {comparisons.cache_speedup:.1f}x faster than model(src, prefix) "
+          f"({comparisons.cache_speedup_decoder_only:.1f}x than recomputing the decoder only)")
+    print("preallocated caches: " + ", ".join(f"{label} {x:.2f}x" for label, x in
+                                              comparisons.preallocated_cache_speedup.items())
+          + " faster than caches grown per step")
+    print(f"batched {beam_label}: {comparisons.batched_beam_speedup_per_sentence:.1f}x faster per sentence than "
+          "one sentence at a time")
+    print(f"{backends.model} attention vs {backends.other}: "
+          + ", ".join(f"{label} {x:.2f}x" for label, x in backends.own_speedup.items()))
+    if comparisons.compiled_step:
+        print("compiled decoding step vs eager: " + ", ".join(f"{label} {x:.2f}x" for label, x in
+                                                              comparisons.compiled_step.speedup.items()))
+
+
+def compiled_lines(compiled: CompiledComparison | None) -> list[str]:
+    """The markdown lines on the compiled decoding step (none when it was not measured)."""
+    if compiled is None:
+        return []
+    return ["",
+            "Compiled decoding step (`torch.compile`) vs eager, same weights (median of interleaved repeats, > 1: "
+            "compiled is faster): " + ", ".join(f"{label} {x:.2f}×" for label, x in compiled.speedup.items())
+            + ".  ",
+            "First pass over the same batches with the compiled step, compiling included (each search reuses what "
+            "the ones before it compiled): " + ", ".join(f"{label} {x:.1f} s" for label, x in
+                                                          compiled.first_pass_seconds.items()) + "."]

@@ -38,7 +38,7 @@ _EXPORTS = {
     "FileCorpus": "files",
     "FilePart": "files",
     "FileSplit": "files",
-    "fingerprint": "files",
+    "fingerprint": "fingerprints",
     # languages.py
     "LanguagePair": "languages",
     "parse_direction": "languages",
@@ -65,7 +65,7 @@ _EXPORTS = {
     "pad_sources": "batching",
     # pipeline.py
     "PreparedData": "pipeline",
-    "local_corpus": "pipeline",
+    "local_corpus": "files",
     "prepare_dataset": "pipeline",
 }
 

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from vaswani.data.files import FileSplit, decode_chunk, progress_bar, read_chunks
-from vaswani.data.fingerprint import fingerprint
+from vaswani.data.fingerprints import fingerprint
 from vaswani.data.language_id import LanguageCheck
 from vaswani.data.languages import LanguagePair, language_scripts
 from vaswani.errors import ConfigError, DataError

@@ -162,13 +162,8 @@ def register(subparsers) -> None:
 
 def run_prepare(args: argparse.Namespace) -> int:
     # lazy: keeps `vaswani --help` fast
-    from vaswani.data.pipeline import (
-        PREPARED_FILES,
-        PREPARED_ROOT,
-        local_corpus,
-        prepare_dataset,
-        prepared_out_dir,
-    )
+    from vaswani.data.files import local_corpus
+    from vaswani.data.pipeline import PREPARED_FILES, PREPARED_ROOT, prepare_dataset, prepared_out_dir
     from vaswani.data.prepared_tokenizer import PREPARED_KIND
     from vaswani.errors import ConfigError
     from vaswani.io import check_output
@@ -330,8 +325,7 @@ def run_clean(args: argparse.Namespace) -> int:
 
     from vaswani.data.cleaning import CleaningRules, clean_corpus, output_names, write_kept
     from vaswani.data.files import FileSplit, file_part
-    from vaswani.data.languages import pair_from_files
-    from vaswani.data.pipeline import corpus_languages
+    from vaswani.data.languages import corpus_languages, pair_from_files
     from vaswani.errors import ConfigError
     from vaswani.io import atomic_write_text, check_output, directory_written_whole
 

@@ -6,7 +6,7 @@ aligned files (line i of the source file translates line i of the target file) o
 
 Three passes read a split, each with memory that does not grow with the corpus:
 
-- ``fingerprint.py``: the sha256 and line count of every file; what keys the caches and what a run records. A
+- ``fingerprints.py``: the sha256 and line count of every file; what keys the caches and what a run records. A
   file that is missing or empty, or two files of a part with different line counts, stop it.
 - :func:`scan`: every line decoded and checked (UTF-8, a TSV line's one tab), keeping the text of the pairs asked
   for by index (the tokenizer's sample, the held-out validation pairs).
@@ -27,7 +27,7 @@ from typing import BinaryIO, Iterator, Sequence
 
 import numpy as np
 
-from vaswani.data.languages import LanguagePair
+from vaswani.data.languages import LanguagePair, corpus_languages
 from vaswani.data.textfiles import GZIP_MAGIC
 from vaswani.errors import ConfigError, DataError
 from vaswani.progress import ProgressReporter, progress_reporter
@@ -281,6 +281,29 @@ class FileCorpus:
 
     def splits(self) -> list[FileSplit]:
         return [self.train, *([self.valid] if self.valid else []), *self.tests]
+
+
+def local_corpus(
+    train: Sequence[Sequence[str | Path]],
+    valid: Sequence[str | Path] = (),
+    tests: dict[str, Sequence[str | Path]] | None = None,
+    src_lang: str | None = None,
+    tgt_lang: str | None = None,
+    holdout: int | None = None,
+) -> FileCorpus:
+    """A FileCorpus from lists of files: the training parts (each ``(source, target)`` or ``(pairs.tsv,)``), the
+    validation part (none: pairs held out of the training files) and the test sets by name. The languages are
+    ``src_lang``/``tgt_lang``, or else the suffixes of the first two aligned files."""
+    parts = tuple(file_part(part, "training files") for part in train)
+    if not parts:
+        raise ConfigError("a local corpus needs a source file and a target file (--src/--tgt) or a TSV file (--tsv)")
+    test_splits = tuple(FileSplit(name, (file_part(paths, f"test set {name}"),)) for name, paths in
+                        (tests or {}).items())
+    aligned = next((part.paths for split in (parts, *(t.parts for t in test_splits)) for part in split
+                    if not part.is_tsv), ())
+    return FileCorpus(corpus_languages(aligned, src_lang, tgt_lang), FileSplit(TRAIN, parts),
+                      FileSplit(VALID, (file_part(valid, "validation files"),)) if valid else None, test_splits,
+                      holdout if holdout is not None else FileCorpus.holdout)
 
 
 def held_out_count(holdout: int, pairs: int) -> int:

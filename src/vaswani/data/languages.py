@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from vaswani.errors import ConfigError, VaswaniError
 from vaswani.io import read_json, read_yaml
@@ -140,3 +141,17 @@ def _configured_direction(config_file: Path) -> LanguagePair | None:
         return parse_direction(config["data"]["direction"])
     except (VaswaniError, KeyError, TypeError):
         return None
+
+
+def corpus_languages(paths: Sequence[str | Path], src_lang: str | None, tgt_lang: str | None) -> LanguagePair:
+    """The pair the user named, else the one the files' suffixes name; a one-line error when neither does."""
+    if src_lang and tgt_lang:
+        return parse_direction(f"{src_lang}-{tgt_lang}", "--src-lang/--tgt-lang")
+    from_files = pair_from_files(*paths) if len(paths) == 2 else None
+    if from_files is None or (src_lang and src_lang != from_files.source) or \
+            (tgt_lang and tgt_lang != from_files.target):
+        named = ", ".join(map(str, paths)) or "a TSV file"
+        raise ConfigError(f"cannot tell the languages from {named}: name them with --src-lang and --tgt-lang (for "
+                          "example --src-lang fr --tgt-lang en), or give files whose names end in the language "
+                          "codes (train.fr, train.en)")
+    return from_files

@@ -18,26 +18,25 @@ entry carries its own manifest (see preprocess.py).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import itertools
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from vaswani.data.cache import EncodedCorpus, cache_path, load_cached, save_encoded
 from vaswani.data.corpora import CorpusInfo, ParallelCorpus, load_corpus, wmt17_train_files
 from vaswani.data.download import resolve_file
-from vaswani.data.files import TRAIN, VALID, FileCorpus, FileSplit, file_part, held_out_count, scan
-from vaswani.data.fingerprint import SplitFingerprint, fingerprint
-from vaswani.data.languages import LanguagePair, pair_from_files
+from vaswani.data.files import TRAIN, VALID, FileCorpus, FileSplit, file_part, held_out_count, local_corpus, scan
+from vaswani.data.fingerprints import SplitFingerprint, fingerprint
+from vaswani.data.languages import LanguagePair
 from vaswani.data.languages import parse_direction as parse_pair
+from vaswani.data.phase_clock import PhaseClock
 from vaswani.data.prepared_tokenizer import (
     PREPARED_KIND,
     TOKENIZER_FILE,
@@ -109,29 +108,6 @@ PREPARED_ROOT = Path("runs") / "data"  # prepared data when no folder is named, 
 PREPARED_FILES = (TOKENIZER_FILE, TOKENIZER_INFO_FILE, MANIFEST_FILE, "cache")  # what prepare writes into its folder
 
 
-def local_corpus(
-    train: Sequence[Sequence[str | Path]],
-    valid: Sequence[str | Path] = (),
-    tests: dict[str, Sequence[str | Path]] | None = None,
-    src_lang: str | None = None,
-    tgt_lang: str | None = None,
-    holdout: int | None = None,
-) -> FileCorpus:
-    """A FileCorpus from lists of files: the training parts (each ``(source, target)`` or ``(pairs.tsv,)``), the
-    validation part (none: pairs held out of the training files) and the test sets by name. The languages are
-    ``src_lang``/``tgt_lang``, or else the suffixes of the first two aligned files."""
-    parts = tuple(file_part(part, "training files") for part in train)
-    if not parts:
-        raise ConfigError("a local corpus needs a source file and a target file (--src/--tgt) or a TSV file (--tsv)")
-    test_splits = tuple(FileSplit(name, (file_part(paths, f"test set {name}"),)) for name, paths in
-                        (tests or {}).items())
-    aligned = next((part.paths for split in (parts, *(t.parts for t in test_splits)) for part in split
-                    if not part.is_tsv), ())
-    return FileCorpus(corpus_languages(aligned, src_lang, tgt_lang), FileSplit(TRAIN, parts),
-                      FileSplit(VALID, (file_part(valid, "validation files"),)) if valid else None, test_splits,
-                      holdout if holdout is not None else FileCorpus.holdout)
-
-
 def registered_files(dataset: str, splits: Sequence[str], direction: str, train_split: str = "train",
                      data_dir: str | Path | None = None, cache_dir: str | Path | None = None,
                      mirror: str | None = None) -> FileCorpus | None:
@@ -158,20 +134,6 @@ def registered_files(dataset: str, splits: Sequence[str], direction: str, train_
         others.append(FileSplit(name, tuple(files)))
     return FileCorpus(LanguagePair(src_lang, tgt_lang), FileSplit(TRAIN, tuple(file_part(p, "train") for p in parts)),
                       others[0] if others else None, tuple(others[1:]), name=dataset)
-
-
-def corpus_languages(paths: Sequence[str | Path], src_lang: str | None, tgt_lang: str | None) -> LanguagePair:
-    """The pair the user named, else the one the files' suffixes name; a one-line error when neither does."""
-    if src_lang and tgt_lang:
-        return parse_pair(f"{src_lang}-{tgt_lang}", "--src-lang/--tgt-lang")
-    from_files = pair_from_files(*paths) if len(paths) == 2 else None
-    if from_files is None or (src_lang and src_lang != from_files.source) or \
-            (tgt_lang and tgt_lang != from_files.target):
-        named = ", ".join(map(str, paths)) or "a TSV file"
-        raise ConfigError(f"cannot tell the languages from {named}: name them with --src-lang and --tgt-lang (for "
-                          "example --src-lang fr --tgt-lang en), or give files whose names end in the language "
-                          "codes (train.fr, train.en)")
-    return from_files
 
 
 def prepare_dataset(
@@ -389,29 +351,6 @@ def _prepare_files(corpus: FileCorpus, out_dir: str | Path | None, tokenizer_pat
     tok_path = Path(tokenizer_path) if tokenizer_path is not None else out / TOKENIZER_FILE
     return PreparedData(tokenizer, ordered, out, tok_path, trained, seconds, corpora, records, held_out,
                         clock.seconds, clock.cpu_seconds)
-
-
-class PhaseClock:
-    """Wall and CPU seconds spent in each phase of preparing files, in the order they first ran (a phase may
-    run twice). The CPU seconds count this process's threads and the worker processes that ended within the
-    phase (the encoding's pool is shut down inside it)."""
-
-    def __init__(self) -> None:
-        self.seconds, self.cpu_seconds = {}, {}  # phase -> seconds
-
-    @contextlib.contextmanager
-    def __call__(self, phase: str) -> Iterator[None]:
-        start, cpu_start = time.perf_counter(), _cpu_seconds()
-        try:
-            yield
-        finally:
-            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
-            self.cpu_seconds[phase] = self.cpu_seconds.get(phase, 0.0) + _cpu_seconds() - cpu_start
-
-
-def _cpu_seconds() -> float:
-    """User and system seconds of this process and of its children that have ended."""
-    return sum(os.times()[:4])  # user, system, children's user, children's system
 
 
 def _read_all(split: FileSplit, record: SplitFingerprint, progress: bool) -> tuple[list[str], list[str]]:

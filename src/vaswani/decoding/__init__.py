@@ -45,7 +45,7 @@ _EXPORTS = {
     "UnscorableText": "vaswani.decoding.scoring",
     "Translator": "vaswani.decoding.translator",
     "Translation": "vaswani.decoding.translator",
-    "UnusablePrefix": "vaswani.decoding.translator",
+    "UnusablePrefix": "vaswani.decoding.terminology",
     "StoredEnsemble": "vaswani.decoding.stored_ensemble",
     "read_stored_ensemble": "vaswani.decoding.stored_ensemble",
     "constrained_beam_search": "vaswani.decoding.constraints",

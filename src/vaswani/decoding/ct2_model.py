@@ -54,13 +54,13 @@ from vaswani.io import (
     write_manifest,
 )
 from vaswani.model.safetensors_header import read_header
+from vaswani.model.serialization import TOKENIZER_FILE
 
 if TYPE_CHECKING:
     import numpy as np
 
     from vaswani.model.transformer import Transformer
 
-TOKENIZER_FILE = "tokenizer.json"
 CHECKPOINT_FILES = ("model.safetensors", "model.json", TOKENIZER_FILE)  # what a conversion is made from
 CONVERTED_DIRECTORY = "ctranslate2"  # inside the checkpoint directory
 CONVERSION_KIND = "ctranslate2 conversion"  # its manifest: the weights' key, the quantization, each file's sha256

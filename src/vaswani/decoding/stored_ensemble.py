@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Sequence
 
+from vaswani.data.languages import recorded_languages
 from vaswani.errors import VaswaniError
 from vaswani.io import atomic_write_json, read_json, read_manifest, verify_files
+from vaswani.model.serialization import TOKENIZER_FILE
 
 ENSEMBLE_FILE = "ensemble.json"
 MEMBERS_FOLDER = "ensemble"
@@ -70,3 +72,25 @@ def read_stored_ensemble(directory: str | Path) -> StoredEnsemble | None:
                                "incomplete: finalize the run again")
         paths.append(directory / relative)
     return StoredEnsemble(paths, [float(weight) for weight in weights])
+
+
+def check_ensemble_members(directories: Sequence[Path]) -> None:
+    """Refuse, in one line naming the checkpoint, members that cannot be searched as one: the first without a
+    tokenizer, a member that is an ensemble itself, a tokenizer other than the first's, another direction."""
+    first = directories[0]
+    if not (first / TOKENIZER_FILE).is_file():
+        raise VaswaniError(f"{first}: no {TOKENIZER_FILE} beside the weights; cannot turn text into ids")
+    for index, directory in enumerate(directories):
+        if (directory / ENSEMBLE_FILE).is_file():
+            raise VaswaniError(f"{directory} is an ensemble itself ({ENSEMBLE_FILE}): give its members "
+                               "(its ensemble/N folders) as checkpoints instead")
+        if index == 0:
+            continue
+        if not (directory / TOKENIZER_FILE).is_file() or \
+                (directory / TOKENIZER_FILE).read_bytes() != (first / TOKENIZER_FILE).read_bytes():
+            raise VaswaniError(f"{directory}: its {TOKENIZER_FILE} is not {first}'s; an ensemble's "
+                               "models must share one tokenizer (train them on the same prepared data)")
+        pair, other = recorded_languages(first), recorded_languages(directory)
+        if pair is not None and other is not None and pair != other:
+            raise VaswaniError(f"{directory} translates {other.source}-{other.target}, {first} "
+                               f"{pair.source}-{pair.target}: an ensemble's models share one direction")

@@ -14,13 +14,21 @@ from vaswani.data.textfiles import read_lines
 from vaswani.errors import VaswaniError
 
 
-class UnusableConstraint(VaswaniError):
-    """A constraint (or a constraints file or glossary line) the search cannot use, and its line's index (from
-    0)."""
+class UnusableLine(VaswaniError):
+    """A line of what the user gave the search beside the sources that it cannot use, and its index (from 0):
+    the server names the request's field and index with it."""
 
     def __init__(self, message: str, index: int):
         super().__init__(message)
         self.index = index
+
+
+class UnusableConstraint(UnusableLine):
+    """A constraint (or a constraints file or glossary line) the search cannot use."""
+
+
+class UnusablePrefix(UnusableLine):
+    """A prefix the search cannot force (longer than its sentence's output limit)."""
 
 
 def parse_constraints(lines: Sequence[str], name: str = "constraints") -> list[list[str]]:

@@ -20,33 +20,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
-from vaswani.data.languages import recorded_languages
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.decoding.config import EngineOptions, SearchConfig
 from vaswani.decoding.engine import TORCH, Engine, is_engine, open_engine, output_limits
 from vaswani.decoding.scoring import PairScore, UnscorableText, pair_score
-from vaswani.decoding.stored_ensemble import ENSEMBLE_FILE, read_stored_ensemble
-from vaswani.decoding.terminology import UnusableConstraint
+from vaswani.decoding.stored_ensemble import ENSEMBLE_FILE, check_ensemble_members, read_stored_ensemble
+from vaswani.decoding.terminology import UnusableConstraint, UnusablePrefix
 from vaswani.errors import ConfigError, VaswaniError, VaswaniWarning
-from vaswani.model.serialization import CONFIG_FILE, read_model_config, resolve_checkpoint
+from vaswani.model.serialization import CONFIG_FILE, TOKENIZER_FILE, read_model_config, resolve_checkpoint
 from vaswani.progress import progress_reporter
 
 if TYPE_CHECKING:
     from vaswani.model.transformer import Transformer
 
-TOKENIZER_FILE = "tokenizer.json"
 
 # Sources longer than this (in BPE tokens) are cut unless the model was built for longer ones: far past any
 # training sentence, and small enough that standard attention over one such sentence takes megabytes, not gigabytes.
 LONGEST_SOURCE = 1024
-
-
-class UnusablePrefix(VaswaniError):
-    """A prefix the search cannot force (longer than its sentence's output limit), and its index (from 0)."""
-
-    def __init__(self, message: str, index: int):
-        super().__init__(message)
-        self.index = index
 
 
 @dataclass
@@ -165,23 +155,8 @@ class Translator:
         from vaswani.model.serialization import load_model  # torch: not on CTranslate2
 
         directories = [resolve_checkpoint(checkpoint) for checkpoint in checkpoints]
+        check_ensemble_members(directories)
         first = directories[0]
-        if not (first / TOKENIZER_FILE).is_file():
-            raise VaswaniError(f"{first}: no {TOKENIZER_FILE} beside the weights; cannot turn text into ids")
-        for index, directory in enumerate(directories):
-            if (directory / ENSEMBLE_FILE).is_file():
-                raise VaswaniError(f"{directory} is an ensemble itself ({ENSEMBLE_FILE}): give its members "
-                                   "(its ensemble/N folders) as checkpoints instead")
-            if index == 0:
-                continue
-            if not (directory / TOKENIZER_FILE).is_file() or \
-                    (directory / TOKENIZER_FILE).read_bytes() != (first / TOKENIZER_FILE).read_bytes():
-                raise VaswaniError(f"{directory}: its {TOKENIZER_FILE} is not {first}'s; an ensemble's "
-                                   "models must share one tokenizer (train them on the same prepared data)")
-            pair, other = recorded_languages(first), recorded_languages(directory)
-            if pair is not None and other is not None and pair != other:
-                raise VaswaniError(f"{directory} translates {other.source}-{other.target}, {first} "
-                                   f"{pair.source}-{pair.target}: an ensemble's models share one direction")
         options = options or EngineOptions()
         if options.engine == "ctranslate2":
             raise ConfigError(f"`engine` ctranslate2 searches one model and {what}: run it on `engine` torch"

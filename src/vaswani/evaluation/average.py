@@ -18,13 +18,13 @@ from vaswani.io import atomic_write_json, directory_written_whole
 from vaswani.model.serialization import (
     CHECKPOINT_KIND,
     CONFIG_FILE,
+    TOKENIZER_FILE,
     load_model,
     read_model_config,
     resolve_checkpoint,
     save_model,
 )
 
-TOKENIZER_FILE = "tokenizer.json"
 STEP_DIR = re.compile(r"step_(\d+)$")
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import random
 import re
 import time
@@ -29,6 +28,7 @@ from vaswani.devices import resolve_device
 from vaswani.evaluation.metrics import corpus_scores
 from vaswani.experiments.reporting import fixed, log, markdown_table, provenance_line, write_results
 from vaswani.model.serialization import resolve_checkpoint
+from vaswani.provenance import load_averages
 from vaswani.settings import MAX_BATCH
 
 COUNTS = (0, 1, 2, 3)
@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     n = args.sentences or (8 if args.smoke else len(corpus.source))
     sources, references = corpus.source[:n], corpus.target[:n]
 
-    load_at_start = os.getloadavg()[0]
+    load_at_start = load_averages()[0]
     plain, outputs = _measured(translator, sources, references, [[] for _ in sources], 0)
     rng = random.Random(args.seed)
     drawn = [sample_phrases(ref, out, rng) for ref, out in zip(references, outputs)]
@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
         row.cost = row.cpu_seconds / plain.cpu_seconds
     setting = Setting(str(args.checkpoint), args.model_note, f"{args.dataset} {args.split}", n, args.beam,
                       args.seed, {**stored.settings, "beam_size": args.beam}, str(device),
-                      translator.config.precision, load_average=(load_at_start, os.getloadavg()[0]))
+                      translator.config.precision, load_average=(load_at_start, load_averages()[0]))
     table = render_table(rows, setting, provenance_line(device, args.command_line))
     write_results(args.out, "constraints", args.command_line, device, dataclasses.asdict(setting),
                   {"rows": [dataclasses.asdict(row) for row in rows], "phrases": drawn}, table, {})

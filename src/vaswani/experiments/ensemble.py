@@ -15,7 +15,6 @@ reports the median sentences per second, and the machine's load average is writt
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -40,6 +39,7 @@ from vaswani.experiments.reporting import (
 )
 from vaswani.experiments.variants import RunVariant, add_runs_arguments, checked_runs_dir, train_variants
 from vaswani.model.serialization import resolve_checkpoint
+from vaswani.provenance import load_averages
 from vaswani.settings import MAX_BATCH, MAX_COUNT
 from vaswani.training.presets import load_preset
 
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     corpora = {split: load_corpus(dataset, split, direction, data_dir=args.data_dir) for split in SPLITS}
     texts = {split: (corpus.source[:count], corpus.target[:count]) for split, corpus in corpora.items()}
 
-    load_at_start = os.getloadavg()[0]
+    load_at_start = load_averages()[0]
     systems, timed = [], {}
     for size in sizes:
         for index, group in enumerate(groups(range(len(runs)), size)):
@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
                 "trained": trained, "sizes": sizes, "beam": args.beam, "search": asdict(next(iter(
                     timed.values())).config), "engine": "torch", "precision": precision, "splits": list(SPLITS),
                 "sentences": {split: len(texts[split][0]) for split in SPLITS}, "repeats": args.repeats,
-                "timed_split": SPLITS[-1], "load_average": [load_at_start, os.getloadavg()[0]]}
+                "timed_split": SPLITS[-1], "load_average": [load_at_start, load_averages()[0]]}
     write_results(args.out, "ensemble", args.command_line, device, settings,
                   {"device": device_label(device), "systems": [asdict(s) for s in systems],
                    "rows": [asdict(r) for r in rows]},

@@ -18,10 +18,10 @@ from typing import Any, Sequence
 
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.decoding.config import QUANTIZATIONS
-from vaswani.decoding.ct2_model import TOKENIZER_FILE, cannot_express, token_string, write_converted_model
+from vaswani.decoding.ct2_model import cannot_express, token_string, write_converted_model
 from vaswani.errors import VaswaniError
 from vaswani.io import atomic_write_text
-from vaswani.model.serialization import resolve_checkpoint
+from vaswani.model.serialization import TOKENIZER_FILE, resolve_checkpoint
 
 
 def token_id(tokenizer: Tokenizer, token: str) -> int:

@@ -32,10 +32,9 @@ from vaswani.config import ModelConfig
 from vaswani.data.batching import BOS_ID, EOS_ID, PAD_ID
 from vaswani.data.tokenizer import BOS, EOS, PAD, UNK, Tokenizer
 from vaswani.errors import VaswaniError
-from vaswani.model.serialization import load_model, resolve_checkpoint
+from vaswani.model.serialization import TOKENIZER_FILE, load_model, resolve_checkpoint
 from vaswani.model.transformer import Transformer
 
-TOKENIZER_FILE = "tokenizer.json"
 # Marian's position table is computed at load time for this many positions; ours is unbounded. Generation is
 # capped below it (GENERATION_MAX_LENGTH) and inputs are truncated to it by the tokenizer.
 MAX_POSITIONS = 1024

@@ -46,7 +46,8 @@ def bench_command(args: argparse.Namespace) -> int:
     from vaswani.io import check_output
     from vaswani.serve.commands import engine_flags
     from vaswani.serve.settings import ServeSettings
-    from vaswani.tools.serve_load import parse_layouts, run_load_test
+    from vaswani.tools.serve_layouts import parse_layouts
+    from vaswani.tools.serve_load import run_load_test
 
     layouts = parse_layouts(args.layouts)
     explicit = args.out is not None

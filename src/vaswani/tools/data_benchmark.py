@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import resource
 import shutil
@@ -49,7 +48,7 @@ from vaswani.io import (
     check_output,
 )
 from vaswani.progress import progress_reporter
-from vaswani.provenance import provenance
+from vaswani.provenance import load_averages, provenance
 from vaswani.records import read_record, to_json
 from vaswani.settings import MAX_COUNT, MAX_LENGTH
 from vaswani.tools.data_benchmark_report import (
@@ -60,6 +59,7 @@ from vaswani.tools.data_benchmark_report import (
     Prepared,
     Row,
     Trained,
+    render_table,
 )
 
 WRITE_CHUNK = 100_000  # lines generated and written at a time
@@ -226,7 +226,7 @@ def timed_command(argv: Sequence[str], cwd: Path, event=None) -> Timed:
     ``event()`` first held (with the peak until then). A failure is a VaswaniError with its last error line."""
     print(f"vaswani {' '.join(argv)}", file=sys.stderr, flush=True)
     timed = Timed()
-    timed.load_before = _load_average()
+    timed.load_before = load_averages()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     process = subprocess.Popen([sys.executable, "-m", "vaswani", *argv], cwd=cwd, stdout=subprocess.PIPE,
@@ -261,7 +261,7 @@ def timed_command(argv: Sequence[str], cwd: Path, event=None) -> Timed:
     timed.cpu_seconds = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     done.set()
     sampler.join()
-    timed.load_after = _load_average()
+    timed.load_after = load_averages()
     if process.returncode != 0:
         last = (stderr.strip().splitlines() or ["(no message)"])[-1]
         raise VaswaniError(f"vaswani {' '.join(argv[:1])} failed with status {process.returncode}: {last}")
@@ -292,13 +292,6 @@ def tree_rss(pid: int) -> int:
         found = re.search(r"^VmRSS:\s+(\d+) kB", status, re.M)
         total += int(found.group(1)) * 1024 if found else 0
     return total
-
-
-def _load_average() -> list[float]:
-    try:
-        return [round(value, 2) for value in os.getloadavg()]
-    except OSError:
-        return []
 
 
 # ---- results ---------------------------------------------------------------------------------------------------
@@ -344,48 +337,6 @@ def write_results(out: Path, rows: list[Measurement], settings: BenchSettings | 
 def machine_of(processor: str | None, cores: int | None) -> str:
     """The processor and its core count, as a row names the machine it was measured on."""
     return f"{processor or '?'}, {cores or '?'} cores"
-
-
-def render_table(results: DataScaleResults) -> str:
-    lines = [
-        "# Preparing a corpus at scale, and starting to train on it",
-        "",
-        f"Synthetic corpus (two Multi30k captions a line, seed {results.settings.seed}), vocabulary "
-        f"{results.settings.vocab_size:,}, max_len {results.settings.max_len}; each row on the "
-        "machine it names. Peak memory: the largest sum "
-        "of the resident set sizes of the command and its workers. CPU: the user and system seconds of `vaswani "
-        "prepare` and its workers, which the load of other users does not inflate as it does the wall time (on 2 "
-        "idle cores the prepare takes at least half of them). CPU/wall by phase: each phase's CPU seconds "
-        "over its wall seconds, the cores it kept busy (2.00 is both of 2). Load average (1, 5, 15 min) "
-        "before the prepare and after the train command: the machine is shared, so a high load slows every "
-        "figure in its row.",
-        "",
-        "| pairs | machine | prepare | CPU | peak memory | reading | checking | tokenizer | encoding "
-        "| CPU/wall by phase | first update | peak memory | load before → after | commit |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---|",
-    ]
-    for row in results.rows:
-        prepare, train, phases = row.prepare, row.train, row.prepare.phases
-        lines.append(
-            f"| {row.pairs:,} | {row.machine or '?'} | {prepare.seconds:.1f} s | "
-            + (f"{prepare.cpu_seconds:.1f} s" if prepare.cpu_seconds is not None else "–")
-            + f" | {prepare.peak_gb:.2f} GB | "
-            + " | ".join(f"{phases[p]:.1f} s" if p in phases else "–" for p in ("reading", "checking", "tokenizer",
-                                                                               "encoding"))
-            + f" | {_busy(prepare.phase_cpu_over_wall or {})}"
-            + f" | {train.first_update_seconds} s | {train.peak_gb_until_first_update:.2f} GB | "
-            f"{_load(prepare.load_before)} → {_load(train.load_after)} | `{(row.commit or '?')[:10]}`"
-            f"{' + changes' if row.dirty else ''} |")
-    lines += ["", f"Command: `{results.command}` (each row names its own in results.json)."]
-    return "\n".join(lines) + "\n"
-
-
-def _busy(ratios: dict[str, float]) -> str:
-    return ", ".join(f"{phase} {ratio:.2f}" for phase, ratio in ratios.items()) or "–"
-
-
-def _load(values: list[float]) -> str:
-    return " ".join(f"{value:.2f}" for value in values) or "?"
 
 
 def plot(rows: list[Row], path: Path) -> None:

@@ -78,3 +78,45 @@ class DataScaleResults(Stamp):
 
     settings: BenchSettings
     rows: list[Row]
+
+
+def render_table(results: DataScaleResults) -> str:
+    lines = [
+        "# Preparing a corpus at scale, and starting to train on it",
+        "",
+        f"Synthetic corpus (two Multi30k captions a line, seed {results.settings.seed}), vocabulary "
+        f"{results.settings.vocab_size:,}, max_len {results.settings.max_len}; each row on the "
+        "machine it names. Peak memory: the largest sum "
+        "of the resident set sizes of the command and its workers. CPU: the user and system seconds of `vaswani "
+        "prepare` and its workers, which the load of other users does not inflate as it does the wall time (on 2 "
+        "idle cores the prepare takes at least half of them). CPU/wall by phase: each phase's CPU seconds "
+        "over its wall seconds, the cores it kept busy (2.00 is both of 2). Load average (1, 5, 15 min) "
+        "before the prepare and after the train command: the machine is shared, so a high load slows every "
+        "figure in its row.",
+        "",
+        "| pairs | machine | prepare | CPU | peak memory | reading | checking | tokenizer | encoding "
+        "| CPU/wall by phase | first update | peak memory | load before → after | commit |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---|",
+    ]
+    for row in results.rows:
+        prepare, train, phases = row.prepare, row.train, row.prepare.phases
+        lines.append(
+            f"| {row.pairs:,} | {row.machine or '?'} | {prepare.seconds:.1f} s | "
+            + (f"{prepare.cpu_seconds:.1f} s" if prepare.cpu_seconds is not None else "–")
+            + f" | {prepare.peak_gb:.2f} GB | "
+            + " | ".join(f"{phases[p]:.1f} s" if p in phases else "–" for p in ("reading", "checking", "tokenizer",
+                                                                               "encoding"))
+            + f" | {_busy(prepare.phase_cpu_over_wall or {})}"
+            + f" | {train.first_update_seconds} s | {train.peak_gb_until_first_update:.2f} GB | "
+            f"{_load(prepare.load_before)} → {_load(train.load_after)} | `{(row.commit or '?')[:10]}`"
+            f"{' + changes' if row.dirty else ''} |")
+    lines += ["", f"Command: `{results.command}` (each row names its own in results.json)."]
+    return "\n".join(lines) + "\n"
+
+
+def _busy(ratios: dict[str, float]) -> str:
+    return ", ".join(f"{phase} {ratio:.2f}" for phase, ratio in ratios.items()) or "–"
+
+
+def _load(values: list[float]) -> str:
+    return " ".join(f"{value:.2f}" for value in values) or "?"

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import signal
 import socket
@@ -36,80 +35,17 @@ from typing import Any
 
 from vaswani.data.corpora import load_corpus
 from vaswani.decoding.config import StoredSearch
-from vaswani.errors import ConfigError, VaswaniError
+from vaswani.errors import VaswaniError
 from vaswani.model.serialization import resolve_checkpoint
-from vaswani.provenance import provenance, usable_cores
+from vaswani.provenance import load_averages, provenance, usable_cores
 from vaswani.records import from_json
 from vaswani.serve.settings import ServeSettings
 from vaswani.tools.serve_ceilings import BareRun, BareScript, ModelAlone, drive_batcher
+from vaswani.tools.serve_layouts import Layout, layouts_for, runnable_layouts
 from vaswani.tools.serve_report import save_screenshots, write_report
 
 MODES = {"batching": [], "no batching": ["--no-batching"]}
 READY_LINE = re.compile(r"^vaswani serve: http://", re.MULTILINE)
-
-
-@dataclass(frozen=True)
-class Layout:
-    """How a server spends its threads: ``workers`` processes × ``parallel_batches`` batches searched at once ×
-    ``threads`` engine threads per batch, written ``WxPxT`` (``1x1x2``: one process, one batch at a time on two
-    threads)."""
-
-    workers: int
-    parallel_batches: int
-    threads: int
-
-    @classmethod
-    def parse(cls, text: str) -> "Layout":
-        parts = text.lower().split("x")
-        if len(parts) != 3 or not all(part.isdigit() and int(part) >= 1 for part in parts):
-            raise ConfigError(f"--layouts {text}: not WORKERSxPARALLEL_BATCHESxTHREADS of whole numbers >= 1 "
-                              "(e.g. 1x1x2: one process searching one batch at a time on two threads)")
-        return cls(*map(int, parts))
-
-    @property
-    def name(self) -> str:
-        return f"{self.workers}x{self.parallel_batches}x{self.threads}"
-
-    @property
-    def total_threads(self) -> int:
-        return self.workers * self.parallel_batches * self.threads
-
-    def flags(self) -> list[str]:
-        return ["--workers", str(self.workers), "--parallel-batches", str(self.parallel_batches), "--threads",
-                str(self.total_threads)]
-
-
-def parse_layouts(texts: list[str] | None) -> list[Layout] | None:
-    """The layouts ``--layouts`` names: None when it is not given (every split of the cores), none for
-    ``none`` (or no value), which skips the comparison."""
-    if texts is None:
-        return None
-    if texts in ([], ["none"]):
-        return []
-    return [Layout.parse(text) for text in texts]
-
-
-def runnable_layouts(layouts: list[Layout], engine: str | None) -> tuple[list[Layout], list[Layout]]:
-    """``layouts`` split into those the server's ``engine`` can run and those it cannot: the torch engine
-    searches one batch at a time (its threads are the process's), so a layout of parallel batches is left out
-    for it."""
-    if engine != "torch":
-        return layouts, []
-    return ([layout for layout in layouts if layout.parallel_batches == 1],
-            [layout for layout in layouts if layout.parallel_batches > 1])
-
-
-def layouts_for(cores: int) -> list[Layout]:
-    """Every way to spend ``cores`` engine threads, and one thread alone for reference: 1x1x1, then e.g.
-    1x1x2, 1x2x1, 2x1x1 on 2 cores."""
-    found = [Layout(1, 1, 1)]
-    for workers in range(1, cores + 1):
-        for parallel in range(1, cores // workers + 1):
-            if cores % (workers * parallel) == 0:
-                layout = Layout(workers, parallel, cores // (workers * parallel))
-                if layout not in found:
-                    found.append(layout)
-    return found
 
 
 @dataclass
@@ -303,16 +239,7 @@ async def drive(url: str, clients: int, seconds: float, sentences: list[str], be
     ordered = sorted(latencies)
     return Run("health" if health else server, clients, repeat, len(latencies), round(elapsed, 3),
                round(len(latencies) / elapsed, 3), percentile(ordered, 0.50), percentile(ordered, 0.95),
-               percentile(ordered, 0.99), len(errors), errors[:3], load_average())
-
-
-def load_average() -> float | None:
-    """The machine's 1-minute load average (None where the system has none): how many processes wanted a core,
-    this run's and every other job's, so a reader can tell a quiet run from a crowded one."""
-    try:
-        return round(os.getloadavg()[0], 2)
-    except (AttributeError, OSError):
-        return None
+               percentile(ordered, 0.99), len(errors), errors[:3], next(iter(load_averages()), None))
 
 
 def run_load_test(

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vaswani.data.files import TRAIN, VALID, FileCorpus
-from vaswani.data.fingerprint import FileRecord, fingerprint
+from vaswani.data.fingerprints import FileRecord, fingerprint
 from vaswani.data.languages import CORPUS_RECORD, parse_direction
 from vaswani.data.pipeline import HeldOut, PreparedData
 from vaswani.data.prepared_tokenizer import PREPARED_KIND

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from vaswani.data.pipeline import corpus_languages
+from vaswani.data.languages import corpus_languages
 from vaswani.errors import ConfigError
 from vaswani.training.config import RunConfig
 

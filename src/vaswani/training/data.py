@@ -25,7 +25,7 @@ from vaswani.data.buckets import BucketSampler, bucket_lengths, pad_to_shape
 from vaswani.data.cache import EncodedCorpus
 from vaswani.data.corpora import ParallelCorpus, load_corpus
 from vaswani.data.files import TRAIN, VALID, FileSplit
-from vaswani.data.fingerprint import SplitFingerprint
+from vaswani.data.fingerprints import SplitFingerprint
 from vaswani.data.languages import CORPUS_RECORD
 from vaswani.data.pipeline import PreparedData, default_out_dir, prepare_dataset
 from vaswani.data.registry import LOCAL
