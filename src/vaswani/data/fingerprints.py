@@ -9,7 +9,7 @@ import hashlib
 import io
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -35,10 +35,6 @@ class SplitFingerprint:
     files: list[FileRecord]
     pairs: int
     checksum: str
-
-    def to_dict(self) -> dict:
-        return {"split": self.split, "pairs": self.pairs, "checksum": self.checksum,
-                "files": [asdict(record) for record in self.files]}
 
 
 def fingerprint(split: FileSplit, progress: bool = False) -> SplitFingerprint:
