@@ -229,38 +229,37 @@ UNTYPED_DICT_FUNCTIONS_AT_MOST = {"src": 19, "core": 0}
 TYPED_CORE = ("model", "training", "decoding", "evaluation", "io", "data")
 
 
-def _functions_hinted(text: str) -> list[tuple[str, str, int]]:
-    """(module, function, line) of every function with ``text`` in the type hint of an argument or its result."""
+def _functions_whose_hint(matches) -> list[tuple[str, str, int]]:
+    """(module, function, line) of every function with a type hint (of an argument or its result) that
+    ``matches``."""
     found = []
     for name, path, tree in MODULES:
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 arguments = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
                 hints = [a.annotation for a in arguments if a.annotation is not None] + [node.returns]
-                if any(hint is not None and text in ast.unparse(hint) for hint in hints):
+                if any(hint is not None and matches(hint) for hint in hints):
                     found.append((name, node.name, node.lineno))
     return found
+
+
+def _functions_hinted(text: str) -> list[tuple[str, str, int]]:
+    return _functions_whose_hint(lambda hint: text in ast.unparse(hint))
 
 
 def _untyped_dict_functions() -> list[tuple[str, str, int]]:
     return _functions_hinted("dict[str, Any]")
 
 
+def _is_bare_dict(hint: ast.expr) -> bool:
+    """``dict`` without its key and value types: as untyped as dict[str, Any]."""
+    subscripted = {id(part.value) for part in ast.walk(hint) if isinstance(part, ast.Subscript)}
+    return any(isinstance(part, ast.Name) and part.id == "dict" and id(part) not in subscripted
+               for part in ast.walk(hint))
+
+
 def _bare_dict_functions() -> list[tuple[str, str, int]]:
-    """Functions whose hints say ``dict`` without its key and value types: as untyped as dict[str, Any]."""
-    found = []
-    for name, path, tree in MODULES:
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                arguments = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
-                hints = [a.annotation for a in arguments if a.annotation is not None] + [node.returns]
-                for hint in filter(None, hints):
-                    subscripted = {id(part.value) for part in ast.walk(hint) if isinstance(part, ast.Subscript)}
-                    if any(isinstance(part, ast.Name) and part.id == "dict" and id(part) not in subscripted
-                           for part in ast.walk(hint)):
-                        found.append((name, node.name, node.lineno))
-                        break
-    return found
+    return _functions_whose_hint(_is_bare_dict)
 
 
 # Bare ``dict`` hints, counted apart: some are a library's own protocol (a torch hook's kwargs, pickle's
