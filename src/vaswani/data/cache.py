@@ -14,7 +14,7 @@ import itertools
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Sequence
@@ -86,7 +86,7 @@ class EncodedCorpus:
     name: str = ""
     split: str = ""
     path: Path | None = None  # the cache directory, when loaded from or saved to one
-    meta: dict = field(default_factory=dict, repr=False)
+    corpus_checksum: str | None = None  # of the corpus files it was encoded from, as its meta.json records it
 
     @classmethod
     def from_sequences(
@@ -138,7 +138,7 @@ class EncodedCorpus:
         # The index travels with the pair so a batch knows which examples it holds.
         return int(i), self.source(i), self.target(i)
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, object]:
         # Spawned DataLoader workers pickle the dataset: send the cache path, not a copy of every array.
         state = self.__dict__.copy()
         for key in ("src_lengths", "tgt_lengths"):
@@ -148,7 +148,7 @@ class EncodedCorpus:
                 state[name] = None
         return state
 
-    def __setstate__(self, state: dict) -> None:
+    def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
         if self.src_ids is None:
             for name, array in load_arrays(self.path).items():
@@ -239,8 +239,10 @@ class FileArrays:
         return {}
 
 
-def cache_meta(tokenizer_fingerprint: str, stats: PrepareStats, info: CorpusInfo | None) -> dict:
-    return {
+def write_cache_meta(directory: Path, tokenizer_fingerprint: str, stats: PrepareStats,
+                     info: CorpusInfo | None) -> None:
+    """A cache's meta.json: the tokenizer and corpus it was made from, and its statistics."""
+    atomic_write_json(directory / "meta.json", {
         "format": CACHE_FORMAT,
         "tokenizer_fingerprint": tokenizer_fingerprint,
         "name": info.name if info else "",
@@ -250,7 +252,7 @@ def cache_meta(tokenizer_fingerprint: str, stats: PrepareStats, info: CorpusInfo
         "files": list(info.files) if info else [],
         "pairs": stats.pairs_kept,
         "stats": asdict(stats),
-    }
+    })
 
 
 def ids_dtype(vocab_size: int) -> np.dtype:
@@ -283,13 +285,12 @@ def save_encoded(encoded: EncodedCorpus, path: str | Path, corpus: CorpusInfo | 
         for name in ARRAYS:
             arrays.append(name, getattr(encoded, name))
         arrays.finish()
-        meta = cache_meta(encoded.tokenizer_fingerprint, encoded.stats, corpus)
-        atomic_write_json(staging / "meta.json", meta)
+        write_cache_meta(staging, encoded.tokenizer_fingerprint, encoded.stats, corpus)
         if text is not None:
             for name, lines in zip(("source.txt", "target.txt"), text):
                 atomic_write_text(staging / name, "".join(f"{line}\n" for line in lines))
     encoded.path = path
-    encoded.meta = meta
+    encoded.corpus_checksum = corpus.checksum if corpus else None
     return path
 
 
@@ -348,7 +349,7 @@ def load_encoded(path: str | Path, tokenizer: Tokenizer | None = None) -> Encode
         name=meta.get("name", ""),
         split=meta.get("split", ""),
         path=path,
-        meta=meta,
+        corpus_checksum=meta.get("corpus_checksum"),
     )
 
 

@@ -41,6 +41,8 @@ from vaswani.data.prepared_tokenizer import (
     PREPARED_KIND,
     TOKENIZER_FILE,
     TOKENIZER_INFO_FILE,
+    TokenizerSample,
+    TrainedOn,
     prepared_tokenizer,
     train_prepared_tokenizer,
 )
@@ -209,7 +211,7 @@ def prepare_dataset(
         corpora["train"] = corpus = load("train")
         picked, how = _sample(len(corpus), np.zeros(0, dtype=np.int64), settings)
         texts = itertools.chain((corpus.source[i] for i in picked), (corpus.target[i] for i in picked))
-        trained_on = {"name": corpus.name, "split": corpus.split, "checksum": corpus.checksum, "sample": how}
+        trained_on = TrainedOn(corpus.name, corpus.split, corpus.checksum, how)
         tokenizer = train_prepared_tokenizer(out, texts, 2 * len(picked), trained_on, settings.vocab_size,
                                              settings.min_frequency, settings.max_len, settings.progress)
         seconds = time.perf_counter() - started
@@ -244,20 +246,20 @@ def _out_directory(out: Path, inputs: Sequence[Path] = ()) -> Path:
     return out
 
 
-def _sample(pairs: int, held_out: np.ndarray, settings: _Settings) -> tuple[np.ndarray, dict]:
+def _sample(pairs: int, held_out: np.ndarray, settings: _Settings) -> tuple[np.ndarray, TokenizerSample]:
     """The sorted indices of the training pairs the tokenizer learns from (every pair not held out, or a sample of
     ``tokenizer_sample`` of them drawn from the seed), and how they were chosen."""
     candidates = pairs - len(held_out)
     wanted = settings.tokenizer_sample
     if wanted is None or wanted >= candidates:
         picked = np.setdiff1d(np.arange(pairs, dtype=np.int64), held_out, assume_unique=True)
-        return picked, {"pairs": int(len(picked)), "of": candidates, "seed": None}
+        return picked, TokenizerSample(int(len(picked)), candidates)
     rng = np.random.default_rng([settings.seed, 1])  # another stream than the held-out pairs'
     positions = np.sort(rng.choice(candidates, size=wanted, replace=False))
     # position p among the pairs not held out is pair p + (held-out pairs at or before it)
     picked = positions + np.searchsorted(held_out - np.arange(len(held_out)), positions, side="right")
     digest = hashlib.sha256(picked.astype("<i8").tobytes()).hexdigest()
-    return picked, {"pairs": wanted, "of": candidates, "seed": settings.seed, "indices_sha256": digest}
+    return picked, TokenizerSample(wanted, candidates, settings.seed, digest)
 
 
 def _held_out(pairs: int, holdout: int, seed: int) -> np.ndarray:
@@ -313,7 +315,7 @@ def _prepare_files(corpus: FileCorpus, out_dir: str | Path | None, tokenizer_pat
     trained, seconds, held_text = False, 0.0, None
     if TRAIN not in result or (held_out and VALID not in result):  # every line is checked before anything is made
         started = time.perf_counter()
-        sample, how = _sample(train.pairs, held, settings) if tokenizer is None else (no_pairs, {})
+        sample, how = _sample(train.pairs, held, settings) if tokenizer is None else (no_pairs, None)
         watch = {pair for name in (split.name for split in corpus.tests) for pair in
                  zip(corpora[name].source, corpora[name].target)}
         with clock("checking"):
@@ -326,8 +328,8 @@ def _prepare_files(corpus: FileCorpus, out_dir: str | Path | None, tokenizer_pat
         if tokenizer is None:
             source, target = scanned.text(sample)
             del scanned  # the sample's text goes as soon as the tokenizer has learnt from it
-            trained_on = {"name": corpus.name, "split": TRAIN, "checksum": info[TRAIN].checksum,
-                          "files": [file.path for file in train.files], "sample": how}
+            trained_on = TrainedOn(corpus.name, TRAIN, info[TRAIN].checksum, how,
+                                   tuple(file.path for file in train.files))
             with clock("tokenizer"):
                 tokenizer = train_prepared_tokenizer(out, itertools.chain(source, target), 2 * len(sample), trained_on,
                                                      settings.vocab_size, settings.min_frequency, settings.max_len,

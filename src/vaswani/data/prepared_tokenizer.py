@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import logging
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -24,6 +25,37 @@ PREPARED_KIND = "prepared data"  # the manifest's kind: tokenizer.json and token
 # Characters of a line the tokenizer learns from, per position of max_len: a sentence that fits max_len tokens is
 # far shorter.
 TRAINING_CHARS_PER_POSITION = 64
+
+
+@dataclass(frozen=True)
+class TokenizerSample:
+    """The training pairs the tokenizer learnt from: ``pairs`` of ``of``, drawn from ``seed`` (None: every pair),
+    and the sha256 of the drawn indices, so that another draw is told apart."""
+
+    pairs: int
+    of: int
+    seed: int | None = None
+    indices_sha256: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        drawn = {"indices_sha256": self.indices_sha256} if self.indices_sha256 else {}
+        return {"pairs": self.pairs, "of": self.of, "seed": self.seed, **drawn}
+
+
+@dataclass(frozen=True)
+class TrainedOn:
+    """The corpus split a tokenizer was trained on, as tokenizer_info.json records it."""
+
+    name: str
+    split: str
+    checksum: str
+    sample: TokenizerSample
+    files: tuple[str, ...] | None = None  # the user's files; None for a built-in corpus
+
+    def to_json(self) -> dict[str, object]:
+        files = {"files": list(self.files)} if self.files is not None else {}
+        return {"name": self.name, "split": self.split, "checksum": self.checksum, **files,
+                "sample": self.sample.to_json()}
 
 
 def prepared_tokenizer(out: Path, tokenizer_path: str | Path | None, vocab_size: int,
@@ -60,13 +92,13 @@ def prepared_tokenizer(out: Path, tokenizer_path: str | Path | None, vocab_size:
     return tokenizer
 
 
-def train_prepared_tokenizer(out: Path, texts: Iterable[str], count: int, trained_on: dict, vocab_size: int,
+def train_prepared_tokenizer(out: Path, texts: Iterable[str], count: int, trained_on: TrainedOn, vocab_size: int,
                              min_frequency: int, max_len: int, progress: bool,
                              tags: Sequence[str] = ()) -> Tokenizer:
     """Train the BPE on ``count`` sentences and save it into ``out`` with its description and manifest; ``tags``
     are special tokens of it."""
-    logger.info("training a %d-token BPE on %s %s (%d sentences)", vocab_size, trained_on["name"],
-                trained_on["split"], count)
+    logger.info("training a %d-token BPE on %s %s (%d sentences)", vocab_size, trained_on.name,
+                trained_on.split, count)
     # The BPE learns from the first TRAINING_CHARS_PER_POSITION * max_len characters of each line, cut before it is
     # tokenized as every encoding cuts: one enormous line costs what a long sentence does, and a line that long holds
     # more than max_len tokens, so training drops its pair anyway.
@@ -79,7 +111,7 @@ def train_prepared_tokenizer(out: Path, texts: Iterable[str], count: int, traine
         "vocab_size": vocab_size,
         "actual_vocab_size": tokenizer.vocab_size,
         "min_frequency": min_frequency,
-        "trained_on": trained_on,
+        "trained_on": trained_on.to_json(),
         "fingerprint": tokenizer.fingerprint,
         **({"tags": list(tags)} if tags else {}),
     }

@@ -49,23 +49,20 @@ from vaswani.data.cache import (
     FileArrays,
     MemoryArrays,
     PrepareStats,
-    cache_meta,
     cache_path,
     ids_dtype,
     is_whole_cache,
     load_arrays,
     load_cached,
     save_encoded,
+    write_cache_meta,
 )
 from vaswani.data.corpora import CorpusInfo, ParallelCorpus
 from vaswani.data.corpus_encoder import CorpusEncoder
 from vaswani.data.files import FileSplit, LineChunk, decode_chunk, progress_bar, read_chunks
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.errors import ConfigError, DataError
-from vaswani.io import (
-    atomic_write_json,
-    directory_written_whole,
-)
+from vaswani.io import directory_written_whole
 
 logger = logging.getLogger(__name__)
 
@@ -132,11 +129,10 @@ def prepare_files(
                 filtered.add(chunk)
                 bar.update(chunk.pairs)
         stats = filtered.finish(info, time.perf_counter() - start).stats
-        meta = cache_meta(tokenizer.fingerprint, stats, info)
-        atomic_write_json(staging / "meta.json", meta)
+        write_cache_meta(staging, tokenizer.fingerprint, stats, info)
     # Read back memory-mapped, as a later run opens it (what was just written needs no checking against itself).
     return EncodedCorpus(**load_arrays(path), tokenizer_fingerprint=tokenizer.fingerprint, stats=stats,
-                         name=info.name, split=info.split, path=path, meta=meta)
+                         name=info.name, split=info.split, path=path, corpus_checksum=info.checksum)
 
 
 def check_max_len(max_len: int) -> None:

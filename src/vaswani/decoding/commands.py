@@ -135,7 +135,7 @@ def search_config_from_args(args: argparse.Namespace, stored: StoredSearch | Non
     return _search_config(args, {**stored.settings, **given}) if stored is not None else config
 
 
-def _search_config(args: argparse.Namespace, values: dict) -> SearchConfig:
+def _search_config(args: argparse.Namespace, values: dict[str, int | float | str]) -> SearchConfig:
     sampling = {}
     if getattr(args, "sample", False):  # a draw needs no beam: the stored one does not apply
         sampling = dict(sample=True, top_k=args.top_k, top_p=args.top_p, temperature=args.temperature,

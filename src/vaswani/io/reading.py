@@ -145,7 +145,7 @@ def _bounded_loader() -> type[yaml.SafeLoader]:
                 raise _TooLarge(problem)
             return node
 
-        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[object, object]:
             seen = set()
             for key_node, _ in node.value:
                 key = self.construct_object(key_node, deep=deep)

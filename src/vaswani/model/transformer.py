@@ -180,7 +180,7 @@ class Transformer(nn.Module):
         """
         weights: list[torch.Tensor] = []
 
-        def record(module: nn.Module, args: tuple, kwargs: dict) -> None:
+        def record(module: nn.Module, args: tuple[torch.Tensor, ...], kwargs: dict[str, object]) -> None:
             weights.append(module.attention_weights(*args, **kwargs))
 
         hooks = [layer.cross_attn.register_forward_pre_hook(record, with_kwargs=True)

@@ -70,7 +70,7 @@ def corpus_record(run_dir: Path, config: RunConfig, prepared: PreparedData) -> C
     data was prepared. A run that already recorded a corpus continues only on the same one: a file whose content
     changed is refused, naming it."""
     dc = config.data
-    splits = {name: SplitRecord(encoded.stats.pairs_in, encoded.meta.get("corpus_checksum"))
+    splits = {name: SplitRecord(encoded.stats.pairs_in, encoded.corpus_checksum)
               for name, encoded in prepared.splits.items()}
     for name, files in prepared.files.items():
         splits[name].files = list(files.files)
@@ -108,7 +108,8 @@ def _refuse_another_corpus(earlier: object, files: dict[str, list[FileRecord]],
                            f"as they were, or start a new run (--start-over or another --run-dir)")
 
 
-def _changed(earlier: dict, files: dict[str, list[FileRecord]], checksums: dict[str, str | None]) -> str | None:
+def _changed(earlier: dict[str, object], files: dict[str, list[FileRecord]],
+             checksums: dict[str, str | None]) -> str | None:
     """How the corpus now differs from the one a run recorded (None: the same)."""
     recorded_splits = earlier.get("splits") or {}
     files_then = {file.get("path"): file for split in recorded_splits.values()

@@ -8,7 +8,7 @@ import torch.nn as nn
 from vaswani.training.config import TrainConfig
 
 
-def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, list[nn.Parameter] | float]]:
     """Decay the weight matrices of linear layers; never biases, LayerNorm parameters or embeddings.
 
     Embeddings are excluded because weight decay pulls rare tokens' vectors toward zero every step while they
