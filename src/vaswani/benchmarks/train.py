@@ -4,7 +4,7 @@
     train_batches.py  the batches every model trains on (fixed, random, real Multi30k)
     train_peers.py    the models raced against ours (torch.nn.Transformer, MarianMT) and our undone speed-ups
     train_race.py     the measurement: steps alternated between the models, tokens/s, ratios, MFU, profiles
-    train_report.py   the markdown tables
+    train_report.py   the report written (TrainReport) and its markdown tables
 
 ``--profile`` also writes where each model's step spends its time, by kind of operator
 (``vaswani.benchmarks.profiling``), next to the table.
@@ -21,15 +21,15 @@ from vaswani.arguments import add_settings_argument, parse_variant, ranged
 from vaswani.benchmarks.profiling import add_passes_argument, matmul_peak
 from vaswani.benchmarks.train_batches import BATCH_KINDS
 from vaswani.benchmarks.train_peers import PEERS
-from vaswani.benchmarks.train_race import ContenderProfile, TrainBenchSettings, measure
-from vaswani.benchmarks.train_report import print_row, profile_markdown, speed_table
+from vaswani.benchmarks.train_race import ContenderProfile, ResultRow, TrainBenchSettings, measure
+from vaswani.benchmarks.train_report import TrainReport, print_row, profile_markdown, speed_table
 from vaswani.config import ModelConfig, apply_model_settings
 from vaswani.data.commands import add_data_dir_argument
 from vaswani.devices import resolve_device, reuse_freed_memory
 from vaswani.errors import VaswaniError
-from vaswani.io import atomic_write_json, atomic_write_text, check_output
+from vaswani.io import atomic_write_text, check_output
 from vaswani.provenance import provenance
-from vaswani.records import to_json
+from vaswani.records import write_record
 from vaswani.settings import MAX_BATCH, MAX_COUNT, MAX_LENGTH, MAX_THREADS, PRECISIONS
 from vaswani.training.device_choices import defers_host_reads
 
@@ -92,10 +92,10 @@ def run(args: argparse.Namespace) -> int:
     results, profiles = measure(settings, device, on_row=print_row)
     if args.out:
         report = _report(args, settings, device, allocator, results, profiles)
-        atomic_write_json(args.out, report)
+        write_record(args.out, report)
         atomic_write_text(args.out.with_suffix(".md"), speed_table(report))
         if profiles:
-            atomic_write_text(args.out.with_suffix(".profile.md"), profile_markdown(report, profiles))
+            atomic_write_text(args.out.with_suffix(".profile.md"), profile_markdown(report))
         print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
     return 0
 
@@ -124,22 +124,17 @@ def settings_from_args(args: argparse.Namespace) -> TrainBenchSettings:
 
 
 def _report(args: argparse.Namespace, settings: TrainBenchSettings, device: torch.device, allocator: str,
-            results: list[dict], profiles: dict[str, list[tuple[str, ContenderProfile]]]) -> dict:
+            results: list[ResultRow], profiles: dict[str, dict[str, ContenderProfile]]) -> TrainReport:
     """The JSON written to ``--out``: provenance, what was measured, and the results."""
-    return {**provenance(device), "preset": args.preset, "settings": args.settings,
-            "model": settings.config.to_dict(), "variants": {label: c.to_dict() for label, c in settings.variants},
-            "torch_threads": torch.get_num_threads(), "max_tokens": args.max_tokens, "steps": args.steps,
-            "warmup": args.warmup, "repeats": args.repeats, "length_buckets": args.length_buckets,
-            "ours_compile": args.compile, "ours_cuda_graphs": args.cuda_graphs,
-            "deferred_step": defers_host_reads("auto", device),
-            "optimizer": f"AdamW(lr=1e-4, betas=(0.9, 0.98), {'for-each' if args.foreach else 'fused'})",
-            "allocator": allocator,
-            "results": results,
-            "profile": {key: {name: {"threads": p.threads, **to_json(p.profile), "timed_ms": p.timed_ms}
-                              for name, p in group} for key, group in profiles.items()},
-            # The rate the profiled matrix products are compared with, measured in this run (see matmul_peak).
-            "matmul_peak_gflops": {str(t): matmul_peak(t) for t in settings.profile_threads},
-            "profile_passes": args.profile_passes}
+    return TrainReport(
+        **provenance(device), preset=args.preset, settings=args.settings, model=settings.config,
+        variants=dict(settings.variants), torch_threads=torch.get_num_threads(), max_tokens=args.max_tokens,
+        steps=args.steps, warmup=args.warmup, repeats=args.repeats, length_buckets=args.length_buckets,
+        ours_compile=args.compile, ours_cuda_graphs=args.cuda_graphs, deferred_step=defers_host_reads("auto", device),
+        optimizer=f"AdamW(lr=1e-4, betas=(0.9, 0.98), {'for-each' if args.foreach else 'fused'})",
+        allocator=allocator, results=results, profile=profiles,
+        matmul_peak_gflops={str(t): matmul_peak(t) for t in settings.profile_threads},
+        profile_passes=args.profile_passes)
 
 
 __all__ = ["add_arguments", "run", "settings_from_args"]

@@ -58,6 +58,39 @@ class TrainBenchSettings:
     cuda_graphs: bool = False  # ours replayed as CUDA graphs, as train.cuda_graphs
 
 
+@dataclass
+class ModelSpeed:
+    """A model's tokens/s (median, range, every repeat's), trainable parameters, model FLOP/s and MFU."""
+
+    tokens_per_s: float
+    min: float
+    max: float
+    runs: list[float]
+    parameters: int
+    model_flops_per_s: float
+    mfu: float
+
+
+@dataclass
+class ResultRow:
+    """The row of one setting (batch kind, loss, precision) in the report's "results"."""
+
+    batches: str
+    loss: str
+    precision: str
+    sentences_per_batch: float
+    target_tokens_per_batch: float
+    padding: float
+    models: dict[str, ModelSpeed]
+    peak_flops: float
+    peak_source: str
+    ours_over: dict[str, float]  # median over repeats of the ratio within a repeat
+    ours_over_medians: dict[str, float]  # the ratio of the medians
+    # Each variant against each peer: a variant that switches something off (dropout, say) bounds what making
+    # that thing cheaper could buy against the peer.
+    variants_over_peers: dict[str, dict[str, float]]
+
+
 class Contender:
     """One model, its optimizer and its step over the benchmark's batches."""
 
@@ -80,9 +113,17 @@ class Contender:
         synchronize(device)
         return tokens, time.perf_counter() - start
 
-    def summary(self) -> dict[str, float | list[float]]:
-        return {"tokens_per_s": statistics.median(self.rates), "min": min(self.rates), "max": max(self.rates),
-                "runs": self.rates, "parameters": self.parameters}
+    def speed(self, flops_per_token: float, peak_flops: float) -> ModelSpeed:
+        """Its tokens/s over the repeats raced, and the model FLOP/s and MFU they make."""
+        median = statistics.median(self.rates)
+        flops = flops_per_token * median
+        return ModelSpeed(median, min(self.rates), max(self.rates), self.rates, self.parameters, flops,
+                          flops / peak_flops)
+
+    def over(self, other: Contender) -> float:
+        """The median over repeats of this model's tokens/s over ``other``'s within a repeat: each repeat's steps
+        alternated, so its ratio saw one load."""
+        return statistics.median(a / b for a, b in zip(self.rates, other.rates))
 
 
 def race(contenders: list[Contender], batches: list[TrainBatch], device: torch.device, warmup: int,
@@ -106,12 +147,16 @@ def race(contenders: list[Contender], batches: list[TrainBatch], device: torch.d
 
 
 @dataclass
-class ContenderProfile:
+class _OnThreads:
+    threads: int
+
+
+@dataclass
+class ContenderProfile(OperatorProfile, _OnThreads):
     """One model's profiled steps at ``threads`` intra-op threads, and the time the same batches took it in
     the timed steps (None when those ran at another thread count): what the ceiling is taken against."""
 
-    threads: int
-    profile: OperatorProfile
+    # A dataclass lists its last base's fields first: threads, then the profile's, as the report's JSON has them.
     timed_ms: float | None = None
 
 
@@ -121,19 +166,19 @@ def profile_steps(contender: Contender, batches: list[TrainBatch], threads: int,
     threads_outside = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        return ContenderProfile(threads, profile_by_kind(lambda: [contender.step(batch) for batch in batches],
-                                                         passes=passes))
+        profile = profile_by_kind(lambda: [contender.step(batch) for batch in batches], passes=passes)
+        return ContenderProfile(threads, **vars(profile))
     finally:
         torch.set_num_threads(threads_outside)
 
 
 def measure(settings: TrainBenchSettings, device: torch.device,
-            on_row: Callable[[dict], None] = lambda row: None
-            ) -> tuple[list[dict], dict[str, list[tuple[str, ContenderProfile]]]]:
+            on_row: Callable[[ResultRow], None] = lambda row: None
+            ) -> tuple[list[ResultRow], dict[str, dict[str, ContenderProfile]]]:
     """One result row per (batch kind, loss, precision), each handed to ``on_row`` as it is measured, and the
     profiles by setting (empty without ``profile_threads``)."""
-    rows: list[dict] = []
-    profiles: dict[str, list[tuple[str, ContenderProfile]]] = {}
+    rows: list[ResultRow] = []
+    profiles: dict[str, dict[str, ContenderProfile]] = {}
     peaks: dict[str, tuple[float, str]] = {}
     for kind in settings.batch_kinds:
         batches = benchmark_batches(kind, settings.config, settings.max_tokens, settings.warmup + settings.steps,
@@ -210,63 +255,42 @@ def speedup_contenders(config: ModelConfig, smoothing: float, precision: str,
 
 
 def result_row(settings: TrainBenchSettings, kind: str, loss: str, precision: str, batches: list[TrainBatch],
-               contenders: list[Contender], peak: tuple[float, str]) -> dict:
-    """The row of one setting: the batches, each model's tokens/s with its model FLOP/s and MFU, and the ratios."""
-    row = {"batches": kind, "loss": loss, "precision": precision,
-           "sentences_per_batch": statistics.mean(b.src.size(0) for b in batches),
-           "target_tokens_per_batch": statistics.mean(b.tokens for b in batches),
-           "padding": 1 - statistics.mean(b.tokens / b.tgt_out.numel() for b in batches),
-           "models": {c.name: c.summary() for c in contenders}}
-    row["peak_flops"], row["peak_source"] = peak
-    _add_model_flops(row, settings, batches[settings.warmup :], contenders)
-    _add_ratios(row, settings, contenders)
-    return row
+               contenders: list[Contender], peak: tuple[float, str]) -> ResultRow:
+    """The row of one setting: the batches, each model's tokens/s with its model FLOP/s and MFU, and the ratios.
 
-
-def _add_model_flops(row: dict, settings: TrainBenchSettings, timed: list[TrainBatch],
-                     contenders: list[Contender]) -> None:
-    """Model FLOPs utilisation: FLOPs per token of the timed batches × tokens/s over the device's peak (the
+    MFU, model FLOPs utilisation: FLOPs per token of the timed batches × tokens/s over the device's peak (the
     datasheet's on a known GPU, a large matmul's measured in this run elsewhere)."""
+    timed = batches[settings.warmup :]
     # The dimensions that set a model's FLOPs: a variant's own, everyone else's are ours.
     dims = {OURS: settings.config, **{f"{OURS} {label}": c for label, c in settings.variants}}
-    for c in contenders:
-        stats = row["models"][c.name]
-        per_token = sum(b.training_flops(dims.get(c.name, settings.config)) for b in timed) / sum(
-            b.tokens for b in timed)
-        stats["model_flops_per_s"] = per_token * stats["tokens_per_s"]
-        stats["mfu"] = stats["model_flops_per_s"] / row["peak_flops"]
-
-
-def _add_ratios(row: dict, settings: TrainBenchSettings, contenders: list[Contender]) -> None:
+    tokens = sum(b.tokens for b in timed)
+    models = {c.name: c.speed(sum(b.training_flops(dims.get(c.name, settings.config)) for b in timed) / tokens,
+                              peak[0]) for c in contenders}
     ours, others = contenders[0], contenders[1:]
-    # Median over repeats of the ratio within a repeat: each repeat's steps alternated, so its ratio saw one load;
-    # the ratio of the medians is kept too.
-    row["ours_over"] = {c.name: statistics.median(a / b for a, b in zip(ours.rates, c.rates)) for c in others}
-    ours_median = row["models"][OURS]["tokens_per_s"]
-    row["ours_over_medians"] = {c.name: ours_median / row["models"][c.name]["tokens_per_s"] for c in others}
-    # Each variant against each peer too: a variant that switches something off (dropout, say) bounds what making
-    # that thing cheaper could buy against the peer.
-    n_variants = len(settings.variants)
-    variants_raced = contenders[1 : 1 + n_variants]
-    peers_raced = contenders[1 + n_variants : 1 + n_variants + len(settings.peers)]
-    row["variants_over_peers"] = {
-        v.name: {p.name: statistics.median(a / b for a, b in zip(v.rates, p.rates)) for p in peers_raced}
-        for v in variants_raced}
+    n = len(settings.variants)
+    variants_raced, peers_raced = contenders[1 : 1 + n], contenders[1 + n : 1 + n + len(settings.peers)]
+    return ResultRow(
+        kind, loss, precision, sentences_per_batch=statistics.mean(b.src.size(0) for b in batches),
+        target_tokens_per_batch=statistics.mean(b.tokens for b in batches),
+        padding=1 - statistics.mean(b.tokens / b.tgt_out.numel() for b in batches), models=models,
+        peak_flops=peak[0], peak_source=peak[1], ours_over={c.name: ours.over(c) for c in others},
+        ours_over_medians={c.name: models[OURS].tokens_per_s / models[c.name].tokens_per_s for c in others},
+        variants_over_peers={v.name: {p.name: v.over(p) for p in peers_raced} for v in variants_raced})
 
 
 def profile_contenders(contenders: list[Contender], batches: list[TrainBatch], threads: int,
-                       passes: int) -> list[tuple[str, ContenderProfile]]:
+                       passes: int) -> dict[str, ContenderProfile]:
     """Each model's first :data:`PROFILED_BATCHES` steps under torch.profiler, with the time those batches took it
     at its median speed in the timed (unprofiled) steps when those ran at the profile's thread count: the time
     the ceiling is taken against."""
     first = batches[:PROFILED_BATCHES]
     tokens = sum(b.tokens for b in first)
     timed = threads == torch.get_num_threads()
-    return [(c.name, dataclasses.replace(
-                profile_steps(c, first, threads, passes),
-                timed_ms=1e3 * tokens / statistics.median(c.rates) if timed else None))
-            for c in contenders]
+    return {c.name: dataclasses.replace(profile_steps(c, first, threads, passes),
+                                        timed_ms=1e3 * tokens / statistics.median(c.rates) if timed else None)
+            for c in contenders}
 
 
-__all__ = ["Contender", "ContenderProfile", "OURS", "TrainBenchSettings", "build_contenders", "measure",
-           "profile_contenders", "profile_steps", "race", "result_row", "speedup_contenders"]
+__all__ = ["Contender", "ContenderProfile", "ModelSpeed", "OURS", "ResultRow", "TrainBenchSettings",
+           "build_contenders", "measure", "profile_contenders", "profile_steps", "race", "result_row",
+           "speedup_contenders"]
