@@ -126,7 +126,7 @@ def settings_from_args(args: argparse.Namespace) -> TrainBenchSettings:
 def _report(args: argparse.Namespace, settings: TrainBenchSettings, device: torch.device, allocator: str,
             results: list[dict], profiles: dict[str, list[tuple[str, ContenderProfile]]]) -> dict:
     """The JSON written to ``--out``: provenance, what was measured, and the results."""
-    return {**provenance(device), "preset": args.preset, "settings": args.settings,
+    return {**provenance(device).to_json(), "preset": args.preset, "settings": args.settings,
             "model": settings.config.to_dict(), "variants": {label: c.to_dict() for label, c in settings.variants},
             "torch_threads": torch.get_num_threads(), "max_tokens": args.max_tokens, "steps": args.steps,
             "warmup": args.warmup, "repeats": args.repeats, "length_buckets": args.length_buckets,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from vaswani.benchmarks.profiling import ceiling_line, kind_table, largest_operators, matmul_lines
 from vaswani.benchmarks.train_race import ContenderProfile
-from vaswani.provenance import provenance_lines
+from vaswani.provenance import Provenance, provenance_lines
 
 
 def print_row(row: dict) -> None:
@@ -38,7 +38,7 @@ def profile_markdown(report: dict, profiles: dict[str, list[tuple[str, Contender
                     for line in matmul_lines(name, p, peaks.get(str(threads)), threads)),
                   *(ceiling_line(ours, ours_profile.profile, name, p.timed_ms, "time in the timed steps")
                     for name, p in others if p.timed_ms), ""]
-    lines += [*provenance_lines(report), ""]
+    lines += [*provenance_lines(Provenance.from_json(report)), ""]
     return "\n".join(lines)
 
 
@@ -93,7 +93,7 @@ def speed_table(report: dict) -> str:
     if against_peers:
         lines += ["", "Each variant against each peer (median over repeats of the ratio within a repeat):", "",
                   *against_peers]
-    lines += ["", *provenance_lines(report), ""]
+    lines += ["", *provenance_lines(Provenance.from_json(report)), ""]
     return "\n".join(lines)
 
 
