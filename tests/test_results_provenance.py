@@ -191,9 +191,9 @@ def test_a_tree_copied_without_git_takes_its_commit_from_the_environment(monkeyp
 
     monkeypatch.setattr(provenance.subprocess, "run", not_a_repository)
     monkeypatch.delenv("VASWANI_GIT_COMMIT", raising=False)
-    assert provenance.git_state() == {"commit": None, "dirty": None}
+    assert provenance.git_state() == provenance.GitState()
     monkeypatch.setenv("VASWANI_GIT_COMMIT", "a" * 40)
-    assert provenance.git_state() == {"commit": "a" * 40, "dirty": False}
+    assert provenance.git_state().to_json() == {"commit": "a" * 40, "dirty": False}
 
 
 def test_the_commit_in_the_environment_wins_over_an_enclosing_checkout(monkeypatch) -> None:
@@ -203,6 +203,29 @@ def test_the_commit_in_the_environment_wins_over_an_enclosing_checkout(monkeypat
 
     monkeypatch.delenv("VASWANI_GIT_COMMIT", raising=False)
     enclosing = provenance.git_state()
-    assert re.fullmatch(r"[0-9a-f]{40}", enclosing["commit"] or ""), enclosing  # this tree is a checkout
+    assert re.fullmatch(r"[0-9a-f]{40}", enclosing.commit or ""), enclosing  # this tree is a checkout
     monkeypatch.setenv("VASWANI_GIT_COMMIT", "b" * 40)
-    assert provenance.git_state() == {"commit": "b" * 40, "dirty": False}
+    assert provenance.git_state() == provenance.GitState("b" * 40, False)
+
+
+def test_the_provenance_records_write_the_json_objects_every_results_file_holds(tmp_path: Path) -> None:
+    """Keys and their order as results files hold them: a CPU-only machine names no GPU but ``cuda_device``; a
+    file read back gives the same record; a run's first training record is read whatever keys it lacks."""
+    from vaswani.provenance import GitState, Hardware, Provenance, first_training_start, hardware, provenance
+
+    cpu = ["platform", "processor", "cpu_count", "torch", "torch_threads", "device", "device_name", "cuda_device"]
+    details = ["cuda_memory_gib", "cuda_capability", "cuda_version"]
+    assert list(hardware("cpu").to_json()) in (cpu, [*cpu, *details])
+    assert list(Hardware("Linux", "EPYC", 2, "2.5", 2, "cpu", "EPYC").to_json()) == cpu
+    gpu = Hardware("Linux", "EPYC", 16, "2.5", 16, "cuda:0", "H200", "H200", 139.8, "9.0", "12.8")
+    assert list(gpu.to_json()) == [*cpu, *details]
+    record = provenance("cpu", command="vaswani x")
+    assert list(record.to_json()) == ["command", "git", "hardware", "versions"]
+    assert list(record.to_json()["git"]) == ["commit", "dirty"]
+    written = json.loads(json.dumps(Provenance("c", GitState(None, None), gpu, {"torch": "2.5"}).to_json()))
+    assert Provenance.from_json({**written, "other": 1}) == Provenance("c", GitState(None, None), gpu, {"torch": "2.5"})
+    assert first_training_start(tmp_path).record == {}  # no provenance.jsonl
+    (tmp_path / "provenance.jsonl").write_text('\n{"command": "vaswani train", "git": null, "precision": "fp32"}\n')
+    start = first_training_start(tmp_path)
+    assert (start.command, start.git, start.processor, start.precision) == ("vaswani train", GitState(None, None),
+                                                                             None, "fp32")

@@ -3,13 +3,15 @@ a result: every results file the tool writes carries :func:`provenance`."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from vaswani.errors import VaswaniError
 
@@ -18,6 +20,75 @@ if TYPE_CHECKING:
 
 PROVENANCE_FILE = "provenance.jsonl"  # in a run directory: one record per start or resume of its training
 _command: str | None = None
+_GPU_DETAILS = ("cuda_memory_gib", "cuda_capability", "cuda_version")
+
+
+@dataclass(frozen=True)
+class GitState:
+    """The commit of a source tree and whether it had uncommitted changes (both None outside a git checkout)."""
+
+    commit: str | None = None
+    dirty: bool | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The machine and the device that ran the model (:func:`hardware`)."""
+
+    platform: str
+    processor: str
+    cpu_count: int
+    torch: str
+    torch_threads: int
+    device: str
+    device_name: str
+    cuda_device: str | None = None  # the visible GPU, named also under a CPU measurement
+    cuda_memory_gib: float | None = None
+    cuda_capability: str | None = None
+    cuda_version: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        """The JSON object; without a GPU it has no GPU details, only ``"cuda_device": null``."""
+        return {key: value for key, value in dataclasses.asdict(self).items()
+                if self.cuda_device is not None or key not in _GPU_DETAILS}
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a number came from (:func:`provenance`): the first keys of every results file."""
+
+    command: str
+    git: GitState
+    hardware: Hardware
+    versions: dict[str, str] = field(default_factory=dict)  # files of the earliest versions have none
+
+    def to_json(self) -> dict[str, object]:
+        return {"command": self.command, "git": self.git.to_json(), "hardware": self.hardware.to_json(),
+                "versions": dict(self.versions)}
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, object], source: str = "a results file") -> Provenance:
+        """The provenance in the JSON object ``value`` (other keys ignored), every field checked."""
+        from vaswani.records import from_json  # here, not at the top: every command's start-up imports this module
+
+        return from_json(cls, dict(value), source)
+
+
+@dataclass(frozen=True)
+class TrainingStart:
+    """The first record of a run's ``provenance.jsonl``, as leniently as any version wrote it (a key it lacks is
+    None here), and whole in ``record``, which a results file quotes as it is."""
+
+    command: str | None = None
+    git: GitState = GitState()
+    processor: str | None = None
+    device_name: str | None = None
+    precision: str | None = None
+    torch_threads: int | None = None
+    record: dict[str, object] = field(default_factory=dict)
 
 
 def record_command(argv: Sequence[str]) -> None:
@@ -32,22 +103,17 @@ def command_line() -> str:
     return _command or shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
 
 
-def provenance(device: torch.device | str = "cpu", command: str | None = None) -> dict[str, Any]:
+def provenance(device: torch.device | str = "cpu", command: str | None = None) -> Provenance:
     """The command line, git commit (and whether the tree had uncommitted changes), hardware and library versions."""
-    return {
-        "command": command or command_line(),
-        "git": git_state(),
-        "hardware": hardware(device),
-        "versions": versions(),
-    }
+    return Provenance(command or command_line(), git_state(), hardware(device), versions())
 
 
-def first_training_start(run_dir: Path) -> dict[str, Any]:
+def first_training_start(run_dir: Path) -> TrainingStart:
     """The first record of a run's ``provenance.jsonl``: the command, commit and machine its training started with
-    ({} when the run has none). A first line that is not a JSON object is a VaswaniError naming ``path:line``."""
+    (all None when it has none). A first line that is not a JSON object is a VaswaniError naming ``path:line``."""
     path = Path(run_dir) / PROVENANCE_FILE
     if not path.is_file():
-        return {}
+        return TrainingStart()
     for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
         if not line.strip():
             continue
@@ -57,19 +123,21 @@ def first_training_start(run_dir: Path) -> dict[str, Any]:
             record = None
         if not isinstance(record, dict):
             raise VaswaniError(f"{path}:{number}: not a provenance record (a JSON object); the file is damaged")
-        return record
-    return {}
+        git, machine = (part if isinstance(part := record.get(key), dict) else {} for key in ("git", "hardware"))
+        return TrainingStart(record.get("command"), GitState(git.get("commit"), git.get("dirty")),
+                             machine.get("processor"), machine.get("device_name"), record.get("precision"),
+                             record.get("torch_threads"), record)
+    return TrainingStart()
 
 
-def provenance_lines(record: dict[str, Any]) -> list[str]:
+def provenance_lines(record: Provenance) -> list[str]:
     """The markdown lines a results table ends with: its command, commit and hardware (from :func:`provenance`)."""
-    git = record["git"]
-    dirty = " (uncommitted changes)" if git.get("dirty") else ""
-    return [f"Command: `{record['command']}`  ", f"Commit: {git.get('commit')}{dirty}  ",
-            f"Hardware: {json.dumps(record['hardware'])}"]
+    dirty = " (uncommitted changes)" if record.git.dirty else ""
+    return [f"Command: `{record.command}`  ", f"Commit: {record.git.commit}{dirty}  ",
+            f"Hardware: {json.dumps(record.hardware.to_json())}"]
 
 
-def git_state() -> dict[str, Any]:
+def git_state() -> GitState:
     """The commit of this source tree and whether it had uncommitted changes.
 
     ``VASWANI_GIT_COMMIT``, when set, names the commit and wins over any git checkout around the tree: a lent GPU
@@ -78,17 +146,15 @@ def git_state() -> dict[str, Any]:
     clean first)."""
     copied_from = os.environ.get("VASWANI_GIT_COMMIT")
     if copied_from:
-        return {"commit": copied_from, "dirty": False}
+        return GitState(copied_from, False)
     root = Path(__file__).resolve().parents[2]
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
         status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
                                 capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
-        return {"commit": None, "dirty": None}
-    if commit.returncode != 0:
-        return {"commit": None, "dirty": None}
-    return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}
+        return GitState()
+    return GitState(commit.stdout.strip(), bool(status.stdout.strip())) if commit.returncode == 0 else GitState()
 
 
 def load_averages() -> list[float]:
@@ -113,7 +179,7 @@ def versions() -> dict[str, str]:
     return found
 
 
-def hardware(device: torch.device | str = "cpu") -> dict[str, Any]:
+def hardware(device: torch.device | str = "cpu") -> Hardware:
     """Platform, CPU, torch version and thread count, the name of the device that ran the model, and the GPU's
     details whenever one is visible (a CPU measurement on a GPU machine says so)."""
     import platform
@@ -121,21 +187,13 @@ def hardware(device: torch.device | str = "cpu") -> dict[str, Any]:
     import torch  # here, not at the top: every command records its command line through this module
 
     device = torch.device(device)
-    gpu: dict[str, Any] = {"cuda_device": None}
+    gpu: dict[str, object] = {}
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(device if device.type == "cuda" else 0)
         gpu = {"cuda_device": props.name, "cuda_memory_gib": round(props.total_memory / 2**30, 1),
                "cuda_capability": f"{props.major}.{props.minor}", "cuda_version": torch.version.cuda}
-    return {
-        "platform": platform.platform(),
-        "processor": _cpu_name(),
-        "cpu_count": usable_cores(),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "device": str(device),
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name(),
-        **gpu,
-    }
+    return Hardware(platform.platform(), _cpu_name(), usable_cores(), torch.__version__, torch.get_num_threads(),
+                    str(device), torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name(), **gpu)
 
 
 def usable_cores() -> int:

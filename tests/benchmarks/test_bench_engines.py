@@ -50,7 +50,8 @@ def test_the_report_gives_the_ratio_over_the_bare_script_per_repeat_with_or_with
     runs = [EngineRun(name, repeat, value, 0.3 if "vaswani" in name else 0.2)
             for (name, repeat), value in seconds.items()]
     args = argparse.Namespace(dataset="multi30k", split="test2016", threads=2, device="cpu", repeats=2)
-    report = _report(Stamp(**provenance("cpu")), args, Path("ck"), SearchConfig(beam_size=5, length_norm="power"),
+    search = SearchConfig(beam_size=5, length_norm="power")
+    report = _report(Stamp(**provenance("cpu").to_json()), args, Path("ck"), search,
                      dict.fromkeys(names), runs, dict.fromkeys(names, 30.0), {name: "a\nb\n" for name in names}, 100)
     (ratio,) = report.ratios
     assert ratio.over_bare == pytest.approx(8.7 / 9.0, abs=1e-3)  # medians: 8.7 s bare against 9.0 s ours

@@ -155,7 +155,7 @@ def test_the_first_two_parts_run_end_to_end_on_the_cpu(tmp_path: Path, data_dir:
     with tarfile.open(out / "results-multi30k-cpu.tar.gz") as packed:
         table = json.load(packed.extractfile("results/multi30k-cpu/results.json"))
         assert "results/multi30k-cpu/table.md" in packed.getnames()
-    assert table["git"]["commit"] == git_state()["commit"] and table["command"].startswith("vaswani")
+    assert table["git"]["commit"] == git_state().commit and table["command"].startswith("vaswani")
     with tarfile.open(out / "results-bench-train-cpu.tar.gz") as packed:
         assert {"results/bench/train-base-cpu.json", "results/bench/train-base-cpu.md"} == set(packed.getnames())
     with tarfile.open(out / "results-bench-decode-cpu.tar.gz") as packed:

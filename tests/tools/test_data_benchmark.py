@@ -16,6 +16,7 @@ import pytest
 from vaswani.cli import main
 from vaswani.errors import VaswaniError
 from vaswani.io import write_manifest
+from vaswani.provenance import GitState, Hardware, Provenance
 from vaswani.records import to_json
 from vaswani.tools.data_benchmark import measure_prepare
 from vaswani.tools.data_benchmark_report import (
@@ -100,8 +101,8 @@ def test_rows_of_another_machine_stay_beside_this_ones_each_naming_its_machine(t
     for row in earlier["rows"]:  # written before rows named their machine
         del row["machine"], row["prepare"]["cpu_seconds"]
     (tmp_path / bench.RESULTS).write_text(json.dumps(earlier))
-    here = {"command": "vaswani bench data", "git": {"commit": "abc", "dirty": False},
-            "hardware": {"processor": "Intel Xeon", "cpu_count": 2}, "versions": {}}
+    here = Provenance("vaswani bench data", GitState("abc", False),
+                      Hardware("Linux", "Intel Xeon", 2, "2.5", 2, "cpu", "Intel Xeon"))
     monkeypatch.setattr(bench, "provenance", lambda device: here)
     monkeypatch.setattr(bench, "plot", lambda rows, path: None)
     bench.write_results(tmp_path, [Measurement(2000, prepared(3.0), TRAINED)], None)

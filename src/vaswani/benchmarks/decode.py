@@ -56,7 +56,7 @@ from vaswani.model import Transformer
 from vaswani.model.serialization import load_model, resolve_checkpoint
 from vaswani.precision import resolve_precision
 from vaswani.provenance import provenance, provenance_lines
-from vaswani.records import to_json, write_record
+from vaswani.records import write_record
 from vaswani.settings import MAX_BATCH, MAX_COUNT, MAX_LENGTH, MAX_THREADS, PRECISIONS
 
 RANDOM_SOURCE_LENGTHS = (8, 24)  # tokens incl. </s>: roughly Multi30k German with a 10k BPE vocabulary
@@ -336,7 +336,7 @@ def _write_report(args: argparse.Namespace, device: torch.device, model: Transfo
                   natural: SearchConfig, fixed: SearchConfig, session: _Session, comparisons: Comparisons) -> None:
     """The JSON at ``--out`` and its markdown table beside it."""
     report = DecodeReport(
-        **provenance(device),
+        **provenance(device).to_json(),
         arguments={key: (str(v) if isinstance(v, Path) else v) for key, v in vars(args).items()
                    if key not in ("handler",)},
         model=BenchModel(args.checkpoint, None if args.checkpoint else args.preset, model.num_parameters(),
@@ -356,7 +356,7 @@ def _write_report(args: argparse.Namespace, device: torch.device, model: Transfo
         f"The model's {backends.model} attention vs the same weights with {backends.other} attention (median "
         "of interleaved repeats, > 1: the model's own is faster): "
         + ", ".join(f"{label} {x:.2f}×" for label, x in backends.own_speedup.items()) + ".",
-        *compiled_lines(comparisons.compiled_step), "", *provenance_lines(to_json(report)), ""]))
+        *compiled_lines(comparisons.compiled_step), "", *provenance_lines(report.provenance()), ""]))
     print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
 
 

@@ -285,7 +285,7 @@ def _training_record(checkpoint: Path) -> TrainingRecord | None:
     if run_dir is None or not (run_dir / PROVENANCE_FILE).is_file():
         return None
     summary = to_json(RunSummary.read(run_dir)) if (run_dir / SUMMARY_FILE).is_file() else None
-    return TrainingRecord(first_training_start(run_dir) or None, summary)
+    return TrainingRecord(first_training_start(run_dir).record or None, summary)
 
 
 def _random(args: argparse.Namespace):
@@ -316,7 +316,7 @@ def _report(args: argparse.Namespace, model_info: RandomModel | TrainedModel, ro
     scaling = [ThreadScaling(engine, search, threads, round(by[engine, search, 1].median / row.median, 3))
                for (engine, search, threads), row in by.items() if threads != 1 and (engine, search, 1) in by]
     return PeersReport(
-        **provenance("cpu"),
+        **provenance("cpu").to_json(),
         setting="random weights, fixed output length" if fixed else "trained checkpoint, outputs end at </s>",
         model=model_info,
         threads=PeerThreads(thread_counts, ctranslate2_inter=1),

@@ -225,7 +225,7 @@ def render_profile(report: PeersReport) -> str:
 
 
 def footer(report: PeersReport) -> list[str]:
-    command, commit, hardware = provenance_lines(to_json(report))
+    command, commit, hardware = provenance_lines(report.provenance())
     return [command, commit, f"{hardware}  ", f"Model: {model_line(report.model)}", ""]
 
 

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Callable
 
 from vaswani.errors import VaswaniError
 from vaswani.provenance import provenance_lines
-from vaswani.records import to_json
 
 if TYPE_CHECKING:
     from vaswani.benchmarks.engines import EnginesReport
@@ -171,7 +170,7 @@ def render_profile(profile: EngineProfile, report: EnginesReport) -> str:
         "",
         *(f"- {line}" for line in profile.startup_top),
         "",
-        *provenance_lines(to_json(report)),
+        *provenance_lines(report.provenance()),
         "",
     ]
     return "\n".join(lines)

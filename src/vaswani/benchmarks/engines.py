@@ -49,7 +49,7 @@ from vaswani.errors import VaswaniError
 from vaswani.evaluation.metrics import corpus_scores
 from vaswani.io import atomic_write_json, atomic_write_text, check_output
 from vaswani.model.serialization import resolve_checkpoint
-from vaswani.provenance import provenance, provenance_lines
+from vaswani.provenance import Provenance, provenance, provenance_lines
 from vaswani.records import to_json
 from vaswani.settings import MAX_COUNT, MAX_LENGTH, MAX_THREADS
 
@@ -72,6 +72,10 @@ class Stamp:
     git: dict[str, Any]
     hardware: dict[str, Any]
     versions: dict[str, Any]
+
+    def provenance(self) -> Provenance:
+        """These keys as the typed record, every field checked (a file read back may be damaged)."""
+        return Provenance.from_json(vars(self))
 
 
 @dataclass(frozen=True)
@@ -178,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_output(args.out, command="bench engines", writes="files", inputs=[args.checkpoint, args.data_dir],
                      names=RESULT_FILES)
-    stamp = Stamp(**provenance(args.device))  # before anything is written
+    stamp = Stamp(**provenance(args.device).to_json())  # before anything is written
     quantizations = args.quantizations or DEFAULT_QUANTIZATIONS[args.device]
     checkpoint = resolve_checkpoint(args.checkpoint)
     search = StoredSearch.read(checkpoint).search(beam_size=args.beam)
@@ -336,5 +340,5 @@ def render_table(report: EnginesReport) -> str:
         lines.append(f"- ctranslate2 {ratio.quantization}: {torch}{ratio.over_bare:.2f}× the bare script's "
                      f"sentences/s on the same converted model{repeats}, "
                      f"{ratio.lines_unlike_bare} translations differ from its.")
-    lines += ["", *provenance_lines(to_json(report)), ""]
+    lines += ["", *provenance_lines(report.provenance()), ""]
     return "\n".join(lines)

@@ -56,10 +56,9 @@ def run_speed(label: str, run_dir: Path) -> RunSpeed:
     train = [r for r in records if r.kind == "train"]
     first = first_training_start(run_dir)
     speed = training_speed(records)
-    git = first.get("git") or {}
     return RunSpeed(label, str(run_dir), train[-1].step if train else 0, speed.seconds_per_step,
-                    speed.tokens_per_s, git.get("commit"), git.get("dirty"), first.get("command"),
-                    first.get("torch_threads"), (first.get("hardware") or {}).get("processor"))
+                    speed.tokens_per_s, first.git.commit, first.git.dirty, first.command, first.torch_threads,
+                    first.processor)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -79,8 +78,8 @@ def run(args: argparse.Namespace) -> int:
         print(lines[-1])
     if args.out:
         record = provenance("cpu")
-        atomic_write_json(args.out / RESULT_FILES[0], {**record, "runs": [to_json(row) for row in rows]})
-        table = "\n".join(["# Training speed of real runs", "", f"Command: `{record['command']}`", "",
+        atomic_write_json(args.out / RESULT_FILES[0], {**record.to_json(), "runs": [to_json(row) for row in rows]})
+        table = "\n".join(["# Training speed of real runs", "", f"Command: `{record.command}`", "",
                            "tokens/s: median over each run's logging windows without an evaluation, from its "
                            "metrics.jsonl; commit and machine from its provenance.jsonl.", "", *lines])
         atomic_write_text(args.out / RESULT_FILES[1], table + "\n")

@@ -127,7 +127,7 @@ def _report(args: argparse.Namespace, settings: TrainBenchSettings, device: torc
             results: list[ResultRow], profiles: dict[str, dict[str, ContenderProfile]]) -> TrainReport:
     """The JSON written to ``--out``: provenance, what was measured, and the results."""
     return TrainReport(
-        **provenance(device), preset=args.preset, settings=args.settings, model=settings.config,
+        **provenance(device).to_json(), preset=args.preset, settings=args.settings, model=settings.config,
         variants=dict(settings.variants), torch_threads=torch.get_num_threads(), max_tokens=args.max_tokens,
         steps=args.steps, warmup=args.warmup, repeats=args.repeats, length_buckets=args.length_buckets,
         ours_compile=args.compile, ours_cuda_graphs=args.cuda_graphs, deferred_step=defers_host_reads("auto", device),

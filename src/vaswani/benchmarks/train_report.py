@@ -10,7 +10,6 @@ from vaswani.benchmarks.profiling import ceiling_line, kind_table, largest_opera
 from vaswani.benchmarks.train_race import OURS, ContenderProfile, ResultRow
 from vaswani.config import ModelConfig
 from vaswani.provenance import provenance_lines
-from vaswani.records import to_json
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,7 +67,7 @@ def profile_markdown(report: TrainReport) -> str:
                     for line in matmul_lines(name, p, report.matmul_peak_gflops.get(str(threads)), threads)),
                   *(ceiling_line(ours, ours_profile, name, p.timed_ms, "time in the timed steps")
                     for name, p in others if p.timed_ms), ""]
-    lines += [*provenance_lines(to_json(report)), ""]
+    lines += [*provenance_lines(report.provenance()), ""]
     return "\n".join(lines)
 
 
@@ -123,7 +122,7 @@ def speed_table(report: TrainReport) -> str:
     if against_peers:
         lines += ["", "Each variant against each peer (median over repeats of the ratio within a repeat):", "",
                   *against_peers]
-    lines += ["", *provenance_lines(to_json(report)), ""]
+    lines += ["", *provenance_lines(report.provenance()), ""]
     return "\n".join(lines)
 
 

@@ -168,10 +168,11 @@ def train_command(args: argparse.Namespace) -> int:
     with directory_written_whole(args.out, kind=CLASSIFIER_KIND, writer="classify train") as staging:
         result = train_classifier(data, settings, staging, progress=args.progress)
         details = {
-            "command": command_line(), "git": git_state(), "hardware": hardware("cpu"), "csv": str(args.csv),
-            "settings": settings.to_dict(), "parameters": result.n_parameters, "best_epoch": result.best_epoch,
-            "train_rows": len(train_texts), "val_rows": len(val_texts), "seconds": round(result.seconds, 1),
-            "skipped_empty_text": data.skipped_empty_text, "skipped_empty_label": data.skipped_empty_label,
+            "command": command_line(), "git": git_state().to_json(), "hardware": hardware("cpu").to_json(),
+            "csv": str(args.csv), "settings": settings.to_dict(), "parameters": result.n_parameters,
+            "best_epoch": result.best_epoch, "train_rows": len(train_texts), "val_rows": len(val_texts),
+            "seconds": round(result.seconds, 1), "skipped_empty_text": data.skipped_empty_text,
+            "skipped_empty_label": data.skipped_empty_label,
         }
         write_run_report(staging, data.labels, result.val_metrics, baseline, {"Transformer": result.history}, details)
     report = args.out / "report.md"

@@ -101,7 +101,8 @@ def run_experiment(
                       labels=data.labels, split_seed=split_seed, val_fraction=settings.val_fraction,
                       train_rows=len(train_texts), val_rows=len(val_texts))
     results = ExperimentResults(
-        "text classification, held-out validation split", command_line(), git_state(), hardware("cpu"), split,
+        "text classification, held-out validation split", command_line(), git_state().to_json(),
+        hardware("cpu").to_json(), split,
         settings, ModelDescription(run.model_config.to_dict(), run.n_parameters), BaselineSettings(),
         per_seed, summary, seconds=time.perf_counter() - started)
     seed0, transformer0, baseline0 = first_confusions

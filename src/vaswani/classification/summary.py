@@ -170,7 +170,7 @@ def summary_markdown(experiments: Sequence[Experiment], out: Path) -> str:
     seeds = sorted({s.seed for e in experiments for s in e.results.seeds})
     names = [configuration_name(e, reference) for e in experiments]
     git = git_state()
-    commit = git["commit"] + (" (with uncommitted changes)" if git["dirty"] else "") if git["commit"] else "unknown"
+    commit = git.commit + (" (with uncommitted changes)" if git.dirty else "") if git.commit else "unknown"
 
     def cell(e: Experiment, model: str, metric: str) -> str:
         mean, std = _stat(e, model, metric)

@@ -165,8 +165,8 @@ def evaluate(
         test_set=test_set.name, checkpoint=str(checkpoint), sentences=len(hypotheses), **dataclasses.asdict(scores),
         speed=speed, search=dataclasses.replace(translator.config), engine=translator.engine.describe(),
         report_seed=seed, sentence_bleu_sample=examples,
-        languages=test_set.languages.to_dict() if test_set.languages else None, command=recorded["command"],
-        git=recorded["git"], hardware=recorded["hardware"], versions=recorded["versions"])
+        languages=test_set.languages.to_dict() if test_set.languages else None, command=recorded.command,
+        git=recorded.git.to_json(), hardware=recorded.hardware.to_json(), versions=recorded.versions)
     payload = to_json(result)
 
     with directory_written_whole(out_dir, kind=EVALUATION_KIND, writer="evaluate") as staging:

@@ -107,7 +107,7 @@ def final_model_row(run_dir: Path) -> FinalModelRow:
     summary = RunSummary.read(run_dir)
     selection = Selection.read(selection_file.parent)
     config: RunConfig = load_preset(str(run_dir / "config.yaml"))
-    provenance = first_training_start(run_dir)
+    started = first_training_start(run_dir)
     valid = [r for r in metrics(run_dir) if r.kind == "valid"]
     candidates = {c.weights: c.greedy_valid.bleu for c in selection.candidates}
     chosen_greedy = next(s.valid.bleu for s in selection.searches if s.search == "greedy")
@@ -115,11 +115,11 @@ def final_model_row(run_dir: Path) -> FinalModelRow:
     return FinalModelRow(
         run=run_dir.resolve().name,
         dataset=config.data.dataset,
-        device=provenance.get("hardware", {}).get("device_name"),
-        precision=provenance.get("precision"),
-        threads=provenance.get("torch_threads"),
-        commit=(provenance.get("git") or {}).get("commit"),
-        command=provenance.get("command"),
+        device=started.device_name,
+        precision=started.precision,
+        threads=started.torch_threads,
+        commit=started.git.commit,
+        command=started.command,
         model=f"d{m.d_model}, {m.n_encoder_layers}+{m.n_decoder_layers} layers, {m.n_heads} heads, "
               f"d_ff {m.d_ff}, vocab {m.vocab_size}",
         wall_minutes=summary.wall_minutes,

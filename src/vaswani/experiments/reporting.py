@@ -29,8 +29,8 @@ def device_label(device: torch.device) -> str:
     """A human name for the device: 'NVIDIA H100 80GB HBM3 (cuda)' or 'AMD EPYC (CPU, 2 cores, 2 torch threads)'."""
     info = hardware(device)
     if device.type == "cuda":
-        return f"{info['device_name']} ({device})"
-    return f"{info['processor']} (CPU, {info['cpu_count']} cores, {info['torch_threads']} torch threads)"
+        return f"{info.device_name} ({device})"
+    return f"{info.processor} (CPU, {info.cpu_count} cores, {info.torch_threads} torch threads)"
 
 
 def write_results(
@@ -50,8 +50,8 @@ def write_results(
 
     record = provenance(device, command)
     # The commit and the dirty flag also at the top level, where a reader of results.json looks first.
-    payload = {"experiment": name, "command": record["command"], "commit": record["git"]["commit"],
-               "dirty": record["git"]["dirty"], **record,
+    payload = {"experiment": name, "command": record.command, "commit": record.git.commit,
+               "dirty": record.git.dirty, **record.to_json(),
                "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                "settings": settings, "results": results}
     paths = [out_dir / "results.json", out_dir / "table.md"]
@@ -115,7 +115,7 @@ def fixed(value: float | None, digits: int = 2) -> str:
 
 def provenance_line(device: torch.device, command: str) -> str:
     git = git_state()
-    commit = (git["commit"] or "unknown")[:12] + (" + uncommitted changes" if git["dirty"] else "")
+    commit = (git.commit or "unknown")[:12] + (" + uncommitted changes" if git.dirty else "")
     return (f"Measured on **{device_label(device)}**, torch {torch.__version__}, commit `{commit}`.  \n"
             f"Command: `{command}`")
 

@@ -308,7 +308,8 @@ def write_results(out: Path, rows: list[Measurement], settings: BenchSettings | 
     """Merge ``rows`` into ``out/results.json`` (by size) and write its table and plot (``settings`` None: the
     earlier results' own)."""
     earlier = read_record(DataScaleResults, out / RESULTS) if (out / RESULTS).is_file() else None
-    stamp = Stamp(**provenance("cpu"))
+    record = provenance("cpu")
+    stamp = Stamp(**record.to_json())
     # A row is one size on one machine: rows from other machines stay beside this one's, each naming its machine
     # (a row written without one was measured on the machine that wrote the file it comes from).
     kept: dict[tuple[int, str], Row] = {}
@@ -316,11 +317,11 @@ def write_results(out: Path, rows: list[Measurement], settings: BenchSettings | 
         earlier_machine = machine_of(earlier.hardware.get("processor"), earlier.hardware.get("cpu_count"))
         kept = {(row.pairs, row.machine or earlier_machine): replace(row, machine=row.machine or earlier_machine)
                 for row in earlier.rows}
-    machine = machine_of(stamp.hardware.get("processor"), stamp.hardware.get("cpu_count"))
+    machine = machine_of(record.hardware.processor, record.hardware.cpu_count)
     for row in rows:
         kept[(row.pairs, machine)] = Row(
-            machine=machine, pairs=row.pairs, prepare=row.prepare, train=row.train, command=stamp.command,
-            commit=stamp.git.get("commit"), dirty=stamp.git.get("dirty"), measured=time.strftime("%Y-%m-%d %H:%M"))
+            machine=machine, pairs=row.pairs, prepare=row.prepare, train=row.train, command=record.command,
+            commit=record.git.commit, dirty=record.git.dirty, measured=time.strftime("%Y-%m-%d %H:%M"))
     results = DataScaleResults(**vars(stamp), settings=settings or earlier.settings,
                                rows=[kept[key] for key in sorted(kept)])
     written = to_json(results)

@@ -333,14 +333,14 @@ def fault_loop(workdir: Path, kills: int = 20, seed: int = 0, max_steps: int | N
 def write_results(result: FaultLoopResult, out: Path, command: str | None = None) -> None:
     """``out/results.json`` (``result`` with this machine's provenance) and ``out/table.md``."""
     out.mkdir(parents=True, exist_ok=True)
-    prov = Stamp(**provenance("cpu", command=command))
-    write_record(out / "results.json", replace(result, provenance=prov))
-    commit = prov.git.get("commit") or "unknown"
+    prov = provenance("cpu", command=command)
+    write_record(out / "results.json", replace(result, provenance=Stamp(**prov.to_json())))
+    commit = prov.git.commit or "unknown"
     lines = [
         "# Fault loop: SIGKILL at random points, resume, compare bit for bit",
         "",
         f"Command: `{prov.command}` at commit `{commit[:12]}`; "
-        f"{prov.hardware.get('device_name', 'CPU')}, {result.seconds} s.",
+        f"{prov.hardware.device_name}, {result.seconds} s.",
         "",
         f"**bit_identical: {str(result.bit_identical).lower()}** — the final weights after "
         f"{result.kills_done} kills and resumes against an uninterrupted run of {result.max_steps} updates "

@@ -37,7 +37,7 @@ from vaswani.data.corpora import load_corpus
 from vaswani.decoding.config import StoredSearch
 from vaswani.errors import VaswaniError
 from vaswani.model.serialization import resolve_checkpoint
-from vaswani.provenance import load_averages, provenance, usable_cores
+from vaswani.provenance import Provenance, load_averages, provenance, usable_cores
 from vaswani.records import from_json
 from vaswani.serve.settings import ServeSettings
 from vaswani.tools.serve_ceilings import BareRun, BareScript, ModelAlone, drive_batcher
@@ -70,7 +70,7 @@ class Run:
 class LoadTest:
     """Everything one `vaswani serve-bench` measured, with what it ran on."""
 
-    provenance: dict[str, Any]
+    provenance: Provenance
     setup: dict[str, Any]
     model: dict[str, Any]  # the batching server's /v1/model
     runs: list[Run]  # batching and no batching at every level

@@ -221,10 +221,9 @@ def table(test: LoadTest, summary: Summary) -> str:
         lines += ["", f"Layouts left out: {named}."]
     if summary.checks:
         lines += ["", "## Targets", "", *(f"- {check}" for check in summary.checks)]
-    hardware = prov["hardware"]
-    lines += ["", f"Command: `{prov['command']}` · commit {prov['git'].get('commit', '?')[:10]}"
-              f"{' (dirty tree)' if prov['git'].get('dirty') else ''} · {hardware.get('processor', '')}, "
-              f"{hardware.get('cpu_count', '?')} cores", ""]
+    lines += ["", f"Command: `{prov.command}` · commit {(prov.git.commit or '?')[:10]}"
+              f"{' (dirty tree)' if prov.git.dirty else ''} · {prov.hardware.processor}, "
+              f"{prov.hardware.cpu_count} cores", ""]
     return "\n".join(lines)
 
 
@@ -303,7 +302,8 @@ def plot(rows: list[Row], path: Path) -> None:
 def write_report(test: LoadTest, out: Path) -> None:
     summary = summarise(test)
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "results.json", {**dataclasses.asdict(test), "summary": dataclasses.asdict(summary)})
+    atomic_write_json(out / "results.json", {**dataclasses.asdict(test), "provenance": test.provenance.to_json(),
+                                             "summary": dataclasses.asdict(summary)})
     atomic_write_text(out / "table.md", table(test, summary))
     plot(summary.rows, out / "throughput.png")
     atomic_write_text(out / "README.md", readme(test, summary))

@@ -134,7 +134,7 @@ def record_start(run_dir: Path, config: RunConfig, device: torch.device, precisi
     checkpoint a fine-tuned run started from)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(run_dir / "config.yaml", config.to_yaml())
-    record = {**provenance(device), "precision": precision, "world_size": world_size,
+    record = {**provenance(device).to_json(), "precision": precision, "world_size": world_size,
               "torch_threads": torch.get_num_threads(), "resumed": resumed}
     if parent is not None:
         record["init_from"] = parent.record()
