@@ -47,3 +47,16 @@ def test_the_real_studies_presets_are_a_256_wide_teacher_and_the_student_preset_
     for config in (teacher, student):
         assert config["train"]["max_minutes"] is None and config["train"]["final_test_splits"] == []
         assert config["data"]["train_files"] == [[str(path) for path in files[0]]]
+
+
+def test_a_model_row_holds_the_means_over_its_seeds_and_its_speed_over_the_teachers() -> None:
+    from vaswani.experiments.distillation import ModelResult, summarize
+
+    rows = summarize([ModelResult("student-distilled", 0, {"test2016": 30.0, "test2017": 28.0}, 300.0),
+                      ModelResult("teacher", 0, {"test2016": 34.0, "test2017": 31.0}, 100.0),
+                      ModelResult("teacher", 1, {"test2016": 36.0, "test2017": 33.0}, 50.0)])
+    assert [list(row.to_json().items()) for row in rows] == [
+        [("model", "teacher"), ("seeds", 2), ("sentences_per_second", 75.0), ("test2016", 35.0), ("test2017", 32.0),
+         ("speed_over_teacher", 1.0)],
+        [("model", "student-distilled"), ("seeds", 1), ("sentences_per_second", 300.0), ("test2016", 30.0),
+         ("test2017", 28.0), ("speed_over_teacher", 4.0)]]

@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from vaswani.cli import main
-from vaswani.experiments.ensemble import System, groups, summarize, table
+from vaswani.decoding import SearchConfig
+from vaswani.experiments.ensemble import EnsembleSettings, System, groups, summarize, table
 
 
 def test_runs_are_grouped_in_order_and_a_remainder_is_left_out() -> None:
@@ -27,9 +28,9 @@ def test_a_row_is_the_mean_and_range_of_its_systems_and_the_median_speed() -> No
     assert rows[0].bleu_max["test2016"] == 33.0
     assert rows[0].sentences_per_second == 50.0 and rows[1].sentences_per_second == 25.0  # medians 2 s and 4 s
     assert rows[1].speed_vs_single == 0.5
-    settings = {"splits": ["val", "test2016"], "timed_split": "test2016", "repeats": 3, "trained": None,
-                "runs": ["runs/a", "runs/b"], "sentences": {"val": 10, "test2016": 10}, "beam": 5,
-                "precision": "fp32", "load_average": [1.0, 2.0]}
+    settings = EnsembleSettings(["runs/a", "runs/b"], ["runs/a/checkpoints/best", "runs/b/checkpoints/best"], None,
+                                [1, 2], 5, SearchConfig(beam_size=5), "torch", "fp32", ["val", "test2016"],
+                                {"val": 10, "test2016": 10}, 3, "test2016", [1.0, 2.0])
     text = table(rows, settings, "Measured on X.")
     assert "| 2 | 1 | 34.00 (34.00-34.00) | 35.50 (35.50-35.50) | 25.0 | 0.50 |" in text
     assert "2 given runs (runs/a, runs/b)" in text and "median of 3" in text

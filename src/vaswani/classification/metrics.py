@@ -18,7 +18,7 @@ class Metrics:
     macro_f1: float
     confusion: list[list[int]]  # confusion[true][predicted], classes in label-id order
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, float | list[list[int]]]:
         return {"accuracy": self.accuracy, "macro_f1": self.macro_f1, "confusion": self.confusion}
 
 

@@ -72,7 +72,7 @@ class TrainSettings:
             if not ok:
                 raise ConfigError(message)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
 
 

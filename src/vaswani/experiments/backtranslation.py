@@ -24,27 +24,28 @@ from pathlib import Path
 import numpy as np
 
 from vaswani.arguments import ranged
-from vaswani.data.corpora import load_corpus
 from vaswani.data.textfiles import read_text_file
 from vaswani.decoding.config import EngineOptions, SearchConfig
 from vaswani.devices import resolve_device
 from vaswani.experiments.corpus_studies import (
-    TEST_SETS,
+    TestSets,
+    VariantSummary,
     score_last_weights,
+    study_corpora,
     study_preset,
     summarize_variants,
     variants_plot,
     variants_table,
     write_lines,
 )
-from vaswani.experiments.regularization import SMOKE_SETTINGS, STUDY_SETTINGS
+from vaswani.experiments.regularization import study_settings
 from vaswani.experiments.reporting import device_label, log, provenance_line, write_results
 from vaswani.experiments.variants import RunVariant, add_runs_arguments, checked_runs_dir, train_variants
 from vaswani.settings import MAX_COUNT
 from vaswani.workflows.synthetic import synthesize
 
 RECIPE, SMOKE_RECIPE = "multi30k-cpu", "smoke"
-SMOKE_PAIRS, SMOKE_TEST_LINES = 160, 8  # --smoke: the first pairs of each split only
+SMOKE_PAIRS = 160  # --smoke: the first pairs of each split only
 SPLIT_SEED = 0  # the draw of the two halves: the same for every seed, so seeds vary training alone
 TAG = "<BT>"
 SEARCHES = ("sample", "beam")
@@ -69,35 +70,25 @@ class StudyFiles:
         return self.folder / f"{name}.{language}"
 
 
-def write_study_files(folder: Path, data_dir: Path | None, smoke: bool) -> tuple[StudyFiles, dict]:
+def write_study_files(folder: Path, data_dir: Path | None, smoke: bool) -> tuple[StudyFiles, TestSets]:
     """The halves of Multi30k's training pairs and its validation pairs as files; the test sets' text."""
-    corpora = {split: load_corpus("multi30k", split, "de-en", data_dir=data_dir)
-               for split in ("train", "val", *TEST_SETS)}
     limit = SMOKE_PAIRS if smoke else None
-    train = corpora["train"]
+    train, tests = study_corpora(data_dir, folder, limit)
     order = np.random.default_rng(SPLIT_SEED).permutation(len(train.source))[:limit]
     halves = {"a": np.sort(order[: len(order) // 2]), "b": np.sort(order[len(order) // 2:])}
     files = StudyFiles(folder)
     for name, rows in halves.items():
         for language, side in (("de", train.source), ("en", train.target)):
             write_lines(files.path(name, language), [side[i] for i in rows])
-    valid = corpora["val"]
-    write_lines(files.path("val", "de"), valid.source[:limit])
-    write_lines(files.path("val", "en"), valid.target[:limit])
-    tests = {name: (corpora[name].source[: SMOKE_TEST_LINES if smoke else None],
-                    corpora[name].target[: SMOKE_TEST_LINES if smoke else None]) for name in TEST_SETS}
     return files, tests
 
 
 def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     recipe = SMOKE_RECIPE if args.smoke else RECIPE
-    extra = [*STUDY_SETTINGS, *(SMOKE_SETTINGS if args.smoke else ()), *args.settings]
-    if args.jobs > 1:
-        extra.append("train.num_threads=1")
+    extra = study_settings(args.smoke, args.jobs, args.settings)
     runs_dir = checked_runs_dir((args.runs_dir or Path("runs") / "experiments" / "backtranslation").absolute(),
                                 "backtranslation")
-    (runs_dir / "data").mkdir(parents=True, exist_ok=True)
     files, tests = write_study_files(runs_dir / "data", args.data_dir, args.smoke)
     valid_de, valid_en = files.path("val", "de"), files.path("val", "en")
     reverse = study_preset(recipe, extra, runs_dir / "data" / "reverse.yaml", "en-de",
@@ -128,20 +119,20 @@ def run(args: argparse.Namespace) -> int:
             variants.append(RunVariant(f"{name}-seed{seed}", name, (f"train.seed={seed}",), preset))
     log(f"backtranslation: {len(variants)} forward runs")
     trained = train_variants(variants, recipe, runs_dir, None, extra, args.jobs)
-    results = [score_last_weights(t.run_dir, t.variant.label, int(t.variant.settings[0].split("=")[1]), tests, device)
-               for t in trained]
+    results = [score_last_weights(t, tests, device) for t in trained]
     rows = summarize_variants(results)
     settings = {"recipe": recipe, "study_settings": extra, "runs_dir": str(runs_dir), "seeds": list(args.seeds),
                 "split_seed": SPLIT_SEED, "tag": TAG, "smoke": args.smoke}
     write_results(args.out, "backtranslation", args.command_line, device, settings,
-                  {"device": device_label(device), "runs": [asdict(r) for r in results], "variants": rows},
+                  {"device": device_label(device), "runs": [asdict(r) for r in results],
+                   "variants": [row.to_json() for row in rows]},
                   table(rows, provenance_line(device, args.command_line), extra),
                   {"bleu": variants_plot(rows, "back-translation on Multi30k")})
     log(f"backtranslation: wrote {args.out}/results.json, table.md, bleu.png")
     return 0
 
 
-def table(rows: Sequence[dict], provenance: str, extra: Sequence[str]) -> str:
+def table(rows: Sequence[VariantSummary], provenance: str, extra: Sequence[str]) -> str:
     return (f"# Back-translation on Multi30k\n\n{variants_table(rows, 'forward model')}\n\nGreedy BLEU of each run's "
             f"last weights, the mean over its seeds. Study settings: `{' '.join(extra)}`.\n\n{provenance}\n")
 

@@ -34,26 +34,27 @@ import numpy as np
 
 from vaswani.arguments import ranged
 from vaswani.data.cleaning import KEPT, RULES, CleaningRules, clean_corpus
-from vaswani.data.corpora import load_corpus
 from vaswani.data.files import FileSplit, file_part
 from vaswani.data.languages import LanguagePair
 from vaswani.devices import resolve_device
 from vaswani.experiments.corpus_studies import (
-    TEST_SETS,
+    VariantResult,
+    VariantSummary,
     score_last_weights,
+    study_corpora,
     study_preset,
     summarize_variants,
     variants_plot,
     variants_table,
     write_lines,
 )
-from vaswani.experiments.regularization import SMOKE_SETTINGS, STUDY_SETTINGS
+from vaswani.experiments.regularization import study_settings
 from vaswani.experiments.reporting import device_label, log, markdown_table, provenance_line, pyplot, write_results
 from vaswani.experiments.variants import RunVariant, add_runs_arguments, checked_runs_dir, train_variants
 from vaswani.settings import MAX_COUNT
 
 RECIPE, SMOKE_RECIPE = "multi30k-cpu", "smoke"
-SMOKE_PAIRS, SMOKE_TEST_LINES = 200, 8  # --smoke: the first pairs of each split only
+SMOKE_PAIRS = 200  # --smoke: the first pairs of each split only
 NOISE_SEED = 0  # the draw of the noisy pairs: the same for every seed, so seeds vary training alone
 CLEAN, DUPLICATE, SWAPPED, MISALIGNED = "clean", "duplicate", "swapped", "misaligned"
 NOISE_KINDS = (DUPLICATE, SWAPPED, MISALIGNED)
@@ -135,18 +136,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     recipe = SMOKE_RECIPE if args.smoke else RECIPE
-    extra = [*STUDY_SETTINGS, *(SMOKE_SETTINGS if args.smoke else ()), *args.settings]
-    if args.jobs > 1:
-        extra.append("train.num_threads=1")
+    extra = study_settings(args.smoke, args.jobs, args.settings)
     runs_dir = checked_runs_dir((args.runs_dir or Path("runs") / "experiments" / "cleaning").absolute(), "cleaning")
     # The corpora of one noise share in a folder of their own: the runs' configs name their files, so runs on another
     # share are never taken for these (a run whose files moved is "another config" to the runs directory).
     data = runs_dir / "data" / f"noise{args.noise:g}"
-    data.mkdir(parents=True, exist_ok=True)
-    corpora = {split: load_corpus("multi30k", split, "de-en", data_dir=args.data_dir)
-               for split in ("train", "val", *TEST_SETS)}
     limit = SMOKE_PAIRS if args.smoke else None
-    noisy = add_noise(corpora["train"].source[:limit], corpora["train"].target[:limit], args.noise)
+    train, tests = study_corpora(args.data_dir, data, limit)
+    noisy = add_noise(train.source[:limit], train.target[:limit], args.noise)
     write_lines(data / "noisy.de", noisy.source)
     write_lines(data / "noisy.en", noisy.target)
     write_lines(data / "noise.labels", noisy.labels)
@@ -162,13 +159,9 @@ def run(args: argparse.Namespace) -> int:
     for name, rows in (("cleaned", kept), ("oracle", oracle)):
         write_lines(data / f"{name}.de", [noisy.source[i] for i in rows])
         write_lines(data / f"{name}.en", [noisy.target[i] for i in rows])
-    write_lines(data / "val.de", corpora["val"].source[:limit])
-    write_lines(data / "val.en", corpora["val"].target[:limit])
 
-    results: list = []
+    results: list[VariantResult] = []
     if not args.detection_only:
-        tests = {name: (corpora[name].source[: SMOKE_TEST_LINES if args.smoke else None],
-                        corpora[name].target[: SMOKE_TEST_LINES if args.smoke else None]) for name in TEST_SETS}
         variants = []
         for seed in args.seeds:
             for name in args.variants:
@@ -177,8 +170,7 @@ def run(args: argparse.Namespace) -> int:
                 variants.append(RunVariant(f"{name}-seed{seed}", name, (f"train.seed={seed}",), preset))
         log(f"cleaning: {len(variants)} runs")
         trained = train_variants(variants, recipe, runs_dir, None, extra, args.jobs)
-        results = [score_last_weights(t.run_dir, t.variant.label, int(t.variant.settings[0].split("=")[1]), tests,
-                                      device) for t in trained]
+        results = [score_last_weights(t, tests, device) for t in trained]
     rows = summarize_variants(results)
     settings = {"recipe": recipe, "study_settings": extra, "runs_dir": str(runs_dir), "seeds": list(args.seeds),
                 "noise": args.noise, "noise_seed": NOISE_SEED, "rules": rules.applied(), "max_ratio": MAX_RATIO,
@@ -186,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
                 "detection_only": args.detection_only}
     payload = {"device": device_label(device), "pairs": len(noisy.labels), "kept": report.kept,
                "detection": [asdict(d) | {"dropped_share": d.dropped_share} for d in found],
-               "runs": [asdict(r) for r in results], "variants": rows}
+               "runs": [asdict(r) for r in results], "variants": [row.to_json() for row in rows]}
     figures = {"detection": detection_plot(found)}
     figures |= {"bleu": variants_plot(rows, "cleaning a noisy Multi30k")} if rows else {}
     write_results(args.out, "cleaning", args.command_line, device, settings, payload,
@@ -211,7 +203,7 @@ def detection_plot(found: Sequence[LabelDetection]):
     return figure
 
 
-def table(found: Sequence[LabelDetection], rows: Sequence[dict], pairs: int, kept: int, provenance: str,
+def table(found: Sequence[LabelDetection], rows: Sequence[VariantSummary], pairs: int, kept: int, provenance: str,
           extra: Sequence[str]) -> str:
     detected = markdown_table(
         ["pairs labelled", "count", "dropped", "share dropped", "by rule"],

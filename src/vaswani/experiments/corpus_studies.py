@@ -1,4 +1,4 @@
-"""What the studies of the data loop share: their corpus files and presets, and one score per run.
+"""What the studies of the data loop share: their corpora, files and presets, one score per run, one row a variant.
 
 Each study (back-translation, distillation, cleaning) trains German-English models on files it writes under its
 ``--runs-dir``, from a preset of its own (:func:`study_preset`), and reads each finished run the same way: greedy
@@ -15,14 +15,17 @@ from pathlib import Path
 
 import numpy as np
 
+from vaswani.data.corpora import ParallelCorpus, load_corpus
 from vaswani.experiments.reporting import fixed, log, markdown_table, pyplot
-from vaswani.experiments.variants import load_final_model
+from vaswani.experiments.variants import TrainedRun, load_final_model
 from vaswani.io import atomic_write_text
 from vaswani.training.config import RunConfig
 from vaswani.training.presets import apply_settings, load_preset
 from vaswani.training.scoring import greedy_scores
 
 TEST_SETS = ("test2016", "test2017")
+TestSets = dict[str, tuple[list[str], list[str]]]  # a test set's name -> (its sources, their references)
+SMOKE_TEST_LINES = 8  # --smoke: the first lines of each test set only
 
 
 def write_lines(path: Path, lines: Sequence[str]) -> None:
@@ -32,11 +35,23 @@ def write_lines(path: Path, lines: Sequence[str]) -> None:
         atomic_write_text(path, text)
 
 
+def study_corpora(data_dir: Path | None, folder: Path, smoke_pairs: int | None) -> tuple[ParallelCorpus, TestSets]:
+    """Multi30k's German-English training pairs and its test sets' text, its validation pairs written to ``folder``
+    (val.de, val.en; the folder made when missing); under --smoke (``smoke_pairs`` given), the first ``smoke_pairs``
+    validation pairs and :data:`SMOKE_TEST_LINES` of each test set only."""
+    train, val, *tests = (load_corpus("multi30k", split, "de-en", data_dir=data_dir)
+                          for split in ("train", "val", *TEST_SETS))
+    folder.mkdir(parents=True, exist_ok=True)
+    write_lines(folder / "val.de", val.source[:smoke_pairs])
+    write_lines(folder / "val.en", val.target[:smoke_pairs])
+    lines = SMOKE_TEST_LINES if smoke_pairs else None
+    return train, {name: (test.source[:lines], test.target[:lines]) for name, test in zip(TEST_SETS, tests)}
+
+
 def study_preset(base: str, extra: Sequence[str], out: Path, direction: str, parts: Sequence[Sequence[Path]],
                  valid: Sequence[Path], tags: Sequence[str] = ()) -> str:
     """A preset file for runs on these files: ``base`` with ``extra`` and its data section on the files."""
     import yaml
-
 
     config = json.loads(json.dumps(apply_settings(load_preset(base), list(extra)).to_dict()))
     config["data"].update(dataset="local", direction=direction, train_files=[[str(p) for p in part] for part in parts],
@@ -56,51 +71,68 @@ class VariantResult:
     bleu: dict[str, float]
 
 
-def score_last_weights(run_dir: Path, variant: str, seed: int, tests: dict[str, tuple[list[str], list[str]]],
-                       device) -> VariantResult:
-    """Greedy BLEU of the run's last weights on each test set (``name -> (sources, references)``)."""
-    model, tokenizer = load_final_model(run_dir, device)
+def score_last_weights(run: TrainedRun, tests: TestSets, device) -> VariantResult:
+    """Greedy BLEU of the run's last weights on each test set; a study's run sets its seed first (train.seed=N)."""
+    seed = int(run.variant.settings[0].split("=")[1])
+    model, tokenizer = load_final_model(run.run_dir, device)
     bleu = {name: greedy_scores(model, tokenizer, sources, references, device, "fp32")[0].bleu
             for name, (sources, references) in tests.items()}
-    log(f"  {variant}-seed{seed}: " + ", ".join(f"{name} {value:.2f}" for name, value in bleu.items()))
-    return VariantResult(variant, seed, bleu)
+    log(f"  {run.variant.label}-seed{seed}: " + ", ".join(f"{name} {value:.2f}" for name, value in bleu.items()))
+    return VariantResult(run.variant.label, seed, bleu)
 
 
-def summarize_variants(results: Sequence[VariantResult]) -> list[dict]:
-    """One row a variant: the mean BLEU over its seeds on each test set, and the spread (max − min)."""
+@dataclass
+class VariantSummary:
+    """One variant's row: the mean BLEU over its seeds on each test set, and the spread (max − min)."""
+
+    variant: str
+    seeds: int
+    bleu: dict[str, float]
+    spread: dict[str, float]
+
+    def to_json(self) -> dict[str, str | int | float]:
+        """The row as results.json holds it: each test set's mean, its spread beside it."""
+        row: dict[str, str | int | float] = {"variant": self.variant, "seeds": self.seeds}
+        for test, bleu in self.bleu.items():
+            row |= {test: bleu, f"{test}_spread": self.spread[test]}
+        return row
+
+
+def summarize_variants(results: Sequence[VariantResult]) -> list[VariantSummary]:
+    """One row a variant, in the order the variants first come in ``results``."""
     rows = []
     for name in dict.fromkeys(r.variant for r in results):
-        runs = [r for r in results if r.variant == name]
-        row = {"variant": name, "seeds": len(runs)}
-        for test in TEST_SETS:
-            values = [r.bleu[test] for r in runs]
-            row[test] = statistics.fmean(values)
-            row[f"{test}_spread"] = max(values) - min(values)
-        rows.append(row)
+        bleu = {test: [r.bleu[test] for r in results if r.variant == name] for test in TEST_SETS}
+        rows.append(VariantSummary(name, len(bleu[TEST_SETS[0]]), {t: statistics.fmean(v) for t, v in bleu.items()},
+                                   {t: max(v) - min(v) for t, v in bleu.items()}))
     return rows
 
 
-def variants_table(rows: Sequence[dict], first_column: str) -> str:
-    """The rows of :func:`summarize_variants` as a markdown table."""
+def variants_table(rows: Sequence[VariantSummary], first_column: str, spread: bool = True,
+                   more: dict[str, list[str]] | None = None) -> str:
+    """The rows as a markdown table: each test set's mean BLEU, its spread (unless ``spread`` is false), then the
+    columns of ``more`` (a header -> a cell a row)."""
+    more = more or {}
     headers = [first_column, "seeds", *(f"{test} BLEU" for test in TEST_SETS),
-               *(f"{test} spread" for test in TEST_SETS)]
-    body = [[row["variant"], row["seeds"], *(fixed(row[test]) for test in TEST_SETS),
-             *(fixed(row[f"{test}_spread"]) for test in TEST_SETS)] for row in rows]
+               *(f"{test} spread" for test in TEST_SETS if spread), *more]
+    body = [[row.variant, row.seeds, *(fixed(row.bleu[test]) for test in TEST_SETS),
+             *(fixed(row.spread[test]) for test in TEST_SETS if spread), *(cells[i] for cells in more.values())]
+            for i, row in enumerate(rows)]
     return markdown_table(headers, body)
 
 
-def variants_plot(rows: Sequence[dict], title: str):
+def variants_plot(rows: Sequence[VariantSummary], title: str):
     """Test BLEU of each variant, a pair of bars a variant."""
     plt = pyplot()
     figure, axis = plt.subplots(figsize=(9, 4))
     positions = np.arange(len(rows))
     for offset, test in zip((-0.2, 0.2), TEST_SETS):
-        axis.bar(positions + offset, [row[test] for row in rows], width=0.4, label=test)
-    axis.set_xticks(positions, [row["variant"] for row in rows], rotation=20)
+        axis.bar(positions + offset, [row.bleu[test] for row in rows], width=0.4, label=test)
+    axis.set_xticks(positions, [row.variant for row in rows], rotation=20)
     axis.set(ylabel="greedy BLEU (mean over seeds)", title=title)
     axis.legend()
     return figure
 
 
-__all__ = ["TEST_SETS", "VariantResult", "score_last_weights", "study_preset", "summarize_variants",
-           "variants_plot", "variants_table", "write_lines"]
+__all__ = ["SMOKE_TEST_LINES", "TEST_SETS", "TestSets", "VariantResult", "VariantSummary", "score_last_weights",
+           "study_corpora", "study_preset", "summarize_variants", "variants_plot", "variants_table", "write_lines"]

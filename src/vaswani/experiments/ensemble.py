@@ -27,7 +27,7 @@ from vaswani.decoding import EngineOptions, SearchConfig, Translator
 from vaswani.devices import resolve_device
 from vaswani.errors import ConfigError
 from vaswani.evaluation.metrics import corpus_scores
-from vaswani.experiments.regularization import SMOKE_SETTINGS, STUDY_SETTINGS
+from vaswani.experiments.regularization import study_settings
 from vaswani.experiments.reporting import (
     device_label,
     fixed,
@@ -89,6 +89,35 @@ class SizeRow:
     speed_vs_single: float | None = None
 
 
+@dataclass
+class TrainedSeeds:
+    """How the study trained its runs, when it was given none."""
+
+    recipe: str
+    seeds: list[int]
+    study_settings: list[str]
+    runs_dir: str
+
+
+@dataclass
+class EnsembleSettings:
+    """What the study scored and how (results.json "settings")."""
+
+    runs: list[str]
+    checkpoints: list[str]
+    trained: TrainedSeeds | None  # None: the runs were given
+    sizes: list[int]
+    beam: int
+    search: SearchConfig
+    engine: str
+    precision: str
+    splits: list[str]
+    sentences: dict[str, int]
+    repeats: int
+    timed_split: str
+    load_average: list[float]  # the 1-minute load average at the start and at the end
+
+
 def groups(runs: Sequence[int], size: int) -> list[list[int]]:
     """The runs (their indices) in order, cut into consecutive groups of ``size`` (a remainder too small for a
     group is left out)."""
@@ -121,13 +150,12 @@ def run(args: argparse.Namespace) -> int:
                 timed[size] = translator
     seconds = _interleaved_seconds(timed, texts[SPLITS[-1]][0], args.repeats)
     rows = summarize(systems, seconds, len(texts[SPLITS[-1]][0]))
-    precision = next(iter(timed.values())).config.precision
-    settings = {"runs": [str(run_dir) for run_dir in runs], "checkpoints": [str(c) for c in checkpoints],
-                "trained": trained, "sizes": sizes, "beam": args.beam, "search": asdict(next(iter(
-                    timed.values())).config), "engine": "torch", "precision": precision, "splits": list(SPLITS),
-                "sentences": {split: len(texts[split][0]) for split in SPLITS}, "repeats": args.repeats,
-                "timed_split": SPLITS[-1], "load_average": [load_at_start, load_averages()[0]]}
-    write_results(args.out, "ensemble", args.command_line, device, settings,
+    search = next(iter(timed.values())).config
+    settings = EnsembleSettings([str(run_dir) for run_dir in runs], [str(c) for c in checkpoints], trained, sizes,
+                                args.beam, search, "torch", search.precision, list(SPLITS),
+                                {split: len(texts[split][0]) for split in SPLITS}, args.repeats, SPLITS[-1],
+                                [load_at_start, load_averages()[0]])
+    write_results(args.out, "ensemble", args.command_line, device, asdict(settings),
                   {"device": device_label(device), "systems": [asdict(s) for s in systems],
                    "rows": [asdict(r) for r in rows]},
                   table(rows, settings, provenance_line(device, args.command_line)), {"bleu_speed": plot(rows)})
@@ -135,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _runs(args: argparse.Namespace) -> tuple[list[Path], dict | None]:
+def _runs(args: argparse.Namespace) -> tuple[list[Path], TrainedSeeds | None]:
     """The runs to score, and how the study trained them (None: given)."""
     if args.runs:
         if args.seeds is not None:
@@ -143,14 +171,11 @@ def _runs(args: argparse.Namespace) -> tuple[list[Path], dict | None]:
         return list(args.runs), None
     recipe = args.recipe or (SMOKE_RECIPE if args.smoke else RECIPE)
     seeds = args.seeds if args.seeds is not None else [0, 1, 2, 3]
-    extra = [*STUDY_SETTINGS, *(SMOKE_SETTINGS if args.smoke else ()), *args.settings]
-    if args.jobs > 1:
-        extra.append("train.num_threads=1")  # two single-threaded runs share 2 cores better than they take turns
+    extra = study_settings(args.smoke, args.jobs, args.settings)
     runs_dir = checked_runs_dir(args.runs_dir or Path("runs") / "experiments" / "ensemble", "ensemble")
     variants = [RunVariant(f"seed{seed}", f"seed {seed}", (f"train.seed={seed}",)) for seed in seeds]
     trained = train_variants(variants, recipe, runs_dir, args.data_dir, extra, args.jobs)
-    return [run.run_dir for run in trained], {"recipe": recipe, "seeds": seeds, "study_settings": extra,
-                                              "runs_dir": str(runs_dir)}
+    return [run.run_dir for run in trained], TrainedSeeds(recipe, seeds, extra, str(runs_dir))
 
 
 def _shared_data(runs: Sequence[Path]) -> tuple[str, str]:
@@ -168,20 +193,19 @@ def _shared_data(runs: Sequence[Path]) -> tuple[str, str]:
     return next(iter(found.values()))
 
 
-def _translator(checkpoints: list[Path], beam: int, device):  # noqa: ANN001, ANN202 - a torch device, a Translator
-
+def _translator(checkpoints: list[Path], beam: int, device) -> Translator:  # noqa: ANN001 - a torch device
     search, options = SearchConfig(beam_size=beam), EngineOptions(engine="torch", device=str(device))
     if len(checkpoints) == 1:
         return Translator.load(checkpoints[0], search, options)
     return Translator.load_ensemble(checkpoints, search, options)
 
 
-def _bleu(translator, sources: list[str], references: list[str]) -> float:  # noqa: ANN001 - a Translator
-
+def _bleu(translator: Translator, sources: list[str], references: list[str]) -> float:
     return corpus_scores(translator.translate(sources), references).bleu
 
 
-def _interleaved_seconds(translators: dict, sources: list[str], repeats: int) -> dict[int, list[float]]:
+def _interleaved_seconds(translators: dict[int, Translator], sources: list[str],
+                         repeats: int) -> dict[int, list[float]]:
     """Seconds each size's translator takes over ``sources``, ``repeats`` times, the sizes taking turns."""
     seconds: dict[int, list[float]] = {size: [] for size in translators}
     for repeat in range(repeats):
@@ -211,24 +235,24 @@ def summarize(systems: Sequence[System], seconds: dict[int, list[float]], senten
     return rows
 
 
-def table(rows: Sequence[SizeRow], settings: dict, provenance: str) -> str:
-    splits = settings["splits"]
+def table(rows: Sequence[SizeRow], settings: EnsembleSettings, provenance: str) -> str:
+    splits = settings.splits
     headers = ["models", "systems", *(f"{split} BLEU (range)" for split in splits),
-               f"sentences/s ({settings['timed_split']}, median of {settings['repeats']})", "× one model"]
+               f"sentences/s ({settings.timed_split}, median of {settings.repeats})", "× one model"]
     body = [[row.size, row.systems,
              *(f"{fixed(row.bleu[s])} ({fixed(row.bleu_min[s])}-{fixed(row.bleu_max[s])})" for s in splits),
              fixed(row.sentences_per_second, 1), fixed(row.speed_vs_single)] for row in rows]
-    trained = settings["trained"]
-    source = (f"{len(settings['runs'])} seeds ({', '.join(map(str, trained['seeds']))}) of `{trained['recipe']}` "
-              f"trained with `{' '.join(trained['study_settings'])}`" if trained else
-              f"{len(settings['runs'])} given runs ({', '.join(settings['runs'])})")
-    sentences = ", ".join(f"{split} {n}" for split, n in settings["sentences"].items())
+    trained = settings.trained
+    source = (f"{len(settings.runs)} seeds ({', '.join(map(str, trained.seeds))}) of `{trained.recipe}` "
+              f"trained with `{' '.join(trained.study_settings)}`" if trained else
+              f"{len(settings.runs)} given runs ({', '.join(settings.runs)})")
+    sentences = ", ".join(f"{split} {n}" for split, n in settings.sentences.items())
     return (f"# Ensembles on Multi30k\n\nModels: {source}; each run's final model, else its best checkpoint. A "
             f"system of k models is a group of k consecutive runs searched as one (the mean of their "
-            f"log-probabilities at every step), beam {settings['beam']}, engine torch ({settings['precision']}); "
+            f"log-probabilities at every step), beam {settings.beam}, engine torch ({settings.precision}); "
             f"sentences: {sentences}. BLEU is the mean over the size's systems, with their range. Speed: the "
             f"first system of each size, the sizes interleaved in each repeat; the machine's 1-minute load "
-            f"average was {settings['load_average'][0]:.1f} at the start and {settings['load_average'][1]:.1f} "
+            f"average was {settings.load_average[0]:.1f} at the start and {settings.load_average[1]:.1f} "
             f"at the end.\n\n{markdown_table(headers, body)}\n\n{provenance}\n")
 
 
@@ -243,4 +267,5 @@ def plot(rows: Sequence[SizeRow]):
     return figure
 
 
-__all__ = ["SizeRow", "System", "add_arguments", "groups", "run", "summarize", "table"]
+__all__ = ["EnsembleSettings", "SizeRow", "System", "TrainedSeeds", "add_arguments", "groups", "run", "summarize",
+           "table"]
