@@ -93,5 +93,8 @@ def init_world(device_type: str) -> World:
 
 
 def shutdown(world: World) -> None:
+    """Leave the process group together: a rank that destroys it while its peer still ends its run (a checkpoint,
+    the summary) can abort at exit with gloo's worker threads still running."""
     if world.distributed and dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
