@@ -7,7 +7,18 @@ import pytest
 import yaml
 
 from vaswani.errors import ConfigError
-from vaswani.experiments.regularization import GRID, RECIPE, Cell, CellSummary, findings, study_settings, study_variants
+from vaswani.experiments.regularization import (
+    GRID,
+    RECIPE,
+    Cell,
+    CellSummary,
+    RunResult,
+    findings,
+    study_settings,
+    study_variants,
+    summarize,
+    table,
+)
 from vaswani.experiments.variants import variant_config
 from vaswani.training.summary import Stop
 
@@ -67,3 +78,15 @@ def test_the_findings_name_the_best_cell_of_each_width() -> None:
     assert "**d128**: best d128-drop0.3 at 40.50" in text and "d128 39.00" in text
     assert "**d256**: best d256-drop0.3" in text and "**d192**" not in text
     assert "0.40 BLEU" in text and "3.0 % above its minimum" in text
+
+
+def test_a_cell_with_one_seed_shows_no_spread_and_two_seeds_show_theirs() -> None:
+    def run(cell: str, seed: int, bleu: float) -> RunResult:
+        return RunResult(cell, seed, epochs=4.0, updates=40, best_nll=2.0, best_nll_epoch=3.0, last_nll=2.1,
+                         val_bleu=bleu, curve=[])
+
+    cells = summarize([run("d128", 0, 30.0), run("d128", 1, 31.5), run("d256", 0, 29.0)])
+    assert [(c.cell, c.seeds, c.bleu_spread) for c in cells] == [("d128", 2, 1.5), ("d256", 1, None)]
+    rows = table(cells, "", []).splitlines()
+    assert rows[4].startswith("| d128 | 2 | 30.75 | 1.50 |") and rows[5].startswith("| d256 | 1 | 29.00 | – |")
+    assert "**1.50 BLEU**" in findings(cells)

@@ -83,16 +83,17 @@ def score_last_weights(run: TrainedRun, tests: TestSets, device) -> VariantResul
 
 @dataclass
 class VariantSummary:
-    """One variant's row: the mean BLEU over its seeds on each test set, and the spread (max − min)."""
+    """One variant's row: the mean BLEU over its seeds on each test set, and the spread (max − min; None for a
+    single seed, which has none to show)."""
 
     variant: str
     seeds: int
     bleu: dict[str, float]
-    spread: dict[str, float]
+    spread: dict[str, float | None]
 
-    def to_json(self) -> dict[str, str | int | float]:
+    def to_json(self) -> dict[str, str | int | float | None]:
         """The row as results.json holds it: each test set's mean, its spread beside it."""
-        row: dict[str, str | int | float] = {"variant": self.variant, "seeds": self.seeds}
+        row: dict[str, str | int | float | None] = {"variant": self.variant, "seeds": self.seeds}
         for test, bleu in self.bleu.items():
             row |= {test: bleu, f"{test}_spread": self.spread[test]}
         return row
@@ -104,7 +105,7 @@ def summarize_variants(results: Sequence[VariantResult]) -> list[VariantSummary]
     for name in dict.fromkeys(r.variant for r in results):
         bleu = {test: [r.bleu[test] for r in results if r.variant == name] for test in TEST_SETS}
         rows.append(VariantSummary(name, len(bleu[TEST_SETS[0]]), {t: statistics.fmean(v) for t, v in bleu.items()},
-                                   {t: max(v) - min(v) for t, v in bleu.items()}))
+                                   {t: max(v) - min(v) if len(v) > 1 else None for t, v in bleu.items()}))
     return rows
 
 
@@ -116,9 +117,13 @@ def variants_table(rows: Sequence[VariantSummary], first_column: str, spread: bo
     headers = [first_column, "seeds", *(f"{test} BLEU" for test in TEST_SETS),
                *(f"{test} spread" for test in TEST_SETS if spread), *more]
     body = [[row.variant, row.seeds, *(fixed(row.bleu[test]) for test in TEST_SETS),
-             *(fixed(row.spread[test]) for test in TEST_SETS if spread), *(cells[i] for cells in more.values())]
+             *(_spread_cell(row.spread[test]) for test in TEST_SETS if spread), *(cells[i] for cells in more.values())]
             for i, row in enumerate(rows)]
     return markdown_table(headers, body)
+
+
+def _spread_cell(spread: float | None) -> str:
+    return "–" if spread is None else fixed(spread)
 
 
 def variants_plot(rows: Sequence[VariantSummary], title: str):

@@ -207,12 +207,12 @@ def score_run(run_dir: Path, cell: str, seed: int, device, data_dir: Path | None
 
 @dataclass
 class CellSummary:
-    """A cell over its seeds: means, and the spread of validation BLEU (max − min; 0 with one seed)."""
+    """A cell over its seeds: means, and the spread of validation BLEU (max − min; None with one seed)."""
 
     cell: str
     seeds: int
     val_bleu: float
-    bleu_spread: float
+    bleu_spread: float | None
     best_nll: float
     last_nll: float
     last_above_best: float
@@ -227,7 +227,8 @@ def summarize(results: Sequence[RunResult]) -> list[CellSummary]:
         by_cell.setdefault(result.cell, []).append(result)
     mean = statistics.fmean
     return [CellSummary(cell, len(runs), mean(r.val_bleu for r in runs),
-                        max(r.val_bleu for r in runs) - min(r.val_bleu for r in runs), mean(r.best_nll for r in runs),
+                        max(r.val_bleu for r in runs) - min(r.val_bleu for r in runs) if len(runs) > 1 else None,
+                        mean(r.best_nll for r in runs),
                         mean(r.last_nll for r in runs), mean(r.last_above_best for r in runs),
                         mean(r.best_nll_epoch for r in runs), mean(r.epochs for r in runs),
                         all(r.finished for r in runs))
@@ -240,7 +241,7 @@ def findings(cells: Sequence[CellSummary]) -> str:
              "Written by `vaswani experiment regularization` (command, commit and hardware in `results.json` and "
              "`table.md`). Every cell trains the preset's whole schedule by epochs, in float32, with no clock; BLEU "
              "is greedy on the whole validation split, of the last weights. Test sets are not read.", ""]
-    noise = max((c.bleu_spread for c in cells if c.seeds > 1), default=None)
+    noise = max((c.bleu_spread for c in cells if c.bleu_spread is not None), default=None)
     lines.append(f"Seed spread (largest max − min val BLEU of a cell over its seeds): **{noise:.2f} BLEU**."
                  if noise is not None else "No cell has two seeds yet: differences cannot be read against noise.")
     lines.append("")
@@ -264,7 +265,8 @@ def findings(cells: Sequence[CellSummary]) -> str:
 def table(cells: Sequence[CellSummary], provenance: str, extra: Sequence[str]) -> str:
     headers = ["cell", "seeds", "val BLEU (last weights)", "spread", "min val NLL", "at epoch", "last val NLL",
                "last above min", "epochs"]
-    body = [[c.cell, c.seeds, fixed(c.val_bleu), fixed(c.bleu_spread), fixed(c.best_nll, 3),
+    body = [[c.cell, c.seeds, fixed(c.val_bleu), "–" if c.bleu_spread is None else fixed(c.bleu_spread),
+             fixed(c.best_nll, 3),
              fixed(c.best_nll_epoch, 1), fixed(c.last_nll, 3), f"{100 * c.last_above_best:.1f} %",
              fixed(c.epochs, 1) + ("" if c.finished else " (in progress)")]
             for c in cells]
