@@ -72,7 +72,7 @@ def test_a_smoke_study_trains_each_cell_and_seed_and_writes_one_row_per_cell(tmp
 
 def test_the_findings_name_the_best_cell_of_each_width() -> None:
     def cell(name: str, bleu: float, seeds: int = 1) -> CellSummary:
-        return CellSummary(name, seeds, bleu, 0.4 if seeds > 1 else 0.0, 1.7, 1.75, 0.03, 12.0, 40.0)
+        return CellSummary(name, seeds, bleu, 0.4 if seeds > 1 else None, 1.7, 1.75, 0.03, 12.0, 40.0)
 
     text = findings([cell("d128", 39.0, 2), cell("d128-drop0.3", 40.5), cell("d256-drop0.3", 41.0)])
     assert "**d128**: best d128-drop0.3 at 40.50" in text and "d128 39.00" in text
