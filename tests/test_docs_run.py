@@ -62,6 +62,8 @@ NOT_RUN: dict[str, str] = {
         "a study: hours of training runs",
     "vaswani experiment distillation --seeds 0 1 --jobs 2 --runs-dir runs/distillation --out runs/distillation-study":
         "a study: hours of training runs",
+    "vaswani experiment distillation --teacher runs/d256 --seeds 0 1 --jobs 2 --runs-dir runs/distillation "
+    "--out runs/distillation-study": "a study: four training runs of a quarter of an hour or more",
     "vaswani experiment cleaning --seeds 0 1 --jobs 2 --runs-dir runs/cleaning --out runs/cleaning-study":
         "a study: hours of training runs",
     "vaswani experiment backtranslation --smoke --seeds 0 --variants half bt-sample-tagged":

@@ -32,6 +32,36 @@ def test_a_smoke_study_distills_the_teacher_into_two_students_and_times_all_thre
     student = yaml.safe_load((runs / "student-references-seed0" / "config.yaml").read_text())
     assert student["model"]["n_decoder_layers"] == 1
 
+    # A teacher that exists already: no teacher trains, and its translations sit in a folder named by its weights,
+    # which every seed's students share.
+    given = runs / "teacher-seed0"
+    payload = experiment("distillation", tmp_path / "out-given", "--smoke", "--seeds", "1", "--teacher", str(given),
+                         "--runs-dir", str(runs), "--data-dir", str(data_dir))
+    assert not (runs / "teacher-seed1").exists()
+    teacher = payload["settings"]["teacher"]
+    folder = runs / "synthetic" / f"distilled-{teacher['last_weights_sha256'][:12]}"
+    assert (folder / "distilled.en").read_text(encoding="utf-8") == (distilled / "distilled.en").read_text(
+        encoding="utf-8")  # the same teacher, the same search: the same translations
+    record = json.loads((runs / "student-distilled-seed1" / "corpus.json").read_text())
+    assert record["splits"]["train"]["files"][1]["path"] == str(folder / "distilled.en")
+    assert teacher["run"] == str(given) and teacher["updates"] == 6 and teacher["stop_reason"] == "max_steps"
+    assert [(row["model"], row["seeds"]) for row in payload["results"]["models"]] == [
+        ("teacher", 1), ("student-distilled", 1), ("student-references", 1)]
+
+
+def test_a_teacher_that_is_no_german_english_run_is_refused_in_one_line(tmp_path, data_dir, capsys) -> None:
+    from vaswani.cli import main
+
+    run = tmp_path / "en-de"
+    (run / "checkpoints" / "last").mkdir(parents=True)
+    (run / "checkpoints" / "last" / "model.safetensors").write_bytes(b"")
+    (run / "config.yaml").write_text("data:\n  direction: en-de\n")
+    for teacher, says in ((tmp_path, "no checkpoints/last/model.safetensors"), (run, "it translates en to de")):
+        assert main(["experiment", "distillation", "--smoke", "--teacher", str(teacher), "--runs-dir",
+                     str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--data-dir", str(data_dir)]) == 2
+        error = capsys.readouterr().err.strip()
+        assert says in error and len(error.splitlines()) == 1
+
 
 def test_the_real_studies_presets_are_a_256_wide_teacher_and_the_student_preset_on_whole_schedules(tmp_path) -> None:
     from vaswani.experiments.corpus_studies import study_preset

@@ -1,7 +1,8 @@
 """`vaswani experiment distillation`: a small student trained on a teacher's translations, against the same student
 trained on the references (sequence-level distillation, Kim & Rush 2016), on Multi30k.
 
-Per seed: a 256-wide teacher (multi30k-cpu's recipe at d256) trains on Multi30k; its beam search translates the
+Per seed: a 256-wide teacher (multi30k-cpu's recipe at d256) trains on Multi30k, or ``--teacher`` names one run
+that already did (every seed's students then learn from its one set of translations); its beam search translates the
 training sources on the fastest engine it can use (``vaswani distill``'s one function); the student preset
 (multi30k-student: a 3-layer encoder, a 1-layer decoder) trains once on the teacher's translations and once on the
 references. Each model is scored at its last weights by greedy BLEU on test2016 and test2017, and timed translating
@@ -18,10 +19,12 @@ from pathlib import Path
 from typing import Sequence
 
 from vaswani.arguments import ranged
+from vaswani.data.languages import recorded_languages
 from vaswani.data.textfiles import read_text_file
 from vaswani.decoding.config import EngineOptions, SearchConfig
 from vaswani.decoding.translator import Translator
 from vaswani.devices import resolve_device
+from vaswani.errors import ConfigError
 from vaswani.experiments.corpus_studies import (
     TestSets,
     VariantResult,
@@ -36,7 +39,10 @@ from vaswani.experiments.corpus_studies import (
 from vaswani.experiments.regularization import WIDTHS, study_settings
 from vaswani.experiments.reporting import device_label, fixed, log, provenance_line, pyplot, write_results
 from vaswani.experiments.variants import RunVariant, TrainedRun, add_runs_arguments, checked_runs_dir, train_variants
+from vaswani.io import file_sha256, read_yaml
 from vaswani.settings import MAX_COUNT
+from vaswani.training.config import RunConfig
+from vaswani.training.summary import SUMMARY_FILE, RunSummary
 from vaswani.workflows.synthetic import synthesize
 
 TEACHER, STUDENT = "multi30k-cpu", "multi30k-student"
@@ -45,6 +51,7 @@ SMOKE_RECIPE, SMOKE_STUDENT = "smoke", ("model.n_decoder_layers=1",)
 SMOKE_PAIRS = 48
 MODELS = ("teacher", "student-distilled", "student-references")
 SPEED_ENGINE = {"engine": "ctranslate2", "quantization": "int8"}
+LAST_WEIGHTS = Path("checkpoints") / "last" / "model.safetensors"  # what every model of the study is scored at
 
 
 def _beam() -> SearchConfig:
@@ -55,6 +62,9 @@ def _beam() -> SearchConfig:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", nargs="+", type=ranged(int, ge=0, le=MAX_COUNT), default=[0, 1],
                         help="seeds every model is trained with (default 0 1)")
+    parser.add_argument("--teacher", type=Path, default=None, metavar="RUN",
+                        help="a run that trained a German-English teacher on Multi30k's training pairs, distilled "
+                        "at its last weights instead of training a teacher per seed")
     add_runs_arguments(parser, "runs/experiments/distillation", "train.max_epochs=20")
 
 
@@ -98,17 +108,24 @@ def run(args: argparse.Namespace) -> int:
 
     teacher_preset = study_preset(teacher_recipe, [*extra, *(() if args.smoke else TEACHER_SETTINGS)],
                                   data / "teacher.yaml", "de-en", [(data / "train.de", data / "train.en")], valid)
-    log(f"distillation: teachers ({len(args.seeds)} seed(s))")
-    teachers = train_variants([RunVariant(f"teacher-seed{seed}", "teacher", (f"train.seed={seed}",), teacher_preset)
-                               for seed in args.seeds], teacher_recipe, runs_dir, None, extra, args.jobs)
+    if args.teacher is None:
+        log(f"distillation: teachers ({len(args.seeds)} seed(s))")
+        teachers = train_variants([RunVariant(f"teacher-seed{seed}", "teacher", (f"train.seed={seed}",),
+                                              teacher_preset) for seed in args.seeds],
+                                  teacher_recipe, runs_dir, None, extra, args.jobs)
+    else:
+        teachers = [given_teacher(args.teacher)]
     source = read_text_file(data / "train.de")
     students = []
     for seed in args.seeds:
-        out = runs_dir / "synthetic" / f"distilled-seed{seed}"
+        teacher_dir = teachers[0].run_dir if args.teacher else runs_dir / f"teacher-seed{seed}"
+        # a given teacher's translations serve every seed, in a folder named by its weights
+        out = runs_dir / "synthetic" / (f"distilled-{file_sha256(teacher_dir / LAST_WEIGHTS)[:12]}" if args.teacher
+                                        else f"distilled-seed{seed}")
         if not (out / "distilled.en").is_file():
             # a smoke teacher's beam ends at once (empty lines are no corpus): greedy to the length limit instead
             search = SearchConfig(beam_size=1, allow_eos=False, length_norm="power") if args.smoke else _beam()
-            synthesize(runs_dir / f"teacher-seed{seed}", source, out, search,
+            synthesize(teacher_dir, source, out, search,
                        EngineOptions(engine="auto", device=str(device)), backtranslating=False,
                        command="experiment distillation")
         student_extra = [*extra, *(SMOKE_STUDENT if args.smoke else ())]
@@ -121,7 +138,9 @@ def run(args: argparse.Namespace) -> int:
     trained = [*teachers, *train_variants(students, student_recipe, runs_dir, None, extra, args.jobs)]
     results = [score(t, tests, device) for t in trained]
     rows = summarize(results)
-    settings = {"teacher": [teacher_recipe, *(() if args.smoke else TEACHER_SETTINGS)], "student": student_recipe,
+    teacher = (asdict(GivenTeacher.of(args.teacher)) if args.teacher
+               else [teacher_recipe, *(() if args.smoke else TEACHER_SETTINGS)])
+    settings = {"teacher": teacher, "student": student_recipe,
                 "study_settings": extra, "runs_dir": str(runs_dir), "seeds": list(args.seeds),
                 "speed": {**SPEED_ENGINE, "search": "beam 4", "sentences": len(tests["test2016"][0])}}
     write_results(args.out, "distillation", args.command_line, device, settings,
@@ -130,6 +149,38 @@ def run(args: argparse.Namespace) -> int:
                   table(rows, provenance_line(device, args.command_line), extra), {"bleu_speed": plot(rows)})
     log(f"distillation: wrote {args.out}/results.json, table.md, bleu_speed.png")
     return 0
+
+
+@dataclass(frozen=True)
+class GivenTeacher:
+    """The teacher ``--teacher`` named, as results.json records it: which weights, after how much training."""
+
+    run: str
+    last_weights_sha256: str
+    updates: int | None  # None: the run wrote no summary.json (it is still training, or was killed)
+    epochs: int | None
+    stop_reason: str | None
+
+    @classmethod
+    def of(cls, run_dir: Path) -> GivenTeacher:
+        summary = RunSummary.read(run_dir) if (run_dir / SUMMARY_FILE).is_file() else None
+        return cls(str(run_dir.absolute()), file_sha256(run_dir / LAST_WEIGHTS), summary and summary.step,
+                   summary and summary.epoch, summary and summary.stop_reason.value)
+
+
+def given_teacher(run_dir: Path) -> TrainedRun:
+    """The run ``--teacher`` names, as a study's teacher: a German-English run with its last weights."""
+    if not (run_dir / LAST_WEIGHTS).is_file():
+        raise ConfigError(f"--teacher {run_dir}: no {LAST_WEIGHTS}; give the directory of a run that trained the "
+                          "teacher (`vaswani train --run-dir`)")
+    languages = recorded_languages(run_dir)
+    if languages is not None and (languages.source, languages.target) != ("de", "en"):
+        raise ConfigError(f"--teacher {run_dir}: it translates {languages.source} to {languages.target}; the study "
+                          "distills a German-English teacher")
+    seed = RunConfig.from_dict(read_yaml(run_dir / "config.yaml", "teacher's settings"),
+                               str(run_dir / "config.yaml")).train.seed
+    return TrainedRun(RunVariant(f"teacher-seed{seed}", "teacher", (f"train.seed={seed}",)), run_dir.absolute(),
+                      reused=True)
 
 
 def score(run: TrainedRun, tests: TestSets, device) -> ModelResult:
