@@ -40,6 +40,8 @@ def test_a_smoke_study_distills_the_teacher_into_two_students_and_times_all_thre
     assert not (runs / "teacher-seed1").exists()
     teacher = payload["settings"]["teacher"]
     folder = runs / "synthetic" / f"distilled-{teacher['last_weights_sha256'][:12]}"
+    plan = json.loads((folder / "vaswani.json").read_text())["details"]["plan"]
+    assert plan["model"] == teacher["last_weights_sha256"]  # translated by the weights the teacher is scored at
     assert (folder / "distilled.en").read_text(encoding="utf-8") == (distilled / "distilled.en").read_text(
         encoding="utf-8")  # the same teacher, the same search: the same translations
     record = json.loads((runs / "student-distilled-seed1" / "corpus.json").read_text())

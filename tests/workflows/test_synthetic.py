@@ -15,7 +15,7 @@ from vaswani.data.textfiles import read_text_file
 from vaswani.decoding.config import EngineOptions, SearchConfig
 from vaswani.decoding.translator import Translator
 from vaswani.errors import VaswaniError
-from vaswani.workflows.synthetic import SyntheticPlan, parts_folder, translate_corpus
+from vaswani.workflows.synthetic import SyntheticPlan, made_by, parts_folder, translate_corpus
 
 ENGINE = ["--engine", "torch", "--device", "cpu", "--precision", "fp32"]
 
@@ -83,6 +83,15 @@ def test_distill_keeps_the_source_and_writes_the_teachers_translation_named_by_l
     assert f"--src {out / 'distilled.de'} --tgt {out / 'distilled.en'}" in capsys.readouterr().out
     manifest = json.loads((out / "vaswani.json").read_text())
     assert manifest["kind"] == "synthetic corpus"
+
+    # A study reuses the corpus only for the weights that translated it.
+    assert made_by(out, run_checkpoint) and not made_by(tmp_path / "none", run_checkpoint)
+    other = tmp_path / "other"
+    shutil.copytree(run_checkpoint, other)
+    weights = other / "model.safetensors"
+    weights.write_bytes(weights.read_bytes() + b" ")
+    with pytest.raises(VaswaniError, match="holds translations by other weights"):
+        made_by(out, other)
 
 
 def test_text_in_another_language_than_the_model_reads_is_refused_in_one_line(run_checkpoint: Path, tmp_path: Path,

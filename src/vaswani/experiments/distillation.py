@@ -43,7 +43,7 @@ from vaswani.io import file_sha256, read_yaml
 from vaswani.settings import MAX_COUNT
 from vaswani.training.config import RunConfig
 from vaswani.training.summary import SUMMARY_FILE, RunSummary
-from vaswani.workflows.synthetic import synthesize
+from vaswani.workflows.synthetic import made_by, synthesize
 
 TEACHER, STUDENT = "multi30k-cpu", "multi30k-student"
 TEACHER_SETTINGS = WIDTHS["d256"]
@@ -51,7 +51,8 @@ SMOKE_RECIPE, SMOKE_STUDENT = "smoke", ("model.n_decoder_layers=1",)
 SMOKE_PAIRS = 48
 MODELS = ("teacher", "student-distilled", "student-references")
 SPEED_ENGINE = {"engine": "ctranslate2", "quantization": "int8"}
-LAST_WEIGHTS = Path("checkpoints") / "last" / "model.safetensors"  # what every model of the study is scored at
+LAST_CHECKPOINT, WEIGHTS = Path("checkpoints") / "last", "model.safetensors"  # every model is scored at its last
+LAST_WEIGHTS = LAST_CHECKPOINT / WEIGHTS
 
 
 def _beam() -> SearchConfig:
@@ -64,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seeds every model is trained with (default 0 1)")
     parser.add_argument("--teacher", type=Path, default=None, metavar="RUN",
                         help="a run that trained a German-English teacher on Multi30k's training pairs, distilled "
-                        "at its last weights instead of training a teacher per seed")
+                        "at its last weights (as the study scores every model) instead of training a teacher per seed")
     add_runs_arguments(parser, "runs/experiments/distillation", "train.max_epochs=20")
 
 
@@ -118,14 +119,15 @@ def run(args: argparse.Namespace) -> int:
     source = read_text_file(data / "train.de")
     students = []
     for seed in args.seeds:
-        teacher_dir = teachers[0].run_dir if args.teacher else runs_dir / f"teacher-seed{seed}"
+        # the teacher translates with its last weights, at which the study scores it, as it scores every model
+        teacher = (teachers[0].run_dir if args.teacher else runs_dir / f"teacher-seed{seed}") / LAST_CHECKPOINT
         # a given teacher's translations serve every seed, in a folder named by its weights
-        out = runs_dir / "synthetic" / (f"distilled-{file_sha256(teacher_dir / LAST_WEIGHTS)[:12]}" if args.teacher
+        out = runs_dir / "synthetic" / (f"distilled-{file_sha256(teacher / WEIGHTS)[:12]}" if args.teacher
                                         else f"distilled-seed{seed}")
-        if not (out / "distilled.en").is_file():
+        if not made_by(out, teacher):
             # a smoke teacher's beam ends at once (empty lines are no corpus): greedy to the length limit instead
             search = SearchConfig(beam_size=1, allow_eos=False, length_norm="power") if args.smoke else _beam()
-            synthesize(teacher_dir, source, out, search,
+            synthesize(teacher, source, out, search,
                        EngineOptions(engine="auto", device=str(device)), backtranslating=False,
                        command="experiment distillation")
         student_extra = [*extra, *(SMOKE_STUDENT if args.smoke else ())]
@@ -186,7 +188,7 @@ def given_teacher(run_dir: Path) -> TrainedRun:
 def score(run: TrainedRun, tests: TestSets, device) -> ModelResult:
     """Greedy BLEU of the run's last weights on each test set, and test2016 translated by beam on CT2 int8."""
     scores = score_last_weights(run, tests, device)
-    translator = Translator.load(run.run_dir / "checkpoints" / "last", _beam(), EngineOptions(**SPEED_ENGINE))
+    translator = Translator.load(run.run_dir / LAST_CHECKPOINT, _beam(), EngineOptions(**SPEED_ENGINE))
     sources = tests["test2016"][0]
     translator.translate(sources[:8])  # the first call loads the converted model
     started = time.perf_counter()

@@ -26,7 +26,7 @@ from vaswani.data.textfiles import TextFile
 from vaswani.decoding.config import EngineOptions, SearchConfig
 from vaswani.decoding.translator import Translator
 from vaswani.errors import VaswaniError
-from vaswani.io import atomic_write_text, directory_written_whole, file_sha256, read_json
+from vaswani.io import atomic_write_text, directory_written_whole, file_sha256, read_json, read_manifest
 from vaswani.model.serialization import resolve_checkpoint
 from vaswani.progress import progress_reporter
 
@@ -114,6 +114,20 @@ def synthesize(checkpoint: Path, text: TextFile, out: Path, search: SearchConfig
                             command=command)
 
 
+def made_by(out: Path, checkpoint: Path) -> bool:
+    """Whether ``out`` holds a finished synthetic corpus that ``checkpoint``'s weights translated: True to reuse it,
+    False when there is none. One that other weights translated is refused: its translations are another model's."""
+    manifest = read_manifest(out)
+    if manifest is None or manifest.kind != SYNTHETIC_KIND:
+        return False
+    plan = manifest.details.get("plan")
+    weights = resolve_checkpoint(checkpoint) / "model.safetensors"
+    if not isinstance(plan, dict) or plan.get("model") != file_sha256(weights):
+        raise VaswaniError(f"{out} holds translations by other weights than {weights}; delete it, or choose another "
+                           "folder for this model's")
+    return True
+
+
 def corpus_file_names(name: str, languages: LanguagePair | None, backtranslating: bool) -> tuple[str, str]:
     """(source side, target side) of the corpus to train on: named by language where the model records them."""
     if languages is None:
@@ -140,5 +154,5 @@ def _start_or_continue(parts: Path, plan: SyntheticPlan) -> None:
     atomic_write_text(plan_file, json.dumps(asdict(plan), indent=2) + "\n")
 
 
-__all__ = ["CHUNK_LINES", "SYNTHETIC_KIND", "SyntheticCorpus", "SyntheticPlan", "corpus_file_names", "parts_folder",
-           "synthesize", "translate_corpus"]
+__all__ = ["CHUNK_LINES", "SYNTHETIC_KIND", "SyntheticCorpus", "SyntheticPlan", "corpus_file_names", "made_by",
+           "parts_folder", "synthesize", "translate_corpus"]
