@@ -117,13 +117,9 @@ def variants_table(rows: Sequence[VariantSummary], first_column: str, spread: bo
     headers = [first_column, "seeds", *(f"{test} BLEU" for test in TEST_SETS),
                *(f"{test} spread" for test in TEST_SETS if spread), *more]
     body = [[row.variant, row.seeds, *(fixed(row.bleu[test]) for test in TEST_SETS),
-             *(_spread_cell(row.spread[test]) for test in TEST_SETS if spread), *(cells[i] for cells in more.values())]
+             *(fixed(row.spread[test]) for test in TEST_SETS if spread), *(cells[i] for cells in more.values())]
             for i, row in enumerate(rows)]
     return markdown_table(headers, body)
-
-
-def _spread_cell(spread: float | None) -> str:
-    return "–" if spread is None else fixed(spread)
 
 
 def variants_plot(rows: Sequence[VariantSummary], title: str):

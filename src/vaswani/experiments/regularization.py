@@ -265,8 +265,7 @@ def findings(cells: Sequence[CellSummary]) -> str:
 def table(cells: Sequence[CellSummary], provenance: str, extra: Sequence[str]) -> str:
     headers = ["cell", "seeds", "val BLEU (last weights)", "spread", "min val NLL", "at epoch", "last val NLL",
                "last above min", "epochs"]
-    body = [[c.cell, c.seeds, fixed(c.val_bleu), "–" if c.bleu_spread is None else fixed(c.bleu_spread),
-             fixed(c.best_nll, 3),
+    body = [[c.cell, c.seeds, fixed(c.val_bleu), fixed(c.bleu_spread), fixed(c.best_nll, 3),
              fixed(c.best_nll_epoch, 1), fixed(c.last_nll, 3), f"{100 * c.last_above_best:.1f} %",
              fixed(c.epochs, 1) + ("" if c.finished else " (in progress)")]
             for c in cells]
