@@ -215,10 +215,10 @@ def test_the_provenance_records_write_the_json_objects_every_results_file_holds(
 
     cpu = ["platform", "processor", "cpu_count", "torch", "torch_threads", "device", "device_name", "cuda_device"]
     details = ["cuda_memory_gib", "cuda_capability", "cuda_version"]
-    assert list(hardware("cpu").to_json()) in (cpu, [*cpu, *details])
-    assert list(Hardware("Linux", "EPYC", 2, "2.5", 2, "cpu", "EPYC").to_json()) == cpu
-    gpu = Hardware("Linux", "EPYC", 16, "2.5", 16, "cuda:0", "H200", "H200", 139.8, "9.0", "12.8")
-    assert list(gpu.to_json()) == [*cpu, *details]
+    assert list(hardware("cpu").to_json()) in ([*cpu, "cpu_class"], [*cpu, *details, "cpu_class"])
+    assert list(Hardware("Linux", "EPYC", 2, "2.5", 2, "cpu", "EPYC").to_json()) == [*cpu, "cpu_class"]
+    gpu = Hardware("Linux", "EPYC", 16, "2.5", 16, "cuda:0", "H200", "H200", 139.8, "9.0", "12.8", "AMX-BF16")
+    assert list(gpu.to_json()) == [*cpu, *details, "cpu_class"]
     record = provenance("cpu", command="vaswani x")
     assert list(record.to_json()) == ["command", "git", "hardware", "versions"]
     assert list(record.to_json()["git"]) == ["commit", "dirty"]
@@ -229,3 +229,22 @@ def test_the_provenance_records_write_the_json_objects_every_results_file_holds(
     start = first_training_start(tmp_path)
     assert (start.command, start.git, start.processor, start.precision) == ("vaswani train", GitState(None, None),
                                                                              None, "fp32")
+    assert start.cpu_class is None  # a record written before the class was recorded
+    (tmp_path / "provenance.jsonl").write_text(json.dumps(record.to_json()) + "\n")
+    assert first_training_start(tmp_path).cpu_class == hardware("cpu").cpu_class
+
+
+@pytest.mark.parametrize(("flags", "expected"), [
+    ({"sse2", "avx2", "avx512f", "avx512_bf16", "amx_bf16"}, "AMX-BF16"),
+    ({"avx2", "avx512f", "avx512_bf16"}, "AVX512-BF16"),
+    ({"avx2", "avx512f"}, "AVX-512 without bf16 units"),
+    ({"sse2", "avx2"}, "AVX2 without bf16 units"),
+    ({"fp", "asimd"}, None),  # another architecture: no x86 class rather than a wrong one
+    (set(), None),
+])
+def test_the_cpu_class_is_the_most_capable_one_the_flags_show(flags: set[str], expected: str | None) -> None:
+    """The class decides a CPU's speed and precision (bf16 units make precision=auto pick bf16), so every results
+    file names it: the most capable class whose flag /proc/cpuinfo lists."""
+    from vaswani.provenance import cpu_class
+
+    assert cpu_class(flags) == expected

@@ -115,7 +115,8 @@ def final_model_row(run_dir: Path) -> FinalModelRow:
     return FinalModelRow(
         run=run_dir.resolve().name,
         dataset=config.data.dataset,
-        device=started.device_name,
+        device=(f"{started.device_name}, {started.cpu_class}" if started.device_name and started.cpu_class
+                else started.device_name),
         precision=started.precision,
         threads=started.torch_threads,
         commit=started.git.commit,

@@ -26,11 +26,13 @@ from vaswani.provenance import git_state, hardware, provenance
 
 
 def device_label(device: torch.device) -> str:
-    """A human name for the device: 'NVIDIA H100 80GB HBM3 (cuda)' or 'AMD EPYC (CPU, 2 cores, 2 torch threads)'."""
+    """A human name for the device: 'NVIDIA H100 80GB HBM3 (cuda)' or 'AMD EPYC (CPU, AVX512-BF16, 2 cores, 2 torch
+    threads)', the CPU's class where it is known."""
     info = hardware(device)
     if device.type == "cuda":
         return f"{info.device_name} ({device})"
-    return f"{info.processor} (CPU, {info.cpu_count} cores, {info.torch_threads} torch threads)"
+    kind = f"CPU, {info.cpu_class}" if info.cpu_class else "CPU"
+    return f"{info.processor} ({kind}, {info.cpu_count} cores, {info.torch_threads} torch threads)"
 
 
 def write_results(
