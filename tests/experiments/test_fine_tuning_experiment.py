@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from vaswani.experiments.fine_tuning import CONDITIONS, STUDY_SETTINGS, condition_variants, news_files
-from vaswani.experiments.variants import variant_config
+from vaswani.experiments.variants import RunVariant, variant_config
 
 
 def test_each_condition_trains_what_its_name_says(data_dir: Path) -> None:
@@ -37,6 +37,20 @@ def test_a_smoke_study_fine_tunes_its_parent_and_scores_every_model_on_the_same_
     models = payload["results"]["models"]
     assert [m["condition"] for m in models] == ["parent", "fine-tuned", "fine-tuned-decoder"]
     config = yaml.safe_load((tmp_path / "runs" / "fine-tuned-decoder" / "config.yaml").read_text())
-    assert config["train"]["freeze"] == "encoder" and config["train"]["init_from"].endswith("runs/parent")
+    assert config["train"]["freeze"] == "encoder" and "/runs/parent/checkpoints/" in config["train"]["init_from"]
     assert "newstest2017" in (tmp_path / "out" / "table.md").read_text()
     assert "**fine-tuned**" in (tmp_path / "out" / "README.md").read_text()
+
+
+def test_a_fine_tuning_takes_its_parents_model_whatever_width_the_recipe_names(tiny_checkpoint: Path) -> None:
+    """The clock fit may train README command 1's model wider than the recipe's 128: a fine-tuning of it keeps the
+    parent's width and vocabulary, as `vaswani train --init-from` does, instead of refusing the recipe's d_model."""
+    from vaswani.model.serialization import check_checkpoint
+
+    parent = check_checkpoint(tiny_checkpoint)
+    variant = RunVariant("fine-tuned", "fine-tuned", (f"train.init_from={tiny_checkpoint}", "model.dropout=0.2"))
+    config = variant_config("multi30k-cpu", variant, STUDY_SETTINGS)
+    assert parent.d_model != 128 and config.model.d_model == parent.d_model
+    assert config.model.vocab_size == config.data.vocab_size == parent.vocab_size
+    assert config.model.dropout == 0.2  # a setting that changes no weight still applies
+    assert config.train.scale_up_models == () and config.train.init_from == str(tiny_checkpoint.resolve())

@@ -36,6 +36,7 @@ from vaswani.precision import resolve_precision
 from vaswani.settings import MAX_COUNT, MAX_THREADS
 from vaswani.training.config import RunConfig
 from vaswani.training.metrics import METRICS_FILE, MetricsRecord, read_metrics
+from vaswani.training.parent import find_parent, fine_tune_config
 from vaswani.training.presets import apply_settings, load_preset
 from vaswani.training.run import train
 from vaswani.training.signals import StopSignals
@@ -114,8 +115,14 @@ def checked_runs_dir(runs_dir: Path, experiment: str, inputs: Sequence[Path | No
 
 
 def run_config(recipe: str, variant: RunVariant, data_dir: Path | None, extra: Sequence[str]) -> RunConfig:
-    """The RunConfig a variant trains with (its run's config.yaml, plus where the corpora are)."""
-    config = apply_settings(load_preset(variant.preset or recipe), [*extra, *variant.settings])
+    """The RunConfig a variant trains with (its run's config.yaml, plus where the corpora are). A variant that starts
+    from another run's weights (``train.init_from``) takes that run's model and vocabulary, as ``vaswani train
+    --init-from`` does, whatever width the recipe names (the clock fit may have chosen a wider one); while that run
+    does not exist yet (a parent the study trains first), the recipe's model stands in for it."""
+    settings = [*extra, *variant.settings]
+    config = apply_settings(load_preset(variant.preset or recipe), settings)
+    if config.train.init_from is not None and Path(config.train.init_from).exists():
+        config = fine_tune_config(config, find_parent(config.train.init_from), settings)
     if data_dir is not None:
         config.data.data_dir = str(data_dir)
     return config
