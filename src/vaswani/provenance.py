@@ -49,7 +49,7 @@ class Hardware:
     cuda_memory_gib: float | None = None
     cuda_capability: str | None = None
     cuda_version: str | None = None
-    # what decides a CPU's speed and precision (:func:`cpu_class`); files written before it was recorded have none
+    # what decides a CPU's speed and precision (:func:`cpu_class`); None in a file that does not record it
     cpu_class: str | None = None
 
     def to_json(self) -> dict[str, object]:
@@ -201,7 +201,7 @@ def hardware(device: torch.device | str = "cpu") -> Hardware:
 
 
 # The CPU classes that train and translate at different speeds, most capable first: bf16 units make
-# precision=auto pick bf16 (about 3 times faster), AVX-512 without them runs fp32 on wider vectors than AVX2.
+# precision=auto pick bf16, AVX-512 without them runs fp32 on wider vectors than AVX2.
 CPU_CLASSES = (("amx_bf16", "AMX-BF16"), ("avx512_bf16", "AVX512-BF16"), ("avx512f", "AVX-512 without bf16 units"),
                ("avx2", "AVX2 without bf16 units"))
 
@@ -213,14 +213,19 @@ def cpu_class(flags: Collection[str]) -> str | None:
 
 
 def _cpu_flags() -> frozenset[str]:
+    return frozenset((_cpuinfo("flags") or "").split())
+
+
+def _cpuinfo(key: str) -> str | None:
+    """The first ``key`` line's value in /proc/cpuinfo (None where there is no such file or line)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
             for line in handle:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
+                if line.startswith(key):
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return frozenset()
+    return None
 
 
 def usable_cores() -> int:
@@ -231,11 +236,4 @@ def usable_cores() -> int:
 def _cpu_name() -> str:
     import platform
 
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
