@@ -36,6 +36,9 @@ def test_a_smoke_study_fine_tunes_its_parent_and_scores_every_model_on_the_same_
                          "--data-dir", str(data_dir))
     models = payload["results"]["models"]
     assert [m["condition"] for m in models] == ["parent", "fine-tuned", "fine-tuned-decoder"]
+    # each row says how its model was trained: the smoke settings stop every run, the parent too, at 6 updates
+    assert [m["updates"] for m in models] == [6, 6, 6] and all(m["train_minutes"] > 0 for m in models)
+    assert models[0]["d_model"] == models[1]["d_model"]
     config = yaml.safe_load((tmp_path / "runs" / "fine-tuned-decoder" / "config.yaml").read_text())
     assert config["train"]["freeze"] == "encoder" and "/runs/parent/checkpoints/" in config["train"]["init_from"]
     assert "newstest2017" in (tmp_path / "out" / "table.md").read_text()

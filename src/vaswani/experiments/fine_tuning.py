@@ -40,9 +40,10 @@ from vaswani.experiments.reporting import (
     write_results,
 )
 from vaswani.experiments.variants import RunVariant, add_runs_arguments, checked_runs_dir, train_variants
-from vaswani.model.serialization import resolve_checkpoint
+from vaswani.model.serialization import check_checkpoint, resolve_checkpoint
 from vaswani.settings import MAX_COUNT
 from vaswani.training.parent import find_parent
+from vaswani.training.summary import SUMMARY_FILE, RunSummary
 
 RECIPE, SMOKE_RECIPE = "multi30k-cpu", "smoke"
 NEWS_YEARS = ("news-test2008", "newstest2009", "newstest2010", "newstest2011", "newstest2012", "newstest2013",
@@ -61,10 +62,14 @@ SCORING_BEAM = 5
 
 @dataclass
 class ModelScores:
-    """One model's BLEU on each set, with the one search every model is scored with."""
+    """One model's BLEU on each set, with the one search every model is scored with, and how it was trained (the
+    conditions may differ in width and budget: the clock fit chooses the parent's width, ``--set`` the others')."""
 
     condition: str
     checkpoint: str
+    d_model: int
+    updates: int | None  # this run's own optimizer updates; None: its run directory holds no summary.json
+    train_minutes: float | None
     newstest2016: float
     newstest2017: float
     multi30k_test2016: float
@@ -153,11 +158,18 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_summary(checkpoint: Path) -> RunSummary | None:
+    """The summary of the run a checkpoint belongs to (``RUN/checkpoints/NAME``), if it finished."""
+    run_dir = checkpoint.resolve().parent.parent
+    return RunSummary.read(run_dir) if (run_dir / SUMMARY_FILE).is_file() else None
+
+
 def score_model(condition: str, run_or_checkpoint: Path, data_dir: Path, device, smoke: bool) -> ModelScores:
     """BLEU of the model's last weights on the three sets, with beam 5 (length penalty power 1.0) on the engine
     `vaswani translate` would choose."""
     checkpoint = resolve_checkpoint(run_or_checkpoint / "checkpoints" / "last"
                                     if (run_or_checkpoint / "checkpoints").is_dir() else run_or_checkpoint)
+    summary = run_summary(checkpoint)
     search = SearchConfig(beam_size=SCORING_BEAM, length_norm="power", alpha=1.0)
     translator = Translator.load(checkpoint, search, EngineOptions(device=str(device)))
     wmt = data_dir / "wmt17_de_en"
@@ -170,14 +182,19 @@ def score_model(condition: str, run_or_checkpoint: Path, data_dir: Path, device,
         test = load_test_set(src=source, ref=reference)
         sources, references = (test.sources[:8], test.references[:8]) if smoke else (test.sources, test.references)
         bleu[name] = corpus_scores(translator.translate(sources, progress=True), references).bleu
-    return ModelScores(condition, str(checkpoint), **bleu)
+    return ModelScores(condition, str(checkpoint), check_checkpoint(checkpoint).d_model,
+                       summary.step if summary else None, summary.minutes if summary else None, **bleu)
 
 
 def table(scores: Sequence[ModelScores], provenance: str) -> str:
-    headers = ["model", "newstest2016 (selection)", "newstest2017 (test)", "Multi30k test2016 (forgetting)"]
-    rows = [[s.condition, fixed(s.newstest2016), fixed(s.newstest2017), fixed(s.multi30k_test2016)] for s in scores]
+    headers = ["model", "width", "its updates", "its minutes", "newstest2016 (selection)", "newstest2017 (test)",
+               "Multi30k test2016 (forgetting)"]
+    rows = [[s.condition, str(s.d_model), "—" if s.updates is None else f"{s.updates:,}",
+             "—" if s.train_minutes is None else f"{s.train_minutes:.1f}", fixed(s.newstest2016),
+             fixed(s.newstest2017), fixed(s.multi30k_test2016)] for s in scores]
     return (f"# Fine-tuning a Multi30k model on WMT news\n\nBLEU (sacreBLEU) of each model's last weights, beam "
-            f"{SCORING_BEAM}, length penalty power 1.0.\n\n{markdown_table(headers, rows)}\n\n{provenance}\n")
+            f"{SCORING_BEAM}, length penalty power 1.0. A fine-tuning's updates and minutes are its own, on top of "
+            f"the parent's.\n\n{markdown_table(headers, rows)}\n\n{provenance}\n")
 
 
 def plot(scores: Sequence[ModelScores]):
