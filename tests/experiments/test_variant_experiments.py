@@ -29,8 +29,9 @@ from vaswani.experiments.ablation import (
     join_groups,
 )
 from vaswani.experiments.perturb import CONDITIONS, drop_tokens, perturb_all, repeat_tokens, shuffle_middle
-from vaswani.experiments.variants import RunVariant, train_variants
+from vaswani.experiments.variants import RunVariant, threads_per_run, train_variants
 from vaswani.model import Transformer
+from vaswani.provenance import usable_cores
 from vaswani.records import from_json, to_json
 from vaswani.training.loss import translation_loss
 from vaswani.training.metrics import MetricsRecord, training_speed
@@ -232,7 +233,7 @@ STUDY_SCRIPT = """
 import sys
 from pathlib import Path
 from vaswani.errors import VaswaniError
-from vaswani.experiments.variants import RunVariant, train_variants
+from vaswani.experiments.variants import RunVariant, threads_per_run, train_variants
 variants = [RunVariant(name, name, (f"model.dropout={p}",)) for name, p in (("a", 0.1), ("b", 0.2), ("c", 0.3))]
 extra = ["train.max_steps=100000", "train.max_epochs=null", "train.progress=false", "train.log_every_steps=1",
          "train.eval_every_steps=100000", "train.bleu_subset=0", "train.num_threads=1"]
@@ -266,3 +267,27 @@ def test_a_stop_signal_to_a_parallel_study_checkpoints_every_running_run_and_sta
         assert summary["stop_reason"] == "interrupted" and summary["signal"] == "SIGTERM"
         assert (runs / name / "checkpoints" / "last").exists()
     assert not (runs / "c").exists()  # the queued run never started
+
+
+@pytest.mark.parametrize(("cores", "jobs", "threads"), [(2, 2, 1), (2, 1, 2), (16, 4, 4), (3, 2, 1), (2, 3, 1)])
+def test_runs_trained_at_once_share_the_cores(cores: int, jobs: int, threads: int) -> None:
+    assert threads_per_run(cores, jobs) == threads
+
+
+def test_a_parallel_study_gives_each_run_its_share_of_the_cores_and_reuses_it_at_any_jobs(
+        tmp_path: Path, data_dir: Path, monkeypatch) -> None:
+    """Two runs at once on this machine's cores take half of them each (not torch's default of one thread per
+    core each, which oversubscribes the cores); the thread count is not a training setting, so the same study run
+    again with --jobs 1 reuses both runs instead of calling them another config."""
+    monkeypatch.setenv("VASWANI_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    variants = [RunVariant(name, name, (f"model.dropout={p}",)) for name, p in (("a", 0.1), ("b", 0.2))]
+    extra = ["train.max_steps=2", "train.max_epochs=null", "train.progress=false", "train.eval_every_steps=2",
+             "train.bleu_subset=0"]
+    train_variants(variants, "smoke", tmp_path / "runs", data_dir, extra, jobs=2)
+    expected = threads_per_run(usable_cores(), 2)
+    for name in "ab":
+        start = json.loads((tmp_path / "runs" / name / "provenance.jsonl").read_text().splitlines()[0])
+        assert start["torch_threads"] == expected
+    again = train_variants(variants, "smoke", tmp_path / "runs", data_dir, extra, jobs=1)
+    assert all(run.reused for run in again)

@@ -13,6 +13,7 @@ CPU two single-threaded runs finish sooner than two two-threaded runs taking tur
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -33,6 +34,7 @@ from vaswani.errors import VaswaniError
 from vaswani.io import check_output, read_yaml
 from vaswani.model.serialization import load_model, resolve_checkpoint
 from vaswani.precision import resolve_precision
+from vaswani.provenance import usable_cores
 from vaswani.settings import MAX_COUNT, MAX_THREADS
 from vaswani.training.config import RunConfig
 from vaswani.training.metrics import METRICS_FILE, MetricsRecord, read_metrics
@@ -85,12 +87,14 @@ def variant_config(recipe: str, variant: RunVariant, extra: Sequence[str] = ()) 
 
 
 def _training_settings(config: RunConfig) -> str:
-    """The settings that change what is trained, as canonical JSON; where the corpus files live and whether a bar
-    is drawn do not, nor model.vocab_size, which the trainer derives from the tokenizer data.vocab_size built."""
+    """The settings that change what is trained, as canonical JSON; where the corpus files live, whether a bar
+    is drawn and how many threads train it do not, nor model.vocab_size, which the trainer derives from the
+    tokenizer data.vocab_size built."""
     settings = config.to_dict()
     settings["model"].pop("vocab_size", None)
     settings["data"].pop("data_dir", None)
     settings["train"].pop("progress", None)
+    settings["train"].pop("num_threads", None)  # how fast, not what: a run is resumed with another --jobs
     return json.dumps(settings, sort_keys=True)
 
 
@@ -172,12 +176,20 @@ def runs_as_they_stand(variants: Sequence[RunVariant], recipe: str, runs_dir: Pa
     return runs
 
 
+def threads_per_run(cores: int, jobs: int) -> int:
+    """The torch threads each of ``jobs`` runs training at once takes of ``cores``: their share, at least one.
+    Each run left at torch's default would take a thread per core, and OpenMP threads that outnumber the cores
+    wait on each other at every operation: two such runs on 2 cores train at a fraction of one run's speed."""
+    return max(1, cores // jobs)
+
+
 def _train_in_parallel(pending: list[tuple[RunVariant, RunConfig, bool]], runs_dir: Path, jobs: int) -> None:
     """Worker processes, at most ``jobs`` at a time; each one's output goes to ``<runs_dir>/<variant>.log``.
 
     A stop signal (Ctrl-C, a scheduler's SIGTERM) reaches every worker, each saves a checkpoint, and no further run
     starts; so does a worker stopped on its own. The same command resumes them all."""
     runs_dir.mkdir(parents=True, exist_ok=True)
+    threads = threads_per_run(usable_cores(), jobs)
     # "spawn": a fresh interpreter per run, as `vaswani train` would be (no forked torch thread pools).
     context = multiprocessing.get_context("spawn")
     queue, running, failed, interrupted = list(pending), [], [], []
@@ -186,6 +198,8 @@ def _train_in_parallel(pending: list[tuple[RunVariant, RunConfig, bool]], runs_d
         while queue or running:
             while queue and len(running) < jobs and stop.received is None and not interrupted:
                 variant, config, resume = queue.pop(0)
+                if config.train.num_threads is None:  # a count the user set stands
+                    config = dataclasses.replace(config, train=dataclasses.replace(config.train, num_threads=threads))
                 log = runs_dir / f"{variant.name}.log"
                 print(f"[{variant.name}] training in {runs_dir / variant.name}  (log: {log})", file=sys.stderr)
                 process = context.Process(target=_train_logged, args=(config, runs_dir / variant.name, resume, log))
