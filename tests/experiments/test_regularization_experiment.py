@@ -34,12 +34,12 @@ def test_a_cell_name_says_every_setting_it_changes() -> None:
 
 
 def test_every_cell_of_the_grid_is_a_valid_whole_schedule_of_the_real_recipe_without_a_clock() -> None:
-    extra = study_settings(smoke=False, jobs=2, settings=[])
+    extra = study_settings(smoke=False, settings=[])
     for variant in study_variants(GRID, seeds=[0, 1]):
         train = variant_config(RECIPE, variant, extra).train
         assert train.max_minutes is None and not train.decay_on_clock and not train.scale_up_models
         assert train.max_epochs == 40 and train.patience is None and train.precision == "fp32"
-        assert train.num_threads == 1 and train.seed == int(variant.name[-1])
+        assert train.seed == int(variant.name[-1])
     assert variant_config(RECIPE, study_variants(["d128-drop0.3"], [0])[0], extra).model.dropout == 0.3
 
 

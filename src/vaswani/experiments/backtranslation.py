@@ -86,7 +86,7 @@ def write_study_files(folder: Path, data_dir: Path | None, smoke: bool) -> tuple
 def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     recipe = SMOKE_RECIPE if args.smoke else RECIPE
-    extra = study_settings(args.smoke, args.jobs, args.settings)
+    extra = study_settings(args.smoke, args.settings)
     runs_dir = checked_runs_dir((args.runs_dir or Path("runs") / "experiments" / "backtranslation").absolute(),
                                 "backtranslation")
     files, tests = write_study_files(runs_dir / "data", args.data_dir, args.smoke)

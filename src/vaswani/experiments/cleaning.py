@@ -136,7 +136,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     recipe = SMOKE_RECIPE if args.smoke else RECIPE
-    extra = study_settings(args.smoke, args.jobs, args.settings)
+    extra = study_settings(args.smoke, args.settings)
     runs_dir = checked_runs_dir((args.runs_dir or Path("runs") / "experiments" / "cleaning").absolute(), "cleaning")
     # The corpora of one noise share in a folder of their own: the runs' configs name their files, so runs on another
     # share are never taken for these (a run whose files moved is "another config" to the runs directory).

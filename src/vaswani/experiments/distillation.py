@@ -97,7 +97,7 @@ class ModelSummary:
 def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     teacher_recipe, student_recipe = (SMOKE_RECIPE, SMOKE_RECIPE) if args.smoke else (TEACHER, STUDENT)
-    extra = study_settings(args.smoke, args.jobs, args.settings)
+    extra = study_settings(args.smoke, args.settings)
     runs_dir = checked_runs_dir((args.runs_dir or Path("runs") / "experiments" / "distillation").absolute(),
                                 "distillation")
     data = runs_dir / "data"

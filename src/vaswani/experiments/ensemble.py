@@ -171,7 +171,7 @@ def _runs(args: argparse.Namespace) -> tuple[list[Path], TrainedSeeds | None]:
         return list(args.runs), None
     recipe = args.recipe or (SMOKE_RECIPE if args.smoke else RECIPE)
     seeds = args.seeds if args.seeds is not None else [0, 1, 2, 3]
-    extra = study_settings(args.smoke, args.jobs, args.settings)
+    extra = study_settings(args.smoke, args.settings)
     runs_dir = checked_runs_dir(args.runs_dir or Path("runs") / "experiments" / "ensemble", "ensemble")
     variants = [RunVariant(f"seed{seed}", f"seed {seed}", (f"train.seed={seed}",)) for seed in seeds]
     trained = train_variants(variants, recipe, runs_dir, args.data_dir, extra, args.jobs)

@@ -145,11 +145,9 @@ def study_variants(cells: Sequence[str], seeds: Sequence[int]) -> list[RunVarian
             for name in cells for seed in seeds]
 
 
-def study_settings(smoke: bool, jobs: int, settings: Sequence[str]) -> list[str]:
-    extra = [*STUDY_SETTINGS, *(SMOKE_SETTINGS if smoke else ()), *settings]
-    if jobs > 1:
-        extra.append("train.num_threads=1")  # two single-threaded runs share 2 cores better than they take turns
-    return extra
+def study_settings(smoke: bool, settings: Sequence[str]) -> list[str]:
+    """Every run's settings past its variant's; runs trained at once share the cores (variants.threads_per_run)."""
+    return [*STUDY_SETTINGS, *(SMOKE_SETTINGS if smoke else ()), *settings]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -157,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
     recipe = SMOKE_RECIPE if args.smoke else RECIPE
     cells = args.cells or list(SMOKE_GRID if args.smoke else GRID)
     variants = study_variants(cells, args.seeds)
-    extra = study_settings(args.smoke, args.jobs, args.settings)
+    extra = study_settings(args.smoke, args.settings)
     for variant in variants:  # every cell is checked before the first run starts
         variant_config(recipe, variant, extra)
     runs_dir = args.runs_dir or Path("runs") / "experiments" / "regularization"

@@ -318,8 +318,8 @@ def add_runs_arguments(parser: argparse.ArgumentParser, default_runs_dir: str, e
                         help="where the runs live; finished runs with the same config are reused, cut-off ones "
                         f"resumed (default {default_runs_dir})")
     parser.add_argument("--jobs", type=ranged(int, ge=1, le=MAX_THREADS), default=1,
-                        help="runs trained at the same time, in worker processes of one thread each when > 1 "
-                        "(default %(default)s)")
+                        help="runs trained at the same time, in worker processes that share the cores (2 jobs on 2 "
+                        "cores: one torch thread each) (default %(default)s)")
     add_settings_argument(parser, ("model", "data", "train"), f"{example_setting} (applied to every run)")
     add_data_dir_argument(parser)
 
