@@ -52,8 +52,8 @@ NOT_RUN: dict[str, str] = {
     "vaswani bench data --pairs 4500000 --work /tmp/scale --corpus-only": "a benchmark: a corpus of 4.5 million pairs",
     "vaswani experiment ablation --jobs 2 --out results/ablation": "a study: hours of training runs",
     "vaswani experiment fine-tuning --parent runs/multi30k-cpu --out results/fine-tuning": "a study: training runs",
-    "vaswani experiment fine-tuning --parent runs/multi30k-cpu --conditions fine-tuned fine-tuned-decoder scratch mixed "
-    "--set train.max_steps=5000 --jobs 2 --out results/fine-tuning-readme-model": "a study: training runs",
+    "vaswani experiment fine-tuning --parent runs/multi30k-cpu --conditions fine-tuned fine-tuned-decoder scratch "
+    "mixed --set train.max_steps=5000 --jobs 2 --out results/fine-tuning-readme-model": "a study: training runs",
     "vaswani experiment constraints --checkpoint runs/multi30k-cpu --sentences 150 --out /tmp/constraints":
         "a study: 150 sentences searched with and without constraints",
     "vaswani classify experiment --csv ../shared/data/disaster_tweets/train.csv --seeds 0 1 2 --out /tmp/classifier":
