@@ -40,7 +40,7 @@ from vaswani.experiments.reporting import (
     write_results,
 )
 from vaswani.experiments.variants import RunVariant, add_runs_arguments, checked_runs_dir, train_variants
-from vaswani.model.serialization import check_checkpoint, resolve_checkpoint
+from vaswani.model.serialization import resolve_checkpoint
 from vaswani.settings import MAX_COUNT
 from vaswani.training.parent import find_parent
 from vaswani.training.summary import SUMMARY_FILE, RunSummary
@@ -182,7 +182,7 @@ def score_model(condition: str, run_or_checkpoint: Path, data_dir: Path, device,
         test = load_test_set(src=source, ref=reference)
         sources, references = (test.sources[:8], test.references[:8]) if smoke else (test.sources, test.references)
         bleu[name] = corpus_scores(translator.translate(sources, progress=True), references).bleu
-    return ModelScores(condition, str(checkpoint), check_checkpoint(checkpoint).d_model,
+    return ModelScores(condition, str(checkpoint), translator.model_config.d_model,
                        summary.step if summary else None, summary.minutes if summary else None, **bleu)
 
 

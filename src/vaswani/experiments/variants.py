@@ -6,8 +6,8 @@ variant is a plain ``vaswani train`` run in ``<runs_dir>/<variant>/``, so it can
 evaluated like any other run. A run is reused when it finished (``summary.json``) with exactly the config
 the experiment would give it; a run that was cut off is resumed; anything else is trained.
 
-With ``jobs > 1`` the runs train in parallel worker processes (one thread each is the recipe's setting: on a small
-CPU two single-threaded runs finish sooner than two two-threaded runs taking turns).
+With ``jobs > 1`` the runs train in parallel worker processes, each on its share of the cores
+(:func:`threads_per_run`: on 2 cores, two single-threaded runs finish sooner than two two-threaded runs taking turns).
 """
 
 from __future__ import annotations
